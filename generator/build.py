@@ -1,0 +1,271 @@
+"""The build pipeline: ONNX + sla.yaml → runtime, RTL, co-simulation, evidence bundle.
+
+Stages (each reads typed objects and writes files into a staging directory):
+spec → import → lut → emit → lint → cosim → bundle. Bad input (spec, model)
+raises a ``MiCertifyError`` and leaves nothing behind. A stage that fails (lint
+warning, co-simulation mismatch, missing tool) still publishes the directory, with
+``summary.json`` ``"status": "failed"`` and a ``FAILED`` file, so it can never be
+mistaken for a good build. The directory appears atomically (rename) when complete.
+
+Determinism: every file except ``build.log`` is a pure function of the inputs and
+the tool versions (no timestamps, fixed seeds); ``manifest.json`` hashes them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from mi_certify.runtime.fsm import FsmConfig
+from mi_certify.verification import cocotb_sim, verilator
+from mi_certify.verification.tools import tool_version
+
+from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
+from .errors import BuildError
+from .lut import check_shapes, sample_lut
+from .onnx_import import cross_check, import_onnx
+from .spec import Spec, load_spec
+
+#: Number of onnxruntime cross-check points after import.
+CROSS_CHECK_POINTS = 256
+#: Random co-simulation cycles (directed sequences come on top).
+COSIM_RANDOM_CYCLES = 10_000
+COSIM_SEED = 1
+
+
+def version() -> str:
+    try:
+        return metadata.version("mi-certify")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _dump(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@dataclass
+class BuildOptions:
+    """Options of one build. ``cosim_cycles``: random cycles after the directed ones."""
+
+    cosim_cycles: int = COSIM_RANDOM_CYCLES
+    cosim_seed: int = COSIM_SEED
+    skip_cosim: bool = False
+    skip_lint: bool = False
+
+
+@dataclass
+class BuildResult:
+    """What the build produced: ``status`` ok/failed, per-stage records, output dir."""
+
+    status: str
+    out_dir: Path
+    summary: dict
+    stage_times: dict = field(default_factory=dict)
+
+
+class _Reporter:
+    """Progress sink: ``stage(name)`` context and ``progress(done, total)``."""
+
+    def __init__(self, callback: Callable[[str, str, float | None], None] | None):
+        self.cb = callback or (lambda *a: None)
+
+    def start(self, name: str):
+        self.cb("start", name, None)
+
+    def done(self, name: str, status: str, seconds: float):
+        self.cb("done", f"{name}:{status}", seconds)
+
+    def progress(self, name: str, frac: float):
+        self.cb("progress", name, frac)
+
+
+def tool_versions() -> dict:
+    """Versions recorded in the manifest (deterministic on one machine)."""
+    pkgs = {}
+    for dist in ("mi-certify", "numpy", "onnx", "onnxruntime", "jinja2", "jsonschema", "pyyaml", "cocotb", "rich"):
+        try:
+            pkgs[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pkgs[dist] = "not installed"
+    return {"python": platform.python_version(), "packages": pkgs,
+            "tools": {t: tool_version(t) for t in ("iverilog", "verilator")}}
+
+
+def _prepare_out(out: Path) -> Path:
+    out = out.resolve()
+    if out.exists():
+        if not out.is_dir():
+            raise BuildError("exists and is not a directory", file=str(out))
+        if any(out.iterdir()) and not (out / "summary.json").exists():
+            raise BuildError("exists, is not empty and is not an mi-certify build; refusing to overwrite",
+                             file=str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+
+
+def _publish(stage_dir: Path, out: Path) -> None:
+    if out.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, trash / "old")
+        os.replace(stage_dir, out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(stage_dir, out)
+
+
+def build(model_path: str | Path, spec_path: str | Path, out: str | Path, options: BuildOptions | None = None,
+          on_event: Callable | None = None) -> BuildResult:
+    """Run the whole pipeline.
+
+    Args:
+        model_path: controller ONNX file.
+        spec_path: sla.yaml.
+        out: output directory (created or replaced atomically; an existing non-empty
+            directory that is not a previous build is refused).
+    Returns:
+        BuildResult with status "ok" or "failed".
+    Raises:
+        SpecError, ModelImportError, BuildError for bad input (nothing is written).
+    """
+    opts = options or BuildOptions()
+    rep = _Reporter(on_event)
+    model_path, spec_path, out = Path(model_path), Path(spec_path), Path(out)
+    times: dict[str, float] = {}
+    stages: dict[str, dict] = {}
+
+    def timed(name, fn):
+        rep.start(name)
+        t0 = time.perf_counter()
+        res = fn()
+        times[name] = round(time.perf_counter() - t0, 3)
+        rep.done(name, stages.get(name, {}).get("status", "ok"), times[name])
+        return res
+
+    spec: Spec = timed("spec", lambda: load_spec(spec_path))
+    stages["spec"] = {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
+                      "address_bits": spec.address_bits, "properties": len(spec.properties)}
+
+    def do_import():
+        ir = import_onnx(model_path)
+        check_shapes(spec, ir, str(model_path))
+        lo = np.array([i.min for i in spec.inputs])
+        hi = np.array([i.max for i in spec.inputs])
+        worst = cross_check(ir, model_path, lo, hi, n_points=CROSS_CHECK_POINTS)
+        return ir, worst
+
+    ir, worst = timed("import", do_import)
+    stages["import"] = {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
+                        "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "max_relative_difference": float(f"{worst:.3g}"),
+                                              "tolerance": 1e-5}}
+
+    stage_dir = _prepare_out(out)
+    try:
+        result = _build_outputs(spec, ir, model_path, spec_path, stage_dir, opts, timed, stages, rep)
+        (stage_dir / "build.log").write_text(
+            "".join(f"{k}\t{v:.3f} s\n" for k, v in times.items()), encoding="utf-8")
+        _publish(stage_dir, out.resolve())
+    except BaseException:
+        shutil.rmtree(stage_dir, ignore_errors=True)
+        raise
+    return BuildResult(result["status"], out.resolve(), result, times)
+
+
+def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, opts: BuildOptions, timed,
+                   stages: dict, rep: _Reporter) -> dict:
+    (d / "inputs").mkdir()
+    shutil.copyfile(model_path, d / "inputs" / model_path.name)
+    shutil.copyfile(spec_path, d / "inputs" / spec_path.name)
+    _dump(d / "import.json", {"model": model_path.name, "ir": ir.describe(), "notes": list(ir.notes),
+                              "onnxruntime_check": stages["import"]["onnxruntime_check"]})
+
+    lut = timed("lut", lambda: sample_lut(spec, ir, progress=lambda a, b: rep.progress("lut", a / b)))
+    counts = lut.counts()
+    stages["lut"] = {"status": "ok", "method": "centre sampling (not proven)", **counts}
+    lb = lut_bytes(lut)
+    (d / "lut.hex").write_text("".join(f"{b:02x}\n" for b in lb), encoding="ascii")
+    hist = np.bincount(lut.tokens, minlength=len(spec.actions))
+    _dump(d / "lut.json", {
+        "format": "lut.hex: one line per address (address = line number), two hex digits: "
+                  "bits 0-6 proposed token, bit 7 confident",
+        "address_bits": spec.address_bits,
+        "inputs": [{"name": i.name, "bits": i.bits, "min": i.min, "max": i.max, "unit": i.unit} for i in spec.inputs],
+        "actions": [a.name for a in spec.actions], "cells": counts["cells"],
+        "status": {k: counts[k] for k in ("proven", "resolved", "sampled")},
+        "cell_status": [[0, counts["cells"], "sampled"]] if counts["sampled"] == counts["cells"] else "see distillation",
+        "tokens": {a.name: int(hist[i]) for i, a in enumerate(spec.actions)},
+        "confident_cells": int(lut.confident.sum()), "sha256": hashlib.sha256(lb).hexdigest()})
+
+    hashes = SourceHashes(sha256_file(model_path), sha256_file(spec_path), hashlib.sha256(lb).hexdigest())
+    py_path, v_path = d / f"{spec.name}.py", d / f"{spec.name}.v"
+
+    def do_emit():
+        py_path.write_text(emit_python(spec, lut, hashes, version()), encoding="utf-8")
+        v_path.write_text(emit_verilog(spec, lut, hashes, version()), encoding="utf-8")
+    timed("emit", do_emit)
+    stages["emit"] = {"status": "ok", "python_runtime": py_path.name, "verilog": v_path.name}
+
+    if opts.skip_lint:
+        stages["lint"] = {"status": "skipped", "reason": "--skip-lint"}
+    else:
+        res = timed("lint", lambda: verilator.lint(v_path, spec.name))
+        stages["lint"] = {"status": "ok" if res.clean else "failed", **res.to_json()}
+        _dump(d / "lint.json", res.to_json())
+
+    cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
+                    spec.fsm.violations_to_fallback, spec.fsm.recovery)
+    cosim_summary = {"cycles": 0, "mismatches": None}
+    if opts.skip_cosim:
+        stages["cosim"] = {"status": "skipped", "reason": "--skip-cosim"}
+    else:
+        with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
+            res = timed("cosim", lambda: cocotb_sim.run_cosim(v_path, spec.name, cfg, lb, Path(work), runtime_py=py_path,
+                                                             random_cycles=opts.cosim_cycles, seed=opts.cosim_seed))
+            if not res.passed:
+                log = Path(work) / "cosim.log"
+                if log.exists():
+                    shutil.copyfile(log, d / "cosim.log")
+        stages["cosim"] = {"status": "ok" if res.passed else "failed", **res.to_json()}
+        _dump(d / "cosim.json", res.to_json())
+        cosim_summary = {"cycles": res.cycles, "mismatches": res.mismatches}
+
+    failed = [k for k, v in stages.items() if v["status"] == "failed"]
+    status = "failed" if failed else "ok"
+    summary = {"status": status, "failed_stages": failed, "stages": stages,
+               "lut": {"cells": counts["cells"], "sampled": counts["sampled"], "proven": counts["proven"],
+                       "resolved": counts["resolved"]},
+               "cosim": cosim_summary,
+               "artifacts": {"python_runtime": py_path.name, "verilog": v_path.name},
+               "controller": spec.name, "mi_certify": version()}
+    _dump(d / "summary.json", summary)
+    if failed:
+        (d / "FAILED").write_text("build failed in stage(s): " + ", ".join(failed) + "\nsee summary.json\n")
+    files = sorted(p for p in d.rglob("*") if p.is_file() and p.name not in ("build.log", "manifest.json"))
+    _dump(d / "manifest.json", {
+        "status": status, "controller": spec.name,
+        "inputs": {"model": {"path": f"inputs/{model_path.name}", "sha256": hashes.model},
+                   "spec": {"path": f"inputs/{spec_path.name}", "sha256": hashes.spec}},
+        "files": {p.relative_to(d).as_posix(): sha256_file(p) for p in files},
+        "not_hashed": ["build.log (stage times)"],
+        "versions": tool_versions(), "seeds": {"cosim": opts.cosim_seed, "onnxruntime_check": 0}})
+    return summary

@@ -1,0 +1,176 @@
+"""The ``mi-certify`` command line.
+
+Exit codes: 0 success; 1 the build ran but a stage failed (see summary.json);
+2 bad input (model, spec, output directory) with one error line naming file,
+field or node, and reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import MiCertifyError
+
+_STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime cross-check",
+                 "lut": "build LUT over the quantized grid", "emit": "emit Python runtime + Verilog",
+                 "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .build import COSIM_RANDOM_CYCLES, COSIM_SEED, version
+
+    p = argparse.ArgumentParser(
+        prog="mi-certify",
+        description="Turn a neural meta controller (ONNX) into a deterministic LUT-FSM: Python runtime, "
+                    "Verilog-2001, co-simulation and an evidence bundle.",
+        epilog="Exit codes: 0 ok, 1 a build stage failed, 2 bad input. Docs: docs/user-guide.md")
+    p.add_argument("--version", action="version", version=f"mi-certify {version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    b = sub.add_parser("build", help="build runtime, RTL and evidence from MODEL.onnx and sla.yaml",
+                       description="Import and cross-check the network, build the LUT over the quantized grid, "
+                                   "emit <name>.py and <name>.v, lint the Verilog and co-simulate it against the "
+                                   "Python reference. Writes OUT atomically; summary.json says ok or failed.")
+    b.add_argument("model", metavar="MODEL.onnx", help="the controller network (ONNX)")
+    b.add_argument("--sla", required=True, metavar="SLA.yaml", help="the spec: inputs, actions, FSM, properties "
+                   "(docs/sla-yaml.md)")
+    b.add_argument("--out", metavar="DIR", default=None,
+                   help="output directory (default: build/<controller name>); a previous build there is replaced")
+    b.add_argument("--cosim-cycles", type=int, default=COSIM_RANDOM_CYCLES, metavar="N",
+                   help=f"random co-simulation cycles after the directed sequences (default {COSIM_RANDOM_CYCLES}, "
+                        "minimum 10000)")
+    b.add_argument("--seed", type=int, default=COSIM_SEED, metavar="S",
+                   help=f"seed of the random co-simulation stimulus (default {COSIM_SEED})")
+    b.add_argument("--skip-cosim", action="store_true",
+                   help="do not co-simulate (the build is then not a complete certificate)")
+    b.add_argument("--skip-lint", action="store_true", help="do not run Verilator lint")
+    b.add_argument("--json", action="store_true", help="print summary.json to stdout instead of a table")
+
+    i = sub.add_parser("inspect", help="import an ONNX model, cross-check it with onnxruntime, print the IR",
+                       description="Import MODEL.onnx into the affine/ReLU IR, compare it with onnxruntime at 256 "
+                                   "points of the input box and print the IR. Exit 2 if the model is refused.")
+    i.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
+    i.add_argument("--sla", metavar="SLA.yaml", default=None,
+                   help="take the input box from this spec (default: [-1, 1] for every input)")
+
+    c = sub.add_parser("check-spec", help="validate an sla.yaml and print what it declares",
+                       description="Validate SLA.yaml against the mi-certify/v1 schema and its semantic rules.")
+    c.add_argument("sla", metavar="SLA.yaml", help="the spec to validate")
+    return p
+
+
+def _run_build(args, console: Console) -> int:
+    from .build import BuildOptions, build
+    from .spec import load_spec
+
+    if args.cosim_cycles < 10_000:
+        console.print("[red]error:[/] --cosim-cycles: at least 10000 random cycles are required")
+        return 2
+    out = args.out
+    if out is None:
+        out = str(Path("build") / load_spec(args.sla).name)
+    opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
+                        skip_lint=args.skip_lint)
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        console=console, transient=True)
+    tasks: dict[str, int] = {}
+
+    def on_event(kind, name, value):
+        if kind == "start":
+            tasks[name] = progress.add_task(_STAGE_TITLES.get(name, name), total=1.0)
+        elif kind == "progress":
+            progress.update(tasks[name], completed=value)
+        elif kind == "done":
+            stage, status = name.split(":")
+            progress.remove_task(tasks.pop(stage))
+            mark = "[green]✓[/]" if status == "ok" else "[red]✗[/]"
+            console.print(f"{mark} {_STAGE_TITLES.get(stage, stage):55s} {value:7.2f} s")
+
+    with progress:
+        result = build(args.model, args.sla, out, opts, on_event=on_event)
+    s = result.summary
+    if args.json:
+        print(json.dumps(s, indent=2, sort_keys=True))
+    else:
+        t = Table(title=f"mi-certify build: {s['controller']}", show_header=True)
+        t.add_column("stage")
+        t.add_column("status")
+        t.add_column("detail")
+        for name, st in s["stages"].items():
+            detail = ""
+            if name == "lut":
+                detail = f"{st['cells']} cells ({st['proven']} proven, {st['sampled']} sampled)"
+            elif name == "cosim" and st["status"] != "skipped":
+                detail = f"{st['cycles']} cycles, {st['mismatches']} mismatches"
+                if st.get("error"):
+                    detail += f"; {st['error']}"
+            elif name == "lint" and st["status"] != "skipped":
+                detail = "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", "")
+            elif name == "import":
+                detail = f"{st['relus']} ReLUs, max rel. diff vs onnxruntime {st['onnxruntime_check']['max_relative_difference']}"
+            color = {"ok": "green", "failed": "red"}.get(st["status"], "yellow")
+            t.add_row(name, f"[{color}]{st['status']}[/]", detail)
+        console.print(t)
+        console.print(f"status: {'[green]ok[/]' if s['status'] == 'ok' else '[red]failed[/]'}  →  {result.out_dir}")
+        if s["lut"]["sampled"]:
+            console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")
+    return 0 if s["status"] == "ok" else 1
+
+
+def _run_inspect(args, console: Console) -> int:
+    import numpy as np
+
+    from .onnx_import import cross_check, import_onnx
+    from .spec import load_spec
+
+    ir = import_onnx(args.model)
+    if args.sla:
+        spec = load_spec(args.sla)
+        from .lut import check_shapes
+        check_shapes(spec, ir, args.model)
+        lo, hi = np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs])
+    else:
+        lo, hi = -np.ones(ir.n_inputs), np.ones(ir.n_inputs)
+    worst = cross_check(ir, args.model, lo, hi)
+    console.print(f"{args.model}: {ir.n_inputs} inputs, {ir.n_outputs} outputs, {ir.n_relus} ReLUs")
+    for line in ir.describe():
+        console.print("  " + line, highlight=False)
+    for note in ir.notes:
+        console.print(f"  [yellow]note:[/] {note}")
+    console.print(f"onnxruntime cross-check: 256 points, max relative difference {worst:.3g} (tolerance 1e-5)")
+    return 0
+
+
+def _run_check_spec(args, console: Console) -> int:
+    from .spec import load_spec
+
+    spec = load_spec(args.sla)
+    console.print(f"{args.sla}: ok — controller '{spec.name}' ({spec.decode}), {len(spec.inputs)} inputs, "
+                  f"{spec.address_bits} address bits ({1 << spec.address_bits} cells), {len(spec.actions)} actions "
+                  f"(conservative: {spec.actions[spec.conservative].name}), {len(spec.properties)} properties")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(stderr=True)
+    try:
+        handler = {"build": _run_build, "inspect": _run_inspect, "check-spec": _run_check_spec}[args.command]
+        return handler(args, console)
+    except MiCertifyError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""One exception family for every located, user-facing error of mi-certify.
+
+Every error carries the file it concerns, the field (sla.yaml path such as
+``properties[1].when.temperature_c``) or node (ONNX node name and op type) and a
+reason. The CLI prints ``str(err)`` as one line and exits with ``err.exit_code``.
+"""
+
+from __future__ import annotations
+
+
+class MiCertifyError(Exception):
+    """Base of all mi-certify errors.
+
+    Attributes:
+        file: path of the offending input file, or None.
+        where: field path (spec) or node description (model), or None.
+        reason: human-readable reason, one sentence.
+        exit_code: process exit code the CLI uses (2 for bad input).
+    """
+
+    exit_code = 2
+
+    def __init__(self, reason: str, *, file: str | None = None, where: str | None = None):
+        self.file = str(file) if file is not None else None
+        self.where = where
+        self.reason = reason
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(self.file)
+        if self.where:
+            parts.append(self.where)
+        head = ": ".join(parts)
+        return f"{head}: {self.reason}" if head else self.reason
+
+
+class ModelImportError(MiCertifyError):
+    """The ONNX model cannot be imported exactly (unsupported op, version, shape...)."""
+
+
+class ModelMismatchError(ModelImportError):
+    """The imported IR does not evaluate like onnxruntime within tolerance."""
+
+
+class SpecError(MiCertifyError):
+    """sla.yaml is malformed or inconsistent (schema, names, ranges, widths)."""
+
+
+class BuildError(MiCertifyError):
+    """The build cannot proceed (output directory, missing tool...)."""
+
+    exit_code = 2
+
+
+class ToolMissingError(BuildError):
+    """An external tool (iverilog, verilator, yosys) is not installed."""

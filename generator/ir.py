@@ -1,0 +1,132 @@
+"""ControllerIR: a checked graph of affine maps and ReLUs.
+
+The IR is what every later stage (verification, distillation, emission) reads; it
+never depends on ONNX. A network is a list of nodes in topological order, each
+producing one flat float64 vector:
+
+* ``InputNode``: the flattened, concatenated graph inputs (size ``n_in``).
+* ``AffineNode``: ``y = sum_k W_k @ x_{src_k} + b``. Several terms express skip
+  connections and Add/Sub of two tensors exactly; a source that appears twice
+  (``Add(x, x)``) is merged into one term with summed weights, so no solver ever
+  sees a repeated variable in one equation (Marabou #669).
+* ``ReluNode``: ``y = max(x_src, 0)`` elementwise.
+
+A tensor with several consumers is simply a node id referenced several times, so
+fan-out stays exact (Marabou's parsers edit equations in place there; see
+shared/cases/marabou_add_fanout).
+
+Shapes: ``W_k`` is (size(node), size(src_k)) float64, ``b`` is (size(node),)
+float64. The network output is the concatenation of ``outputs`` (node ids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class InputNode:
+    """The network input vector, size ``size``."""
+
+    size: int
+    kind: str = field(default="input", init=False)
+
+
+@dataclass(frozen=True)
+class AffineNode:
+    """``y = sum_k terms[k][1] @ x[terms[k][0]] + bias``; terms sorted by source id."""
+
+    terms: tuple[tuple[int, np.ndarray], ...]
+    bias: np.ndarray
+    kind: str = field(default="affine", init=False)
+
+    @property
+    def size(self) -> int:
+        return int(self.bias.shape[0])
+
+
+@dataclass(frozen=True)
+class ReluNode:
+    """``y = max(x[src], 0)``."""
+
+    src: int
+    size: int
+    kind: str = field(default="relu", init=False)
+
+
+Node = InputNode | AffineNode | ReluNode
+
+
+@dataclass(frozen=True)
+class ControllerIR:
+    """A checked affine/ReLU network.
+
+    Attributes:
+        nodes: topologically ordered; node 0 is the ``InputNode``.
+        outputs: node ids whose values, concatenated, are the network output.
+        input_names: ONNX graph input names, in order (flattened and concatenated).
+        output_names: ONNX graph output names, in order.
+        notes: import remarks for the report (bound batch dims, folded constants...).
+    """
+
+    nodes: tuple[Node, ...]
+    outputs: tuple[int, ...]
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_inputs(self) -> int:
+        return self.nodes[0].size
+
+    @property
+    def n_outputs(self) -> int:
+        return sum(self.nodes[i].size for i in self.outputs)
+
+    @property
+    def n_relus(self) -> int:
+        return sum(n.size for n in self.nodes if isinstance(n, ReluNode))
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        """Evaluate the network in float64.
+
+        Args:
+            x: (n_inputs,) or (batch, n_inputs) array.
+        Returns:
+            (n_outputs,) or (batch, n_outputs) float64 array.
+        """
+        xs = np.asarray(x, dtype=np.float64)
+        single = xs.ndim == 1
+        if single:
+            xs = xs[None, :]
+        if xs.shape[1] != self.n_inputs:
+            raise ValueError(f"expected {self.n_inputs} inputs, got {xs.shape[1]}")
+        vals: list[np.ndarray] = []
+        for node in self.nodes:
+            if isinstance(node, InputNode):
+                vals.append(xs)
+            elif isinstance(node, AffineNode):
+                acc = np.broadcast_to(node.bias, (xs.shape[0], node.size)).copy()
+                for src, w in node.terms:
+                    acc += vals[src] @ w.T
+                vals.append(acc)
+            else:
+                vals.append(np.maximum(vals[node.src], 0.0))
+        out = np.concatenate([vals[i] for i in self.outputs], axis=1)
+        return out[0] if single else out
+
+    def describe(self) -> list[str]:
+        """One line per node, for reports: id, kind, size, sources."""
+        lines = []
+        for i, node in enumerate(self.nodes):
+            if isinstance(node, InputNode):
+                lines.append(f"%{i} = input[{node.size}]")
+            elif isinstance(node, AffineNode):
+                srcs = " + ".join(f"W{w.shape[0]}x{w.shape[1]}·%{s}" for s, w in node.terms)
+                lines.append(f"%{i} = affine[{node.size}]({srcs} + b)")
+            else:
+                lines.append(f"%{i} = relu[{node.size}](%{node.src})")
+        lines.append("output = concat(" + ", ".join(f"%{i}" for i in self.outputs) + ")")
+        return lines

@@ -1,0 +1,381 @@
+"""sla.yaml → Spec: schema validation (jsonschema, Draft 2020-12) plus semantic checks.
+
+Every error is a ``SpecError`` naming the file, the field path (``inputs[2].bits``)
+and the reason. docs/sla-yaml.md documents each field; ``SCHEMA`` is the single
+source of truth for the structure.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .errors import SpecError
+
+SCHEMA_ID = "mi-certify/v1"
+MAX_ADDRESS_BITS = 24
+_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+_RANGE = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
+          "description": "closed interval [lo, hi] in the input's physical unit"}
+
+SCHEMA: dict = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "mi-certify sla.yaml",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema", "controller", "inputs", "actions", "fsm"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID, "description": "format version; must be mi-certify/v1"},
+        "controller": {
+            "type": "object", "additionalProperties": False, "required": ["name", "decode"],
+            "description": "how the network's outputs become an action",
+            "properties": {
+                "name": {"type": "string", "pattern": _NAME,
+                         "description": "identifier used for generated file and module names"},
+                "decode": {"enum": ["argmax", "argmin"],
+                           "description": "the action is the index of the largest (argmax) or smallest (argmin) "
+                                          "output; ties go to the lowest index, as numpy/onnxruntime"},
+                "description": {"type": "string"},
+            },
+        },
+        "confidence": {
+            "type": "object", "additionalProperties": False, "required": ["kind", "threshold"],
+            "description": "optional confidence gating: a LUT cell is confident when the decoded action's "
+                           "softmax probability is >= threshold (softmax of -outputs for argmin)",
+            "properties": {
+                "kind": {"enum": ["softmax"], "description": "softmax over the raw outputs"},
+                "threshold": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                              "description": "probability in (0, 1]"},
+            },
+        },
+        "inputs": {
+            "type": "array", "minItems": 1,
+            "description": "one entry per network input, in ONNX input order (flattened, concatenated)",
+            "items": {
+                "type": "object", "additionalProperties": False, "required": ["name", "min", "max", "bits"],
+                "properties": {
+                    "name": {"type": "string", "pattern": _NAME},
+                    "unit": {"type": "string", "description": "physical unit, for reports and HDL headers"},
+                    "min": {"type": "number", "description": "lower end of the operating envelope"},
+                    "max": {"type": "number", "description": "upper end of the operating envelope"},
+                    "bits": {"type": "integer", "minimum": 1, "maximum": 8,
+                             "description": "quantization levels = 2^bits"},
+                    "description": {"type": "string"},
+                },
+            },
+        },
+        "actions": {
+            "type": "array", "minItems": 2, "maxItems": 256,
+            "description": "one entry per network output; token = index = output index",
+            "items": {
+                "type": "object", "additionalProperties": False, "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "pattern": _NAME},
+                    "conservative": {"type": "boolean",
+                                     "description": "exactly one action is the conservative fallback"},
+                    "sla": {
+                        "type": "object", "additionalProperties": False,
+                        "properties": {
+                            "latency_ms": {"type": "number", "exclusiveMinimum": 0,
+                                           "description": "latency limit per request, milliseconds"},
+                            "accuracy_loss_pct": {"type": "number", "minimum": 0, "maximum": 100,
+                                                  "description": "accuracy-loss limit, percent"},
+                        },
+                    },
+                    "description": {"type": "string"},
+                },
+            },
+        },
+        "fsm": {
+            "type": "object", "additionalProperties": False,
+            "required": ["hysteresis", "cooldown", "violations_to_fallback", "recovery"],
+            "description": "LUT-FSM parameters (docs/fsm.md)",
+            "properties": {
+                "hysteresis": {"type": "integer", "minimum": 1, "maximum": 65535,
+                               "description": "consecutive confident proposals needed to switch"},
+                "cooldown": {"type": "integer", "minimum": 0, "maximum": 65535,
+                             "description": "steps after a switch or recovery during which the action is held"},
+                "violations_to_fallback": {"type": "integer", "minimum": 1, "maximum": 65535,
+                                           "description": "consecutive SLA violations that force the fallback"},
+                "recovery": {"type": "integer", "minimum": 1, "maximum": 65535,
+                             "description": "consecutive compliant steps needed to leave the fallback"},
+            },
+        },
+        "properties": {
+            "type": "array",
+            "description": "safety properties over regions of the envelope",
+            "items": {
+                "type": "object", "additionalProperties": False, "required": ["id", "when"],
+                "properties": {
+                    "id": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"},
+                    "description": {"type": "string"},
+                    "when": {"type": "object", "additionalProperties": _RANGE,
+                             "description": "input name -> [lo, hi]; inputs not named span their envelope"},
+                    "forbid": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                               "description": "actions that must never be chosen in the region"},
+                    "require": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                "description": "the chosen action must be one of these in the region"},
+                    "output": {"type": "object",
+                               "additionalProperties": {
+                                   "type": "object", "additionalProperties": False, "minProperties": 1,
+                                   "properties": {"min": {"type": "number"}, "max": {"type": "number"}}},
+                               "description": "action name -> bounds on that raw output in the region"},
+                },
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One network input: envelope [min, max] in ``unit``, quantized to ``bits`` bits."""
+
+    name: str
+    min: float
+    max: float
+    bits: int
+    unit: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One action (token = index). SLA limits: latency in ms, accuracy loss in %."""
+
+    name: str
+    conservative: bool = False
+    latency_ms: float | None = None
+    accuracy_loss_pct: float | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class FsmParams:
+    """Hysteresis H >= 1, cooldown D >= 0, violations to fall back W >= 1, recovery R >= 1."""
+
+    hysteresis: int
+    cooldown: int
+    violations_to_fallback: int
+    recovery: int
+
+
+@dataclass(frozen=True)
+class PropertySpec:
+    """A property over the region ``when`` (input index -> (lo, hi)).
+
+    Exactly one of ``forbid`` / ``require`` (action tokens) or ``output``
+    (token -> (min or None, max or None)) is set.
+    """
+
+    id: str
+    when: tuple[tuple[int, float, float], ...]
+    forbid: tuple[int, ...] = ()
+    require: tuple[int, ...] = ()
+    output: tuple[tuple[int, float | None, float | None], ...] = ()
+    description: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "forbid" if self.forbid else "require" if self.require else "output"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated sla.yaml."""
+
+    path: str
+    name: str
+    decode: str
+    inputs: tuple[InputSpec, ...]
+    actions: tuple[ActionSpec, ...]
+    fsm: FsmParams
+    properties: tuple[PropertySpec, ...] = ()
+    confidence_threshold: float | None = None
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def conservative(self) -> int:
+        """Token of the conservative action."""
+        return next(i for i, a in enumerate(self.actions) if a.conservative)
+
+    @property
+    def address_bits(self) -> int:
+        return sum(i.bits for i in self.inputs)
+
+    @property
+    def token_bits(self) -> int:
+        return max(1, (len(self.actions) - 1).bit_length())
+
+    def action_index(self, name: str) -> int:
+        return next(i for i, a in enumerate(self.actions) if a.name == name)
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _schema_message(err: jsonschema.ValidationError) -> tuple[str, str]:
+    where = _path(err.absolute_path)
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        allowed = ", ".join(sorted(err.schema.get("properties", {}))) or "none"
+        return (_path(list(err.absolute_path) + [extra[0]]) if extra else where,
+                f"unknown field (allowed here: {allowed})")
+    if err.validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        return _path(list(err.absolute_path) + [missing]), "required field is missing"
+    if err.validator == "pattern":
+        return where, f"{err.instance!r} is not a valid name (letters, digits, underscore; not starting with a digit)"
+    return where, err.message
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read, validate and resolve sla.yaml.
+
+    Raises:
+        SpecError naming the file, field path and reason.
+    """
+    path = Path(path)
+    f = str(path)
+    if not path.is_file():
+        raise SpecError("no such file", file=f)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        raise SpecError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=f, where=where) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 text ({exc.reason})", file=f) from None
+    if not isinstance(raw, dict):
+        raise SpecError("top level must be a mapping", file=f)
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        where, reason = _schema_message(best)
+        raise SpecError(reason, file=f, where=where)
+    return _resolve(raw, f)
+
+
+def _unique(items, what: str, f: str, key: str = "name"):
+    seen = {}
+    for i, item in enumerate(items):
+        if item[key] in seen:
+            raise SpecError(f"duplicate {key} '{item[key]}' (also {what}[{seen[item[key]]}])", file=f,
+                            where=f"{what}[{i}].{key}")
+        seen[item[key]] = i
+
+
+def _resolve(raw: dict, f: str) -> Spec:
+    _unique(raw["inputs"], "inputs", f)
+    _unique(raw["actions"], "actions", f)
+    _unique(raw.get("properties", []), "properties", f, key="id")
+    name = raw["controller"]["name"]
+    if keyword.iskeyword(name) or name in _VERILOG_KEYWORDS:
+        raise SpecError(f"'{name}' is a Python or Verilog keyword", file=f, where="controller.name")
+    inputs = []
+    for i, d in enumerate(raw["inputs"]):
+        lo, hi = float(d["min"]), float(d["max"])
+        if not lo < hi:
+            raise SpecError(f"empty or inverted range: min {d['min']} must be < max {d['max']}", file=f,
+                            where=f"inputs[{i}].max")
+        inputs.append(InputSpec(d["name"], lo, hi, int(d["bits"]), d.get("unit", ""), d.get("description", "")))
+    bits = sum(i.bits for i in inputs)
+    if bits > MAX_ADDRESS_BITS:
+        raise SpecError(f"LUT address is {bits} bits wide; at most {MAX_ADDRESS_BITS} are allowed "
+                        "(lower some inputs' bits)", file=f, where="inputs")
+    actions = []
+    for d in raw["actions"]:
+        sla = d.get("sla", {})
+        actions.append(ActionSpec(d["name"], bool(d.get("conservative", False)), sla.get("latency_ms"),
+                                  sla.get("accuracy_loss_pct"), d.get("description", "")))
+    cons = [i for i, a in enumerate(actions) if a.conservative]
+    if len(cons) != 1:
+        raise SpecError(f"exactly one action must be conservative: true (found {len(cons)})", file=f, where="actions")
+    in_idx = {s.name: i for i, s in enumerate(inputs)}
+    act_idx = {a.name: i for i, a in enumerate(actions)}
+    props = []
+    for pi, d in enumerate(raw.get("properties", [])):
+        base = f"properties[{pi}]"
+        kinds = [k for k in ("forbid", "require", "output") if k in d]
+        if len(kinds) != 1:
+            raise SpecError("a property needs exactly one of forbid, require, output "
+                            f"(found {', '.join(kinds) or 'none'})", file=f, where=base)
+        when = []
+        for nm, (lo, hi) in d["when"].items():
+            w = f"{base}.when.{nm}"
+            if nm not in in_idx:
+                raise SpecError(f"unknown input '{nm}' (inputs: {', '.join(in_idx)})", file=f, where=w)
+            s = inputs[in_idx[nm]]
+            if not lo <= hi:
+                raise SpecError(f"empty or inverted range [{lo}, {hi}]", file=f, where=w)
+            if hi < s.min or lo > s.max:
+                raise SpecError(f"range [{lo}, {hi}] does not overlap the envelope [{s.min}, {s.max}] of "
+                                f"'{nm}'", file=f, where=w)
+            if lo < s.min or hi > s.max:
+                raise SpecError(f"range [{lo}, {hi}] reaches outside the envelope [{s.min}, {s.max}] of '{nm}'; "
+                                "proofs only cover the envelope", file=f, where=w)
+            when.append((in_idx[nm], float(lo), float(hi)))
+        when.sort()
+        tokens: dict[str, tuple[int, ...]] = {}
+        for k in ("forbid", "require"):
+            if k in d:
+                for j, nm in enumerate(d[k]):
+                    if nm not in act_idx:
+                        raise SpecError(f"unknown action '{nm}' (actions: {', '.join(act_idx)})", file=f,
+                                        where=f"{base}.{k}[{j}]")
+                tokens[k] = tuple(sorted({act_idx[nm] for nm in d[k]}))
+        if "forbid" in tokens and len(tokens["forbid"]) == len(actions):
+            raise SpecError("forbids every action", file=f, where=f"{base}.forbid")
+        if "forbid" in tokens and cons[0] in tokens["forbid"]:
+            raise SpecError(f"forbids the conservative action '{actions[cons[0]].name}', which the fallback "
+                            "must always be allowed to use", file=f, where=f"{base}.forbid")
+        if "require" in tokens and cons[0] not in tokens["require"]:
+            raise SpecError(f"require must include the conservative action '{actions[cons[0]].name}', which "
+                            "the fallback must always be allowed to use", file=f, where=f"{base}.require")
+        out = []
+        for nm, b in d.get("output", {}).items():
+            if nm not in act_idx:
+                raise SpecError(f"unknown action '{nm}' (actions: {', '.join(act_idx)})", file=f,
+                                where=f"{base}.output.{nm}")
+            lo, hi = b.get("min"), b.get("max")
+            if lo is not None and hi is not None and not lo <= hi:
+                raise SpecError(f"empty bound: min {lo} > max {hi}", file=f, where=f"{base}.output.{nm}")
+            out.append((act_idx[nm], None if lo is None else float(lo), None if hi is None else float(hi)))
+        if "output" in d and not out:
+            raise SpecError("output names no action", file=f, where=f"{base}.output")
+        props.append(PropertySpec(d["id"], tuple(when), tokens.get("forbid", ()), tokens.get("require", ()),
+                                  tuple(sorted(out)), d.get("description", "")))
+    conf = raw.get("confidence")
+    fsm = raw["fsm"]
+    return Spec(path=f, name=name, decode=raw["controller"]["decode"], inputs=tuple(inputs),
+                actions=tuple(actions),
+                fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),
+                              int(fsm["recovery"])),
+                properties=tuple(props), confidence_threshold=None if conf is None else float(conf["threshold"]),
+                raw=raw)
+
+
+_VERILOG_KEYWORDS = frozenset(
+    "always and assign begin buf case casex casez cmos deassign default defparam disable edge else end endcase "
+    "endfunction endmodule endprimitive endspecify endtable endtask event for force forever fork function "
+    "highz0 highz1 if initial inout input integer join large macromodule medium module nand negedge nmos nor "
+    "not notif0 notif1 or output parameter pmos posedge primitive pull0 pull1 pulldown pullup rcmos real "
+    "realtime reg release repeat rnmos rpmos rtran rtranif0 rtranif1 scalared small specify specparam strong0 "
+    "strong1 supply0 supply1 table task time tran tranif0 tranif1 tri tri0 tri1 triand trior trireg vectored "
+    "wait wand weak0 weak1 while wire wor xnor xor generate endgenerate genvar localparam signed".split())
+
+
+def is_valid_name(name: str) -> bool:
+    """True if ``name`` can be used as a generated identifier."""
+    return bool(re.match(_NAME, name)) and not keyword.iskeyword(name) and name not in _VERILOG_KEYWORDS

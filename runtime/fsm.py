@@ -1,0 +1,154 @@
+"""Reference LUT-FSM interpreter: the oracle every emitted artefact is checked against.
+
+Semantics (docs/fsm.md is the normative text; this code implements it line by line).
+Per step, inputs ``addr``, ``probe_fault``, ``sla_violation``; LUT[addr] = (p, c).
+State (t, k, h, d, v, f, r); reset state (C, C, 0, 0, 0, 0, 0), C = conservative.
+
+1. probe_fault: t=C, k=C, h=d=v=r=0, f=1                        -> PROBE_FAULT
+2. f=1: t=C; r = r+1 if not sla_violation else 0;
+   r == R: f=0, r=0, d=D, h=0, k=C                              -> RECOVER
+   else                                                          -> FALLBACK
+3. v = v+1 if sla_violation else 0; v == W: t=C, k=C, f=1, v=h=d=r=0 -> FALLBACK
+4. d > 0: d -= 1                                                 -> COOLDOWN
+5. not c: h=0 -> LOW_CONFIDENCE;  p == t: h=0                    -> HOLD
+6. p == k: h += 1; h == H: t=p, d=D, h=0 -> SWITCH; else         -> PENDING
+7. else k=p, h=1; H == 1: t=p, d=D, h=0 -> SWITCH; else          -> PENDING
+
+Counter ranges after every step: h in [0, H-1], d in [0, D], v in [0, W-1],
+r in [0, R-1]. Source: shared/DESIGN.md "LUT-FSM semantics".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import IntEnum
+from typing import Sequence
+
+
+class Reason(IntEnum):
+    """Why the active token is what it is after a step (3-bit code in the RTL)."""
+
+    HOLD = 0
+    PENDING = 1
+    SWITCH = 2
+    COOLDOWN = 3
+    LOW_CONFIDENCE = 4
+    FALLBACK = 5
+    RECOVER = 6
+    PROBE_FAULT = 7
+
+
+@dataclass(frozen=True)
+class FsmConfig:
+    """Parameters: hysteresis H >= 1, cooldown D >= 0, violations W >= 1, recovery R >= 1."""
+
+    n_actions: int
+    conservative: int
+    hysteresis: int
+    cooldown: int
+    violations_to_fallback: int
+    recovery: int
+
+    def __post_init__(self):
+        if not (0 <= self.conservative < self.n_actions):
+            raise ValueError("conservative token out of range")
+        if self.hysteresis < 1 or self.cooldown < 0 or self.violations_to_fallback < 1 or self.recovery < 1:
+            raise ValueError("FSM parameters out of range")
+
+
+@dataclass(frozen=True)
+class FsmState:
+    """t active token, k candidate, h hysteresis count, d cooldown, v violations,
+    f fallback flag, r recovery count."""
+
+    t: int
+    k: int
+    h: int = 0
+    d: int = 0
+    v: int = 0
+    f: bool = False
+    r: int = 0
+
+
+def reset_state(cfg: FsmConfig) -> FsmState:
+    return FsmState(t=cfg.conservative, k=cfg.conservative)
+
+
+def transition(cfg: FsmConfig, s: FsmState, p: int, c: bool, probe_fault: bool,
+               sla_violation: bool) -> tuple[FsmState, Reason]:
+    """One step of the LUT-FSM given the LUT entry (p, c) at the current address.
+
+    Returns:
+        (next state, reason); the active token after the step is ``next.t``.
+    """
+    C = cfg.conservative
+    if probe_fault:
+        return FsmState(t=C, k=C, f=True), Reason.PROBE_FAULT
+    if s.f:
+        r = 0 if sla_violation else s.r + 1
+        if r >= cfg.recovery:
+            return FsmState(t=C, k=C, d=cfg.cooldown), Reason.RECOVER
+        return FsmState(t=C, k=C, f=True, r=r), Reason.FALLBACK
+    v = s.v + 1 if sla_violation else 0
+    if v >= cfg.violations_to_fallback:
+        return FsmState(t=C, k=C, f=True), Reason.FALLBACK
+    s = replace(s, v=v)
+    if s.d > 0:
+        return replace(s, d=s.d - 1), Reason.COOLDOWN
+    if not c:
+        return replace(s, h=0), Reason.LOW_CONFIDENCE
+    if p == s.t:
+        return replace(s, h=0), Reason.HOLD
+    if p == s.k:
+        h = s.h + 1
+    else:
+        s = replace(s, k=p)
+        h = 1
+    if h >= cfg.hysteresis:
+        return replace(s, t=p, d=cfg.cooldown, h=0), Reason.SWITCH
+    return replace(s, h=h), Reason.PENDING
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step decided: active token and reason, with the LUT entry used."""
+
+    token: int
+    reason: Reason
+    proposal: int
+    confident: bool
+    before: FsmState
+    after: FsmState
+
+
+class LutFsm:
+    """The reference LUT-FSM.
+
+    Args:
+        cfg: FSM parameters.
+        tokens: LUT proposals, one per address (length 2^address_bits).
+        confident: LUT confident bits, same length.
+    """
+
+    def __init__(self, cfg: FsmConfig, tokens: Sequence[int], confident: Sequence[bool]):
+        if len(tokens) != len(confident):
+            raise ValueError("tokens and confident bits differ in length")
+        if any(not 0 <= t < cfg.n_actions for t in tokens):
+            raise ValueError("LUT holds a token that is not a declared action")
+        self.cfg = cfg
+        self.tokens = bytes(tokens)
+        self.confident = bytes(int(bool(c)) for c in confident)
+        self.state = reset_state(cfg)
+
+    def reset(self) -> None:
+        self.state = reset_state(self.cfg)
+
+    def step(self, addr: int, probe_fault: bool = False, sla_violation: bool = False) -> StepResult:
+        """Advance one step. ``addr`` is ignored when ``probe_fault`` is set."""
+        if not probe_fault and not 0 <= addr < len(self.tokens):
+            raise ValueError(f"address {addr} outside the LUT")
+        p = self.tokens[addr] if not probe_fault else self.cfg.conservative
+        c = bool(self.confident[addr]) if not probe_fault else False
+        before = self.state
+        self.state, reason = transition(self.cfg, before, p, c, bool(probe_fault), bool(sla_violation))
+        return StepResult(self.state.t, reason, p, c, before, self.state)

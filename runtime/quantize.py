@@ -1,0 +1,88 @@
+"""Exact quantization of physical probe values to LUT addresses (docs/fsm.md).
+
+Input i has envelope [min, max] and ``bits`` b. With exact rational arithmetic
+(``fractions.Fraction`` of the binary float values, so no rounding anywhere):
+
+    q = clamp(floor((x - min) * 2^b / (max - min)), 0, 2^b - 1)
+
+Cell q covers [min + q*step, min + (q+1)*step), the last cell closed at max.
+NaN, an infinity, a non-number, or x outside [min, max] is a probe fault.
+The address concatenates the levels, input 0 most significant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """Quantizer for one input: envelope [lo, hi] (exact rationals), ``bits`` bits."""
+
+    lo: Fraction
+    hi: Fraction
+    bits: int
+
+    @classmethod
+    def from_floats(cls, lo: float, hi: float, bits: int) -> "Quantizer":
+        return cls(Fraction(lo), Fraction(hi), int(bits))
+
+    @property
+    def levels(self) -> int:
+        return 1 << self.bits
+
+    def level(self, x) -> int | None:
+        """Level of ``x`` in [0, 2^bits - 1], or None for a probe fault."""
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return None
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        fx = Fraction(x)
+        if fx < self.lo or fx > self.hi:
+            return None
+        q = math.floor((fx - self.lo) * self.levels / (self.hi - self.lo))
+        return min(q, self.levels - 1)
+
+    def cell_bounds(self, q: int) -> tuple[Fraction, Fraction]:
+        """Exact [lower, upper] of cell q (upper excluded except for the last cell)."""
+        step = (self.hi - self.lo) / self.levels
+        return self.lo + q * step, self.lo + (q + 1) * step
+
+    def centre(self, q: int) -> float:
+        lo, hi = self.cell_bounds(q)
+        return float((lo + hi) / 2)
+
+
+def address(levels: Sequence[int], bits: Sequence[int]) -> int:
+    """Concatenate levels (input 0 most significant) into a LUT address."""
+    addr = 0
+    for q, b in zip(levels, bits):
+        addr = (addr << b) | q
+    return addr
+
+
+def split_address(addr: int, bits: Sequence[int]) -> list[int]:
+    """Inverse of :func:`address`."""
+    out = []
+    for b in reversed(bits):
+        out.append(addr & ((1 << b) - 1))
+        addr >>= b
+    return out[::-1]
+
+
+def quantize(values: Sequence, quantizers: Sequence[Quantizer]) -> tuple[int, bool, list[int | None]]:
+    """Quantize one probe reading.
+
+    Returns:
+        (address, probe_fault, levels). On a fault the address is 0 and levels holds
+        None for each faulty input.
+    """
+    if len(values) != len(quantizers):
+        return 0, True, [None] * len(quantizers)
+    levels = [qz.level(v) for v, qz in zip(values, quantizers)]
+    if any(q is None for q in levels):
+        return 0, True, levels
+    return address(levels, [qz.bits for qz in quantizers]), False, levels

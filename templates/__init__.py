@@ -1,0 +1,1 @@
+"""Jinja templates of mi-certify: python/ (runtime), verilog/ (RTL)."""

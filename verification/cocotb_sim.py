@@ -1,0 +1,228 @@
+"""Co-simulation of the generated Verilog against the Python reference (cocotb + Icarus).
+
+Flow: :func:`make_stimulus` builds a deterministic sequence of (rst, addr,
+probe_fault, sla_violation) — directed sequences for every reason code, reset,
+probe fault, fallback and recovery, reset in the middle of cooldown, then random
+cycles; :func:`expected_trace` runs it through the reference LUT-FSM
+(``mi_certify.runtime.fsm``) and through the emitted Python runtime, which must
+agree; the RTL is then simulated by cocotb in a child process and compared every
+cycle (:mod:`mi_certify.verification.cocotb_tb`).
+
+cocotb's runner returns normally when tests fail, so the verdict comes from the
+results XML (``cocotb_tools.runner.get_results``) *and* from the test bench's own
+report; a missing report is a failure. Source: cocotb 2.1 runner documentation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mi_certify.runtime.fsm import FsmConfig, LutFsm, Reason
+
+from .tools import ToolUnavailable, tool_version
+
+
+@dataclass(frozen=True)
+class CosimResult:
+    """Outcome of one co-simulation run.
+
+    ``passed`` is True only when the simulator ran every cycle, the results XML
+    reports no failure, and RTL, reference and emitted runtime agree on every cycle.
+    """
+
+    passed: bool
+    cycles: int
+    mismatches: int
+    first_mismatch: dict | None
+    seed: int
+    simulator: str
+    error: str | None = None
+    directed_cycles: int = 0
+    reasons_seen: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "cycles": self.cycles, "directed_cycles": self.directed_cycles,
+                "mismatches": self.mismatches, "first_mismatch": self.first_mismatch, "seed": self.seed,
+                "simulator": self.simulator, "error": self.error, "reasons_seen": self.reasons_seen}
+
+
+def _pools(cfg: FsmConfig, lut: bytes) -> dict[str, list[int]]:
+    """Addresses grouped: confident proposals per token, and non-confident ones."""
+    pools: dict[str, list[int]] = {"low": []}
+    for a, e in enumerate(lut):
+        if e >> 7:
+            pools.setdefault(f"t{e & 0x7F}", []).append(a)
+        else:
+            pools["low"].append(a)
+    return pools
+
+
+def make_stimulus(cfg: FsmConfig, lut: bytes, random_cycles: int, seed: int) -> tuple[list[list[int]], int]:
+    """Deterministic stimulus: (rows [rst, addr, probe_fault, sla_violation], number of directed rows)."""
+    rng = random.Random(seed)
+    pools = _pools(cfg, lut)
+    H, D, W, R = cfg.hysteresis, cfg.cooldown, cfg.violations_to_fallback, cfg.recovery
+    rows: list[list[int]] = []
+
+    def hold(addr, n, fault=0, viol=0, rst=0):
+        rows.extend([rst, addr, fault, viol] for _ in range(n))
+
+    targets = [pools[f"t{t}"][len(pools[f"t{t}"]) // 2] for t in range(cfg.n_actions) if f"t{t}" in pools]
+    home = pools.get(f"t{cfg.conservative}", [0])[0]
+    other = [a for a in targets if lut[a] & 0x7F != cfg.conservative]
+    hold(home, 2, rst=1)                                   # reset
+    hold(home, 3)                                          # HOLD
+    for a in other:                                        # PENDING -> SWITCH -> COOLDOWN
+        hold(a, H + D + 2)
+    if pools["low"]:
+        hold(pools["low"][0], 3)                           # LOW_CONFIDENCE
+    if other:
+        hold(other[0], max(1, H - 1))                      # pending, then a probe fault
+    hold(home, 1, fault=1)                                 # PROBE_FAULT
+    hold(home, R + 2)                                      # FALLBACK -> RECOVER -> COOLDOWN
+    hold(home, W - 1, viol=1)                              # just below the fallback threshold
+    hold(home, 1)
+    hold(home, W, viol=1)                                  # FALLBACK
+    hold(home, max(1, R - 1))
+    hold(home, 1, viol=1)                                  # a violation restarts recovery
+    hold(home, R + 1)                                      # RECOVER
+    if other:
+        hold(home, D + 1)
+        hold(other[0], H + 1)                              # switch, then reset mid-cooldown
+        hold(other[0], 1, rst=1)
+        hold(other[0], H + D + 2)
+    directed = len(rows)
+    all_targets = targets or [0]
+    while len(rows) < directed + random_cycles:
+        if rng.random() < 0.6:
+            addr = rng.choice(all_targets) if rng.random() < 0.5 else rng.choice(pools[rng.choice(sorted(pools))] or [0])
+        else:
+            addr = rng.randrange(len(lut))
+        run = rng.randint(1, H + D + 3)
+        burst = rng.random() < 0.1
+        for _ in range(run):
+            if len(rows) >= directed + random_cycles:
+                break
+            rst = int(rng.random() < 0.001)
+            fault = int(rng.random() < 0.01)
+            viol = int(rng.random() < (0.9 if burst else 0.1))
+            rows.append([rst, addr, fault, viol])
+    return rows, directed
+
+
+def load_runtime_module(path: Path):
+    """Import an emitted runtime module from its file (isolated module name)."""
+    spec = importlib.util.spec_from_file_location(f"_mi_certify_emitted_{abs(hash(str(path)))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtime_py: Path | None = None
+                   ) -> tuple[list[list[int]], dict | None]:
+    """Reference (token, reason) per stimulus row; and the first disagreement of the
+    emitted runtime with the reference, if any (None when they agree)."""
+    ref = LutFsm(cfg, [e & 0x7F for e in lut], [e >> 7 for e in lut])
+    emitted = load_runtime_module(runtime_py).Controller() if runtime_py else None
+    out, first = [], None
+    for i, (rst, addr, fault, viol) in enumerate(stimulus):
+        if rst:
+            ref.reset()
+            exp = [cfg.conservative, int(Reason.HOLD)]
+            if emitted:
+                emitted.reset()
+                got = exp
+        else:
+            res = ref.step(addr, bool(fault), bool(viol))
+            exp = [res.token, int(res.reason)]
+            if emitted:
+                got = list(emitted.step_addr(addr, bool(fault), bool(viol)))
+        if emitted and got != exp and first is None:
+            first = {"cycle": i, "inputs": {"rst": rst, "addr": addr, "probe_fault": fault, "sla_violation": viol},
+                     "python_runtime": {"token": got[0], "reason": got[1]},
+                     "reference": {"token": exp[0], "reason": exp[1]}}
+        out.append(exp)
+    return out, first
+
+
+def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir: Path,
+              runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1) -> CosimResult:
+    """Co-simulate ``verilog`` (top ``toplevel``) against the reference.
+
+    Args:
+        lut: one byte per address (token | confident << 7), the LUT the RTL encodes.
+        workdir: scratch directory (simulator build, logs); not part of the bundle.
+        runtime_py: the emitted Python runtime, checked against the reference on the
+            same stimulus.
+    Returns:
+        CosimResult; ``error`` says why a run could not complete (tool missing,
+        simulator crash), which counts as failed.
+    """
+    if shutil.which("iverilog") is None or shutil.which("vvp") is None:
+        return CosimResult(False, 0, 0, None, seed, "icarus", error="iverilog/vvp not found on PATH")
+    workdir.mkdir(parents=True, exist_ok=True)
+    stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed)
+    expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py)
+    reasons_seen = {r.name: 0 for r in Reason}
+    for _, reason in expected:
+        reasons_seen[Reason(reason).name] += 1
+    sim = f"icarus {tool_version('iverilog')}"
+    if runtime_diff is not None:
+        return CosimResult(False, len(stimulus), 1, runtime_diff, seed, sim,
+                           error="emitted Python runtime disagrees with the reference", directed_cycles=directed,
+                           reasons_seen=reasons_seen)
+    report = workdir / "tb_report.json"
+    if report.exists():
+        report.unlink()
+    cfg_path = workdir / "cosim_input.json"
+    cfg_path.write_text(json.dumps({"stimulus": stimulus, "expected": expected, "report": str(report)}))
+    job = {"verilog": str(verilog.resolve()), "toplevel": toplevel, "build_dir": str((workdir / "sim_build").resolve()),
+           "config": str(cfg_path.resolve()), "results": str((workdir / "results.xml").resolve())}
+    log = workdir / "cosim.log"
+    with open(log, "w", encoding="utf-8") as fh:
+        proc = subprocess.run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
+                              stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=3600)
+    n_tests = n_failed = None
+    results = Path(job["results"])
+    if results.exists():
+        from cocotb_tools.runner import get_results
+        n_tests, n_failed = get_results(results)
+    if not report.exists():
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        return CosimResult(False, 0, 0, None, seed, sim, error=f"simulation did not complete (exit {proc.returncode}): "
+                           + " | ".join(tail), directed_cycles=directed, reasons_seen=reasons_seen)
+    rep = json.loads(report.read_text())
+    ok = proc.returncode == 0 and n_tests == 1 and n_failed == 0 and rep["mismatches"] == 0 \
+        and rep["cycles"] == len(stimulus)
+    err = None if ok else (f"results.xml: {n_tests} test(s), {n_failed} failed" if rep["mismatches"] == 0 else None)
+    return CosimResult(ok, rep["cycles"], rep["mismatches"], rep["first_mismatch"], seed, sim, error=err,
+                       directed_cycles=directed, reasons_seen=reasons_seen)
+
+
+def _child(job: dict) -> int:
+    """Child process: build with Icarus and run the cocotb test bench."""
+    from cocotb_tools.runner import get_runner
+
+    runner = get_runner("icarus")
+    runner.build(sources=[job["verilog"]], hdl_toplevel=job["toplevel"], build_dir=job["build_dir"], always=True,
+                 timescale=("1ns", "1ps"))
+    runner.test(hdl_toplevel=job["toplevel"], test_module="mi_certify.verification.cocotb_tb",
+                build_dir=job["build_dir"], results_xml=job["results"], extra_env={"MI_CERTIFY_COSIM": job["config"]},
+                timescale=("1ns", "1ps"))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(_child(json.loads(sys.argv[1])))
+    except ToolUnavailable as exc:  # pragma: no cover - reported through the missing report
+        print(exc, file=sys.stderr)
+        sys.exit(3)

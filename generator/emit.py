@@ -46,6 +46,7 @@ def _environment() -> jinja2.Environment:
                              autoescape=False)
     env.filters["fraction"] = _fraction
     env.filters["float_repr"] = repr
+    env.filters["pytuple"] = lambda items: repr(tuple(items))
     return env
 
 

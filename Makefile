@@ -1,0 +1,43 @@
+# mi-certify: set-up, demo and tests on a Debian machine (run as root, or with sudo available).
+#   make demo   install what is missing, then build the shipped reference controller
+#   make test   install what is missing, then run the whole test suite
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+APT_PKGS := iverilog yosys verilator
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+OUT     ?= build/meta_controller
+
+.PHONY: setup tools venv demo test clean help
+
+help:
+	@echo "make demo   - set up (apt: $(APT_PKGS); venv $(VENV)) and build examples/meta_controller into $(OUT)"
+	@echo "make test   - set up and run the test suite (pytest)"
+	@echo "make clean  - remove $(VENV) and build/"
+
+setup: tools venv
+
+tools:
+	@missing=""; for t in iverilog vvp yosys verilator; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then missing="$$missing python3-venv"; fi; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing (apt):$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    $(APT_PKGS) python3 python3-venv python3-pip >/dev/null; \
+	fi
+
+venv: $(BIN)/.installed
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+demo: setup
+	$(BIN)/mi-certify build examples/meta_controller/controller.onnx --sla examples/meta_controller/sla.yaml --out $(OUT)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build

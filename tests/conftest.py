@@ -1,0 +1,40 @@
+"""Shared fixtures: paths to the real inputs in ../shared and tiny ONNX builders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+CASES = SHARED / "cases"
+ANCHORS = SHARED / "anchors"
+EXAMPLES = ROOT / "examples"
+REFERENCE_MODEL = EXAMPLES / "meta_controller" / "controller.onnx"
+REFERENCE_SLA = EXAMPLES / "meta_controller" / "sla.yaml"
+ACAS_1_1 = ANCHORS / "acasxu" / "onnx" / "ACASXU_run2a_1_1_batch_2000.onnx"
+CARTPOLE = ANCHORS / "rl_cartpole" / "onnx" / "cartpole.onnx"
+
+
+def pytest_configure(config):
+    if not SHARED.is_dir():
+        raise pytest.UsageError(f"the shared inputs are missing: {SHARED}")
+
+
+def save_model(tmp_path: Path, name: str, nodes, inputs, outputs, inits=(), opset: int = 13) -> Path:
+    """Write a small ONNX model (IR 8) built with onnx.helper and return its path."""
+    graph = helper.make_graph(nodes, name, inputs, outputs,
+                              [numpy_helper.from_array(np.asarray(v, dtype=np.float32), k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def tensor(name: str, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))

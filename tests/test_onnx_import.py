@@ -1,0 +1,197 @@
+"""ONNX import: real exporter patterns and Marabou-bug cases import exactly, the rest is refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from conftest import ACAS_1_1, ANCHORS, CARTPOLE, CASES, save_model, tensor
+from mi_certify.generator.errors import ModelImportError, ModelMismatchError
+from mi_certify.generator.ir import AffineNode
+from mi_certify.generator.onnx_import import cross_check, evaluate_onnxruntime, import_onnx
+
+BOX = (-np.ones(2), np.ones(2))
+
+
+def _results(case: str) -> dict:
+    return json.loads((CASES / case / "results.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["fanout_relu_and_add", "fanout_two_adds", "skip_add", "const_minus_linear"])
+def test_add_fanout_cases_evaluate_like_onnxruntime(name):
+    ir = import_onnx(CASES / "marabou_add_fanout" / f"{name}.onnx")
+    want = np.concatenate([np.ravel(o) for o in _results("marabou_add_fanout")[f"{name}.onnx"]["ort_out"]])
+    np.testing.assert_allclose(ir.evaluate(np.array([0.6, -1.1])), want, rtol=1e-6, atol=1e-6)
+    assert cross_check(ir, CASES / "marabou_add_fanout" / f"{name}.onnx", *BOX) < 1e-6
+
+
+def test_skip_add_value_and_two_heads_stay_distinct():
+    skip = import_onnx(CASES / "marabou_add_fanout" / "skip_add.onnx")
+    np.testing.assert_allclose(skip.evaluate(np.array([0.6, -1.1])), [-0.0692045, 0.6822295, 2.5851521], atol=1e-6)
+    two = import_onnx(CASES / "marabou_add_fanout" / "fanout_two_adds.onnx").evaluate(np.array([0.6, -1.1]))
+    np.testing.assert_allclose(two[:3] - two[3:], np.array([0.5, -1, 2]) - np.array([-3, 0.25, 1]), atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["add_self", "add_input_self"])
+def test_add_of_a_tensor_with_itself_is_twice_the_tensor(name):
+    path = CASES / "marabou_duplicate_addend" / f"{name}.onnx"
+    ir = import_onnx(path)
+    want = np.ravel(_results("marabou_duplicate_addend")[f"{name}.onnx"]["ort_out"])
+    np.testing.assert_allclose(ir.evaluate(np.array([0.8, 0.1])), want, rtol=1e-6, atol=1e-6)
+    for node in ir.nodes:  # no repeated variable in one equation
+        if isinstance(node, AffineNode):
+            srcs = [s for s, _ in node.terms]
+            assert len(srcs) == len(set(srcs))
+
+
+def test_add_input_self_doubles_the_input_weights():
+    ir = import_onnx(CASES / "marabou_duplicate_addend" / "add_input_self.onnx")
+    (src, w), = ir.nodes[1].terms
+    np.testing.assert_allclose(w, 2 * np.array([[1, -2], [0.5, 1]]), atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["sub_same_shape", "sub_broadcast", "sub_const_minus_var", "sub_var_minus_var"])
+def test_sub_imports_for_every_operand_order(name):
+    path = CASES / "marabou_sub_normalize" / f"{name}.onnx"
+    ir = import_onnx(path)
+    assert cross_check(ir, path, -np.ones(ir.n_inputs), np.ones(ir.n_inputs)) < 1e-5
+
+
+def test_sub_broadcast_and_same_shape_import_to_the_same_network():
+    a = import_onnx(CASES / "marabou_sub_normalize" / "sub_same_shape.onnx")
+    b = import_onnx(CASES / "marabou_sub_normalize" / "sub_broadcast.onnx")
+    x = np.random.default_rng(3).uniform(-1, 1, (50, 5))
+    np.testing.assert_allclose(a.evaluate(x), b.evaluate(x), atol=1e-12)
+
+
+def test_sub_var_minus_var_is_a_minus_b():
+    path = CASES / "marabou_sub_normalize" / "sub_var_minus_var.onnx"
+    ir = import_onnx(path)
+    x = np.random.default_rng(0).uniform(-1, 1, 10)
+    np.testing.assert_allclose(ir.evaluate(x), evaluate_onnxruntime(path, x[None])[0], atol=1e-5)
+    assert ir.n_inputs == 10  # two graph inputs of 5, concatenated
+
+
+PATTERNS = ["flatten_symN_opset11", "reshape_0_minus1", "view_shape_chain", "squeeze_unsqueeze_attr_opset11",
+            "squeeze_unsqueeze_input_opset13"]
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_exporter_patterns_import_and_bind_the_batch(name):
+    path = CASES / "onnx_exporter_patterns" / f"{name}.onnx"
+    ir = import_onnx(path)
+    assert (ir.n_inputs, ir.n_outputs, ir.n_relus) == (4, 2, 5)
+    assert any("symbolic batch dimension 'N' bound to 1" in n for n in ir.notes)
+    assert cross_check(ir, path, -np.ones(4), np.ones(4)) < 1e-6
+
+
+def test_exporter_patterns_are_the_same_network():
+    x = np.random.default_rng(1).uniform(-2, 2, (64, 4))
+    ref = import_onnx(CASES / "onnx_exporter_patterns" / f"{PATTERNS[0]}.onnx").evaluate(x)
+    want = np.ravel(_results("onnx_exporter_patterns")[f"{PATTERNS[0]}.onnx"]["ort_out"])
+    for name in PATTERNS[1:]:
+        np.testing.assert_allclose(import_onnx(CASES / "onnx_exporter_patterns" / f"{name}.onnx").evaluate(x), ref,
+                                   atol=1e-12)
+    assert want.shape == (2,)
+
+
+@pytest.mark.parametrize("name", ["ir3_opset7", "ir7_opset11", "ir8_opset13", "ir10_opset21", "ir_default_opset_default"])
+def test_supported_versions_give_identical_results(name):
+    ir = import_onnx(CASES / "onnx_version_compat" / f"{name}.onnx")
+    want = _results("onnx_version_compat")[f"{name}.onnx"]["ort"]
+    np.testing.assert_allclose(ir.evaluate(np.array([0.5, -0.25])), want, rtol=1e-6, atol=1e-7)
+
+
+def test_ir3_initializers_listed_as_inputs_are_constants_with_a_note():
+    ir = import_onnx(CASES / "onnx_version_compat" / "ir3_opset7.onnx")
+    assert ir.n_inputs == 2
+    assert any("also listed as graph inputs" in n for n in ir.notes)
+
+
+@pytest.mark.parametrize("name,needle", [("ir_future", "model IR 15 > supported"),
+                                         ("opset_future", "model opset 30 > supported")])
+def test_future_versions_are_refused_naming_both_versions(name, needle):
+    with pytest.raises(ModelImportError) as exc:
+        import_onnx(CASES / "onnx_version_compat" / f"{name}.onnx")
+    assert needle in str(exc.value) and f"{name}.onnx" in str(exc.value)
+
+
+def test_acasxu_and_cartpole_anchors_match_onnxruntime():
+    acas = import_onnx(ACAS_1_1)
+    assert (acas.n_inputs, acas.n_outputs, acas.n_relus) == (5, 5, 300)
+    lo = np.array([-0.3284228772, -0.5, -0.5, -0.5, -0.5])
+    assert cross_check(acas, ACAS_1_1, lo, -lo * 0 + 0.5) < 1e-5
+    cart = import_onnx(CARTPOLE)
+    assert (cart.n_inputs, cart.n_outputs, cart.n_relus) == (4, 2, 128)
+    assert cross_check(cart, CARTPOLE, -np.ones(4), np.ones(4)) < 1e-5
+
+
+def test_every_acasxu_network_imports():
+    for path in sorted((ANCHORS / "acasxu" / "onnx").glob("*.onnx")):
+        ir = import_onnx(path)
+        assert cross_check(ir, path, -0.5 * np.ones(5), 0.5 * np.ones(5)) < 1e-5, path.name
+
+
+# --- refusals: one message naming file, node and reason ---------------------------------
+
+def test_unsupported_operator_is_refused_naming_the_node(tmp_path):
+    path = save_model(tmp_path, "sig", [helper.make_node("Sigmoid", ["x"], ["y"], name="act1")],
+                      [tensor("x", [1, 2])], [tensor("y", [1, 2])])
+    with pytest.raises(ModelImportError) as exc:
+        import_onnx(path)
+    msg = str(exc.value)
+    assert "sig.onnx" in msg and "node 'act1' (Sigmoid)" in msg and "not supported" in msg
+
+
+def test_division_by_a_variable_is_refused(tmp_path):
+    path = save_model(tmp_path, "div", [helper.make_node("Div", ["c", "x"], ["y"], name="d")],
+                      [tensor("x", [1, 2])], [tensor("y", [1, 2])], inits=[("c", [[1.0, 2.0]])])
+    with pytest.raises(ModelImportError, match=r"node 'd' \(Div\): division by a variable"):
+        import_onnx(path)
+
+
+def test_product_of_two_variables_is_refused(tmp_path):
+    path = save_model(tmp_path, "mul", [helper.make_node("Mul", ["x", "x"], ["y"], name="sq")],
+                      [tensor("x", [1, 2])], [tensor("y", [1, 2])])
+    with pytest.raises(ModelImportError, match=r"node 'sq' \(Mul\): product of two variable tensors"):
+        import_onnx(path)
+
+
+def test_constant_arithmetic_folds_exactly(tmp_path):
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Div", ["a", "k"], ["b"]),
+             helper.make_node("Sub", ["b", "c"], ["d"]), helper.make_node("Add", ["c", "d"], ["e"]),
+             helper.make_node("Gemm", ["e", "W"], ["y"], alpha=2.0, transB=1)]
+    path = save_model(tmp_path, "fold", nodes, [tensor("x", [1, 2])], [tensor("y", [1, 3])],
+                      inits=[("k", [4.0, 0.5]), ("c", [1.0, -2.0]), ("W", np.arange(6).reshape(3, 2))])
+    ir = import_onnx(path)
+    assert len(ir.nodes) == 2  # input + one affine node: everything folded
+    np.testing.assert_allclose(ir.evaluate(np.array([1.0, 2.0])), 2 * np.arange(6).reshape(3, 2) @ [1.0, 2.0])
+    assert cross_check(ir, path, -np.ones(2), np.ones(2)) < 1e-5  # float32 rounding of x*4/4 in onnxruntime
+
+
+def test_empty_or_inverted_input_box_is_refused():
+    path = CASES / "marabou_inverted_bounds" / "zero_column.onnx"
+    ir = import_onnx(path)
+    with pytest.raises(ModelImportError, match=r"empty or inverted input box for input 1: \[1.5, 0.5\]"):
+        cross_check(ir, path, np.array([0.0, 1.5]), np.array([1.0, 0.5]))
+
+
+def test_a_wrong_ir_is_caught_by_the_onnxruntime_cross_check():
+    path = CASES / "marabou_add_fanout" / "skip_add.onnx"
+    good = import_onnx(path)
+    bad_nodes = list(good.nodes)
+    last = bad_nodes[-1]
+    bad_nodes[-1] = AffineNode(last.terms, last.bias + np.array([0.0, 0.0, 2.0]))  # Marabou's in-place shift
+    bad = type(good)(tuple(bad_nodes), good.outputs)
+    with pytest.raises(ModelMismatchError, match="differs from onnxruntime"):
+        cross_check(bad, path, -np.ones(2), np.ones(2))
+
+
+def test_garbage_file_is_refused(tmp_path):
+    path = tmp_path / "junk.onnx"
+    path.write_bytes(b"\x00\x01not a model")
+    with pytest.raises(ModelImportError, match="junk.onnx"):
+        import_onnx(path)

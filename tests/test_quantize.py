@@ -1,0 +1,42 @@
+"""Exact quantization: levels, cell edges, faults, address packing."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+
+from mi_certify.runtime.quantize import Quantizer, address, quantize, split_address
+
+
+def test_levels_follow_the_floor_formula_and_the_last_cell_is_closed():
+    q = Quantizer.from_floats(20.0, 110.0, 3)  # step 11.25
+    assert [q.level(x) for x in (20.0, 31.24, 31.25, 64.9, 98.75, 109.99, 110.0)] == [0, 0, 1, 3, 7, 7, 7]
+
+
+def test_cell_edges_are_exact_rationals():
+    q = Quantizer.from_floats(0.0, 1.0, 4)
+    lo, hi = q.cell_bounds(5)
+    assert (lo, hi) == (Fraction(5, 16), Fraction(6, 16))
+    assert q.level(5 / 16) == 5 and q.level(math.nextafter(5 / 16, 0)) == 4
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.001, 1.001, "0.5", None, True])
+def test_nan_out_of_range_and_non_numbers_are_probe_faults(bad):
+    assert Quantizer.from_floats(0.0, 1.0, 2).level(bad) is None
+
+
+def test_address_is_input_zero_most_significant():
+    qs = [Quantizer.from_floats(0, 1, 2), Quantizer.from_floats(0, 8, 3)]
+    addr, fault, levels = quantize([0.6, 7.5], qs)
+    assert (addr, fault, levels) == ((2 << 3) | 7, False, [2, 7])
+    assert split_address(addr, [2, 3]) == [2, 7]
+    assert address([1, 0, 3], [1, 2, 2]) == 0b1_00_11
+
+
+def test_a_faulty_input_gives_a_fault_and_names_the_input():
+    qs = [Quantizer.from_floats(0, 1, 2), Quantizer.from_floats(0, 8, 3)]
+    addr, fault, levels = quantize([0.6, float("nan")], qs)
+    assert fault and levels == [2, None]
+    assert quantize([0.6], qs)[1] is True

@@ -1,0 +1,100 @@
+"""sla.yaml validation: every error names the file, the field and the reason."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from conftest import EXAMPLES
+from mi_certify.generator.errors import SpecError
+from mi_certify.generator.spec import load_spec
+
+BASE = textwrap.dedent("""\
+    schema: mi-certify/v1
+    controller: {name: ctl, decode: argmax}
+    confidence: {kind: softmax, threshold: 0.6}
+    inputs:
+      - {name: temperature_c, unit: degC, min: 20, max: 110, bits: 3}
+      - {name: compute_util, unit: ratio, min: 0, max: 1, bits: 4}
+    actions:
+      - {name: keep, conservative: true, sla: {latency_ms: 50, accuracy_loss_pct: 0.0}}
+      - {name: int4, sla: {latency_ms: 20, accuracy_loss_pct: 1.5}}
+    fsm: {hysteresis: 3, cooldown: 10, violations_to_fallback: 3, recovery: 8}
+    properties:
+      - {id: P1, when: {temperature_c: [95, 110]}, forbid: [int4]}
+      - {id: P2, when: {compute_util: [0, 0.1]}, require: [keep]}
+      - {id: P3, when: {}, output: {keep: {max: 3.99}}}
+    """)
+
+
+def write(tmp_path, text: str, mutate=None):
+    data = yaml.safe_load(text)
+    if mutate:
+        mutate(data)
+    p = tmp_path / "sla.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_valid_spec_resolves_names_to_indices(tmp_path):
+    s = load_spec(write(tmp_path, BASE))
+    assert (s.name, s.decode, s.address_bits, s.conservative, s.token_bits) == ("ctl", "argmax", 7, 0, 1)
+    assert s.properties[0].when == ((0, 95.0, 110.0),) and s.properties[0].forbid == (1,)
+    assert s.properties[1].require == (0,) and s.properties[2].output == ((0, None, 3.99),)
+    assert s.confidence_threshold == 0.6 and s.fsm.cooldown == 10
+
+
+@pytest.mark.parametrize("mutate,where,reason", [
+    (lambda d: d.update(extra=1), "extra", "unknown field"),
+    (lambda d: d["inputs"][1].update(bits=9), "inputs[1].bits", "9 is greater than the maximum of 8"),
+    (lambda d: d["inputs"][1].update(bits=0), "inputs[1].bits", "0 is less than the minimum of 1"),
+    (lambda d: d["inputs"][0].update(min=110), "inputs[0].max", "empty or inverted range"),
+    (lambda d: d["actions"][1].update(conservative=True), "actions", "exactly one action must be conservative"),
+    (lambda d: d["actions"][0].pop("conservative"), "actions", "exactly one action must be conservative"),
+    (lambda d: d["properties"][0].update(forbid=["int8"]), "properties[0].forbid[0]", "unknown action 'int8'"),
+    (lambda d: d["properties"][0]["when"].update(fan_rpm=[0, 1]), "properties[0].when.fan_rpm", "unknown input"),
+    (lambda d: d["properties"][0]["when"].update(temperature_c=[100, 95]), "properties[0].when.temperature_c",
+     "empty or inverted range"),
+    (lambda d: d["properties"][0]["when"].update(temperature_c=[120, 130]), "properties[0].when.temperature_c",
+     "does not overlap the envelope"),
+    (lambda d: d["properties"][1].update(forbid=["int4"]), "properties[1]", "exactly one of forbid, require, output"),
+    (lambda d: d["properties"][2]["output"].update(keep={"min": 2, "max": 1}), "properties[2].output.keep",
+     "empty bound"),
+    (lambda d: d["properties"][1].update(id="P1"), "properties[1].id", "duplicate id 'P1'"),
+    (lambda d: d["actions"][1].update(name="keep"), "actions[1].name", "duplicate name 'keep'"),
+    (lambda d: d["controller"].update(decode="softmax"), "controller.decode", "is not one of"),
+    (lambda d: d["controller"].update(name="module"), "controller.name", "keyword"),
+    (lambda d: d["controller"].update(name="9lives"), "controller.name", "not a valid name"),
+    (lambda d: d["fsm"].pop("recovery"), "fsm.recovery", "required field is missing"),
+    (lambda d: d["fsm"].update(hysteresis=0), "fsm.hysteresis", "less than the minimum of 1"),
+    (lambda d: d.update(schema="mi-certify/v2"), "schema", "'mi-certify/v1' was expected"),
+    (lambda d: d["inputs"].extend({"name": f"x{i}", "min": 0, "max": 1, "bits": 8} for i in range(3)), "inputs",
+     "31 bits wide; at most 24"),
+])
+def test_bad_spec_is_refused_naming_file_and_field(tmp_path, mutate, where, reason):
+    path = write(tmp_path, BASE, mutate)
+    with pytest.raises(SpecError) as exc:
+        load_spec(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: {where}: "), msg
+    assert reason in msg, msg
+
+
+def test_yaml_syntax_error_names_line_and_column(tmp_path):
+    p = tmp_path / "sla.yaml"
+    p.write_text("schema: mi-certify/v1\ninputs: [\n")
+    with pytest.raises(SpecError, match=r"sla.yaml: line 3, column 1: not valid YAML"):
+        load_spec(p)
+
+
+def test_missing_file_is_one_clear_error(tmp_path):
+    with pytest.raises(SpecError, match="nope.yaml: no such file"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("name", ["meta_controller", "acasxu", "cartpole"])
+def test_shipped_example_specs_are_valid(name):
+    s = load_spec(EXAMPLES / name / "sla.yaml")
+    assert len(s.actions) >= 2 and s.actions[s.conservative].conservative

@@ -1,6 +1,6 @@
 """mi_certify.generator: ONNX import, spec parsing, LUT, emitters, build pipeline, CLI."""
 
-from .build import BuildOptions, BuildResult, build
+from .pipeline import BuildOptions, BuildResult, build
 from .errors import BuildError, MiCertifyError, ModelImportError, ModelMismatchError, SpecError
 from .ir import ControllerIR
 from .onnx_import import cross_check, import_onnx

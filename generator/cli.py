@@ -24,7 +24,7 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .build import COSIM_RANDOM_CYCLES, COSIM_SEED, version
+    from .pipeline import COSIM_RANDOM_CYCLES, COSIM_SEED, version
 
     p = argparse.ArgumentParser(
         prog="mi-certify",
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_build(args, console: Console) -> int:
-    from .build import BuildOptions, build
+    from .pipeline import BuildOptions, build
     from .spec import load_spec
 
     if args.cosim_cycles < 10_000:

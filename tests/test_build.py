@@ -1,0 +1,228 @@
+"""End to end: `mi-certify build` on real networks, determinism, and checks that bite."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ACAS_1_1, CARTPOLE, EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+from mi_certify.generator import pipeline as build_mod
+from mi_certify.generator.pipeline import BuildOptions, build
+from mi_certify.generator.errors import SpecError
+from mi_certify.runtime.fsm import FsmConfig
+from mi_certify.runtime.quantize import Quantizer, quantize
+from mi_certify.verification.cocotb_sim import load_runtime_module, run_cosim
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def reference_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "meta_controller"
+    proc = cli("build", REFERENCE_MODEL, "--sla", REFERENCE_SLA, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_reference_controller_builds_end_to_end(reference_build):
+    s = _summary(reference_build)
+    assert s["status"] == "ok" and s["failed_stages"] == []
+    assert s["lut"] == {"cells": 65536, "sampled": 65536, "proven": 0, "resolved": 0}
+    assert s["cosim"]["cycles"] >= 10_000 and s["cosim"]["mismatches"] == 0
+    assert s["artifacts"] == {"python_runtime": "meta_controller.py", "verilog": "meta_controller.v"}
+    assert s["stages"]["lint"]["clean"] is True and s["stages"]["lint"]["messages"] == []
+    assert set(s["stages"]) == {"spec", "import", "lut", "emit", "lint", "cosim"}
+    assert s["stages"]["import"]["onnxruntime_check"]["max_relative_difference"] < 1e-5
+    seen = json.loads((reference_build / "cosim.json").read_text())["reasons_seen"]
+    assert all(n > 0 for n in seen.values()), seen  # every reason code was exercised and compared
+
+
+def test_manifest_hashes_every_output(reference_build):
+    import hashlib
+    m = json.loads((reference_build / "manifest.json").read_text())
+    files = {p.relative_to(reference_build).as_posix() for p in reference_build.rglob("*") if p.is_file()}
+    assert set(m["files"]) == files - {"manifest.json", "build.log"}
+    for rel, digest in m["files"].items():
+        assert hashlib.sha256((reference_build / rel).read_bytes()).hexdigest() == digest
+    assert m["inputs"]["model"]["sha256"] == hashlib.sha256(REFERENCE_MODEL.read_bytes()).hexdigest()
+    assert m["versions"]["tools"]["iverilog"].startswith("Icarus Verilog")
+
+
+def test_build_is_byte_identical_when_repeated(reference_build, tmp_path):
+    out = tmp_path / "again"
+    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True))
+    for rel in ("meta_controller.py", "meta_controller.v", "lut.hex", "lut.json", "cosim.json", "import.json"):
+        assert (out / rel).read_bytes() == (reference_build / rel).read_bytes(), rel
+
+
+def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(reference_build):
+    import ast
+    src = (reference_build / "meta_controller.py").read_text()
+    imported = {n.names[0].name if isinstance(n, ast.Import) else n.module
+                for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    assert imported == {"math", "fractions"}
+    mod = load_runtime_module(reference_build / "meta_controller.py")
+    spec_inputs = [(0, 1, 4), (0, 1, 3), (0, 1, 3), (0, 1024, 3), (20, 110, 3)]
+    qs = [Quantizer.from_floats(lo, hi, b) for lo, hi, b in spec_inputs]
+    rng = random.Random(5)
+    for _ in range(2000):
+        vals = [rng.choice([lo, hi, rng.uniform(lo, hi), lo + (hi - lo) * rng.randrange(9) / 8, hi + 1e-9])
+                for lo, hi, _ in spec_inputs]
+        addr, fault, _ = quantize(vals, qs)
+        assert mod.quantize(vals) == (addr, fault)
+    ctl = mod.Controller()
+    assert ctl.step([0.5, 0.1, 0.2, 512, float("nan")]) == (0, 7)  # NaN -> conservative, PROBE_FAULT
+    assert mod.ACTIONS == ("keep", "merge_conv", "int4", "offload_cpu") and mod.REASONS[7] == "PROBE_FAULT"
+
+
+def test_lut_agrees_with_onnxruntime_at_cell_centres(reference_build):
+    from mi_certify.generator.lut import cell_centres
+    from mi_certify.generator.onnx_import import evaluate_onnxruntime
+    from mi_certify.generator.spec import load_spec
+    spec = load_spec(REFERENCE_SLA)
+    lut = bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
+    idx = np.random.default_rng(2).choice(65536, 300, replace=False)
+    pts = cell_centres(spec, 0, 65536)[idx]
+    want = np.argmax(evaluate_onnxruntime(REFERENCE_MODEL, pts), axis=1)
+    got = np.array([lut[i] & 0x7F for i in idx])
+    assert np.mean(got == want) >= 0.99  # float32 ties aside, the sampled LUT is the network at the centre
+
+
+@pytest.mark.parametrize("model,sla,cells", [(ACAS_1_1, EXAMPLES / "acasxu" / "sla.yaml", 32768),
+                                             (CARTPOLE, EXAMPLES / "cartpole" / "sla.yaml", 16384)])
+def test_public_anchor_networks_build_end_to_end(tmp_path, model, sla, cells):
+    res = build(model, sla, tmp_path / "out")
+    assert res.status == "ok", res.summary
+    assert res.summary["lut"]["cells"] == cells and res.summary["cosim"]["mismatches"] == 0
+    assert res.summary["cosim"]["cycles"] >= 10_000
+
+
+# --- the co-simulation must be able to fail -----------------------------------------------
+
+def _cfg():
+    return FsmConfig(n_actions=4, conservative=0, hysteresis=3, cooldown=10, violations_to_fallback=3, recovery=8)
+
+
+def _lut(reference_build) -> bytes:
+    return bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
+
+
+@pytest.mark.parametrize("mutation", [
+    ("COOLDOWN     = 4'd10", "COOLDOWN     = 4'd9"),                       # cooldown off by one
+    ("token  <= CONSERVATIVE;", "token  <= token;"),                       # dropped reset term
+    ("n_reason = R_RECOVER;", "n_reason = R_FALLBACK;"),                   # wrong reason code
+    ("end else if (sla_violation && vcnt == VIOL_LAST)", "end else if (sla_violation && vcnt == VIOL_LAST && 1'b0)"),
+])
+def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutation):
+    src = (reference_build / "meta_controller.v").read_text()
+    assert mutation[0] in src
+    mutant = tmp_path / "meta_controller.v"
+    mutant.write_text(src.replace(mutation[0], mutation[1], 1))
+    res = run_cosim(mutant, "meta_controller", _cfg(), _lut(reference_build), tmp_path / "work")
+    assert not res.passed and res.mismatches > 0
+    assert res.first_mismatch["rtl"] != res.first_mismatch["reference"]
+
+
+def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
+    from mi_certify.verification.cocotb_sim import make_stimulus
+    lut = _lut(reference_build)
+    stim, directed = make_stimulus(_cfg(), lut, 10_000, 1)
+    src = (reference_build / "meta_controller.v").read_text()
+    cases = {int(ln.split("'d")[1].split(":")[0]): ln for ln in src.splitlines() if ln.strip().startswith("16'd")}
+    addr = next(row[1] for row in stim[:directed] if row[1] in cases)  # held by the directed sequence
+    line = cases[addr]
+    entry = lut[addr] & 0x7F | (lut[addr] >> 7) << 2
+    flipped = line.replace(f"3'd{entry};", f"3'd{entry ^ 0b100};")  # clear/set the confident bit
+    mutant = tmp_path / "meta_controller.v"
+    mutant.write_text(src.replace(line, flipped, 1))
+    res = run_cosim(mutant, "meta_controller", _cfg(), lut, tmp_path / "work")
+    assert not res.passed and res.mismatches > 0
+
+
+def test_mutated_python_runtime_is_caught(reference_build, tmp_path):
+    src = (reference_build / "meta_controller.py").read_text()
+    mutant = tmp_path / "meta_controller.py"
+    mutant.write_text(src.replace("if self.h == HYSTERESIS:", "if self.h == HYSTERESIS - 1:", 1))
+    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
+                    tmp_path / "work", runtime_py=mutant)
+    assert not res.passed and res.error == "emitted Python runtime disagrees with the reference"
+    assert res.first_mismatch["python_runtime"] != res.first_mismatch["reference"]
+
+
+def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):
+    real = build_mod.emit_verilog
+    monkeypatch.setattr(build_mod, "emit_verilog", lambda *a: real(*a).replace("n_reason = R_HOLD;\n            end else begin",
+                                                                               "n_reason = R_PENDING;\n            end else begin"))
+    res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True))
+    assert res.status == "failed" and res.summary["failed_stages"] == ["cosim"]
+    assert res.summary["cosim"]["mismatches"] > 0
+    assert (tmp_path / "out" / "FAILED").exists()
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["status"] == "failed"
+
+
+# --- bad input: one clear error, exit 2, nothing written ----------------------------------
+
+def test_bad_spec_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    bad = tmp_path / "sla.yaml"
+    bad.write_text(REFERENCE_SLA.read_text().replace("bits: 4}", "bits: 12}"))
+    out = tmp_path / "out"
+    proc = cli("build", REFERENCE_MODEL, "--sla", bad, "--out", out)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: {bad}: inputs[0].bits: 12 is greater than the maximum of 8"]
+    assert not out.exists() and list(tmp_path.iterdir()) == [bad]
+
+
+def test_spec_that_does_not_match_the_model_is_refused(tmp_path):
+    with pytest.raises(SpecError, match=r"sla.yaml: inputs: declares 5 inputs but .*cartpole.onnx has 4"):
+        build(CARTPOLE, EXAMPLES / "acasxu" / "sla.yaml", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unsupported_model_exits_2_naming_the_node(tmp_path):
+    from onnx import helper
+    from conftest import save_model, tensor
+    model = save_model(tmp_path, "tanh", [helper.make_node("Tanh", ["x"], ["y"], name="t0")],
+                       [tensor("x", [1, 2])], [tensor("y", [1, 2])])
+    sla = tmp_path / "sla.yaml"
+    sla.write_text((EXAMPLES / "cartpole" / "sla.yaml").read_text())
+    proc = cli("build", model, "--sla", sla, "--out", tmp_path / "out")
+    assert proc.returncode == 2 and "node 't0' (Tanh): operator Tanh is not supported" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_directory_that_is_not_a_build_is_not_overwritten(tmp_path):
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim")
+    assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("sub", ["build", "inspect", "check-spec"])
+def test_every_subcommand_explains_its_options(sub):
+    proc = cli(sub, "--help")
+    assert proc.returncode == 0 and "usage: mi-certify " + sub in proc.stdout
+    if sub == "build":
+        for opt in ("--sla", "--out", "--cosim-cycles", "--seed", "--skip-cosim", "--skip-lint", "--json"):
+            assert opt in proc.stdout
+
+
+def test_inspect_reports_the_bound_batch_dimension():
+    from conftest import CASES
+    proc = cli("inspect", CASES / "onnx_exporter_patterns" / "view_shape_chain.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert "symbolic batch dimension 'N' bound to 1" in proc.stderr and "5 ReLUs" in proc.stderr

@@ -118,6 +118,8 @@ def _run_build(args, console: Console) -> int:
             color = {"ok": "green", "failed": "red"}.get(st["status"], "yellow")
             t.add_row(name, f"[{color}]{st['status']}[/]", detail)
         console.print(t)
+        for note in s["stages"].get("import", {}).get("notes", []):
+            console.print(f"[yellow]import note:[/] {note}", highlight=False)
         console.print(f"status: {'[green]ok[/]' if s['status'] == 'ok' else '[red]failed[/]'}  →  {result.out_dir}")
         if s["lut"]["sampled"]:
             console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")

@@ -98,3 +98,10 @@ def test_missing_file_is_one_clear_error(tmp_path):
 def test_shipped_example_specs_are_valid(name):
     s = load_spec(EXAMPLES / name / "sla.yaml")
     assert len(s.actions) >= 2 and s.actions[s.conservative].conservative
+
+
+def test_sla_yaml_reference_is_generated_from_the_schema():
+    from conftest import ROOT
+    from mi_certify.generator.spec_doc import render
+    assert (ROOT / "docs" / "sla-yaml.md").read_text() == render(), \
+        "regenerate: python -m mi_certify.generator.spec_doc > docs/sla-yaml.md"

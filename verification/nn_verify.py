@@ -1,0 +1,252 @@
+"""Deciding network queries soundly: bounds first, Marabou exact, every answer checked.
+
+For one disjunct (unsafe region ``x in box, C y <= d``):
+
+1. an empty box is empty: PROVED without a solver (Marabou #813 answers SAT there);
+2. **branch and bound on the input box** (input splitting, as in ReluVal / Neurify,
+   Wang et al., USENIX Security 2018 / NeurIPS 2018): a box is closed when a CROWN lower
+   bound proves some row ``(C y - d)_r > 0`` everywhere in it; else candidate points
+   (centre, and for each row the corner minimising its linear bound) are evaluated and
+   a point inside the region is replayed as a witness; else the box is split along the
+   input of largest influence ``|Λ_r,i| · width_i`` of its most promising row;
+3. boxes still open when the bound budget is spent go to **Marabou** (child process,
+   wall-clock timeout); its ``sat`` assignments are replayed, ``unsat`` closes the box;
+4. PROVED on a network with <= 64 ReLUs is confirmed by an exact **Z3** check over the
+   rationals; disagreement gives UNKNOWN and an error entry.
+
+A witness is reported only after **replay**: the point (clipped to the box, then
+rounded to float32 and kept inside the box) must satisfy every row within
+``TOLERANCE`` (1e-4, as VNN-COMP) on onnxruntime (float32) and on the IR (float64).
+A timeout, a solver error or a witness that does not replay is UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from mi_certify.generator.ir import ControllerIR
+from mi_certify.generator.onnx_import import evaluate_onnxruntime
+
+from . import marabou
+from .bounds import crown_bounds, output_matrix_lower
+from .properties import Disjunct, Query
+from .z3_exact import exact_check
+
+log = logging.getLogger("mi_certify.verification")
+
+#: Absolute tolerance of witness replay (VNN-COMP checks counterexamples with 1e-4).
+TOLERANCE = 1e-4
+#: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED.
+Z3_CONFIRM_MAX_RELUS = 64
+
+
+class Verdict(str, Enum):
+    """PROVED: the property holds (VNN-LIB unsat). VIOLATED: a replayed counterexample
+    exists (sat). UNKNOWN: undecided (timeout, error, unconfirmed) — fails closed."""
+
+    PROVED = "proved"
+    VIOLATED = "violated"
+    UNKNOWN = "unknown"
+
+    @property
+    def vnnlib(self) -> str:
+        return {"proved": "unsat", "violated": "sat", "unknown": "unknown"}[self.value]
+
+
+@dataclass
+class QueryResult:
+    """Verdict with its evidence.
+
+    witness: {"x": inputs (float32 values), "y_onnxruntime": outputs, "y_ir": outputs,
+    "disjunct": index} for VIOLATED. stats: boxes, marabou_boxes, z3 calls.
+    """
+
+    id: str
+    verdict: Verdict
+    time_s: float
+    method: str
+    witness: dict | None = None
+    detail: str = ""
+    errors: list[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "verdict": self.verdict.value, "time_s": round(self.time_s, 3), "method": self.method,
+                "witness": self.witness, "detail": self.detail, "errors": self.errors, "stats": self.stats}
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """timeout: wall-clock seconds per query. bound_share: share of it for branch and
+    bound before Marabou takes the open boxes. max_boxes: branch-and-bound box budget."""
+
+    timeout: float = 60.0
+    bound_share: float = 0.5
+    max_boxes: int = 200_000
+    use_marabou: bool = True
+    z3_confirm: bool = True
+
+
+def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Round to float32 and step back inside [lo, hi] where rounding left it."""
+    x32 = np.clip(x, lo, hi).astype(np.float32)
+    for _ in range(4):
+        below, above = x32.astype(np.float64) < lo, x32.astype(np.float64) > hi
+        if not (below.any() or above.any()):
+            break
+        x32 = np.where(below, np.nextafter(x32, np.float32(np.inf)), x32)
+        x32 = np.where(above, np.nextafter(x32, np.float32(-np.inf)), x32)
+    return x32
+
+
+def replay(ir: ControllerIR, model_path: Path, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]:
+    """Replay a candidate witness on onnxruntime and on the IR.
+
+    Returns:
+        (confirmed, witness dict). Confirmed iff the float32 point lies in the box and
+        every row of C y <= d holds within TOLERANCE on both evaluations.
+    """
+    outside = float(np.max(np.maximum(dj.lo - x, 0) + np.maximum(x - dj.hi, 0)))
+    x32 = _float32_inside(np.asarray(x, dtype=np.float64), dj.lo, dj.hi)
+    x64 = x32.astype(np.float64)
+    inside = bool(np.all(x64 >= dj.lo) and np.all(x64 <= dj.hi))
+    y_ort = evaluate_onnxruntime(model_path, x64[None])[0]
+    y_ir = ir.evaluate(x64)
+    slack_ort = dj.C @ y_ort - dj.d
+    slack_ir = dj.C @ y_ir - dj.d
+    ok = inside and bool(np.all(slack_ort <= TOLERANCE)) and bool(np.all(slack_ir <= TOLERANCE))
+    wit = {"x": [float(v) for v in x32], "y_onnxruntime": [float(v) for v in y_ort], "y_ir": [float(v) for v in y_ir],
+           "max_row_slack_onnxruntime": float(np.max(slack_ort)) if slack_ort.size else 0.0,
+           "solver_point_outside_box_by": outside}
+    return ok, wit
+
+
+def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline: float, opts: VerifyOptions,
+                     stats: dict, errors: list[str]) -> tuple[Verdict, dict | None, str, str]:
+    """Returns (verdict, witness, method, detail) for one disjunct."""
+    empty = dj.empty_input()
+    if empty:
+        return Verdict.PROVED, None, "input check", empty
+    if dj.C.shape[0] == 0:  # no output constraint: any point of the box is in the region
+        ok, wit = replay(ir, model_path, dj, (dj.lo + dj.hi) / 2)
+        return (Verdict.VIOLATED, wit, "evaluation", "no output constraint") if ok else \
+            (Verdict.UNKNOWN, None, "evaluation", "centre point does not replay")
+    start = time.monotonic()
+    bab_deadline = start + (deadline - start) * (opts.bound_share if opts.use_marabou else 1.0)
+    heap = [(0.0, 0, dj.lo.copy(), dj.hi.copy())]
+    counter = 1
+    open_boxes: list[tuple[np.ndarray, np.ndarray]] = []
+    tried = 0
+    while heap:
+        if time.monotonic() > bab_deadline or stats["boxes"] >= opts.max_boxes:
+            open_boxes = [(lo, hi) for _, _, lo, hi in heap]
+            break
+        _, _, lo, hi = heapq.heappop(heap)
+        stats["boxes"] += 1
+        nb = crown_bounds(ir, lo, hi)
+        low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb)
+        margin = low - dj.d
+        if np.max(margin) > 0:
+            continue
+        cands = [(lo + hi) / 2] + [np.where(lin[r] >= 0, lo, hi) for r in range(lin.shape[0])]
+        ys = ir.evaluate(np.array(cands))
+        for x, y in zip(cands, ys):
+            if np.all(dj.C @ y - dj.d <= 0) and tried < 50:
+                tried += 1
+                ok, wit = replay(ir, model_path, dj, x)
+                if ok:
+                    return Verdict.VIOLATED, wit, "bounds+search", f"{stats['boxes']} boxes"
+        r = int(np.argmax(margin))
+        width = hi - lo
+        score = np.abs(lin[r]) * width
+        if not np.any(score > 0):
+            score = width
+        i = int(np.argmax(score))
+        if width[i] <= 0:
+            open_boxes.append((lo, hi))
+            continue
+        mid = (lo[i] + hi[i]) / 2
+        hi_a, lo_b = hi.copy(), lo.copy()
+        hi_a[i], lo_b[i] = mid, mid
+        for box in ((lo, hi_a), (lo_b, hi)):
+            heapq.heappush(heap, (float(np.max(margin)), counter, box[0], box[1]))
+            counter += 1
+    if not open_boxes:
+        return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
+    if not opts.use_marabou:
+        return Verdict.UNKNOWN, None, "bounds", f"{len(open_boxes)} boxes left open (Marabou disabled)"
+    remaining = deadline - time.monotonic()
+    if remaining <= 0.5:
+        return Verdict.UNKNOWN, None, "bounds", f"timeout with {len(open_boxes)} boxes open"
+    stats["marabou_boxes"] += len(open_boxes)
+    nbs = [crown_bounds(ir, lo, hi) for lo, hi in open_boxes]
+    answers = marabou.solve_boxes(ir, open_boxes, dj.C, dj.d, remaining, node_bounds=nbs)
+    unknown = []
+    for (lo, hi), ans in zip(open_boxes, answers):
+        if ans.status == "sat":
+            sub = Disjunct(lo, hi, dj.C, dj.d)
+            ok, wit = replay(ir, model_path, sub, ans.x)
+            if ok:
+                ok_full, wit_full = replay(ir, model_path, dj, np.asarray(wit["x"]))
+                if ok_full:
+                    return Verdict.VIOLATED, wit_full, "bounds+marabou", f"{stats['boxes']} boxes, Marabou witness"
+            errors.append(f"Marabou witness {np.round(ans.x, 6).tolist()} does not replay "
+                          f"(max slack {wit['max_row_slack_onnxruntime']:.3g})")
+            unknown.append("witness does not replay")
+        elif ans.status == "unknown":
+            unknown.append(ans.reason)
+    if unknown:
+        return Verdict.UNKNOWN, None, "bounds+marabou", f"{len(unknown)} of {len(open_boxes)} boxes undecided: " \
+            f"{unknown[0]}"
+    return Verdict.PROVED, None, "bounds+marabou", f"{stats['boxes']} boxes; {len(open_boxes)} closed by Marabou"
+
+
+def decide(ir: ControllerIR, model_path: str | Path, query: Query, opts: VerifyOptions | None = None) -> QueryResult:
+    """Decide a query (disjunction of unsafe regions) within ``opts.timeout`` seconds."""
+    opts = opts or VerifyOptions()
+    model_path = Path(model_path)
+    t0 = time.monotonic()
+    deadline = t0 + opts.timeout
+    stats = {"boxes": 0, "marabou_boxes": 0, "z3_calls": 0}
+    errors: list[str] = []
+    methods, details = [], []
+    verdict = Verdict.PROVED
+    for k, dj in enumerate(query.disjuncts):
+        try:
+            v, wit, method, detail = _decide_disjunct(ir, model_path, dj, deadline, opts, stats, errors)
+        except Exception as exc:  # noqa: BLE001 - any internal failure is UNKNOWN, never PROVED
+            log.exception("query %s failed", query.id)
+            v, wit, method, detail = Verdict.UNKNOWN, None, "error", f"{type(exc).__name__}: {exc}"
+            errors.append(detail)
+        methods.append(method)
+        details.append(f"[{dj.label or k}] {detail}")
+        if v == Verdict.VIOLATED:
+            wit["disjunct"] = k
+            return QueryResult(query.id, v, time.monotonic() - t0, method, wit, "; ".join(details), errors, stats)
+        if v == Verdict.UNKNOWN:
+            verdict = Verdict.UNKNOWN
+    method = "+".join(sorted(set(methods))) or "none"
+    if verdict == Verdict.PROVED and opts.z3_confirm and ir.n_relus <= Z3_CONFIRM_MAX_RELUS:
+        for k, dj in enumerate(query.disjuncts):
+            if dj.empty_input():
+                continue
+            stats["z3_calls"] += 1
+            budget = max(5.0, deadline - time.monotonic())
+            res, x = exact_check(ir, dj.lo, dj.hi, dj.C, dj.d, budget)
+            if res != "unsat":
+                msg = (f"Z3 does not confirm PROVED for disjunct {k}: {res}"
+                       + (f" at x={np.round(x, 6).tolist()}" if x is not None else ""))
+                errors.append(msg)
+                log.error("%s: %s", query.id, msg)
+                verdict = Verdict.UNKNOWN
+                break
+        if verdict == Verdict.PROVED:
+            method += "; confirmed by z3"
+    return QueryResult(query.id, verdict, time.monotonic() - t0, method, None, "; ".join(details), errors, stats)

@@ -19,6 +19,8 @@ from rich.table import Table
 from .errors import MiCertifyError
 
 _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime cross-check",
+                 "verify": "verify network properties + output domain",
+                 "lut_properties": "check sla.yaml properties on every LUT cell",
                  "lut": "build LUT over the quantized grid", "emit": "emit Python runtime + Verilog",
                  "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)"}
 
@@ -51,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--skip-cosim", action="store_true",
                    help="do not co-simulate (the build is then not a complete certificate)")
     b.add_argument("--skip-lint", action="store_true", help="do not run Verilator lint")
+    b.add_argument("--verify", action="store_true",
+                   help="also prove the sla.yaml properties and the output domain on the network (bounds, Marabou, "
+                        "Z3); a violated or unknown property fails the build")
+    b.add_argument("--verify-timeout", type=float, default=60.0, metavar="S",
+                   help="wall-clock seconds per verification query (default 60); a timeout is UNKNOWN and fails "
+                        "the build")
     b.add_argument("--json", action="store_true", help="print summary.json to stdout instead of a table")
 
     i = sub.add_parser("inspect", help="import an ONNX model, cross-check it with onnxruntime, print the IR",
@@ -59,6 +67,22 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
     i.add_argument("--sla", metavar="SLA.yaml", default=None,
                    help="take the input box from this spec (default: [-1, 1] for every input)")
+
+    v = sub.add_parser("verify", help="prove sla.yaml properties or a VNN-LIB property on MODEL.onnx",
+                       description="Decide properties of the network soundly: CROWN bounds with input splitting, "
+                                   "then Marabou (built from our IR, child process, timeout); every counterexample "
+                                   "is replayed on onnxruntime and the IR; PROVED on <= 64 ReLUs is confirmed by Z3. "
+                                   "Exit 0 all proved (unsat), 1 some violated (sat), 3 some unknown, 2 bad input.")
+    v.add_argument("model", metavar="MODEL.onnx", help="the network (ONNX)")
+    src = v.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sla", metavar="SLA.yaml", help="prove its properties and the output domain over its envelope")
+    src.add_argument("--vnnlib", metavar="PROP.vnnlib", help="decide one VNN-LIB property (unsafe region); the last "
+                     "line of stdout is sat, unsat or unknown")
+    v.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wall-clock seconds per query (default 60)")
+    v.add_argument("--witness", metavar="FILE", help="with --vnnlib: write the counterexample in VNN-COMP format")
+    v.add_argument("--json", metavar="FILE", dest="json_out", help="write every result (verdict, time, method, "
+                   "witness, statistics) as JSON")
+    v.add_argument("--no-marabou", action="store_true", help="bounds only; open boxes stay unknown")
 
     c = sub.add_parser("check-spec", help="validate an sla.yaml and print what it declares",
                        description="Validate SLA.yaml against the mi-certify/v1 schema and its semantic rules.")
@@ -77,7 +101,7 @@ def _run_build(args, console: Console) -> int:
     if out is None:
         out = str(Path("build") / load_spec(args.sla).name)
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
-                        skip_lint=args.skip_lint)
+                        skip_lint=args.skip_lint, verify=args.verify, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True)
     tasks: dict[str, int] = {}
@@ -113,6 +137,13 @@ def _run_build(args, console: Console) -> int:
                     detail += f"; {st['error']}"
             elif name == "lint" and st["status"] != "skipped":
                 detail = "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", "")
+            elif name == "lut_properties":
+                detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
+            elif name == "verify" and st["status"] == "not_run":
+                detail = "not run (use --verify)"
+            elif name == "verify" and st["status"] != "skipped":
+                detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
+                detail += f"; reachable: {', '.join(st['reachable_actions'])}"
             elif name == "import":
                 detail = f"{st['relus']} ReLUs, max rel. diff vs onnxruntime {st['onnxruntime_check']['max_relative_difference']}"
             color = {"ok": "green", "failed": "red"}.get(st["status"], "yellow")
@@ -120,7 +151,11 @@ def _run_build(args, console: Console) -> int:
         console.print(t)
         for note in s["stages"].get("import", {}).get("notes", []):
             console.print(f"[yellow]import note:[/] {note}", highlight=False)
-        console.print(f"status: {'[green]ok[/]' if s['status'] == 'ok' else '[red]failed[/]'}  →  {result.out_dir}")
+        color = {"ok": "green", "failed": "red"}.get(s["status"], "yellow")
+        console.print(f"status: [{color}]{s['status']}[/]  →  {result.out_dir}")
+        if s["skipped_stages"]:
+            console.print(f"[yellow]warning:[/] skipped stages: {', '.join(s['skipped_stages'])}; this build is not a "
+                          "complete certificate")
         if s["lut"]["sampled"]:
             console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")
     return 0 if s["status"] == "ok" else 1
@@ -150,6 +185,74 @@ def _run_inspect(args, console: Console) -> int:
     return 0
 
 
+def _verdict_style(v: str) -> str:
+    return {"proved": "[green]proved[/]", "violated": "[red]violated[/]"}.get(v, "[yellow]unknown[/]")
+
+
+def _witness_text(w: dict | None) -> str:
+    if not w:
+        return ""
+    return "x=[" + ", ".join(f"{v:.6g}" for v in w["x"]) + "]"
+
+
+def _run_verify(args, console: Console) -> int:
+    import numpy as np
+
+    from mi_certify.verification.nn_verify import VerifyOptions, decide
+    from .lut import check_shapes
+    from .onnx_import import cross_check, import_onnx
+    from .spec import load_spec
+
+    opts = VerifyOptions(timeout=args.timeout, use_marabou=not args.no_marabou)
+    ir = import_onnx(args.model)
+    if args.vnnlib:
+        from mi_certify.verification.vnnlib import parse_vnnlib, write_counterexample
+        query = parse_vnnlib(args.vnnlib, ir.n_inputs, ir.n_outputs)
+        boxes = [d for d in query.disjuncts]
+        if boxes:
+            lo = np.min([np.minimum(d.lo, d.hi) for d in boxes], axis=0)
+            hi = np.max([np.maximum(d.lo, d.hi) for d in boxes], axis=0)
+            cross_check(ir, args.model, lo, hi)
+        res = decide(ir, args.model, query, opts)
+        console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s ({res.method}) "
+                      f"{res.detail}", highlight=False)
+        for e in res.errors:
+            console.print(f"[red]error:[/] {e}", highlight=False)
+        if args.witness and res.witness:
+            write_counterexample(args.witness, np.array(res.witness["x"]), np.array(res.witness["y_onnxruntime"]))
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(res.to_json(), indent=2, sort_keys=True) + "\n")
+        print(res.verdict.vnnlib)
+        return {"proved": 0, "violated": 1}.get(res.verdict.value, 3)
+    from mi_certify.verification.network import verify_spec
+    spec = load_spec(args.sla)
+    check_shapes(spec, ir, args.model)
+    cross_check(ir, args.model, np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs]))
+    result = verify_spec(ir, args.model, spec, opts)
+    t = Table(title=f"properties of {args.model}")
+    for col in ("property", "verdict", "time (s)", "method", "witness"):
+        t.add_column(col)
+    for r in result.properties:
+        t.add_row(r.id, _verdict_style(r.verdict.value), f"{r.time_s:.2f}", r.method, _witness_text(r.witness))
+    console.print(t)
+    t2 = Table(title="output domain over the envelope")
+    for col in ("action", "decodable", "time (s)", "raw output bounds (proved)", "sampled range"):
+        t2.add_column(col)
+    for r, b in zip(result.reachability, result.output_bounds):
+        word = {"violated": "[green]reachable[/]", "proved": "unreachable (proved)"}.get(r.verdict.value,
+                                                                                          "[yellow]unknown[/]")
+        t2.add_row(b["action"], word, f"{r.time_s:.2f}", f"[{b['lower']:.4g}, {b['upper']:.4g}]",
+                   f"[{b['sampled_min']:.4g}, {b['sampled_max']:.4g}]")
+    console.print(t2)
+    for r in result.properties + result.reachability:
+        for e in r.errors:
+            console.print(f"[red]error:[/] {r.id}: {e}", highlight=False)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result.full_json(), indent=2, sort_keys=True) + "\n")
+    console.print(f"status: {result.status}")
+    return {"proved": 0, "violated": 1}.get(result.status, 3)
+
+
 def _run_check_spec(args, console: Console) -> int:
     from .spec import load_spec
 
@@ -162,9 +265,10 @@ def _run_check_spec(args, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
-        handler = {"build": _run_build, "inspect": _run_inspect, "check-spec": _run_check_spec}[args.command]
+        handler = {"build": _run_build, "inspect": _run_inspect, "check-spec": _run_check_spec,
+                   "verify": _run_verify}[args.command]
         return handler(args, console)
     except MiCertifyError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)

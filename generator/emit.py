@@ -47,6 +47,7 @@ def _environment() -> jinja2.Environment:
     env.filters["fraction"] = _fraction
     env.filters["float_repr"] = repr
     env.filters["pytuple"] = lambda items: repr(tuple(items))
+    env.filters["pyrepr"] = repr
     return env
 
 

@@ -32,6 +32,8 @@ from onnx import numpy_helper
 from .errors import ModelImportError, ModelMismatchError
 from .ir import AffineNode, ControllerIR, InputNode, ReluNode
 
+#: Largest number of (flattened) network inputs the importer accepts.
+MAX_INPUTS = 4096
 #: Relative tolerance of the import cross-check against onnxruntime.
 ORT_RTOL = 1e-5
 
@@ -218,6 +220,8 @@ class _Importer:
                                     where=f"graph.input[{vi.name}]")
             shapes.append(tuple(dims))
         total = int(sum(np.prod(s, dtype=np.int64) for s in shapes))
+        if total > MAX_INPUTS:
+            raise self.fail(f"the inputs hold {total} values; at most {MAX_INPUTS} are supported", where="graph.input")
         self.nodes.append(InputNode(total))
         offset = 0
         for vi, shape in zip(inputs, shapes):
@@ -252,6 +256,10 @@ class _Importer:
                 if name:
                     self.env[name] = val
         self.node_desc = "graph"
+        for nid, node in enumerate(self.nodes):
+            if isinstance(node, AffineNode) and not (np.all(np.isfinite(node.bias)) and
+                                                     all(np.all(np.isfinite(w)) for _, w in node.terms)):
+                raise self.fail("weights or biases contain NaN or infinity (after folding constants)")
         outputs = []
         for vo in graph.output:
             v = self.env.get(vo.name)
@@ -470,8 +478,12 @@ def _check_versions(path: Path, model: onnx.ModelProto) -> None:
 def load_model(path: str | Path) -> onnx.ModelProto:
     """Read and check an ONNX file; raises ModelImportError (file, field, reason)."""
     path = Path(path)
+    if path.is_dir():
+        raise ModelImportError("is a directory, not a file", file=str(path))
     if not path.is_file():
         raise ModelImportError("no such file", file=str(path))
+    if path.stat().st_size == 0:
+        raise ModelImportError("empty file", file=str(path))
     try:
         model = onnx.load(str(path))
     except Exception as exc:  # protobuf DecodeError and friends
@@ -500,8 +512,8 @@ def import_onnx(path: str | Path) -> ControllerIR:
     return _Importer(path, model).run()
 
 
-def input_feed_shapes(path: str | Path) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape with batch bound to 1) of each non-constant graph input."""
+def input_feed_shapes(path: str | Path) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """(name, shape with batch bound to 1, numpy dtype) of each non-constant graph input."""
     model = load_model(path)
     inits = {t.name for t in model.graph.initializer}
     out = []
@@ -509,7 +521,8 @@ def input_feed_shapes(path: str | Path) -> list[tuple[str, tuple[int, ...]]]:
         if vi.name in inits:
             continue
         dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
-        out.append((vi.name, tuple(dims)))
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        out.append((vi.name, tuple(dims), dtype))
     return out
 
 
@@ -539,9 +552,9 @@ def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
     pts = np.asarray(points, dtype=np.float32)
     for row in pts:
         feed, off = {}, 0
-        for name, shape in feeds:
+        for name, shape, dtype in feeds:
             n = int(np.prod(shape, dtype=np.int64))
-            feed[name] = row[off:off + n].reshape(shape)
+            feed[name] = row[off:off + n].reshape(shape).astype(dtype)
             off += n
         res = sess.run(None, feed)
         out_rows.append(np.concatenate([np.asarray(r, dtype=np.float64).reshape(-1) for r in res]))
@@ -566,7 +579,7 @@ def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarr
     hi = np.asarray(hi, dtype=np.float64)
     if lo.shape != (ir.n_inputs,) or hi.shape != (ir.n_inputs,):
         raise ModelImportError(f"input box has {lo.size} entries but the model has {ir.n_inputs} inputs", file=str(path))
-    bad = np.nonzero(~(lo < hi))[0]
+    bad = np.nonzero(~(lo <= hi))[0]
     if bad.size:
         i = int(bad[0])
         raise ModelImportError(f"empty or inverted input box for input {i}: [{lo[i]}, {hi[i]}]", file=str(path))
@@ -579,10 +592,19 @@ def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarr
     n_rand = max(n_points, 256) - len(pts)
     pts.extend(lo + (hi - lo) * rng.random((n_rand, ir.n_inputs)))
     pts = np.asarray(np.asarray(pts, dtype=np.float32), dtype=np.float64)
+    off = 0
+    for _name, shape, dtype in input_feed_shapes(path):  # round to what onnxruntime is fed
+        n = int(np.prod(shape, dtype=np.int64))
+        pts[:, off:off + n] = pts[:, off:off + n].astype(dtype).astype(np.float64)
+        off += n
+    if not np.all(np.isfinite(pts)):
+        raise ModelImportError("the input box is not finite in float32", file=str(path))
     ort = evaluate_onnxruntime(path, pts)
     mine = ir.evaluate(pts)
     if ort.shape != mine.shape:
         raise ModelMismatchError(f"IR gives {mine.shape[1]} outputs, onnxruntime {ort.shape[1]}", file=str(path))
+    if not (np.all(np.isfinite(ort)) and np.all(np.isfinite(mine))):
+        raise ModelMismatchError("the network produces NaN or infinite outputs inside the input box", file=str(path))
     scale = np.maximum(1.0, np.max(np.abs(ort), axis=1, keepdims=True))
     err = np.abs(mine - ort) / scale
     worst = float(err.max())

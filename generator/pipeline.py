@@ -30,6 +30,9 @@ import numpy as np
 
 from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.verification import cocotb_sim, verilator
+from mi_certify.verification.lut_check import check_lut_properties
+from mi_certify.verification.network import verify_spec
+from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.tools import tool_version
 
 from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
@@ -38,6 +41,8 @@ from .lut import check_shapes, sample_lut
 from .onnx_import import cross_check, import_onnx
 from .spec import Spec, load_spec
 
+#: Files whose content depends on timing; listed in the manifest but not hashed.
+UNHASHED = ("build.log", "verification_log.json")
 #: Number of onnxruntime cross-check points after import.
 CROSS_CHECK_POINTS = 256
 #: Random co-simulation cycles (directed sequences come on top).
@@ -72,6 +77,8 @@ class BuildOptions:
     cosim_seed: int = COSIM_SEED
     skip_cosim: bool = False
     skip_lint: bool = False
+    verify: bool = False
+    verify_timeout: float = 60.0
 
 
 @dataclass
@@ -112,16 +119,36 @@ def tool_versions() -> dict:
             "tools": {t: tool_version(t) for t in ("iverilog", "verilator")}}
 
 
+MANIFEST_FORMAT = "mi-certify/build-v1"
+
+
+def _is_previous_build(out: Path) -> bool:
+    try:
+        m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT:
+        return False
+    known = set(m.get("files", {})) | {"manifest.json", *UNHASHED}
+    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    return present <= known
+
+
 def _prepare_out(out: Path) -> Path:
     out = out.resolve()
-    if out.exists():
-        if not out.is_dir():
-            raise BuildError("exists and is not a directory", file=str(out))
-        if any(out.iterdir()) and not (out / "summary.json").exists():
-            raise BuildError("exists, is not empty and is not an mi-certify build; refusing to overwrite",
-                             file=str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        if out.exists():
+            if not out.is_dir():
+                raise BuildError("exists and is not a directory", file=str(out))
+            if any(out.iterdir()) and not _is_previous_build(out):
+                raise BuildError("exists, is not empty and is not an unmodified mi-certify build; refusing to "
+                                 "overwrite", file=str(out))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        stage.chmod(0o755)
+        return stage
+    except OSError as exc:
+        raise BuildError(f"cannot create the output directory: {exc.strerror or exc}", file=str(out)) from None
 
 
 def _publish(stage_dir: Path, out: Path) -> None:
@@ -154,12 +181,12 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
     times: dict[str, float] = {}
     stages: dict[str, dict] = {}
 
-    def timed(name, fn):
+    def timed(name, fn, status_of=lambda res: "ok"):
         rep.start(name)
         t0 = time.perf_counter()
         res = fn()
         times[name] = round(time.perf_counter() - t0, 3)
-        rep.done(name, stages.get(name, {}).get("status", "ok"), times[name])
+        rep.done(name, status_of(res), times[name])
         return res
 
     spec: Spec = timed("spec", lambda: load_spec(spec_path))
@@ -193,15 +220,39 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
 
 def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, opts: BuildOptions, timed,
                    stages: dict, rep: _Reporter) -> dict:
-    (d / "inputs").mkdir()
-    shutil.copyfile(model_path, d / "inputs" / model_path.name)
-    shutil.copyfile(spec_path, d / "inputs" / spec_path.name)
+    (d / "inputs" / "model").mkdir(parents=True)
+    (d / "inputs" / "spec").mkdir()
+    shutil.copyfile(model_path, d / "inputs" / "model" / model_path.name)
+    shutil.copyfile(spec_path, d / "inputs" / "spec" / spec_path.name)
     _dump(d / "import.json", {"model": model_path.name, "ir": ir.describe(), "notes": list(ir.notes),
                               "onnxruntime_check": stages["import"]["onnxruntime_check"]})
+
+    if not opts.verify:
+        stages["verify"] = {"status": "not_run", "reason": "network verification not requested (--verify); "
+                                                          "no property of the network is proven by this build"}
+    else:
+        vres = timed("verify", lambda: verify_spec(ir, model_path, spec, VerifyOptions(timeout=opts.verify_timeout),
+                                                   progress=lambda a, b: rep.progress("verify", a / b)),
+                     lambda r: "ok" if r.status == "proved" else "failed")
+        det = vres.deterministic_json()
+        _dump(d / "verification.json", det)
+        (d / "verification_log.json").write_text(json.dumps(vres.full_json(), indent=2, sort_keys=True) + "\n")
+        stages["verify"] = {"status": "ok" if vres.status == "proved" else "failed", "result": vres.status,
+                            "properties": {r["id"]: r["verdict"] for r in det["properties"]},
+                            "reachable_actions": [a["action"] for a in det["output_domain"]["actions"]
+                                                  if a["reachable"] == "yes"],
+                            "timeout_s": opts.verify_timeout}
 
     lut = timed("lut", lambda: sample_lut(spec, ir, progress=lambda a, b: rep.progress("lut", a / b)))
     counts = lut.counts()
     stages["lut"] = {"status": "ok", "method": "centre sampling (not proven)", **counts}
+    lut_props = timed("lut_properties", lambda: check_lut_properties(spec, lut.tokens),
+                      lambda rs: "failed" if any(r.verdict == "violated" for r in rs) else "ok")
+    stages["lut_properties"] = {
+        "status": "failed" if any(r.verdict == "violated" for r in lut_props) else "ok",
+        "method": "exhaustive over every LUT cell meeting the property region (the artefact, not the network)",
+        "properties": {r.id: r.verdict for r in lut_props}}
+    _dump(d / "lut_properties.json", [r.to_json() for r in lut_props])
     lb = lut_bytes(lut)
     (d / "lut.hex").write_text("".join(f"{b:02x}\n" for b in lb), encoding="ascii")
     hist = np.bincount(lut.tokens, minlength=len(spec.actions))
@@ -228,7 +279,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     if opts.skip_lint:
         stages["lint"] = {"status": "skipped", "reason": "--skip-lint"}
     else:
-        res = timed("lint", lambda: verilator.lint(v_path, spec.name))
+        res = timed("lint", lambda: verilator.lint(v_path, spec.name), lambda r: "ok" if r.clean else "failed")
         stages["lint"] = {"status": "ok" if res.clean else "failed", **res.to_json()}
         _dump(d / "lint.json", res.to_json())
 
@@ -240,7 +291,8 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     else:
         with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
             res = timed("cosim", lambda: cocotb_sim.run_cosim(v_path, spec.name, cfg, lb, Path(work), runtime_py=py_path,
-                                                             random_cycles=opts.cosim_cycles, seed=opts.cosim_seed))
+                                                             random_cycles=opts.cosim_cycles, seed=opts.cosim_seed),
+                        lambda r: "ok" if r.passed else "failed")
             if not res.passed:
                 log = Path(work) / "cosim.log"
                 if log.exists():
@@ -250,8 +302,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         cosim_summary = {"cycles": res.cycles, "mismatches": res.mismatches}
 
     failed = [k for k, v in stages.items() if v["status"] == "failed"]
-    status = "failed" if failed else "ok"
-    summary = {"status": status, "failed_stages": failed, "stages": stages,
+    skipped = [k for k, v in stages.items() if v["status"] == "skipped"]
+    status = "failed" if failed else "incomplete" if skipped else "ok"
+    summary = {"status": status, "failed_stages": failed, "skipped_stages": skipped, "stages": stages,
                "lut": {"cells": counts["cells"], "sampled": counts["sampled"], "proven": counts["proven"],
                        "resolved": counts["resolved"]},
                "cosim": cosim_summary,
@@ -260,12 +313,15 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     _dump(d / "summary.json", summary)
     if failed:
         (d / "FAILED").write_text("build failed in stage(s): " + ", ".join(failed) + "\nsee summary.json\n")
-    files = sorted(p for p in d.rglob("*") if p.is_file() and p.name not in ("build.log", "manifest.json"))
+    files = sorted(p for p in d.rglob("*") if p.is_file() and p.name not in UNHASHED + ("manifest.json",))
     _dump(d / "manifest.json", {
         "status": status, "controller": spec.name,
-        "inputs": {"model": {"path": f"inputs/{model_path.name}", "sha256": hashes.model},
-                   "spec": {"path": f"inputs/{spec_path.name}", "sha256": hashes.spec}},
+        "format": MANIFEST_FORMAT,
+        "inputs": {"model": {"path": f"inputs/model/{model_path.name}", "sha256": hashes.model},
+                   "spec": {"path": f"inputs/spec/{spec_path.name}", "sha256": hashes.spec}},
         "files": {p.relative_to(d).as_posix(): sha256_file(p) for p in files},
-        "not_hashed": ["build.log (stage times)"],
+        "proofs": "network properties verified" if stages["verify"]["status"] == "ok" else
+                  "none: LUT cells are sampled, network properties not proven",
+        "not_hashed": {"build.log": "stage times", "verification_log.json": "per-query times, methods, statistics"},
         "versions": tool_versions(), "seeds": {"cosim": opts.cosim_seed, "onnxruntime_check": 0}})
     return summary

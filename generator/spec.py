@@ -8,7 +8,9 @@ source of truth for the structure.
 from __future__ import annotations
 
 import keyword
+import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from .errors import SpecError
 SCHEMA_ID = "mi-certify/v1"
 MAX_ADDRESS_BITS = 24
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+_TEXT = {"type": "string", "maxLength": 200, "pattern": r'^[^\x00-\x1f\x7f"\\`]*$'}
 _RANGE = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
           "description": "closed interval [lo, hi] in the input's physical unit"}
 
@@ -40,7 +43,7 @@ SCHEMA: dict = {
                 "decode": {"enum": ["argmax", "argmin"],
                            "description": "the action is the index of the largest (argmax) or smallest (argmin) "
                                           "output; ties go to the lowest index, as numpy/onnxruntime"},
-                "description": {"type": "string"},
+                "description": _TEXT,
             },
         },
         "confidence": {
@@ -60,17 +63,17 @@ SCHEMA: dict = {
                 "type": "object", "additionalProperties": False, "required": ["name", "min", "max", "bits"],
                 "properties": {
                     "name": {"type": "string", "pattern": _NAME},
-                    "unit": {"type": "string", "description": "physical unit, for reports and HDL headers"},
+                    "unit": {**_TEXT, "maxLength": 32, "description": "physical unit, for reports and HDL headers"},
                     "min": {"type": "number", "description": "lower end of the operating envelope"},
                     "max": {"type": "number", "description": "upper end of the operating envelope"},
                     "bits": {"type": "integer", "minimum": 1, "maximum": 8,
                              "description": "quantization levels = 2^bits"},
-                    "description": {"type": "string"},
+                    "description": _TEXT,
                 },
             },
         },
         "actions": {
-            "type": "array", "minItems": 2, "maxItems": 256,
+            "type": "array", "minItems": 2, "maxItems": 128,
             "description": "one entry per network output; token = index = output index",
             "items": {
                 "type": "object", "additionalProperties": False, "required": ["name"],
@@ -87,7 +90,7 @@ SCHEMA: dict = {
                                                   "description": "accuracy-loss limit, percent"},
                         },
                     },
-                    "description": {"type": "string"},
+                    "description": _TEXT,
                 },
             },
         },
@@ -113,7 +116,7 @@ SCHEMA: dict = {
                 "type": "object", "additionalProperties": False, "required": ["id", "when"],
                 "properties": {
                     "id": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"},
-                    "description": {"type": "string"},
+                    "description": _TEXT,
                     "when": {"type": "object", "additionalProperties": _RANGE,
                              "description": "input name -> [lo, hi]; inputs not named span their envelope"},
                     "forbid": {"type": "array", "items": {"type": "string"}, "minItems": 1,
@@ -234,8 +237,34 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[str, str]:
         missing = err.message.split("'")[1] if "'" in err.message else err.message
         return _path(list(err.absolute_path) + [missing]), "required field is missing"
     if err.validator == "pattern":
-        return where, f"{err.instance!r} is not a valid name (letters, digits, underscore; not starting with a digit)"
-    return where, err.message
+        if err.schema is _TEXT or err.schema.get("pattern") == _TEXT["pattern"]:
+            return where, "text may not contain control characters, quotes, backslashes or backticks"
+        return where, f"{_short(err.instance)} is not a valid name (letters, digits, underscore; not starting with a digit)"
+    return where, _short(err.message, 300)
+
+
+def _short(value, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases (no alias bombs) and duplicate mapping keys."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise SpecError("YAML aliases (*name) are not allowed", where=f"line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise SpecError(f"duplicate key '{key}'", where=f"line {key_node.start_mark.line + 1}")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -246,12 +275,16 @@ def load_spec(path: str | Path) -> Spec:
     """
     path = Path(path)
     f = str(path)
+    if path.is_dir():
+        raise SpecError("is a directory, not a file", file=f)
     if not path.is_file():
         raise SpecError("no such file", file=f)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
+    except SpecError as exc:
+        raise SpecError(exc.reason, file=f, where=exc.where) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
         raise SpecError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=f, where=where) from None
     except UnicodeDecodeError as exc:
@@ -276,13 +309,37 @@ def _unique(items, what: str, f: str, key: str = "name"):
         seen[item[key]] = i
 
 
+def _finite(raw, f: str, path: str = "") -> None:
+    """Every number in the spec must be finite (no .nan, .inf, or overflowing literals)."""
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            _finite(v, f, f"{path}.{k}" if path else str(k))
+    elif isinstance(raw, list):
+        for i, v in enumerate(raw):
+            _finite(v, f, f"{path}[{i}]")
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        try:
+            ok = math.isfinite(float(raw)) and abs(float(raw)) <= 1e15
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise SpecError(f"{_short(raw)} is not a finite number of magnitude <= 1e15", file=f, where=path)
+
+
 def _resolve(raw: dict, f: str) -> Spec:
+    _finite(raw, f)
+    for what in ("inputs", "actions"):
+        for i, item in enumerate(raw[what]):
+            if not is_valid_name(item["name"]):
+                raise SpecError(f"'{item['name']}' is a reserved word (Python, Verilog or SystemVerilog keyword, "
+                                "or a Python standard module)", file=f, where=f"{what}[{i}].name")
     _unique(raw["inputs"], "inputs", f)
     _unique(raw["actions"], "actions", f)
     _unique(raw.get("properties", []), "properties", f, key="id")
     name = raw["controller"]["name"]
-    if keyword.iskeyword(name) or name in _VERILOG_KEYWORDS:
-        raise SpecError(f"'{name}' is a Python or Verilog keyword", file=f, where="controller.name")
+    if not is_valid_name(name) or name in sys.stdlib_module_names:
+        raise SpecError(f"'{name}' is a reserved word (Python, Verilog or SystemVerilog keyword, or a Python "
+                        "standard module)", file=f, where="controller.name")
     inputs = []
     for i, d in enumerate(raw["inputs"]):
         lo, hi = float(d["min"]), float(d["max"])
@@ -373,7 +430,15 @@ _VERILOG_KEYWORDS = frozenset(
     "not notif0 notif1 or output parameter pmos posedge primitive pull0 pull1 pulldown pullup rcmos real "
     "realtime reg release repeat rnmos rpmos rtran rtranif0 rtranif1 scalared small specify specparam strong0 "
     "strong1 supply0 supply1 table task time tran tranif0 tranif1 tri tri0 tri1 triand trior trireg vectored "
-    "wait wand weak0 weak1 while wire wor xnor xor generate endgenerate genvar localparam signed".split())
+    "wait wand weak0 weak1 while wire wor xnor xor generate endgenerate genvar localparam signed "
+    # SystemVerilog (IEEE 1800) keywords that tools reject as identifiers
+    "alias always_comb always_ff always_latch assert assume automatic before bind bins binsof bit break byte "
+    "chandle class clocking const constraint context continue cover covergroup coverpoint cross dist do enum "
+    "export extends extern final first_match foreach forkjoin iff ignore_bins illegal_bins import inside int "
+    "interface intersect join_any join_none local logic longint matches modport new null package packed "
+    "priority program property protected pure rand randc randcase randsequence ref return sequence shortint "
+    "shortreal solve static string struct super tagged this throughout timeprecision timeunit type typedef "
+    "union unique var virtual void wait_order wildcard with within uwire".split())
 
 
 def is_valid_name(name: str) -> bool:

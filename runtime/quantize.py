@@ -13,6 +13,7 @@ The address concatenates the levels, input 0 most significant.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
@@ -35,12 +36,13 @@ class Quantizer:
         return 1 << self.bits
 
     def level(self, x) -> int | None:
-        """Level of ``x`` in [0, 2^bits - 1], or None for a probe fault."""
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
+        """Level of ``x`` in [0, 2^bits - 1], or None for a probe fault (None, NaN,
+        infinite, not a real number, outside the envelope)."""
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
             return None
-        if isinstance(x, float) and not math.isfinite(x):
+        if not isinstance(x, numbers.Rational) and not math.isfinite(x):
             return None
-        fx = Fraction(x)
+        fx = Fraction(x) if isinstance(x, numbers.Rational) else Fraction(float(x))
         if fx < self.lo or fx > self.hi:
             return None
         q = math.floor((fx - self.lo) * self.levels / (self.hi - self.lo))
@@ -79,9 +81,11 @@ def quantize(values: Sequence, quantizers: Sequence[Quantizer]) -> tuple[int, bo
     Returns:
         (address, probe_fault, levels). On a fault the address is 0 and levels holds
         None for each faulty input.
+    Raises:
+        ValueError if the number of readings differs from the number of inputs.
     """
     if len(values) != len(quantizers):
-        return 0, True, [None] * len(quantizers)
+        raise ValueError(f"expected {len(quantizers)} readings, got {len(values)}")
     levels = [qz.level(v) for v, qz in zip(values, quantizers)]
     if any(q is None for q in levels):
         return 0, True, levels

@@ -44,7 +44,9 @@ def test_reference_controller_builds_end_to_end(reference_build):
     assert s["cosim"]["cycles"] >= 10_000 and s["cosim"]["mismatches"] == 0
     assert s["artifacts"] == {"python_runtime": "meta_controller.py", "verilog": "meta_controller.v"}
     assert s["stages"]["lint"]["clean"] is True and s["stages"]["lint"]["messages"] == []
-    assert set(s["stages"]) == {"spec", "import", "lut", "emit", "lint", "cosim"}
+    assert set(s["stages"]) == {"spec", "import", "verify", "lut", "lut_properties", "emit", "lint", "cosim"}
+    assert s["stages"]["verify"]["status"] == "not_run"  # network proofs are opt-in (--verify)
+    assert s["stages"]["lut_properties"]["properties"] == {"P1": "holds", "P2": "holds", "P3": "not_applicable"}
     assert s["stages"]["import"]["onnxruntime_check"]["max_relative_difference"] < 1e-5
     seen = json.loads((reference_build / "cosim.json").read_text())["reasons_seen"]
     assert all(n > 0 for n in seen.values()), seen  # every reason code was exercised and compared
@@ -55,6 +57,7 @@ def test_manifest_hashes_every_output(reference_build):
     m = json.loads((reference_build / "manifest.json").read_text())
     files = {p.relative_to(reference_build).as_posix() for p in reference_build.rglob("*") if p.is_file()}
     assert set(m["files"]) == files - {"manifest.json", "build.log"}
+    assert m["format"] == "mi-certify/build-v1" and m["proofs"].startswith("none")
     for rel, digest in m["files"].items():
         assert hashlib.sha256((reference_build / rel).read_bytes()).hexdigest() == digest
     assert m["inputs"]["model"]["sha256"] == hashlib.sha256(REFERENCE_MODEL.read_bytes()).hexdigest()
@@ -73,7 +76,7 @@ def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(referen
     src = (reference_build / "meta_controller.py").read_text()
     imported = {n.names[0].name if isinstance(n, ast.Import) else n.module
                 for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    assert imported == {"math", "fractions"}
+    assert imported == {"math", "numbers", "fractions"}
     mod = load_runtime_module(reference_build / "meta_controller.py")
     spec_inputs = [(0, 1, 4), (0, 1, 3), (0, 1, 3), (0, 1024, 3), (20, 110, 3)]
     qs = [Quantizer.from_floats(lo, hi, b) for lo, hi, b in spec_inputs]
@@ -85,6 +88,12 @@ def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(referen
         assert mod.quantize(vals) == (addr, fault)
     ctl = mod.Controller()
     assert ctl.step([0.5, 0.1, 0.2, 512, float("nan")]) == (0, 7)  # NaN -> conservative, PROBE_FAULT
+    assert mod.quantize(np.array([0.5, 0.1, 0.2, 512, 60.0], dtype=np.float32)) == mod.quantize([0.5, 0.1, 0.2, 512, 60])
+    assert mod.quantize([0.5, None, 0.2, 512, 60]) == (0, True)  # unavailable sensor
+    with pytest.raises(ValueError, match="expected 5 readings, got 4"):
+        ctl.step([0.5, 0.1, 0.2, 512])
+    with pytest.raises(ValueError, match="outside"):
+        ctl.step_addr(1 << 16)
     assert mod.ACTIONS == ("keep", "merge_conv", "int4", "offload_cpu") and mod.REASONS[7] == "PROBE_FAULT"
 
 
@@ -226,3 +235,36 @@ def test_inspect_reports_the_bound_batch_dimension():
     proc = cli("inspect", CASES / "onnx_exporter_patterns" / "view_shape_chain.onnx")
     assert proc.returncode == 0, proc.stderr
     assert "symbolic batch dimension 'N' bound to 1" in proc.stderr and "5 ReLUs" in proc.stderr
+
+
+def test_forbidden_action_in_the_lut_fails_the_build_and_names_the_cells(tmp_path):
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(REFERENCE_SLA.read_text().replace("when: {temperature_c: [95, 110]}, forbid: [int4]",
+                                                     "when: {}, forbid: [int4]"))
+    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True))
+    assert res.status == "failed" and res.summary["failed_stages"] == ["lut_properties"]
+    rep = json.loads((tmp_path / "out" / "lut_properties.json").read_text())
+    assert rep[0]["verdict"] == "violated" and rep[0]["violating_cells"] == 5029
+    assert rep[0]["first_violations"][0]["token"] == "int4"
+
+
+def test_skipped_stages_make_the_build_incomplete(tmp_path):
+    res = build(CARTPOLE, EXAMPLES / "cartpole" / "sla.yaml", tmp_path / "out", BuildOptions(skip_cosim=True))
+    assert res.status == "incomplete" and res.summary["skipped_stages"] == ["cosim"]
+
+
+def test_a_directory_with_a_foreign_file_is_not_taken_for_a_previous_build(tmp_path, reference_build):
+    import shutil
+    out = tmp_path / "proj"
+    shutil.copytree(reference_build, out)
+    (out / "thesis.tex").write_text("mine")
+    proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim")
+    assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
+    assert (out / "thesis.tex").read_text() == "mine"
+
+
+def test_unit_text_cannot_inject_code_into_the_runtime(tmp_path):
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(REFERENCE_SLA.read_text().replace("unit: ratio,", 'unit: "ratio\\" + str(1)",', 1))
+    proc = cli("check-spec", sla)
+    assert proc.returncode == 2 and "inputs[0].unit: text may not contain" in proc.stderr

@@ -22,7 +22,7 @@ def test_cell_edges_are_exact_rationals():
     assert q.level(5 / 16) == 5 and q.level(math.nextafter(5 / 16, 0)) == 4
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.001, 1.001, "0.5", None, True])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.001, 1.001, "0.5", None, True, complex(0.5)])
 def test_nan_out_of_range_and_non_numbers_are_probe_faults(bad):
     assert Quantizer.from_floats(0.0, 1.0, 2).level(bad) is None
 
@@ -39,4 +39,12 @@ def test_a_faulty_input_gives_a_fault_and_names_the_input():
     qs = [Quantizer.from_floats(0, 1, 2), Quantizer.from_floats(0, 8, 3)]
     addr, fault, levels = quantize([0.6, float("nan")], qs)
     assert fault and levels == [2, None]
-    assert quantize([0.6], qs)[1] is True
+    with pytest.raises(ValueError, match="expected 2 readings, got 1"):
+        quantize([0.6], qs)
+
+
+def test_numpy_scalars_fractions_and_ints_are_readings_like_floats():
+    import numpy as np
+    q = Quantizer.from_floats(0.0, 1.0, 4)
+    assert q.level(np.float32(0.5)) == q.level(np.float64(0.5)) == q.level(Fraction(1, 2)) == 8
+    assert q.level(np.int64(1)) == 15 and q.level(np.float32("nan")) is None

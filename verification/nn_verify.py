@@ -37,7 +37,7 @@ from mi_certify.generator.onnx_import import evaluate_onnxruntime
 from . import marabou
 from .bounds import crown_bounds, output_matrix_lower
 from .properties import Disjunct, Query
-from .z3_exact import exact_check
+from .z3_exact import ExactChecker
 
 log = logging.getLogger("mi_certify.verification")
 
@@ -129,8 +129,11 @@ def replay(ir: ControllerIR, model_path: Path, dj: Disjunct, x: np.ndarray) -> t
 
 
 def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline: float, opts: VerifyOptions,
-                     stats: dict, errors: list[str]) -> tuple[Verdict, dict | None, str, str]:
-    """Returns (verdict, witness, method, detail) for one disjunct."""
+                     stats: dict, errors: list[str], closed: list) -> tuple[Verdict, dict | None, str, str]:
+    """Returns (verdict, witness, method, detail) for one disjunct.
+
+    ``closed`` receives the boxes proved empty (a partition of the region when PROVED).
+    """
     empty = dj.empty_input()
     if empty:
         return Verdict.PROVED, None, "input check", empty
@@ -138,6 +141,14 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
         ok, wit = replay(ir, model_path, dj, (dj.lo + dj.hi) / 2)
         return (Verdict.VIOLATED, wit, "evaluation", "no output constraint") if ok else \
             (Verdict.UNKNOWN, None, "evaluation", "centre point does not replay")
+    rng = np.random.default_rng(0)  # a deterministic look for easy witnesses first
+    pts = dj.lo + (dj.hi - dj.lo) * rng.random((256, dj.lo.size))
+    ys = ir.evaluate(pts)
+    inside = np.nonzero(np.all(ys @ dj.C.T - dj.d <= 0, axis=1))[0]
+    for i in inside[:5]:
+        ok, wit = replay(ir, model_path, dj, pts[i])
+        if ok:
+            return Verdict.VIOLATED, wit, "sampling", "random point in the region"
     start = time.monotonic()
     bab_deadline = start + (deadline - start) * (opts.bound_share if opts.use_marabou else 1.0)
     heap = [(0.0, 0, dj.lo.copy(), dj.hi.copy())]
@@ -154,6 +165,7 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
         low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb)
         margin = low - dj.d
         if np.max(margin) > 0:
+            closed.append((lo, hi))
             continue
         cands = [(lo + hi) / 2] + [np.where(lin[r] >= 0, lo, hi) for r in range(lin.shape[0])]
         ys = ir.evaluate(np.array(cands))
@@ -202,6 +214,8 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
             unknown.append("witness does not replay")
         elif ans.status == "unknown":
             unknown.append(ans.reason)
+        else:
+            closed.append((lo, hi))
     if unknown:
         return Verdict.UNKNOWN, None, "bounds+marabou", f"{len(unknown)} of {len(open_boxes)} boxes undecided: " \
             f"{unknown[0]}"
@@ -218,9 +232,12 @@ def decide(ir: ControllerIR, model_path: str | Path, query: Query, opts: VerifyO
     errors: list[str] = []
     methods, details = [], []
     verdict = Verdict.PROVED
+    partitions: list[list] = []
     for k, dj in enumerate(query.disjuncts):
+        partitions.append([])
         try:
-            v, wit, method, detail = _decide_disjunct(ir, model_path, dj, deadline, opts, stats, errors)
+            v, wit, method, detail = _decide_disjunct(ir, model_path, dj, deadline, opts, stats, errors,
+                                                      partitions[-1])
         except Exception as exc:  # noqa: BLE001 - any internal failure is UNKNOWN, never PROVED
             log.exception("query %s failed", query.id)
             v, wit, method, detail = Verdict.UNKNOWN, None, "error", f"{type(exc).__name__}: {exc}"
@@ -234,15 +251,12 @@ def decide(ir: ControllerIR, model_path: str | Path, query: Query, opts: VerifyO
             verdict = Verdict.UNKNOWN
     method = "+".join(sorted(set(methods))) or "none"
     if verdict == Verdict.PROVED and opts.z3_confirm and ir.n_relus <= Z3_CONFIRM_MAX_RELUS:
-        for k, dj in enumerate(query.disjuncts):
+        z3_deadline = time.monotonic() + opts.timeout
+        for k, (dj, boxes) in enumerate(zip(query.disjuncts, partitions)):
             if dj.empty_input():
                 continue
-            stats["z3_calls"] += 1
-            budget = max(5.0, deadline - time.monotonic())
-            res, x = exact_check(ir, dj.lo, dj.hi, dj.C, dj.d, budget)
-            if res != "unsat":
-                msg = (f"Z3 does not confirm PROVED for disjunct {k}: {res}"
-                       + (f" at x={np.round(x, 6).tolist()}" if x is not None else ""))
+            msg = _confirm_partition(ir, dj, boxes, z3_deadline, stats)
+            if msg:
                 errors.append(msg)
                 log.error("%s: %s", query.id, msg)
                 verdict = Verdict.UNKNOWN
@@ -250,3 +264,30 @@ def decide(ir: ControllerIR, model_path: str | Path, query: Query, opts: VerifyO
         if verdict == Verdict.PROVED:
             method += "; confirmed by z3"
     return QueryResult(query.id, verdict, time.monotonic() - t0, method, None, "; ".join(details), errors, stats)
+
+
+def _confirm_partition(ir: ControllerIR, dj: Disjunct, boxes: list, deadline: float, stats: dict) -> str | None:
+    """Exact Z3 check of every box of a PROVED disjunct's partition; None when all unsat.
+
+    The boxes must cover the region: their volumes (relative, per input width) must sum
+    to the region's, and each must lie inside it.
+    """
+    width = np.where(dj.hi > dj.lo, dj.hi - dj.lo, 1.0)
+    vol = 0.0
+    for lo, hi in boxes:
+        if np.any(lo < dj.lo) or np.any(hi > dj.hi):
+            return "partition box outside the region"
+        vol += float(np.prod(np.where(dj.hi > dj.lo, (hi - lo) / width, 1.0)))
+    if abs(vol - 1.0) > 1e-9:
+        return f"partition covers {vol:.12f} of the region, not all of it"
+    checker = ExactChecker(ir, dj.C, dj.d)
+    for lo, hi in boxes:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"Z3 confirmation ran out of time after {stats['z3_calls']} of {len(boxes)} boxes"
+        stats["z3_calls"] += 1
+        res, x = checker.check(lo, hi, left)
+        if res != "unsat":
+            return (f"Z3 does not confirm PROVED on box lo={np.round(lo, 6).tolist()} hi={np.round(hi, 6).tolist()}: "
+                    f"{res}" + (f" at x={np.round(x, 6).tolist()}" if x is not None else ""))
+    return None

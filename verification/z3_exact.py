@@ -23,49 +23,124 @@ def _q(v: float) -> z3.RatNumRef:
     return z3.RealVal(f"{f.numerator}/{f.denominator}")
 
 
-def exact_check(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, C: np.ndarray, d: np.ndarray,
-                timeout_s: float) -> tuple[str, np.ndarray | None]:
-    """Decide ``exists x in [lo, hi]: C y(x) <= d`` exactly.
-
-    Returns:
-        ("unsat", None), ("sat", x as float64) or ("unknown", None) on timeout.
-    """
-    s = z3.Solver()
-    s.set("timeout", max(1, int(timeout_s * 1000)))
-    vals: list[list] = []
-    xs = []
-    for nid, node in enumerate(ir.nodes):
+def exact_intervals(ir: ControllerIR, lo, hi) -> list[list[tuple[Fraction, Fraction]]]:
+    """Interval bounds of every node in exact rational arithmetic (no rounding at all)."""
+    out: list[list[tuple[Fraction, Fraction]]] = []
+    for node in ir.nodes:
         if isinstance(node, InputNode):
-            xs = [z3.Real(f"x{i}") for i in range(node.size)]
-            for i, x in enumerate(xs):
-                s.add(x >= _q(lo[i]), x <= _q(hi[i]))
-            vals.append(xs)
+            out.append([(Fraction(float(a)), Fraction(float(b))) for a, b in zip(lo, hi)])
         elif isinstance(node, AffineNode):
-            out = []
+            rows = []
             for r in range(node.size):
-                acc = _q(node.bias[r])
+                l = u = Fraction(float(node.bias[r]))
                 for src, w in node.terms:
                     for c in np.nonzero(w[r])[0]:
-                        acc = acc + _q(w[r, c]) * vals[src][int(c)]
-                y = z3.Real(f"n{nid}_{r}")
-                s.add(y == acc)
-                out.append(y)
-            vals.append(out)
+                        wq = Fraction(float(w[r, c]))
+                        a, b = out[src][int(c)]
+                        if wq > 0:
+                            l, u = l + wq * a, u + wq * b
+                        else:
+                            l, u = l + wq * b, u + wq * a
+                rows.append((l, u))
+            out.append(rows)
         else:
-            out = []
-            for k, z in enumerate(vals[node.src]):
-                y = z3.Real(f"n{nid}_{k}")
-                s.add(y == z3.If(z > 0, z, z3.RealVal(0)))
-                out.append(y)
-            vals.append(out)
-    ys = [v for nid in ir.outputs for v in vals[nid]]
-    for r in range(C.shape[0]):
-        s.add(z3.Sum([_q(C[r, j]) * ys[j] for j in np.nonzero(C[r])[0]] or [z3.RealVal(0)]) <= _q(d[r]))
-    res = s.check()
-    if res == z3.unsat:
+            out.append([(max(a, Fraction(0)), max(b, Fraction(0))) for a, b in out[node.src]])
+    return out
+
+
+class ExactChecker:
+    """Exact decision of ``exists x in [lo, hi]: C y(x) <= d`` with Z3 (linear real arithmetic).
+
+    Per box, exact rational interval bounds fix every ReLU whose input sign is known
+    (``y = z`` or ``y = 0``); the others are ``If(z > 0, z, 0)``. When Z3 does not answer
+    within ``step_s``, the box is bisected along its widest input and both halves are
+    checked (an independent branch and bound; shares no code with the float bounds).
+    """
+
+    def __init__(self, ir: ControllerIR, C: np.ndarray, d: np.ndarray, step_s: float = 0.5):
+        self.ir, self.C, self.d, self.step_s = ir, C, d, step_s
+        self.calls = 0
+
+    def _check_one(self, lo, hi, timeout_s: float) -> tuple[str, np.ndarray | None]:
+        ir = self.ir
+        iv = exact_intervals(ir, lo, hi)
+        s = z3.Solver()
+        s.set("timeout", max(1, int(timeout_s * 1000)))
+        vals: list[list] = []
+        xs: list = []
+        for nid, node in enumerate(ir.nodes):
+            if isinstance(node, InputNode):
+                xs = [z3.Real(f"x{i}") for i in range(node.size)]
+                for i, x in enumerate(xs):
+                    s.add(x >= _q(lo[i]), x <= _q(hi[i]))
+                vals.append(xs)
+            elif isinstance(node, AffineNode):
+                out = []
+                for r in range(node.size):
+                    acc = _q(node.bias[r])
+                    for src, w in node.terms:
+                        for c in np.nonzero(w[r])[0]:
+                            acc = acc + _q(w[r, c]) * vals[src][int(c)]
+                    y = z3.Real(f"n{nid}_{r}")
+                    s.add(y == acc)
+                    out.append(y)
+                vals.append(out)
+            else:
+                out = []
+                for k, z in enumerate(vals[node.src]):
+                    a, b = iv[node.src][k]
+                    if a >= 0:
+                        out.append(z)
+                    elif b <= 0:
+                        out.append(z3.RealVal(0))
+                    else:
+                        y = z3.Real(f"n{nid}_{k}")
+                        on = z3.Bool(f"p{nid}_{k}")
+                        s.add(y >= 0, y >= z, y <= _q(b), z >= _q(a),
+                              z3.Implies(on, y == z), z3.Implies(z3.Not(on), y == 0),
+                              z3.Implies(on, z >= 0), z3.Implies(z3.Not(on), z <= 0))
+                        out.append(y)
+                vals.append(out)
+        ys = [v for nid in ir.outputs for v in vals[nid]]
+        for r in range(self.C.shape[0]):
+            terms = [_q(self.C[r, j]) * ys[j] for j in np.nonzero(self.C[r])[0]]
+            s.add(z3.Sum(terms or [z3.RealVal(0)]) <= _q(self.d[r]))
+        self.calls += 1
+        res = s.check()
+        if res == z3.unsat:
+            return "unsat", None
+        if res == z3.sat:
+            m = s.model()
+            return "sat", np.array([float(m.eval(v, model_completion=True).as_fraction()) for v in xs])
+        return "unknown", None
+
+    def check(self, lo: np.ndarray, hi: np.ndarray, timeout_s: float) -> tuple[str, np.ndarray | None]:
+        """("unsat", None), ("sat", x float64) or ("unknown", None) when time runs out."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        stack = [(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64))]
+        scale = np.where(stack[0][1] > stack[0][0], stack[0][1] - stack[0][0], 1.0)
+        while stack:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "unknown", None
+            blo, bhi = stack.pop()
+            res, x = self._check_one(blo, bhi, min(self.step_s, left))
+            if res == "sat":
+                return res, x
+            if res == "unknown":
+                i = int(np.argmax((bhi - blo) / scale))
+                if not bhi[i] > blo[i]:
+                    return "unknown", None
+                mid = (blo[i] + bhi[i]) / 2
+                a_hi, b_lo = bhi.copy(), blo.copy()
+                a_hi[i], b_lo[i] = mid, mid
+                stack.extend([(blo, a_hi), (b_lo, bhi)])
         return "unsat", None
-    if res == z3.sat:
-        m = s.model()
-        x = np.array([float(Fraction(str(m.eval(v, model_completion=True).as_fraction()))) for v in xs])
-        return "sat", x
-    return "unknown", None
+
+
+def exact_check(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, C: np.ndarray, d: np.ndarray,
+                timeout_s: float) -> tuple[str, np.ndarray | None]:
+    """Decide ``exists x in [lo, hi]: C y(x) <= d`` exactly (see :class:`ExactChecker`)."""
+    return ExactChecker(ir, C, d).check(lo, hi, timeout_s)

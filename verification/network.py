@@ -1,0 +1,87 @@
+"""Network-level verification of a spec: properties and the output domain.
+
+``verify_spec`` decides every sla.yaml property over its ``when`` region and, over
+the whole envelope, which actions the decoder can produce (reachable with a replayed
+witness, or proved unreachable) and sound bounds on every raw output (CROWN; the
+largest and smallest values seen on 4096 seeded random points show how tight they are).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mi_certify.generator.ir import ControllerIR
+from mi_certify.generator.spec import Spec
+
+from .bounds import output_bounds
+from .nn_verify import QueryResult, Verdict, VerifyOptions, decide
+from .properties import envelope, reachability_queries, spec_queries
+
+
+@dataclass
+class SpecVerification:
+    """Results: ``properties`` and ``reachability`` (QueryResult lists), ``output_bounds``."""
+
+    properties: list[QueryResult]
+    reachability: list[QueryResult]
+    output_bounds: list[dict]
+
+    @property
+    def status(self) -> str:
+        """"proved" if every property is PROVED, "violated" if one is VIOLATED, else "unknown"."""
+        verdicts = {r.verdict for r in self.properties}
+        if Verdict.VIOLATED in verdicts:
+            return "violated"
+        if Verdict.UNKNOWN in verdicts:
+            return "unknown"
+        return "proved"
+
+    def deterministic_json(self) -> dict:
+        """Verdicts and witnesses only (no times), for the hashed bundle."""
+        def strip(r: QueryResult) -> dict:
+            return {"id": r.id, "verdict": r.verdict.value, "witness": r.witness}
+        return {"status": self.status, "properties": [strip(r) for r in self.properties],
+                "output_domain": {"actions": [{"action": r.id.split(":", 1)[1],
+                                               "reachable": {"violated": "yes", "proved": "no"}.get(r.verdict.value,
+                                                                                                   "unknown"),
+                                               "witness": r.witness} for r in self.reachability],
+                                  "output_bounds": self.output_bounds}}
+
+    def full_json(self) -> dict:
+        return {"properties": [r.to_json() for r in self.properties],
+                "reachability": [r.to_json() for r in self.reachability]}
+
+
+def verify_spec(ir: ControllerIR, model_path: str | Path, spec: Spec, opts: VerifyOptions | None = None,
+                progress=None) -> SpecVerification:
+    """Decide all properties and the output domain of ``spec`` on ``ir``.
+
+    Args:
+        progress: optional callable(done, total).
+    """
+    opts = opts or VerifyOptions()
+    props = spec_queries(spec)
+    reach = reachability_queries(spec)
+    total = len(props) + len(reach)
+    done = 0
+    out_p, out_r = [], []
+    for q in props:
+        out_p.append(decide(ir, model_path, q, opts))
+        done += 1
+        if progress:
+            progress(done, total)
+    for q in reach:
+        out_r.append(decide(ir, model_path, q, opts))
+        done += 1
+        if progress:
+            progress(done, total)
+    lo, hi = envelope(spec)
+    low, up = output_bounds(ir, lo, hi)
+    pts = lo + (hi - lo) * np.random.default_rng(0).random((4096, lo.size))
+    ys = ir.evaluate(pts)
+    ob = [{"action": a.name, "lower": float(low[i]), "upper": float(up[i]), "sampled_min": float(ys[:, i].min()),
+           "sampled_max": float(ys[:, i].max())} for i, a in enumerate(spec.actions)]
+    return SpecVerification(out_p, out_r, ob)

@@ -219,7 +219,8 @@ def _run_verify(args, console: Console) -> int:
         for e in res.errors:
             console.print(f"[red]error:[/] {e}", highlight=False)
         if args.witness and res.witness:
-            write_counterexample(args.witness, np.array(res.witness["x"]), np.array(res.witness["y_onnxruntime"]))
+            write_counterexample(args.witness, np.array(res.witness["x_float32"]),
+                                np.array(res.witness["y_onnxruntime"]))
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(res.to_json(), indent=2, sort_keys=True) + "\n")
         print(res.verdict.vnnlib)

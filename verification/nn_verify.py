@@ -107,22 +107,29 @@ def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
 
 
 def replay(ir: ControllerIR, model_path: Path, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]:
-    """Replay a candidate witness on onnxruntime and on the IR.
+    """Replay a candidate witness on the IR and on onnxruntime.
+
+    The point is clipped into the box (``x``, float64, reported); onnxruntime is fed its
+    float32 rounding (``x_float32``, kept inside the box where float32 allows, else
+    within one float32 step of it). Confirmed iff every row of ``C y <= d`` holds within
+    TOLERANCE on the IR at ``x`` and on onnxruntime at ``x_float32``.
 
     Returns:
-        (confirmed, witness dict). Confirmed iff the float32 point lies in the box and
-        every row of C y <= d holds within TOLERANCE on both evaluations.
+        (confirmed, witness dict).
     """
+    x = np.asarray(x, dtype=np.float64)
     outside = float(np.max(np.maximum(dj.lo - x, 0) + np.maximum(x - dj.hi, 0)))
-    x32 = _float32_inside(np.asarray(x, dtype=np.float64), dj.lo, dj.hi)
-    x64 = x32.astype(np.float64)
-    inside = bool(np.all(x64 >= dj.lo) and np.all(x64 <= dj.hi))
-    y_ort = evaluate_onnxruntime(model_path, x64[None])[0]
-    y_ir = ir.evaluate(x64)
+    xc = np.clip(x, dj.lo, dj.hi)
+    x32 = _float32_inside(xc, dj.lo, dj.hi)
+    step = np.spacing(np.abs(xc).astype(np.float32)).astype(np.float64)
+    near = bool(np.all(np.abs(x32.astype(np.float64) - xc) <= step))
+    y_ort = evaluate_onnxruntime(model_path, x32.astype(np.float64)[None])[0]
+    y_ir = ir.evaluate(xc)
     slack_ort = dj.C @ y_ort - dj.d
     slack_ir = dj.C @ y_ir - dj.d
-    ok = inside and bool(np.all(slack_ort <= TOLERANCE)) and bool(np.all(slack_ir <= TOLERANCE))
-    wit = {"x": [float(v) for v in x32], "y_onnxruntime": [float(v) for v in y_ort], "y_ir": [float(v) for v in y_ir],
+    ok = near and bool(np.all(slack_ort <= TOLERANCE)) and bool(np.all(slack_ir <= TOLERANCE))
+    wit = {"x": [float(v) for v in xc], "x_float32": [float(v) for v in x32],
+           "y_onnxruntime": [float(v) for v in y_ort], "y_ir": [float(v) for v in y_ir],
            "max_row_slack_onnxruntime": float(np.max(slack_ort)) if slack_ort.size else 0.0,
            "solver_point_outside_box_by": outside}
     return ok, wit

@@ -1,0 +1,158 @@
+"""Network verification: answers on the Marabou-bug cases and the public anchors, every answer checked."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ANCHORS, CASES, REFERENCE_MODEL, REFERENCE_SLA
+from mi_certify.generator.onnx_import import evaluate_onnxruntime, import_onnx
+from mi_certify.verification.bounds import crown_bounds, interval_bounds, output_bounds
+from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
+from mi_certify.verification.properties import Disjunct, Query
+from mi_certify.verification.vnnlib import parse_vnnlib, read_counterexample
+
+FAST = VerifyOptions(timeout=30)
+MARABOU_ONLY = VerifyOptions(timeout=30, max_boxes=0)  # every box goes straight to Marabou
+
+
+def q(lo, hi, C, d, name="q") -> Query:
+    return Query(name, "test", (Disjunct(np.array(lo, float), np.array(hi, float), np.array(C, float),
+                                         np.array(d, float)),))
+
+
+@pytest.mark.parametrize("opts", [FAST, MARABOU_ONLY], ids=["bounds", "marabou"])
+def test_skip_add_fixed_input_cannot_reach_3(opts):
+    path = CASES / "marabou_add_fanout" / "skip_add.onnx"
+    ir = import_onnx(path)
+    x0 = [0.6, -1.1]
+    res = decide(ir, path, q(x0, x0, [[0, 0, -1]], [-3.0]), opts)  # y[2] >= 3 (true y[2] = 2.585)
+    assert res.verdict == Verdict.PROVED, res
+
+
+@pytest.mark.parametrize("opts", [FAST, MARABOU_ONLY], ids=["bounds", "marabou"])
+@pytest.mark.parametrize("path", sorted(CASES.glob("marabou_*/*.onnx")), ids=lambda p: p.name)
+def test_fixed_input_without_output_constraint_is_sat_with_the_onnxruntime_output(path, opts):
+    ir = import_onnx(path)
+    x0 = np.linspace(0.3, -0.2, ir.n_inputs)
+    res = decide(ir, path, Query("fixed", "test", (Disjunct(x0, x0, np.zeros((1, ir.n_outputs)), np.zeros(1)),)),
+                 opts)
+    assert res.verdict == Verdict.VIOLATED
+    np.testing.assert_allclose(res.witness["y_onnxruntime"], evaluate_onnxruntime(path, x0[None])[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("opts", [FAST, MARABOU_ONLY], ids=["bounds", "marabou"])
+@pytest.mark.parametrize("name", ["add_self", "add_input_self"])
+def test_duplicate_addend_query_is_sat(name, opts):
+    path = CASES / "marabou_duplicate_addend" / f"{name}.onnx"
+    ir = import_onnx(path)
+    res = decide(ir, path, q([0, 0], [1, 1], [[0, -1]], [-1.2]), opts)  # y[1] >= 1.2
+    assert res.verdict == Verdict.VIOLATED
+    assert res.witness["y_onnxruntime"][1] >= 1.2 - 1e-4
+    assert all(0 <= v <= 1 for v in res.witness["x"])
+
+
+def test_inverted_input_bounds_are_unsat_without_a_solver_and_named():
+    path = CASES / "marabou_inverted_bounds" / "zero_column.onnx"
+    ir = import_onnx(path)
+    res = decide(ir, path, q([0, 1.5], [1, 0.5], np.zeros((1, 2)), [0.0]), FAST)
+    assert res.verdict == Verdict.PROVED and "empty input region for X_1: [1.5, 0.5]" in res.detail
+    ok = decide(ir, path, q([0.5, 0], [1.5, 1], np.zeros((1, 2)), [0.0]), MARABOU_ONLY)
+    assert ok.verdict == Verdict.VIOLATED and 0 <= ok.witness["x"][1] <= 1  # never a witness outside the box
+
+
+@pytest.mark.parametrize("name", ["sub_same_shape", "sub_broadcast", "sub_const_minus_var"])
+def test_sub_models_decide_tight_queries_both_ways(name):
+    path = CASES / "marabou_sub_normalize" / f"{name}.onnx"
+    ir = import_onnx(path)
+    x0 = np.array([0.1, -0.2, 0.3, 0.05, -0.4])
+    y0 = evaluate_onnxruntime(path, x0[None])[0][0]
+    above = decide(ir, path, q(x0, x0, [[-1, 0, 0]], [-(y0 + 0.04)]), MARABOU_ONLY)
+    below = decide(ir, path, q(x0, x0, [[-1, 0, 0]], [-(y0 - 0.04)]), MARABOU_ONLY)
+    assert (above.verdict, below.verdict) == (Verdict.PROVED, Verdict.VIOLATED)
+
+
+def test_crown_and_interval_bounds_contain_every_sampled_output():
+    rng = np.random.default_rng(11)
+    for path in (ANCHORS / "acasxu" / "onnx" / "ACASXU_run2a_1_1_batch_2000.onnx", REFERENCE_MODEL):
+        ir = import_onnx(path)
+        for w in (0.01, 0.2):
+            c = rng.uniform(0, 0.5, ir.n_inputs)
+            lo, hi = c - w, c + w
+            low, up = output_bounds(ir, lo, hi)
+            ib = interval_bounds(ir, lo, hi)
+            ys = ir.evaluate(lo + (hi - lo) * rng.random((5000, ir.n_inputs)))
+            assert np.all(ys >= low) and np.all(ys <= up)
+            assert np.all(low >= ib.lower[ir.outputs[0]] - 1e-9)  # CROWN never looser than intervals
+            assert crown_bounds(ir, lo, hi).unstable(ir) <= ib.unstable(ir)
+
+
+def _expected(root):
+    rows = list(csv.reader(open(root / "expected_results.csv")))[1:]
+    return {(r[-3].split("/")[-1], r[-2].split("/")[-1]): r[-1] for r in rows}
+
+
+@pytest.mark.parametrize("net,prop", [("1_7", 3), ("1_9", 4), ("4_1", 4), ("1_1", 1), ("2_1", 2), ("3_3", 4)])
+def test_acasxu_anchor_answers_match_the_published_results(net, prop, tmp_path):
+    root = ANCHORS / "acasxu"
+    onnx_name, prop_name = f"ACASXU_run2a_{net}_batch_2000.onnx", f"prop_{prop}.vnnlib"
+    ir = import_onnx(root / "onnx" / onnx_name)
+    res = decide(ir, root / "onnx" / onnx_name, parse_vnnlib(root / "vnnlib" / prop_name, 5, 5), FAST)
+    assert res.verdict.vnnlib == _expected(root)[(onnx_name, prop_name)], res
+
+
+@pytest.mark.parametrize("case", ["unsafe_29", "unsafe_36", "safe_99", "safe_14", "unsafe_0", "safe_50"])
+def test_cartpole_anchor_answers_match_the_published_results(case):
+    root = ANCHORS / "rl_cartpole"
+    ir = import_onnx(root / "onnx" / "cartpole.onnx")
+    res = decide(ir, root / "onnx" / "cartpole.onnx",
+                 parse_vnnlib(root / "vnnlib" / f"cartpole_case_{case}.vnnlib", 4, 2), FAST)
+    assert res.verdict.vnnlib == _expected(root)[("cartpole.onnx", f"cartpole_case_{case}.vnnlib")], res
+
+
+def test_vnnlib_parser_reads_dnf_comments_and_negative_zero(tmp_path):
+    f = tmp_path / "p.vnnlib"
+    f.write_text("; comment\n(declare-const X_0 Real)\n(declare-const X_1 Real)\n(declare-const Y_0 Real)\n"
+                 "(declare-const Y_1 Real)\n(assert (<= X_0 1.0))\n(assert (>= X_0 -0.0)) ; trailing\n"
+                 "(assert (and (<= X_1 2) (>= X_1 -2e-1)))\n"
+                 "(assert (or (and (>= Y_0 Y_1)) (and (<= Y_1 -3.5) (>= (+ Y_0 (* 2 Y_1)) 1))))\n")
+    query = parse_vnnlib(f, 2, 2)
+    assert len(query.disjuncts) == 2
+    d0, d1 = query.disjuncts
+    np.testing.assert_array_equal(d0.lo, [0.0, -0.2]) and np.testing.assert_array_equal(d0.hi, [1.0, 2.0])
+    np.testing.assert_array_equal(d0.C, [[-1, 1]]) and np.testing.assert_array_equal(d0.d, [0])
+    np.testing.assert_array_equal(d1.C, [[0, 1], [-1, -2]]) and np.testing.assert_array_equal(d1.d, [-3.5, -1])
+
+
+def test_cli_verify_vnnlib_prints_the_verdict_last_and_writes_a_replayable_witness(tmp_path):
+    root = ANCHORS / "acasxu"
+    wit = tmp_path / "cex.txt"
+    proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "verify",
+                           str(root / "onnx" / "ACASXU_run2a_1_7_batch_2000.onnx"), "--vnnlib",
+                           str(root / "vnnlib" / "prop_3.vnnlib"), "--witness", str(wit), "--timeout", "30"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stdout.strip().splitlines()[-1] == "sat"
+    x, y = read_counterexample(wit)
+    np.testing.assert_allclose(evaluate_onnxruntime(root / "onnx" / "ACASXU_run2a_1_7_batch_2000.onnx", x[None])[0],
+                               y, rtol=1e-6)
+    assert np.all(y[0] <= y[1:] + 1e-4)  # COC minimal: the unsafe region of property 3
+
+
+def test_cli_verify_sla_proves_the_reference_properties(tmp_path):
+    out = tmp_path / "v.json"
+    proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "verify", str(REFERENCE_MODEL), "--sla",
+                           str(REFERENCE_SLA), "--timeout", "240", "--json", str(out)],
+                          capture_output=True, text=True, timeout=1500)
+    import json
+    res = json.loads(out.read_text())
+    assert {r["id"]: r["verdict"] for r in res["properties"]} == {"P1": "proved", "P2": "proved", "P3": "proved"}, \
+        proc.stderr
+    assert all("confirmed by z3" in r["method"] for r in res["properties"])
+    assert {r["id"]: r["verdict"] for r in res["reachability"]} == {
+        "reach:keep": "violated", "reach:merge_conv": "violated", "reach:int4": "violated",
+        "reach:offload_cpu": "violated"}
+    assert proc.returncode == 0

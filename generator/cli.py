@@ -53,9 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--skip-cosim", action="store_true",
                    help="do not co-simulate (the build is then not a complete certificate)")
     b.add_argument("--skip-lint", action="store_true", help="do not run Verilator lint")
-    b.add_argument("--verify", action="store_true",
-                   help="also prove the sla.yaml properties and the output domain on the network (bounds, Marabou, "
-                        "Z3); a violated or unknown property fails the build")
+    b.add_argument("--no-verify", action="store_true",
+                   help="do not prove the sla.yaml properties and the output domain on the network (bounds, "
+                        "Marabou, Z3); the build is then incomplete")
     b.add_argument("--verify-timeout", type=float, default=60.0, metavar="S",
                    help="wall-clock seconds per verification query (default 60); a timeout is UNKNOWN and fails "
                         "the build")
@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--vnnlib", metavar="PROP.vnnlib", help="decide one VNN-LIB property (unsafe region); the last "
                      "line of stdout is sat, unsat or unknown")
     v.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wall-clock seconds per query (default 60)")
+    v.add_argument("--confirm-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds for the exact Z3 confirmation of each PROVED on networks with <= 64 ReLUs "
+                        "(default 300); an unconfirmed proof is unknown")
     v.add_argument("--witness", metavar="FILE", help="with --vnnlib: write the counterexample in VNN-COMP format")
     v.add_argument("--json", metavar="FILE", dest="json_out", help="write every result (verdict, time, method, "
                    "witness, statistics) as JSON")
@@ -101,7 +104,7 @@ def _run_build(args, console: Console) -> int:
     if out is None:
         out = str(Path("build") / load_spec(args.sla).name)
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
-                        skip_lint=args.skip_lint, verify=args.verify, verify_timeout=args.verify_timeout)
+                        skip_lint=args.skip_lint, verify=not args.no_verify, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True)
     tasks: dict[str, int] = {}
@@ -139,8 +142,6 @@ def _run_build(args, console: Console) -> int:
                 detail = "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", "")
             elif name == "lut_properties":
                 detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
-            elif name == "verify" and st["status"] == "not_run":
-                detail = "not run (use --verify)"
             elif name == "verify" and st["status"] != "skipped":
                 detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
                 detail += f"; reachable: {', '.join(st['reachable_actions'])}"
@@ -203,7 +204,7 @@ def _run_verify(args, console: Console) -> int:
     from .onnx_import import cross_check, import_onnx
     from .spec import load_spec
 
-    opts = VerifyOptions(timeout=args.timeout, use_marabou=not args.no_marabou)
+    opts = VerifyOptions(timeout=args.timeout, confirm_timeout=args.confirm_timeout, use_marabou=not args.no_marabou)
     ir = import_onnx(args.model)
     if args.vnnlib:
         from mi_certify.verification.vnnlib import parse_vnnlib, write_counterexample
@@ -264,7 +265,14 @@ def _run_check_spec(args, console: Console) -> int:
     return 0
 
 
+def _terminate(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, exit 130
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     args = _parser().parse_args(argv)
     console = Console(stderr=True, soft_wrap=True)
     try:
@@ -275,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        console.print("[red]interrupted[/]")
+        console.print("[red]interrupted[/]: nothing was published")
         return 130
 
 

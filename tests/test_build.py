@@ -45,7 +45,11 @@ def test_reference_controller_builds_end_to_end(reference_build):
     assert s["artifacts"] == {"python_runtime": "meta_controller.py", "verilog": "meta_controller.v"}
     assert s["stages"]["lint"]["clean"] is True and s["stages"]["lint"]["messages"] == []
     assert set(s["stages"]) == {"spec", "import", "verify", "lut", "lut_properties", "emit", "lint", "cosim"}
-    assert s["stages"]["verify"]["status"] == "not_run"  # network proofs are opt-in (--verify)
+    assert s["stages"]["verify"]["status"] == "ok"
+    assert s["stages"]["verify"]["properties"] == {"P1": "proved", "P2": "proved", "P3": "proved"}
+    assert s["stages"]["verify"]["reachable_actions"] == ["keep", "merge_conv", "int4", "offload_cpu"]
+    log = json.loads((reference_build / "verification_log.json").read_text())
+    assert all("confirmed by z3" in r["method"] and r["errors"] == [] for r in log["properties"])
     assert s["stages"]["lut_properties"]["properties"] == {"P1": "holds", "P2": "holds", "P3": "not_applicable"}
     assert s["stages"]["import"]["onnxruntime_check"]["max_relative_difference"] < 1e-5
     seen = json.loads((reference_build / "cosim.json").read_text())["reasons_seen"]
@@ -56,8 +60,8 @@ def test_manifest_hashes_every_output(reference_build):
     import hashlib
     m = json.loads((reference_build / "manifest.json").read_text())
     files = {p.relative_to(reference_build).as_posix() for p in reference_build.rglob("*") if p.is_file()}
-    assert set(m["files"]) == files - {"manifest.json", "build.log"}
-    assert m["format"] == "mi-certify/build-v1" and m["proofs"].startswith("none")
+    assert set(m["files"]) == files - {"manifest.json", "build.log", "verification_log.json"}
+    assert m["format"] == "mi-certify/build-v1" and m["proofs"] == "network properties verified"
     for rel, digest in m["files"].items():
         assert hashlib.sha256((reference_build / rel).read_bytes()).hexdigest() == digest
     assert m["inputs"]["model"]["sha256"] == hashlib.sha256(REFERENCE_MODEL.read_bytes()).hexdigest()
@@ -66,7 +70,7 @@ def test_manifest_hashes_every_output(reference_build):
 
 def test_build_is_byte_identical_when_repeated(reference_build, tmp_path):
     out = tmp_path / "again"
-    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True))
+    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, verify=False))
     for rel in ("meta_controller.py", "meta_controller.v", "lut.hex", "lut.json", "cosim.json", "import.json"):
         assert (out / rel).read_bytes() == (reference_build / rel).read_bytes(), rel
 
@@ -113,8 +117,9 @@ def test_lut_agrees_with_onnxruntime_at_cell_centres(reference_build):
 @pytest.mark.parametrize("model,sla,cells", [(ACAS_1_1, EXAMPLES / "acasxu" / "sla.yaml", 32768),
                                              (CARTPOLE, EXAMPLES / "cartpole" / "sla.yaml", 16384)])
 def test_public_anchor_networks_build_end_to_end(tmp_path, model, sla, cells):
-    res = build(model, sla, tmp_path / "out")
+    res = build(model, sla, tmp_path / "out", BuildOptions(verify_timeout=30))
     assert res.status == "ok", res.summary
+    assert res.summary["stages"]["verify"]["status"] == "ok"
     assert res.summary["lut"]["cells"] == cells and res.summary["cosim"]["mismatches"] == 0
     assert res.summary["cosim"]["cycles"] >= 10_000
 
@@ -175,7 +180,7 @@ def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):
     real = build_mod.emit_verilog
     monkeypatch.setattr(build_mod, "emit_verilog", lambda *a: real(*a).replace("n_reason = R_HOLD;\n            end else begin",
                                                                                "n_reason = R_PENDING;\n            end else begin"))
-    res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True))
+    res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False))
     assert res.status == "failed" and res.summary["failed_stages"] == ["cosim"]
     assert res.summary["cosim"]["mismatches"] > 0
     assert (tmp_path / "out" / "FAILED").exists()
@@ -216,17 +221,19 @@ def test_output_directory_that_is_not_a_build_is_not_overwritten(tmp_path):
     out = tmp_path / "precious"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim")
+    proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim",
+               "--no-verify")
     assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
     assert (out / "notes.txt").read_text() == "keep me"
 
 
-@pytest.mark.parametrize("sub", ["build", "inspect", "check-spec"])
+@pytest.mark.parametrize("sub", ["build", "inspect", "check-spec", "verify"])
 def test_every_subcommand_explains_its_options(sub):
     proc = cli(sub, "--help")
     assert proc.returncode == 0 and "usage: mi-certify " + sub in proc.stdout
     if sub == "build":
-        for opt in ("--sla", "--out", "--cosim-cycles", "--seed", "--skip-cosim", "--skip-lint", "--json"):
+        for opt in ("--sla", "--out", "--cosim-cycles", "--seed", "--skip-cosim", "--skip-lint", "--json",
+                    "--no-verify", "--verify-timeout"):
             assert opt in proc.stdout
 
 
@@ -241,7 +248,7 @@ def test_forbidden_action_in_the_lut_fails_the_build_and_names_the_cells(tmp_pat
     sla = tmp_path / "sla.yaml"
     sla.write_text(REFERENCE_SLA.read_text().replace("when: {temperature_c: [95, 110]}, forbid: [int4]",
                                                      "when: {}, forbid: [int4]"))
-    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True))
+    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True, verify=False))
     assert res.status == "failed" and res.summary["failed_stages"] == ["lut_properties"]
     rep = json.loads((tmp_path / "out" / "lut_properties.json").read_text())
     assert rep[0]["verdict"] == "violated" and rep[0]["violating_cells"] == 5029
@@ -249,8 +256,9 @@ def test_forbidden_action_in_the_lut_fails_the_build_and_names_the_cells(tmp_pat
 
 
 def test_skipped_stages_make_the_build_incomplete(tmp_path):
-    res = build(CARTPOLE, EXAMPLES / "cartpole" / "sla.yaml", tmp_path / "out", BuildOptions(skip_cosim=True))
-    assert res.status == "incomplete" and res.summary["skipped_stages"] == ["cosim"]
+    res = build(CARTPOLE, EXAMPLES / "cartpole" / "sla.yaml", tmp_path / "out", BuildOptions(skip_cosim=True,
+                                                                                               verify=False))
+    assert res.status == "incomplete" and res.summary["skipped_stages"] == ["verify", "cosim"]
 
 
 def test_a_directory_with_a_foreign_file_is_not_taken_for_a_previous_build(tmp_path, reference_build):
@@ -258,7 +266,8 @@ def test_a_directory_with_a_foreign_file_is_not_taken_for_a_previous_build(tmp_p
     out = tmp_path / "proj"
     shutil.copytree(reference_build, out)
     (out / "thesis.tex").write_text("mine")
-    proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim")
+    proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim",
+               "--no-verify")
     assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
     assert (out / "thesis.tex").read_text() == "mine"
 

@@ -154,7 +154,8 @@ def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtim
 
 
 def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir: Path,
-              runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1) -> CosimResult:
+              runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1,
+              timeout_s: float = 3600.0) -> CosimResult:
     """Co-simulate ``verilog`` (top ``toplevel``) against the reference.
 
     Args:
@@ -188,8 +189,12 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
            "config": str(cfg_path.resolve()), "results": str((workdir / "results.xml").resolve())}
     log = workdir / "cosim.log"
     with open(log, "w", encoding="utf-8") as fh:
-        proc = subprocess.run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
-                              stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=3600)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
+                                  stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return CosimResult(False, 0, 0, None, seed, sim, error=f"simulation did not finish within {timeout_s:.0f} s",
+                               directed_cycles=directed, reasons_seen=reasons_seen)
     n_tests = n_failed = None
     results = Path(job["results"])
     if results.exists():

@@ -74,12 +74,13 @@ def _pack(ir: ControllerIR, boxes, node_bounds, C, d) -> dict:
 
 
 def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C: np.ndarray, d: np.ndarray,
-                timeout: float, node_bounds=None) -> list[MarabouAnswer]:
+                timeout: float, node_bounds=None, per_box_timeout: float | None = None) -> list[MarabouAnswer]:
     """Decide ``exists x in box: C y(x) <= d`` for each box, in one child process.
 
     Args:
         boxes: list of (lo, hi) input boxes, each non-empty.
         timeout: wall-clock seconds for all boxes together; boxes not reached are unknown.
+        per_box_timeout: Marabou's own timeout per box (default: whatever time is left).
         node_bounds: optional per-box NodeBounds (sound) to tighten Marabou's variables.
     Returns:
         one MarabouAnswer per box, in order.
@@ -91,6 +92,7 @@ def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C:
         job = Path(tmp) / "job.npz"
         meta = {k: v for k, v in packed.items() if k != "arrays"}
         meta["deadline"] = time.time() + timeout
+        meta["per_box"] = per_box_timeout
         np.savez(job, meta=np.array(json.dumps(meta)), **packed["arrays"])
         out = Path(tmp) / "answers.jsonl"
         try:
@@ -167,7 +169,8 @@ def _child(job_path: str, out_path: str) -> int:
                 eq.setScalar(float(d[r]))
                 ipq.addEquation(eq)
             opts = MarabouCore.Options()
-            opts._timeoutInSeconds = max(1, int(remaining))
+            cap = meta.get("per_box") or remaining
+            opts._timeoutInSeconds = max(1, int(min(remaining, cap)))
             opts._verbosity = 0
             try:
                 status, vals, _stats = MarabouCore.solve(ipq, opts, "")

@@ -37,12 +37,17 @@ from mi_certify.generator.onnx_import import evaluate_onnxruntime
 from . import marabou
 from .bounds import crown_bounds, output_matrix_lower
 from .properties import Disjunct, Query
-from .z3_exact import ExactChecker
+from .z3_exact import ExactChecker, confirm_boxes
 
 log = logging.getLogger("mi_certify.verification")
 
 #: Absolute tolerance of witness replay (VNN-COMP checks counterexamples with 1e-4).
 TOLERANCE = 1e-4
+#: Open boxes are handed to Marabou only when there are at most this many; otherwise
+#: branch and bound keeps the whole time budget.
+MARABOU_MAX_BOXES = 64
+#: Processes for the Z3 confirmation (both cores of the reference machine).
+Z3_WORKERS = 2
 #: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED.
 Z3_CONFIRM_MAX_RELUS = 64
 
@@ -84,11 +89,14 @@ class QueryResult:
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    """timeout: wall-clock seconds per query. bound_share: share of it for branch and
-    bound before Marabou takes the open boxes. max_boxes: branch-and-bound box budget."""
+    """timeout: wall-clock seconds per query (search). confirm_timeout: seconds for the
+    exact Z3 confirmation of a PROVED (<= 64 ReLUs). bound_share: share of the timeout
+    for branch and bound before Marabou takes the open boxes. max_boxes: branch-and-bound
+    box budget."""
 
     timeout: float = 60.0
-    bound_share: float = 0.5
+    confirm_timeout: float = 300.0
+    bound_share: float = 0.6
     max_boxes: int = 200_000
     use_marabou: bool = True
     z3_confirm: bool = True
@@ -163,7 +171,8 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
     open_boxes: list[tuple[np.ndarray, np.ndarray]] = []
     tried = 0
     while heap:
-        if time.monotonic() > bab_deadline or stats["boxes"] >= opts.max_boxes:
+        now = time.monotonic()
+        if stats["boxes"] >= opts.max_boxes or now > deadline or (now > bab_deadline and len(heap) <= MARABOU_MAX_BOXES):
             open_boxes = [(lo, hi) for _, _, lo, hi in heap]
             break
         _, _, lo, hi = heapq.heappop(heap)
@@ -202,11 +211,12 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
     if not opts.use_marabou:
         return Verdict.UNKNOWN, None, "bounds", f"{len(open_boxes)} boxes left open (Marabou disabled)"
     remaining = deadline - time.monotonic()
-    if remaining <= 0.5:
+    if remaining <= 0.5 or len(open_boxes) > MARABOU_MAX_BOXES:
         return Verdict.UNKNOWN, None, "bounds", f"timeout with {len(open_boxes)} boxes open"
     stats["marabou_boxes"] += len(open_boxes)
     nbs = [crown_bounds(ir, lo, hi) for lo, hi in open_boxes]
-    answers = marabou.solve_boxes(ir, open_boxes, dj.C, dj.d, remaining, node_bounds=nbs)
+    answers = marabou.solve_boxes(ir, open_boxes, dj.C, dj.d, remaining, node_bounds=nbs,
+                                  per_box_timeout=max(2.0, remaining / len(open_boxes)))
     unknown = []
     for (lo, hi), ans in zip(open_boxes, answers):
         if ans.status == "sat":
@@ -258,42 +268,51 @@ def decide(ir: ControllerIR, model_path: str | Path, query: Query, opts: VerifyO
             verdict = Verdict.UNKNOWN
     method = "+".join(sorted(set(methods))) or "none"
     if verdict == Verdict.PROVED and opts.z3_confirm and ir.n_relus <= Z3_CONFIRM_MAX_RELUS:
-        z3_deadline = time.monotonic() + opts.timeout
-        for k, (dj, boxes) in enumerate(zip(query.disjuncts, partitions)):
-            if dj.empty_input():
-                continue
-            msg = _confirm_partition(ir, dj, boxes, z3_deadline, stats)
-            if msg:
-                errors.append(msg)
-                log.error("%s: %s", query.id, msg)
-                verdict = Verdict.UNKNOWN
-                break
-        if verdict == Verdict.PROVED:
+        msg = _confirm_partitions(ir, query, partitions, time.monotonic() + opts.confirm_timeout, stats)
+        if msg:
+            errors.append(msg)
+            log.error("%s: %s", query.id, msg)
+            verdict = Verdict.UNKNOWN
+        else:
             method += "; confirmed by z3"
     return QueryResult(query.id, verdict, time.monotonic() - t0, method, None, "; ".join(details), errors, stats)
 
 
-def _confirm_partition(ir: ControllerIR, dj: Disjunct, boxes: list, deadline: float, stats: dict) -> str | None:
-    """Exact Z3 check of every box of a PROVED disjunct's partition; None when all unsat.
+def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], deadline: float,
+                        stats: dict) -> str | None:
+    """Exact Z3 check of every box of every disjunct's proof partition; None when all unsat.
 
-    The boxes must cover the region: their volumes (relative, per input width) must sum
-    to the region's, and each must lie inside it.
+    Each partition must cover its region: every box inside it and the volumes (relative
+    to the region's widths) summing to 1. Large boxes are bisected (exact-interval rule)
+    until there are enough independent tasks for the worker processes.
     """
-    width = np.where(dj.hi > dj.lo, dj.hi - dj.lo, 1.0)
-    vol = 0.0
-    for lo, hi in boxes:
-        if np.any(lo < dj.lo) or np.any(hi > dj.hi):
-            return "partition box outside the region"
-        vol += float(np.prod(np.where(dj.hi > dj.lo, (hi - lo) / width, 1.0)))
-    if abs(vol - 1.0) > 1e-9:
-        return f"partition covers {vol:.12f} of the region, not all of it"
-    checker = ExactChecker(ir, dj.C, dj.d)
-    for lo, hi in boxes:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return f"Z3 confirmation ran out of time after {stats['z3_calls']} of {len(boxes)} boxes"
-        stats["z3_calls"] += 1
-        res, x = checker.check(lo, hi, left)
+    tasks = []
+    for dj, boxes in zip(query.disjuncts, partitions):
+        if dj.empty_input():
+            continue
+        width = np.where(dj.hi > dj.lo, dj.hi - dj.lo, 1.0)
+        vol = 0.0
+        for lo, hi in boxes:
+            if np.any(lo < dj.lo) or np.any(hi > dj.hi):
+                return "partition box outside the region"
+            vol += float(np.prod(np.where(dj.hi > dj.lo, (hi - lo) / width, 1.0)))
+        if abs(vol - 1.0) > 1e-9:
+            return f"partition covers {vol:.12f} of the region, not all of it"
+        tasks.extend((dj.C, dj.d, lo, hi) for lo, hi in boxes)
+    while 0 < len(tasks) < 4 * Z3_WORKERS:
+        k = int(np.argmax([float(np.prod(np.where(hi > lo, hi - lo, 1.0))) for _, _, lo, hi in tasks]))
+        C, d, lo, hi = tasks.pop(k)
+        halves = ExactChecker(ir, C, d)._split(lo, hi)
+        if halves is None:
+            tasks.insert(k, (C, d, lo, hi))
+            break
+        tasks.extend((C, d, a, b) for a, b in halves)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return "Z3 confirmation ran out of time"
+    stats["z3_calls"] += len(tasks)
+    results = confirm_boxes(ir, tasks, left, workers=Z3_WORKERS)
+    for (_, _, lo, hi), (res, x) in zip(tasks, results):
         if res != "unsat":
             return (f"Z3 does not confirm PROVED on box lo={np.round(lo, 6).tolist()} hi={np.round(hi, 6).tolist()}: "
                     f"{res}" + (f" at x={np.round(x, 6).tolist()}" if x is not None else ""))

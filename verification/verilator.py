@@ -23,13 +23,17 @@ class LintResult:
         return {"clean": self.clean, "tool": self.tool, "messages": list(self.messages), "error": self.error}
 
 
-def lint(verilog: Path, top: str) -> LintResult:
-    """Lint one Verilog file with every warning enabled."""
+def lint(verilog: Path, top: str, timeout_s: float = 900.0) -> LintResult:
+    """Lint one Verilog file with every warning enabled; a timeout is a failed lint."""
     exe = shutil.which("verilator")
     if exe is None:
         return LintResult(False, "verilator not found", (), error="verilator not found on PATH")
-    proc = subprocess.run([exe, "--lint-only", "-Wall", "--top-module", top, str(verilog)],
-                          capture_output=True, text=True, timeout=600)
+    try:
+        proc = subprocess.run([exe, "--lint-only", "-Wall", "--top-module", top, str(verilog)],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return LintResult(False, f"verilator {tool_version('verilator')}", (),
+                          error=f"verilator did not finish within {timeout_s:.0f} s")
     msgs = tuple(line.replace(str(verilog), verilog.name) for line in (proc.stdout + proc.stderr).splitlines()
                  if line.startswith("%"))
     clean = proc.returncode == 0 and not msgs

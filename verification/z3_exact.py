@@ -53,8 +53,9 @@ class ExactChecker:
 
     Per box, exact rational interval bounds fix every ReLU whose input sign is known
     (``y = z`` or ``y = 0``); the others are ``If(z > 0, z, 0)``. When Z3 does not answer
-    within ``step_s``, the box is bisected along its widest input and both halves are
-    checked (an independent branch and bound; shares no code with the float bounds).
+    within ``step_s``, the box is bisected along the input whose halves leave the fewest
+    ReLUs of undecided sign, and both halves are checked (an independent branch and
+    bound in exact arithmetic; it shares no code with the float bounds).
     """
 
     def __init__(self, ir: ControllerIR, C: np.ndarray, d: np.ndarray, step_s: float = 0.5):
@@ -114,13 +115,31 @@ class ExactChecker:
             return "sat", np.array([float(m.eval(v, model_completion=True).as_fraction()) for v in xs])
         return "unknown", None
 
+    def _unstable(self, lo, hi) -> int:
+        iv = exact_intervals(self.ir, lo, hi)
+        return sum(1 for node in self.ir.nodes if not isinstance(node, (InputNode, AffineNode))
+                   for a, b in iv[node.src] if a < 0 < b)
+
+    def _split(self, lo, hi):
+        """Bisect along the input that leaves the fewest ReLUs of undecided sign (exact intervals)."""
+        best = None
+        for i in range(lo.size):
+            if not hi[i] > lo[i]:
+                continue
+            mid = (lo[i] + hi[i]) / 2
+            a_hi, b_lo = hi.copy(), lo.copy()
+            a_hi[i], b_lo[i] = mid, mid
+            cost = self._unstable(lo, a_hi) + self._unstable(b_lo, hi)
+            if best is None or cost < best[0]:
+                best = (cost, [(lo, a_hi), (b_lo, hi)])
+        return None if best is None else best[1]
+
     def check(self, lo: np.ndarray, hi: np.ndarray, timeout_s: float) -> tuple[str, np.ndarray | None]:
         """("unsat", None), ("sat", x float64) or ("unknown", None) when time runs out."""
         import time
 
         deadline = time.monotonic() + timeout_s
         stack = [(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64))]
-        scale = np.where(stack[0][1] > stack[0][0], stack[0][1] - stack[0][0], 1.0)
         while stack:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -130,13 +149,10 @@ class ExactChecker:
             if res == "sat":
                 return res, x
             if res == "unknown":
-                i = int(np.argmax((bhi - blo) / scale))
-                if not bhi[i] > blo[i]:
+                halves = self._split(blo, bhi)
+                if halves is None:
                     return "unknown", None
-                mid = (blo[i] + bhi[i]) / 2
-                a_hi, b_lo = bhi.copy(), blo.copy()
-                a_hi[i], b_lo[i] = mid, mid
-                stack.extend([(blo, a_hi), (b_lo, bhi)])
+                stack.extend(halves)
         return "unsat", None
 
 
@@ -144,3 +160,35 @@ def exact_check(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, C: np.ndarray,
                 timeout_s: float) -> tuple[str, np.ndarray | None]:
     """Decide ``exists x in [lo, hi]: C y(x) <= d`` exactly (see :class:`ExactChecker`)."""
     return ExactChecker(ir, C, d).check(lo, hi, timeout_s)
+
+
+def _confirm_task(args) -> tuple[str, list | None]:
+    ir, C, d, lo, hi, timeout_s = args
+    res, x = ExactChecker(ir, C, d).check(lo, hi, timeout_s)
+    return res, None if x is None else x.tolist()
+
+
+def confirm_boxes(ir: ControllerIR, tasks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                  timeout_s: float, workers: int = 2) -> list[tuple[str, np.ndarray | None]]:
+    """Run :meth:`ExactChecker.check` on (C, d, lo, hi) tasks in ``workers`` processes.
+
+    Each task gets the whole remaining budget; results come back in task order. With
+    one task or one worker everything runs in this process.
+    """
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    deadline = time.monotonic() + timeout_s
+    if workers <= 1 or len(tasks) <= 1:
+        out = []
+        for C, d, lo, hi in tasks:
+            out.append(ExactChecker(ir, C, d).check(lo, hi, max(0.0, deadline - time.monotonic())))
+        return out
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_confirm_task, (ir, C, d, lo, hi, timeout_s)) for C, d, lo, hi in tasks]
+        results = []
+        for f in futures:
+            res, x = f.result()
+            results.append((res, None if x is None else np.array(x)))
+    return results

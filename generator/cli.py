@@ -21,7 +21,7 @@ from .errors import MiCertifyError
 _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime cross-check",
                  "verify": "verify network properties + output domain",
                  "lut_properties": "check sla.yaml properties on every LUT cell",
-                 "lut": "build LUT over the quantized grid", "emit": "emit Python runtime + Verilog",
+                 "lut": "distill the network into the LUT", "emit": "emit Python runtime + Verilog",
                  "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)"}
 
 
@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-verify", action="store_true",
                    help="do not prove the sla.yaml properties and the output domain on the network (bounds, "
                         "Marabou, Z3); the build is then incomplete")
+    b.add_argument("--sample-lut", action="store_true",
+                   help="fill the LUT from cell centres instead of certified distillation (fast; every cell is then "
+                        "'sampled', not proven)")
     b.add_argument("--verify-timeout", type=float, default=60.0, metavar="S",
                    help="wall-clock seconds per verification query (default 60); a timeout is UNKNOWN and fails "
                         "the build")
@@ -104,7 +107,7 @@ def _run_build(args, console: Console) -> int:
     if out is None:
         out = str(Path("build") / load_spec(args.sla).name)
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
-                        skip_lint=args.skip_lint, verify=not args.no_verify, verify_timeout=args.verify_timeout)
+                        skip_lint=args.skip_lint, verify=not args.no_verify, distill=not args.sample_lut, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True)
     tasks: dict[str, int] = {}
@@ -133,7 +136,11 @@ def _run_build(args, console: Console) -> int:
         for name, st in s["stages"].items():
             detail = ""
             if name == "lut":
-                detail = f"{st['cells']} cells ({st['proven']} proven, {st['sampled']} sampled)"
+                detail = f"{st['cells']} cells: {st['proven']} proven, {st['resolved']} resolved, {st['sampled']} sampled"
+                if "fidelity" in st:
+                    f = st["fidelity"]
+                    detail += (f"; agreement with onnxruntime {f['agreement']:.2%} on {f['points']} points, "
+                               f"{f['proven_agree']}/{f['proven_points']} in proven cells")
             elif name == "cosim" and st["status"] != "skipped":
                 detail = f"{st['cycles']} cycles, {st['mismatches']} mismatches"
                 if st.get("error"):

@@ -22,6 +22,7 @@ Symbolic (or zero) leading dimensions are bound to 1 and reported in ``ir.notes`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -526,6 +527,22 @@ def input_feed_shapes(path: str | Path) -> list[tuple[str, tuple[int, ...], np.d
     return out
 
 
+@functools.lru_cache(maxsize=8)
+def _session(path: str, _mtime: int, _size: int):
+    """One onnxruntime session (and input feed layout) per model file version."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ModelImportError(f"onnxruntime refuses the model: {msg}", file=path) from None
+    return sess, input_feed_shapes(path)
+
+
 def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
     """Evaluate the model with onnxruntime (float32, CPU), one point per run.
 
@@ -536,18 +553,8 @@ def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
     Raises:
         ModelImportError if onnxruntime refuses the model.
     """
-    import onnxruntime as ort
-
     path = Path(path)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    try:
-        sess = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise ModelImportError(f"onnxruntime refuses the model: {msg}", file=str(path)) from None
-    feeds = input_feed_shapes(path)
+    sess, feeds = _session(str(path.resolve()), path.stat().st_mtime_ns, path.stat().st_size)
     out_rows = []
     pts = np.asarray(points, dtype=np.float32)
     for row in pts:

@@ -37,6 +37,7 @@ from mi_certify.verification.tools import tool_version
 
 from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
 from .errors import BuildError
+from .distill import DistillOptions, distill, fidelity
 from .lut import check_shapes, sample_lut
 from .onnx_import import cross_check, import_onnx
 from .spec import Spec, load_spec
@@ -45,6 +46,8 @@ from .spec import Spec, load_spec
 UNHASHED = ("build.log", "verification_log.json")
 #: Number of onnxruntime cross-check points after import.
 CROSS_CHECK_POINTS = 256
+#: Random points of the fidelity check against onnxruntime.
+FIDELITY_POINTS = 100_000
 #: Random co-simulation cycles (directed sequences come on top).
 COSIM_RANDOM_CYCLES = 10_000
 COSIM_SEED = 1
@@ -65,6 +68,16 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _runs(status: np.ndarray) -> list:
+    """Run-length encoding [[start, stop, status], ...] of the per-cell status."""
+    out, start = [], 0
+    for i in range(1, len(status) + 1):
+        if i == len(status) or status[i] != status[start]:
+            out.append([start, i, str(status[start])])
+            start = i
+    return out
+
+
 def _dump(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -79,6 +92,7 @@ class BuildOptions:
     skip_lint: bool = False
     verify: bool = True
     verify_timeout: float = 60.0
+    distill: bool = True
 
 
 @dataclass
@@ -242,9 +256,29 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                                                   if a["reachable"] == "yes"],
                             "timeout_s": opts.verify_timeout}
 
-    lut = timed("lut", lambda: sample_lut(spec, ir, progress=lambda a, b: rep.progress("lut", a / b)))
-    counts = lut.counts()
-    stages["lut"] = {"status": "ok", "method": "centre sampling (not proven)", **counts}
+    if opts.distill:
+        dres = timed("lut", lambda: distill(spec, ir, model_path, DistillOptions(resolve=spec.resolve),
+                                            progress=lambda a, b: rep.progress("lut", a / b)))
+        lut = dres.lut
+        counts = lut.counts()
+        fid = fidelity(spec, model_path, lut, n_points=FIDELITY_POINTS)
+        bad_fid = fid["proven_agree"] != fid["proven_points"]
+        refused = spec.resolve == "refuse" and counts["resolved"] > 0
+        _dump(d / "distillation.json", {"boxes": dres.boxes, "resolved_cells": dres.resolved,
+                                        "policy": spec.resolve, "fidelity": fid})
+        stages["lut"] = {"status": "failed" if bad_fid or refused else "ok",
+                         "method": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
+                         **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
+                         "undecided_cells": sum(1 for r in dres.resolved if r["undecided"]),
+                         "solver_calls": dres.stats["bound_calls"], "fidelity": {k: v for k, v in fid.items()
+                                                                                  if k != "disagreements_in_proven_cells"},
+                         **({"error": "a proven cell disagrees with onnxruntime"} if bad_fid else {}),
+                         **({"error": f"distill.resolve is refuse and {counts['resolved']} cells hold several "
+                                      "actions"} if refused else {})}
+    else:
+        lut = timed("lut", lambda: sample_lut(spec, ir, progress=lambda a, b: rep.progress("lut", a / b)))
+        counts = lut.counts()
+        stages["lut"] = {"status": "ok", "method": "centre sampling (not proven)", **counts}
     lut_props = timed("lut_properties", lambda: check_lut_properties(spec, lut.tokens),
                       lambda rs: "failed" if any(r.verdict == "violated" for r in rs) else "ok")
     stages["lut_properties"] = {
@@ -262,7 +296,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         "inputs": [{"name": i.name, "bits": i.bits, "min": i.min, "max": i.max, "unit": i.unit} for i in spec.inputs],
         "actions": [a.name for a in spec.actions], "cells": counts["cells"],
         "status": {k: counts[k] for k in ("proven", "resolved", "sampled")},
-        "cell_status": [[0, counts["cells"], "sampled"]] if counts["sampled"] == counts["cells"] else "see distillation",
+        "cell_status": _runs(lut.status),
         "tokens": {a.name: int(hist[i]) for i, a in enumerate(spec.actions)},
         "confident_cells": int(lut.confident.sum()), "sha256": hashlib.sha256(lb).hexdigest()})
 
@@ -305,7 +339,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     status = "failed" if failed else "incomplete" if skipped else "ok"
     summary = {"status": status, "failed_stages": failed, "skipped_stages": skipped, "stages": stages,
                "lut": {"cells": counts["cells"], "sampled": counts["sampled"], "proven": counts["proven"],
-                       "resolved": counts["resolved"]},
+                       "resolved": counts["resolved"],
+                       **({"proven_share": stages["lut"]["proven_share"], "fidelity": stages["lut"]["fidelity"]}
+                          if "fidelity" in stages["lut"] else {})},
                "cosim": cosim_summary,
                "artifacts": {"python_runtime": py_path.name, "verilog": v_path.name},
                "controller": spec.name, "mi_certify": version()}
@@ -319,8 +355,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         "inputs": {"model": {"path": f"inputs/model/{model_path.name}", "sha256": hashes.model},
                    "spec": {"path": f"inputs/spec/{spec_path.name}", "sha256": hashes.spec}},
         "files": {p.relative_to(d).as_posix(): sha256_file(p) for p in files},
-        "proofs": "network properties verified" if stages["verify"]["status"] == "ok" else
-                  "none: LUT cells are sampled, network properties not proven",
+        "proofs": {"network_properties": "proved" if stages["verify"]["status"] == "ok" else "not proved",
+                   "lut": f"{counts['proven']} cells proven, {counts['resolved']} resolved, {counts['sampled']} "
+                          "sampled (not proven)"},
         "not_hashed": {"build.log": "stage times", "verification_log.json": "per-query times, methods, statistics"},
         "versions": tool_versions(), "seeds": {"cosim": opts.cosim_seed, "onnxruntime_check": 0}})
     return summary

@@ -109,6 +109,16 @@ SCHEMA: dict = {
                              "description": "consecutive compliant steps needed to leave the fallback"},
             },
         },
+        "distill": {
+            "type": "object", "additionalProperties": False,
+            "description": "certified distillation of the network into the LUT",
+            "properties": {
+                "resolve": {"enum": ["conservative", "centre", "refuse"],
+                            "description": "a cell where the network decodes more than one action (or that cannot "
+                                           "be decided) gets the conservative action, confident (default); the "
+                                           "action at its centre, not confident; or fails the build (refuse)"},
+            },
+        },
         "properties": {
             "type": "array",
             "description": "safety properties over regions of the envelope",
@@ -200,6 +210,7 @@ class Spec:
     fsm: FsmParams
     properties: tuple[PropertySpec, ...] = ()
     confidence_threshold: float | None = None
+    resolve: str = "conservative"
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -420,6 +431,7 @@ def _resolve(raw: dict, f: str) -> Spec:
                 fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),
                               int(fsm["recovery"])),
                 properties=tuple(props), confidence_threshold=None if conf is None else float(conf["threshold"]),
+                resolve=raw.get("distill", {}).get("resolve", "conservative"),
                 raw=raw)
 
 

@@ -40,7 +40,11 @@ def _summary(out: Path) -> dict:
 def test_reference_controller_builds_end_to_end(reference_build):
     s = _summary(reference_build)
     assert s["status"] == "ok" and s["failed_stages"] == []
-    assert s["lut"] == {"cells": 65536, "sampled": 65536, "proven": 0, "resolved": 0}
+    lut = s["lut"]
+    assert lut["cells"] == 65536 and lut["sampled"] == 0 and lut["proven"] + lut["resolved"] == 65536
+    assert lut["proven_share"] > 0.75  # measured 0.784
+    assert lut["fidelity"]["points"] == 100_000
+    assert lut["fidelity"]["proven_agree"] == lut["fidelity"]["proven_points"] > 70_000
     assert s["cosim"]["cycles"] >= 10_000 and s["cosim"]["mismatches"] == 0
     assert s["artifacts"] == {"python_runtime": "meta_controller.py", "verilog": "meta_controller.v"}
     assert s["stages"]["lint"]["clean"] is True and s["stages"]["lint"]["messages"] == []
@@ -61,7 +65,7 @@ def test_manifest_hashes_every_output(reference_build):
     m = json.loads((reference_build / "manifest.json").read_text())
     files = {p.relative_to(reference_build).as_posix() for p in reference_build.rglob("*") if p.is_file()}
     assert set(m["files"]) == files - {"manifest.json", "build.log", "verification_log.json"}
-    assert m["format"] == "mi-certify/build-v1" and m["proofs"] == "network properties verified"
+    assert m["format"] == "mi-certify/build-v1" and m["proofs"]["network_properties"] == "proved"
     for rel, digest in m["files"].items():
         assert hashlib.sha256((reference_build / rel).read_bytes()).hexdigest() == digest
     assert m["inputs"]["model"]["sha256"] == hashlib.sha256(REFERENCE_MODEL.read_bytes()).hexdigest()
@@ -71,7 +75,8 @@ def test_manifest_hashes_every_output(reference_build):
 def test_build_is_byte_identical_when_repeated(reference_build, tmp_path):
     out = tmp_path / "again"
     build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, verify=False))
-    for rel in ("meta_controller.py", "meta_controller.v", "lut.hex", "lut.json", "cosim.json", "import.json"):
+    for rel in ("meta_controller.py", "meta_controller.v", "lut.hex", "lut.json", "cosim.json", "import.json",
+                "distillation.json"):
         assert (out / rel).read_bytes() == (reference_build / rel).read_bytes(), rel
 
 
@@ -101,23 +106,36 @@ def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(referen
     assert mod.ACTIONS == ("keep", "merge_conv", "int4", "offload_cpu") and mod.REASONS[7] == "PROBE_FAULT"
 
 
-def test_lut_agrees_with_onnxruntime_at_cell_centres(reference_build):
+def test_distilled_lut_is_the_network_on_proven_cells_and_lists_resolved_ones(reference_build):
     from mi_certify.generator.lut import cell_centres
     from mi_certify.generator.onnx_import import evaluate_onnxruntime
     from mi_certify.generator.spec import load_spec
     spec = load_spec(REFERENCE_SLA)
     lut = bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
-    idx = np.random.default_rng(2).choice(65536, 300, replace=False)
-    pts = cell_centres(spec, 0, 65536)[idx]
-    want = np.argmax(evaluate_onnxruntime(REFERENCE_MODEL, pts), axis=1)
-    got = np.array([lut[i] & 0x7F for i in idx])
-    assert np.mean(got == want) >= 0.99  # float32 ties aside, the sampled LUT is the network at the centre
+    runs = json.loads((reference_build / "lut.json").read_text())["cell_status"]
+    status = np.empty(65536, dtype=object)
+    for a, b, s in runs:
+        status[a:b] = s
+    dist = json.loads((reference_build / "distillation.json").read_text())
+    resolved = {r["address"] for r in dist["resolved_cells"]}
+    assert resolved == set(np.nonzero(status == "resolved")[0].tolist())
+    assert all(r["resolved_to"] == "keep" and lut[r["address"]] & 0x7F == 0 for r in dist["resolved_cells"])
+    mixed = [r for r in dist["resolved_cells"] if not r["undecided"]]
+    assert len(mixed) > 0.9 * len(dist["resolved_cells"])  # almost all resolved cells hold two shown actions
+    for r in mixed[:20]:  # each lists a replayed witness of a second action
+        assert len(r["actions"]) == 2
+        y = evaluate_onnxruntime(REFERENCE_MODEL, np.array([r["witnesses"][1]["x"]]))[0]
+        assert spec.actions[int(np.argmax(y))].name == r["witnesses"][1]["action"]
+    proven = np.nonzero(status == "proven")[0]
+    idx = np.random.default_rng(2).choice(proven, 300, replace=False)
+    want = np.argmax(evaluate_onnxruntime(REFERENCE_MODEL, cell_centres(spec, 0, 65536)[idx]), axis=1)
+    assert [lut[i] & 0x7F for i in idx] == want.tolist()
 
 
 @pytest.mark.parametrize("model,sla,cells", [(ACAS_1_1, EXAMPLES / "acasxu" / "sla.yaml", 32768),
                                              (CARTPOLE, EXAMPLES / "cartpole" / "sla.yaml", 16384)])
 def test_public_anchor_networks_build_end_to_end(tmp_path, model, sla, cells):
-    res = build(model, sla, tmp_path / "out", BuildOptions(verify_timeout=30))
+    res = build(model, sla, tmp_path / "out", BuildOptions(verify_timeout=30, distill=False))
     assert res.status == "ok", res.summary
     assert res.summary["stages"]["verify"]["status"] == "ok"
     assert res.summary["lut"]["cells"] == cells and res.summary["cosim"]["mismatches"] == 0
@@ -180,7 +198,8 @@ def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):
     real = build_mod.emit_verilog
     monkeypatch.setattr(build_mod, "emit_verilog", lambda *a: real(*a).replace("n_reason = R_HOLD;\n            end else begin",
                                                                                "n_reason = R_PENDING;\n            end else begin"))
-    res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False))
+    res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False,
+                                                                               distill=False))
     assert res.status == "failed" and res.summary["failed_stages"] == ["cosim"]
     assert res.summary["cosim"]["mismatches"] > 0
     assert (tmp_path / "out" / "FAILED").exists()
@@ -222,7 +241,7 @@ def test_output_directory_that_is_not_a_build_is_not_overwritten(tmp_path):
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
     proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim",
-               "--no-verify")
+               "--no-verify", "--sample-lut")
     assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
     assert (out / "notes.txt").read_text() == "keep me"
 
@@ -233,7 +252,7 @@ def test_every_subcommand_explains_its_options(sub):
     assert proc.returncode == 0 and "usage: mi-certify " + sub in proc.stdout
     if sub == "build":
         for opt in ("--sla", "--out", "--cosim-cycles", "--seed", "--skip-cosim", "--skip-lint", "--json",
-                    "--no-verify", "--verify-timeout"):
+                    "--no-verify", "--verify-timeout", "--sample-lut"):
             assert opt in proc.stdout
 
 
@@ -248,7 +267,8 @@ def test_forbidden_action_in_the_lut_fails_the_build_and_names_the_cells(tmp_pat
     sla = tmp_path / "sla.yaml"
     sla.write_text(REFERENCE_SLA.read_text().replace("when: {temperature_c: [95, 110]}, forbid: [int4]",
                                                      "when: {}, forbid: [int4]"))
-    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True, verify=False))
+    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True, verify=False,
+                                                                          distill=False))
     assert res.status == "failed" and res.summary["failed_stages"] == ["lut_properties"]
     rep = json.loads((tmp_path / "out" / "lut_properties.json").read_text())
     assert rep[0]["verdict"] == "violated" and rep[0]["violating_cells"] == 5029
@@ -257,7 +277,8 @@ def test_forbidden_action_in_the_lut_fails_the_build_and_names_the_cells(tmp_pat
 
 def test_skipped_stages_make_the_build_incomplete(tmp_path):
     res = build(CARTPOLE, EXAMPLES / "cartpole" / "sla.yaml", tmp_path / "out", BuildOptions(skip_cosim=True,
-                                                                                               verify=False))
+                                                                                               verify=False,
+                                                                                               distill=False))
     assert res.status == "incomplete" and res.summary["skipped_stages"] == ["verify", "cosim"]
 
 
@@ -267,7 +288,7 @@ def test_a_directory_with_a_foreign_file_is_not_taken_for_a_previous_build(tmp_p
     shutil.copytree(reference_build, out)
     (out / "thesis.tex").write_text("mine")
     proc = cli("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim",
-               "--no-verify")
+               "--no-verify", "--sample-lut")
     assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
     assert (out / "thesis.tex").read_text() == "mine"
 

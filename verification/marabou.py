@@ -140,6 +140,9 @@ def _child(job_path: str, out_path: str) -> int:
             for j in range(nodes[0]["size"]):
                 ipq.setLowerBound(j, float(lo[j]))
                 ipq.setUpperBound(j, float(hi[j]))
+                ipq.markInputVariable(j, j)  # lets Marabou build its network-level reasoner
+            for k, v in enumerate(out_vars):
+                ipq.markOutputVariable(v, k)
             have_bounds = f"nl{b}_0" in data.files
             for i, n in enumerate(nodes):
                 base = offsets[i]

@@ -1,0 +1,70 @@
+"""Certified distillation: proven cells, resolved cells with witnesses, the confident bit, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from conftest import save_model, tensor
+from mi_certify.generator.distill import DistillOptions, distill, fidelity
+from mi_certify.generator.lut import PROVEN, RESOLVED
+from mi_certify.generator.onnx_import import import_onnx
+from mi_certify.generator.spec import load_spec
+
+SPEC = """schema: mi-certify/v1
+controller: {{name: ctl, decode: argmax}}
+{confidence}
+inputs:
+  - {{name: x, min: -1, max: 1, bits: 2}}
+  - {{name: z, min: 0, max: 1, bits: 1}}
+actions:
+  - {{name: a0, conservative: true}}
+  - {{name: a1}}
+fsm: {{hysteresis: 1, cooldown: 0, violations_to_fallback: 1, recovery: 1}}
+{distill}
+"""
+
+
+def _model(tmp_path):
+    # y0 = 4 (x - 0.1), y1 = -4 (x - 0.1): a1 wins for x < 0.1, a0 for x > 0.1; z is ignored
+    nodes = [helper.make_node("Gemm", ["in", "W", "b"], ["y"], transB=1)]
+    return save_model(tmp_path, "lin", nodes, [tensor("in", [1, 2])], [tensor("y", [1, 2])],
+                      inits=[("W", [[4.0, 0.0], [-4.0, 0.0]]), ("b", [-0.4, 0.4])])
+
+
+def _spec(tmp_path, confidence="", distill_section=""):
+    p = tmp_path / "sla.yaml"
+    p.write_text(SPEC.format(confidence=confidence, distill=distill_section))
+    return load_spec(p)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_cuts(tmp_path, workers):
+    model = _model(tmp_path)
+    res = distill(_spec(tmp_path), import_onnx(model), model, DistillOptions(workers=workers))
+    # address = x level (2 bits) << 1 | z level; x cells [-1,-.5) [-.5,0) [0,.5) [.5,1]
+    assert res.lut.tokens.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2
+    assert [r["address"] for r in res.resolved] == [4, 5]
+    for r in res.resolved:
+        assert sorted(r["actions"]) == ["a0", "a1"] and r["resolved_to"] == "a0" and not r["undecided"]
+        assert 0 <= r["witnesses"][1]["x"][0] <= 0.5  # the witness lies in the cell
+    f = fidelity(_spec(tmp_path), model, res.lut, n_points=2000)
+    assert f["proven_agree"] == f["proven_points"] > 1000
+
+
+def test_centre_policy_keeps_the_centre_action_without_confidence(tmp_path):
+    model = _model(tmp_path)
+    spec = _spec(tmp_path, distill_section="distill: {resolve: centre}")
+    res = distill(spec, import_onnx(model), model, DistillOptions(resolve=spec.resolve, workers=1))
+    assert res.lut.tokens[4] == 0 and not res.lut.confident[4]  # centre x=0.25 -> a0
+
+
+def test_confident_bit_is_a_certified_lower_bound(tmp_path):
+    model = _model(tmp_path)
+    spec = _spec(tmp_path, confidence="confidence: {kind: softmax, threshold: 0.99}")
+    res = distill(spec, import_onnx(model), model, DistillOptions(workers=1))
+    # in cell [-0.5, 0): margin y1 - y0 = -8 (x - 0.1) >= 0.8 -> p >= 1/(1+e^-0.8) = 0.69 < 0.99: not confident
+    # in cell [-1, -0.5): margin >= 4.8 -> p >= 0.9918: confident
+    assert res.lut.confident.tolist()[:4] == [True, True, False, False]

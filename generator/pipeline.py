@@ -257,11 +257,20 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                             "timeout_s": opts.verify_timeout}
 
     if opts.distill:
-        dres = timed("lut", lambda: distill(spec, ir, model_path, DistillOptions(resolve=spec.resolve),
-                                            progress=lambda a, b: rep.progress("lut", a / b)))
+        def do_distill():
+            r = distill(spec, ir, model_path, DistillOptions(resolve=spec.resolve),
+                        progress=lambda a, b: rep.progress("lut", a / b))
+            return r, fidelity(spec, model_path, r.lut, n_points=FIDELITY_POINTS)
+
+        def distill_status(res):
+            r, f = res
+            ok = f["proven_agree"] == f["proven_points"] and not (spec.resolve == "refuse" and
+                                                                 r.lut.counts()["resolved"] > 0)
+            return "ok" if ok else "failed"
+
+        dres, fid = timed("lut", do_distill, distill_status)
         lut = dres.lut
         counts = lut.counts()
-        fid = fidelity(spec, model_path, lut, n_points=FIDELITY_POINTS)
         bad_fid = fid["proven_agree"] != fid["proven_points"]
         refused = spec.resolve == "refuse" and counts["resolved"] > 0
         _dump(d / "distillation.json", {"boxes": dres.boxes, "resolved_cells": dres.resolved,

@@ -68,3 +68,13 @@ def test_confident_bit_is_a_certified_lower_bound(tmp_path):
     # in cell [-0.5, 0): margin y1 - y0 = -8 (x - 0.1) >= 0.8 -> p >= 1/(1+e^-0.8) = 0.69 < 0.99: not confident
     # in cell [-1, -0.5): margin >= 4.8 -> p >= 0.9918: confident
     assert res.lut.confident.tolist()[:4] == [True, True, False, False]
+
+
+def test_refuse_policy_fails_the_build_when_a_cell_holds_two_actions(tmp_path):
+    from mi_certify.generator.pipeline import BuildOptions, build
+    model = _model(tmp_path)
+    _spec(tmp_path, distill_section="distill: {resolve: refuse}")
+    res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True,
+                                                                             skip_cosim=True))
+    assert res.status == "failed" and res.summary["failed_stages"] == ["lut"]
+    assert res.summary["stages"]["lut"]["error"].startswith("distill.resolve is refuse and 2 cells")

@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--sample-lut", action="store_true",
                    help="fill the LUT from cell centres instead of certified distillation (fast; every cell is then "
                         "'sampled', not proven)")
+    b.add_argument("--heatmap", metavar="X,Y", default=None,
+                   help="also write heatmap_X_Y.png: the LUT over inputs X and Y (other inputs at their middle "
+                        "level), resolved cells marked")
     b.add_argument("--verify-timeout", type=float, default=60.0, metavar="S",
                    help="wall-clock seconds per verification query (default 60); a timeout is UNKNOWN and fails "
                         "the build")
@@ -107,7 +110,8 @@ def _run_build(args, console: Console) -> int:
     if out is None:
         out = str(Path("build") / load_spec(args.sla).name)
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
-                        skip_lint=args.skip_lint, verify=not args.no_verify, distill=not args.sample_lut, verify_timeout=args.verify_timeout)
+                        skip_lint=args.skip_lint, verify=not args.no_verify, distill=not args.sample_lut,
+                        heatmap=tuple(args.heatmap.split(",", 1)) if args.heatmap else None, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True)
     tasks: dict[str, int] = {}

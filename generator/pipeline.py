@@ -36,7 +36,7 @@ from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.tools import tool_version
 
 from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
-from .errors import BuildError
+from .errors import BuildError, SpecError
 from .distill import DistillOptions, distill, fidelity
 from .lut import check_shapes, sample_lut
 from .onnx_import import cross_check, import_onnx
@@ -93,6 +93,7 @@ class BuildOptions:
     verify: bool = True
     verify_timeout: float = 60.0
     distill: bool = True
+    heatmap: tuple[str, str] | None = None
 
 
 @dataclass
@@ -207,6 +208,12 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
     stages["spec"] = {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
                       "address_bits": spec.address_bits, "properties": len(spec.properties)}
 
+    if opts.heatmap:
+        names = [i.name for i in spec.inputs]
+        if len(opts.heatmap) != 2 or any(n not in names for n in opts.heatmap) or opts.heatmap[0] == opts.heatmap[1]:
+            raise SpecError(f"--heatmap {','.join(opts.heatmap)}: give two different inputs as X,Y "
+                            f"(inputs: {', '.join(names)})", file=spec.path)
+
     def do_import():
         ir = import_onnx(model_path)
         check_shapes(spec, ir, str(model_path))
@@ -288,6 +295,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         lut = timed("lut", lambda: sample_lut(spec, ir, progress=lambda a, b: rep.progress("lut", a / b)))
         counts = lut.counts()
         stages["lut"] = {"status": "ok", "method": "centre sampling (not proven)", **counts}
+    if opts.heatmap:
+        from .heatmap import write_heatmap
+        write_heatmap(spec, lut, opts.heatmap[0], opts.heatmap[1], d / f"heatmap_{opts.heatmap[0]}_{opts.heatmap[1]}.png")
     lut_props = timed("lut_properties", lambda: check_lut_properties(spec, lut.tokens),
                       lambda rs: "failed" if any(r.verdict == "violated" for r in rs) else "ok")
     stages["lut_properties"] = {

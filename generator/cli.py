@@ -170,7 +170,7 @@ def _run_build(args, console: Console) -> int:
                           "complete certificate")
         if s["lut"]["sampled"]:
             console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")
-    return 0 if s["status"] == "ok" else 1
+    return 1 if s["status"] == "failed" else 0
 
 
 def _run_inspect(args, console: Console) -> int:
@@ -216,6 +216,9 @@ def _run_verify(args, console: Console) -> int:
     from .spec import load_spec
 
     opts = VerifyOptions(timeout=args.timeout, confirm_timeout=args.confirm_timeout, use_marabou=not args.no_marabou)
+    for target in (args.witness, args.json_out):
+        if target and not Path(target).resolve().parent.is_dir():
+            raise MiCertifyError("the folder of this output file does not exist", file=target)
     ir = import_onnx(args.model)
     if args.vnnlib:
         from mi_certify.verification.vnnlib import parse_vnnlib, write_counterexample
@@ -224,6 +227,8 @@ def _run_verify(args, console: Console) -> int:
         if boxes:
             lo = np.min([np.minimum(d.lo, d.hi) for d in boxes], axis=0)
             hi = np.max([np.maximum(d.lo, d.hi) for d in boxes], axis=0)
+            if not (np.all(np.abs(lo) <= 1e15) and np.all(np.abs(hi) <= 1e15)):
+                raise MiCertifyError("input bounds beyond 1e15 in magnitude are not supported", file=args.vnnlib)
             cross_check(ir, args.model, lo, hi)
         res = decide(ir, args.model, query, opts)
         console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s ({res.method}) "

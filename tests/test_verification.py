@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -140,3 +141,34 @@ def test_cli_verify_vnnlib_prints_the_verdict_last_and_writes_a_replayable_witne
     np.testing.assert_allclose(evaluate_onnxruntime(root / "onnx" / "ACASXU_run2a_1_7_batch_2000.onnx", x[None])[0],
                                y, rtol=1e-6)
     assert np.all(y[0] <= y[1:] + 1e-4)  # COC minimal: the unsafe region of property 3
+
+
+HEAD = "".join(f"(declare-const X_{i} Real)" for i in range(4)) + "(declare-const Y_0 Real)(declare-const Y_1 Real)"
+BOX = "".join(f"(assert (>= X_{i} -0.1))(assert (<= X_{i} 0.1))" for i in range(4))
+
+
+@pytest.mark.parametrize("body,message", [
+    ("(assert (<= Y_0 Y_1) (<= Y_1 -1000))", "assert takes exactly one formula"),
+    ("(assert (>= X_0 nan))", "'nan' is not a finite decimal number"),
+    ("(assert (<= Y_0 inf))", "'inf' is not a finite decimal number"),
+    ("(assert)", "assert takes exactly one formula"),
+    ("(declare-const (X_0) Real)", "expected (declare-const NAME Real)"),
+    ("(assert (<= (-) Y_0))", "malformed term"),
+    ("(declare-const X_01 Real)", "neither X_i nor Y_j"),
+    ("(assert (or))", "'or' without arguments"),
+])
+def test_malformed_vnnlib_is_refused_with_one_located_error(tmp_path, body, message):
+    from mi_certify.verification.vnnlib import VnnlibError
+    f = tmp_path / "p.vnnlib"
+    f.write_text(HEAD + BOX + body)
+    with pytest.raises(VnnlibError, match=re.escape(message)):
+        parse_vnnlib(f, 4, 2)
+
+
+@pytest.mark.parametrize("body", ["(assert (< 0 0))", "(assert (< Y_0 Y_0))", "(assert (> Y_1 Y_1))"])
+def test_strict_comparisons_that_are_constant_false_give_unsat(tmp_path, body):
+    f = tmp_path / "p.vnnlib"
+    f.write_text(HEAD + BOX + body)
+    path = ANCHORS / "rl_cartpole" / "onnx" / "cartpole.onnx"
+    res = decide(import_onnx(path), path, parse_vnnlib(f, 4, 2), FAST)
+    assert res.verdict == Verdict.PROVED

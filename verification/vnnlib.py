@@ -15,6 +15,7 @@ rejects the 1.0 files VNN-COMP publishes (``declare-const``).
 
 from __future__ import annotations
 
+import math
 import re
 from itertools import product
 from pathlib import Path
@@ -63,6 +64,7 @@ class _Lin:
     def __init__(self, coef=None, const=0.0):
         self.coef = dict(coef or {})
         self.const = float(const)
+        self.strict = False
 
     def __add__(self, o):
         c = dict(self.coef)
@@ -80,12 +82,17 @@ def _term(node, f, names) -> _Lin:
         if tok in names:
             return _Lin({names[tok]: 1.0})
         try:
-            return _Lin(const=float(tok))
+            value = float(tok)
         except ValueError:
             raise VnnlibError(f"unknown symbol '{tok}'", file=f, where=f"line {ln}") from None
+        if not math.isfinite(value) or not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", tok):
+            raise VnnlibError(f"'{tok}' is not a finite decimal number", file=f, where=f"line {ln}")
+        return _Lin(const=value)
     if not tok:
         raise VnnlibError("empty expression", file=f, where=f"line {ln}")
     op = tok[0][0]
+    if not isinstance(op, str) or len(tok) < 2:
+        raise VnnlibError("malformed term", file=f, where=f"line {ln}")
     args = [_term(a, f, names) for a in tok[1:]]
     if op == "+":
         out = _Lin()
@@ -112,9 +119,11 @@ def _term(node, f, names) -> _Lin:
 def _formula(node, f, names) -> list[list[tuple[_Lin, int]]]:
     """DNF: list of conjunctions; each atom is (expr, line) meaning expr <= 0."""
     tok, ln = node
-    if isinstance(tok, str) or not tok:
+    if isinstance(tok, str) or not tok or not isinstance(tok[0][0], str):
         raise VnnlibError("expected a formula", file=f, where=f"line {ln}")
     op = tok[0][0]
+    if op in ("and", "or") and len(tok) < 2:
+        raise VnnlibError(f"'{op}' without arguments", file=f, where=f"line {ln}")
     if op == "and":
         parts = [_formula(a, f, names) for a in tok[1:]]
         return [sum(combo, []) for combo in product(*parts)]
@@ -125,7 +134,9 @@ def _formula(node, f, names) -> list[list[tuple[_Lin, int]]]:
             raise VnnlibError(f"'{op}' takes two arguments", file=f, where=f"line {ln}")
         a, b = _term(tok[1], f, names), _term(tok[2], f, names)
         expr = a + b.scale(-1.0) if op in ("<=", "<") else b + a.scale(-1.0)
+        expr.strict = op in ("<", ">")
         return [[(expr, ln)]]
+
     raise VnnlibError(f"unsupported formula operator '{op}'", file=f, where=f"line {ln}")
 
 
@@ -135,6 +146,15 @@ def parse_vnnlib(path: str | Path, n_inputs: int | None = None, n_outputs: int |
     Raises:
         VnnlibError naming file, line and reason.
     """
+    try:
+        return _parse_vnnlib(path, n_inputs, n_outputs)
+    except VnnlibError:
+        raise
+    except (IndexError, TypeError, ValueError, RecursionError) as exc:
+        raise VnnlibError(f"malformed file ({type(exc).__name__})", file=str(path)) from None
+
+
+def _parse_vnnlib(path, n_inputs, n_outputs) -> Query:
     path = Path(path)
     f = str(path)
     try:
@@ -149,12 +169,16 @@ def parse_vnnlib(path: str | Path, n_inputs: int | None = None, n_outputs: int |
             raise VnnlibError("expected (declare-const ...) or (assert ...)", file=f, where=f"line {ln}")
         head = tok[0][0]
         if head == "declare-const":
+            if len(tok) != 3 or not isinstance(tok[1][0], str):
+                raise VnnlibError("expected (declare-const NAME Real)", file=f, where=f"line {ln}")
             name = tok[1][0]
-            m = re.fullmatch(r"([XY])_(\d+)", name)
+            m = re.fullmatch(r"([XY])_(0|[1-9]\d*)", name)
             if not m:
                 raise VnnlibError(f"variable '{name}' is neither X_i nor Y_j", file=f, where=f"line {ln}")
             names[name] = (m.group(1), int(m.group(2)))
         elif head == "assert":
+            if len(tok) != 2:
+                raise VnnlibError("assert takes exactly one formula", file=f, where=f"line {ln}")
             asserts.append(tok[1])
         else:
             raise VnnlibError(f"unsupported command '{head}'", file=f, where=f"line {ln}")
@@ -192,8 +216,8 @@ def parse_vnnlib(path: str | Path, n_inputs: int | None = None, n_outputs: int |
                     r[j] = v
                 rows.append(r)
                 rhs.append(-expr.const)
-            elif expr.const > 0:  # a constant constraint that is false: this disjunct is empty
-                trivially_false = True
+            elif expr.const > 0 or (expr.strict and expr.const >= 0):
+                trivially_false = True  # a constant constraint that is false (exactly, strictness kept)
         if trivially_false:
             continue
         unbounded = [i for i in range(nx) if not (np.isfinite(lo[i]) and np.isfinite(hi[i]))]

@@ -30,6 +30,7 @@ order, so the LUT does not depend on scheduling.
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -198,15 +199,17 @@ def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillO
         slices.append((spec, ir, str(model_path), qlo, qhi, opts))
     records, resolved = [], []
     stats = {"boxes": 0, "bound_calls": 0, "solver_cells": 0, "marabou_boxes": 0}
+    results = []
     if opts.workers > 1:
-        with ProcessPoolExecutor(max_workers=opts.workers, mp_context=get_context("spawn")) as pool:
+        try:
+            with ProcessPoolExecutor(max_workers=opts.workers, mp_context=get_context("spawn")) as pool:
+                for k, r in enumerate(pool.map(_distill_slice, slices)):
+                    results.append(r)
+                    if progress:
+                        progress(k + 1, len(slices))
+        except (RuntimeError, BrokenProcessPool):  # e.g. called from a script without a __main__ guard
             results = []
-            for k, r in enumerate(pool.map(_distill_slice, slices)):
-                results.append(r)
-                if progress:
-                    progress(k + 1, len(slices))
-    else:
-        results = []
+    if not results:
         for k, s in enumerate(slices):
             results.append(_distill_slice(s))
             if progress:

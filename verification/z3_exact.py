@@ -185,10 +185,15 @@ def confirm_boxes(ir: ControllerIR, tasks: list[tuple[np.ndarray, np.ndarray, np
         for C, d, lo, hi in tasks:
             out.append(ExactChecker(ir, C, d).check(lo, hi, max(0.0, deadline - time.monotonic())))
         return out
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_confirm_task, (ir, C, d, lo, hi, timeout_s)) for C, d, lo, hi in tasks]
-        results = []
-        for f in futures:
-            res, x = f.result()
-            results.append((res, None if x is None else np.array(x)))
-    return results
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(_confirm_task, (ir, C, d, lo, hi, timeout_s)) for C, d, lo, hi in tasks]
+            results = []
+            for f in futures:
+                res, x = f.result()
+                results.append((res, None if x is None else np.array(x)))
+        return results
+    except (RuntimeError, BrokenProcessPool):  # no worker processes here: check in this process
+        return confirm_boxes(ir, tasks, max(0.0, deadline - time.monotonic()), workers=1)

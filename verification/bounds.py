@@ -139,13 +139,18 @@ def backward_lower(ir: ControllerIR, target: int, lam: np.ndarray, lo: np.ndarra
 
 
 def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBounds:
-    """Bounds of every node over [lo, hi]: the tighter of interval and CROWN bounds."""
+    """Bounds of every node over [lo, hi]: interval bounds everywhere, tightened by CROWN
+    at every pre-ReLU node that is not a direct affine map of the input (outputs keep
+    interval bounds; bound output expressions with :func:`output_matrix_lower`)."""
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     ib = interval_bounds(ir, lo, hi)
     lower, upper = [None] * len(ir.nodes), [None] * len(ir.nodes)
     nb = NodeBounds(lower, upper)
-    need = {n.src for n in ir.nodes if isinstance(n, ReluNode)} | set(ir.outputs)
+    # CROWN only where it can help: pre-ReLU nodes that are not a direct affine map of the
+    # input (for those, interval bounds are already exact up to the inflation)
+    need = {n.src for n in ir.nodes if isinstance(n, ReluNode)
+            if not (isinstance(ir.nodes[n.src], AffineNode) and all(s == 0 for s, _ in ir.nodes[n.src].terms))}
     for nid, node in enumerate(ir.nodes):
         if isinstance(node, InputNode):
             lower[nid], upper[nid] = lo.copy(), hi.copy()
@@ -156,8 +161,8 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBounds
             l_i, u_i = ib.lower[nid], ib.upper[nid]
             if nid in need:
                 eye = np.eye(node.size)
-                cl, _ = backward_lower(ir, nid, eye, lo, hi, nb)
-                cu, _ = backward_lower(ir, nid, -eye, lo, hi, nb)
+                both, _ = backward_lower(ir, nid, np.vstack([eye, -eye]), lo, hi, nb)
+                cl, cu = both[:node.size], both[node.size:]
                 l_i, u_i = np.maximum(l_i, cl), np.minimum(u_i, -cu)
             lower[nid], upper[nid] = l_i, u_i
     return nb

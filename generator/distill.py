@@ -63,12 +63,17 @@ class DistillResult:
 
 
 def _phys(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    mins = np.array([i.min for i in spec.inputs])
-    steps = np.array([(i.max - i.min) / (1 << i.bits) for i in spec.inputs])
-    lo = mins + qlo * steps
-    hi = mins + (qhi + 1) * steps
-    maxs = np.array([i.max for i in spec.inputs])
-    return lo, np.minimum(hi, maxs)
+    """Closed float64 box containing cells qlo..qhi (exact rational edges, rounded outward)."""
+    from mi_certify.runtime.quantize import Quantizer
+
+    lo, hi = np.empty(len(spec.inputs)), np.empty(len(spec.inputs))
+    for k, inp in enumerate(spec.inputs):
+        qz = Quantizer.from_floats(inp.min, inp.max, inp.bits)
+        a, _ = qz.cell_bounds(int(qlo[k]))
+        _, b = qz.cell_bounds(int(qhi[k]))
+        lo[k] = float(a) if float(a) <= a else np.nextafter(float(a), -np.inf)
+        hi[k] = float(b) if float(b) >= b else np.nextafter(float(b), np.inf)
+    return lo, hi
 
 
 def _diff_matrix(n: int, a: int, decode_rule: str) -> np.ndarray:

@@ -12,10 +12,12 @@ they are reported as not applicable here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from mi_certify.generator.spec import Spec
+from mi_certify.runtime.quantize import Quantizer
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,15 @@ class LutPropertyResult:
 
 
 def _levels_meeting(inp, lo: float, hi: float) -> np.ndarray:
-    """Boolean (2^bits,) mask of the levels whose cell meets [lo, hi]."""
-    n = 1 << inp.bits
-    step = (inp.max - inp.min) / n
-    a = inp.min + step * np.arange(n)
-    b = inp.min + step * np.arange(1, n + 1)
-    last = np.arange(n) == n - 1
-    return (a <= hi) & ((b > lo) | (last & (b >= lo)))
+    """Boolean (2^bits,) mask of the levels whose cell meets [lo, hi] (exact rationals)."""
+    qz = Quantizer.from_floats(inp.min, inp.max, inp.bits)
+    rlo, rhi = Fraction(lo), Fraction(hi)
+    out = np.zeros(qz.levels, dtype=bool)
+    for q in range(qz.levels):
+        a, b = qz.cell_bounds(q)
+        last = q == qz.levels - 1
+        out[q] = a <= rhi and (b > rlo or (last and b >= rlo))
+    return out
 
 
 def check_lut_properties(spec: Spec, tokens: np.ndarray) -> list[LutPropertyResult]:

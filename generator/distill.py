@@ -76,16 +76,9 @@ def _phys(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> tuple[np.ndarray, np.
     return lo, hi
 
 
-def _diff_matrix(n: int, a: int, decode_rule: str) -> np.ndarray:
-    """Rows r_j with r_j · y = y_a - y_j (argmax) or y_j - y_a (argmin), j != a."""
-    rows = []
-    for j in range(n):
-        if j == a:
-            continue
-        r = np.zeros(n)
-        r[a], r[j] = (1.0, -1.0) if decode_rule == "argmax" else (-1.0, 1.0)
-        rows.append(r)
-    return np.array(rows)
+def _softmax_lower(margin_low: np.ndarray) -> float:
+    """Certified lower bound of the winner's softmax probability from lower bounds of its margins."""
+    return 1.0 / (1.0 + float(np.sum(np.exp(-margin_low))))
 
 
 def _addresses(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
@@ -116,17 +109,13 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
         lo, hi = _phys(spec, qlo, qhi)
         centre = (lo + hi) / 2
         a = int(decode(spec, ir.evaluate(centre)[None, :])[0][0])
-        D = _diff_matrix(n_act, a, spec.decode)
+        D = -decoded_rows(n_act, a, spec.decode)[0]  # rows: winning margins of a over each j
         nb = crown_bounds(ir, lo, hi)
         low, lin = output_matrix_lower(ir, D, lo, hi, nb)
         stats["bound_calls"] += 1
         single = bool(np.all(qlo == qhi))
         if np.all(low > 0):
-            conf = True
-            if thr is not None:
-                # softmax(a) >= 1 / (1 + sum exp(-low)), low = lower bound of the winning margins
-                p_low = 1.0 / (1.0 + float(np.sum(np.exp(-low))))
-                conf = p_low >= thr
+            conf = thr is None or _softmax_lower(low) >= thr
             if conf or single:
                 assigns.append((qlo, qhi, a, conf, PROVEN))
                 records.append({"levels": [qlo.tolist(), qhi.tolist()], "verdict": "proven", "action": a,
@@ -154,7 +143,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
         addr = int(_addresses(spec, qlo, qhi)[0])
         if res.verdict == Verdict.PROVED:
             # a wins wherever the others are excluded (non-strict rows cover ties)
-            conf = thr is None or 1.0 / (1.0 + float(np.sum(np.exp(-low)))) >= thr
+            conf = thr is None or _softmax_lower(low) >= thr
             assigns.append((qlo, qhi, a, bool(conf), PROVEN))
             records.append({"levels": [qlo.tolist(), qhi.tolist()], "verdict": "proven", "action": a,
                             "method": res.method, "confident": bool(conf)})

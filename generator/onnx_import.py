@@ -543,6 +543,11 @@ def _session(path: str, _mtime: int, _size: int):
     return sess, input_feed_shapes(path)
 
 
+def _cached_session(path: str | Path):
+    path = Path(path)
+    return _session(str(path.resolve()), path.stat().st_mtime_ns, path.stat().st_size)
+
+
 def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
     """Evaluate the model with onnxruntime (float32, CPU), one point per run.
 
@@ -553,8 +558,7 @@ def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
     Raises:
         ModelImportError if onnxruntime refuses the model.
     """
-    path = Path(path)
-    sess, feeds = _session(str(path.resolve()), path.stat().st_mtime_ns, path.stat().st_size)
+    sess, feeds = _cached_session(path)
     out_rows = []
     pts = np.asarray(points, dtype=np.float32)
     for row in pts:
@@ -600,7 +604,7 @@ def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarr
     pts.extend(lo + (hi - lo) * rng.random((n_rand, ir.n_inputs)))
     pts = np.asarray(np.asarray(pts, dtype=np.float32), dtype=np.float64)
     off = 0
-    for _name, shape, dtype in input_feed_shapes(path):  # round to what onnxruntime is fed
+    for _name, shape, dtype in _cached_session(path)[1]:  # round to what onnxruntime is fed
         n = int(np.prod(shape, dtype=np.int64))
         pts[:, off:off + n] = pts[:, off:off + n].astype(dtype).astype(np.float64)
         off += n

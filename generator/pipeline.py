@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -66,6 +65,18 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _distill_errors(spec: Spec, dres, fid: dict) -> list[str]:
+    """Why a distillation fails the build: a proven cell that disagrees with onnxruntime, or
+    resolved cells under the ``refuse`` policy."""
+    errors = []
+    if fid["proven_agree"] != fid["proven_points"]:
+        errors.append("a proven cell disagrees with onnxruntime")
+    resolved = dres.lut.counts()["resolved"]
+    if spec.resolve == "refuse" and resolved > 0:
+        errors.append(f"distill.resolve is refuse and {resolved} cells hold several actions")
+    return errors
 
 
 def _runs(status: np.ndarray) -> list:
@@ -269,28 +280,19 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                         progress=lambda a, b: rep.progress("lut", a / b))
             return r, fidelity(spec, model_path, r.lut, n_points=FIDELITY_POINTS)
 
-        def distill_status(res):
-            r, f = res
-            ok = f["proven_agree"] == f["proven_points"] and not (spec.resolve == "refuse" and
-                                                                 r.lut.counts()["resolved"] > 0)
-            return "ok" if ok else "failed"
-
-        dres, fid = timed("lut", do_distill, distill_status)
+        dres, fid = timed("lut", do_distill, lambda res: "failed" if _distill_errors(spec, *res) else "ok")
         lut = dres.lut
         counts = lut.counts()
-        bad_fid = fid["proven_agree"] != fid["proven_points"]
-        refused = spec.resolve == "refuse" and counts["resolved"] > 0
+        errors = _distill_errors(spec, dres, fid)
         _dump(d / "distillation.json", {"boxes": dres.boxes, "resolved_cells": dres.resolved,
                                         "policy": spec.resolve, "fidelity": fid})
-        stages["lut"] = {"status": "failed" if bad_fid or refused else "ok",
+        stages["lut"] = {"status": "failed" if errors else "ok",
                          "method": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
                          **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
                          "undecided_cells": sum(1 for r in dres.resolved if r["undecided"]),
                          "solver_calls": dres.stats["bound_calls"], "fidelity": {k: v for k, v in fid.items()
                                                                                   if k != "disagreements_in_proven_cells"},
-                         **({"error": "a proven cell disagrees with onnxruntime"} if bad_fid else {}),
-                         **({"error": f"distill.resolve is refuse and {counts['resolved']} cells hold several "
-                                      "actions"} if refused else {})}
+                         **({"error": "; ".join(errors)} if errors else {})}
     else:
         lut = timed("lut", lambda: sample_lut(spec, ir, progress=lambda a, b: rep.progress("lut", a / b)))
         counts = lut.counts()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode, ReluNode
+from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode
 
 
 @dataclass(frozen=True)

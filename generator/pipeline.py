@@ -155,9 +155,12 @@ def _is_previous_build(out: Path) -> bool:
         return False
     if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT:
         return False
-    known = set(m.get("files", {})) | {"manifest.json", *UNHASHED}
+    files = m.get("files", {})
     present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    return present <= known
+    if not present <= set(files) | {"manifest.json", *UNHASHED}:
+        return False
+    # an edited output is the user's work now: never replace it silently
+    return all(sha256_file(out / rel) == digest for rel, digest in files.items() if (out / rel).is_file())
 
 
 def _prepare_out(out: Path) -> Path:

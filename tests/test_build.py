@@ -298,3 +298,16 @@ def test_unit_text_cannot_inject_code_into_the_runtime(tmp_path):
     sla.write_text(REFERENCE_SLA.read_text().replace("unit: ratio,", 'unit: "ratio\\" + str(1)",', 1))
     proc = cli("check-spec", sla)
     assert proc.returncode == 2 and "inputs[0].unit: text may not contain" in proc.stderr
+
+
+def test_a_previous_build_with_an_edited_file_is_not_overwritten(tmp_path):
+    out = tmp_path / "b"
+    args = ("build", CARTPOLE, "--sla", EXAMPLES / "cartpole" / "sla.yaml", "--out", out, "--skip-cosim",
+            "--no-verify", "--sample-lut", "--skip-lint")
+    assert cli(*args).returncode == 0
+    assert cli(*args).returncode == 0  # an unmodified previous build is replaced
+    v = out / "cartpole.v"
+    v.write_text(v.read_text().replace("module cartpole", "module cartpole_edited", 1))
+    proc = cli(*args)
+    assert proc.returncode == 2 and "not an unmodified mi-certify build" in proc.stderr
+    assert "cartpole_edited" in v.read_text()

@@ -1,27 +1,40 @@
 """Certified distillation: the network → a LUT whose every cell is PROVEN or RESOLVED.
 
 The quantized grid is partitioned recursively in level space (DESIGN.md,
-"Distillation"). For a box of cells (closed physical box covering them) the candidate
-action a is the decoded action at the box centre; CROWN lower bounds of
-``y_a - y_j`` (argmax; ``y_j - y_a`` for argmin) that are > 0 for every j != a prove
-that a wins strictly everywhere in the box, so every cell of it is **proven** a (ties
-cannot occur there). Otherwise the box is split along the input with the most levels
-left (ties broken by the larger influence ``sum_j |Λ_j,i| · width_i``) down to single
-cells. A single cell is decided by :func:`mi_certify.verification.nn_verify.decide`
-(seeded sampling, then bounds with input splitting under a fixed box budget, witnesses
-replayed on onnxruntime; no wall-clock limits, so the LUT is the same on any machine)
-on "some other action is decoded in the cell": PROVED makes the cell proven; a replayed witness shows the
-cell holds two actions and it is **resolved** by the sla.yaml policy
-(``distill.resolve``): ``conservative`` (default: the conservative action, confident),
-``centre`` (the centre's action, not confident) or ``refuse`` (the build fails); an
-UNKNOWN answer is resolved the same way and listed as undecided.
+"Distillation"), breadth first, every level of the partition bounded in one vectorised
+CROWN pass (:mod:`mi_certify.verification.bounds`, best of four lower ReLU relaxations):
 
+1. **Grid vertices.** The network is evaluated (IR, float64) at every vertex of the
+   grid. A box whose vertices decode to different actions cannot have one strict
+   winner everywhere: it is split without being bounded. Otherwise its candidate
+   action a is the vertices' action.
+2. **Boxes.** CROWN lower bounds of ``y_a - y_j`` (argmax; ``y_j - y_a`` for argmin)
+   that are > 0 for every j != a prove that a wins strictly everywhere in the closed
+   box (exact rational cell edges rounded outward), so every cell of it is **proven**
+   a (ties cannot occur there). Otherwise the box is halved along the input with the
+   most levels left (ties broken by the larger influence ``sum_j |Λ_j,i| · width_i``)
+   down to single cells.
+3. **Single cells.** A cell whose vertices disagree is first searched for witnesses
+   (centre and corners pulled inside the half-open cell); a cell the bounds leave
+   open is bisected inside (continuous boxes, all such cells in one batch per round)
+   up to ``cell_boxes`` boxes; each sub-box's centre and the corner minimising its
+   worst margin's linear bound are witness candidates; cells still open get
+   ``RANDOM_LOOK`` seeded random points (seed = address). Every witness is **replayed**
+   on the IR and on onnxruntime float32 (:func:`mi_certify.verification.nn_verify.replay_many`,
+   tolerance 1e-4). A cell with replayed witnesses of two actions holds both; a cell
+   neither proven nor witnessed within the budget is **undecided**. Both are
+   **resolved** by the sla.yaml policy (``distill.resolve``): ``conservative``
+   (default: the conservative action, confident), ``centre`` (the centre's action, not
+   confident) or ``refuse`` (the build fails), and listed with their witnesses.
+
+Budgets are counted in boxes, never seconds, so the LUT is the same on any machine.
 Ties at a cell centre follow numpy/onnxruntime: the lowest index wins.
 
 Confident bit (a certified lower bound): for argmax,
-``p_a = 1 / sum_j exp(y_j - y_a) >= 1 / (1 + sum_{j != a} exp(ub(y_j - y_a)))`` with the
-CROWN upper bounds of the differences (for argmin the softmax of ``-y``). A box whose
-bound is under the threshold is split further; a single cell under it is not confident.
+``p_a = 1 / sum_j exp(y_j - y_a) >= 1 / (1 + sum_{j != a} exp(-lb(y_a - y_j)))`` with the
+CROWN lower bounds of the margins (for argmin the softmax of ``-y``); for a cell proven
+by bisection, the minimum over its sub-boxes. A box whose bound is under the threshold
+is split further; a single cell under it is not confident.
 
 Independent top-level slices run in two worker processes; results are merged in slice
 order, so the LUT does not depend on scheduling.
@@ -42,13 +55,17 @@ from .lut import PROVEN, RESOLVED, Lut, decode
 from .spec import Spec
 
 
+#: Seeded random points per cell that the bounds could not decide within its box budget.
+RANDOM_LOOK = 64
+
+
 @dataclass(frozen=True)
 class DistillOptions:
-    """cell_boxes: branch-and-bound budget (boxes, not seconds, so the result does not
-    depend on machine speed) for deciding one single cell. workers: processes."""
+    """cell_boxes: bisection budget (boxes, not seconds, so the result does not depend on
+    machine speed) for deciding one single cell. workers: processes."""
 
     resolve: str = "conservative"
-    cell_boxes: int = 60
+    cell_boxes: int = 256
     workers: int = 2
 
 
@@ -62,23 +79,56 @@ class DistillResult:
     stats: dict
 
 
-def _phys(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Closed float64 box containing cells qlo..qhi (exact rational edges, rounded outward)."""
+def _edges(spec: Spec) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per input, float64 lower and upper edges of every cell (exact rational edges of the
+    runtime quantizer, rounded outward): closed boxes that contain the half-open cells."""
     from mi_certify.runtime.quantize import Quantizer
 
-    lo, hi = np.empty(len(spec.inputs)), np.empty(len(spec.inputs))
-    for k, inp in enumerate(spec.inputs):
+    lows, highs = [], []
+    for inp in spec.inputs:
         qz = Quantizer.from_floats(inp.min, inp.max, inp.bits)
-        a, _ = qz.cell_bounds(int(qlo[k]))
-        _, b = qz.cell_bounds(int(qhi[k]))
-        lo[k] = float(a) if float(a) <= a else np.nextafter(float(a), -np.inf)
-        hi[k] = float(b) if float(b) >= b else np.nextafter(float(b), np.inf)
+        lo_e, hi_e = np.empty(qz.levels), np.empty(qz.levels)
+        for q in range(qz.levels):
+            a, b = qz.cell_bounds(q)
+            lo_e[q] = float(a) if float(a) <= a else np.nextafter(float(a), -np.inf)
+            hi_e[q] = float(b) if float(b) >= b else np.nextafter(float(b), np.inf)
+        lows.append(lo_e)
+        highs.append(hi_e)
+    return lows, highs
+
+
+def _phys(edges, qlo: np.ndarray, qhi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Closed float64 box containing cells qlo..qhi (each (n,) or (B, n) levels)."""
+    lows, highs = edges
+    qlo, qhi = np.asarray(qlo), np.asarray(qhi)
+    lo = np.stack([lows[k][qlo[..., k]] for k in range(len(lows))], axis=-1)
+    hi = np.stack([highs[k][qhi[..., k]] for k in range(len(highs))], axis=-1)
     return lo, hi
 
 
-def _softmax_lower(margin_low: np.ndarray) -> float:
-    """Certified lower bound of the winner's softmax probability from lower bounds of its margins."""
-    return 1.0 / (1.0 + float(np.sum(np.exp(-margin_low))))
+def vertex_actions(spec: Spec, ir: ControllerIR, chunk: int = 1 << 17) -> np.ndarray:
+    """Decoded action (IR, float64; lowest index on ties) at every vertex of the grid.
+
+    Returns:
+        int16 array of shape ``(2**bits_i + 1 for each input)``. Used only to choose
+        which boxes to bound: a closed box whose vertices decode differently cannot have
+        one strict winner everywhere, so bounding it is skipped and it is split at once.
+    """
+    lows, highs = _edges(spec)
+    axes = [np.append(lo_e, hi_e[-1]) for lo_e, hi_e in zip(lows, highs)]
+    shape = tuple(len(ax) for ax in axes)
+    out = np.empty(int(np.prod(shape)), dtype=np.int16)
+    for start in range(0, out.size, chunk):
+        idx = np.unravel_index(np.arange(start, min(start + chunk, out.size)), shape)
+        pts = np.stack([ax[i] for ax, i in zip(axes, idx)], axis=1)
+        out[start:start + len(pts)] = decode(spec, ir.evaluate(pts))[0]
+    return out.reshape(shape)
+
+
+def _softmax_lower(margin_low: np.ndarray) -> np.ndarray:
+    """Certified lower bound of the winner's softmax probability from lower bounds of its
+    margins (last axis)."""
+    return 1.0 / (1.0 + np.sum(np.exp(-margin_low), axis=-1))
 
 
 def _addresses(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
@@ -89,83 +139,236 @@ def _addresses(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
     return addr
 
 
-def _distill_slice(args) -> tuple[list, list, list, dict]:
-    """Worker: distill the level box [qlo, qhi]; returns (assignments, box records, resolved, stats)."""
-    from mi_certify.verification.bounds import crown_bounds, output_matrix_lower
-    from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
-    from mi_certify.verification.properties import Disjunct, Query, decoded_rows
+def _split(qlo: np.ndarray, qhi: np.ndarray, influence: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Halve the box along the input with the most levels left (ties: larger influence,
+    then lower index)."""
+    spans = qhi - qlo
+    keys = (np.arange(len(spans)),) if influence is None else (np.arange(len(spans)), -influence)
+    i = int(np.lexsort(keys + (-spans,))[0])
+    mid = (qlo[i] + qhi[i]) // 2
+    a_hi, b_lo = qhi.copy(), qlo.copy()
+    a_hi[i], b_lo[i] = mid, mid + 1
+    return [(qlo, a_hi), (b_lo, qhi)]
 
-    spec, ir, model_path, qlo0, qhi0, opts = args
+
+def _witnesses(spec: Spec, ir: ControllerIR, model_path: str,
+               cells: list[tuple[np.ndarray, np.ndarray, list[np.ndarray]]]) -> list[list[dict]]:
+    """Replayed witnesses of distinct actions, per single cell (lo, hi, extra points).
+
+    Candidates: the centre, the corners pulled 2^-20 of the half-width towards it (strictly
+    inside the half-open cell), then the extra points; the first candidate of each
+    decoded action is replayed on the IR and onnxruntime (one batch for all cells).
+
+    Returns:
+        per cell, [{"token", "action", "x", "y_onnxruntime"}] of confirmed witnesses.
+    """
+    from mi_certify.verification.nn_verify import replay_many
+    from mi_certify.verification.properties import Disjunct, decoded_rows
+
+    if not cells:
+        return []
+    n = len(spec.inputs)
+    signs = np.array([[(c >> k) & 1 for k in range(n)] for c in range(1 << n)], dtype=bool)
+    pts, owner = [], []
+    for ci, (lo, hi, extra) in enumerate(cells):
+        centre = (lo + hi) / 2
+        corners = np.where(signs, hi, lo)
+        cand = np.vstack([centre[None], centre + (corners - centre) * (1 - 2.0 ** -20)] + [e[None] for e in extra])
+        pts.append(cand)
+        owner.extend([ci] * len(cand))
+    allpts = np.vstack(pts)
+    acts = decode(spec, ir.evaluate(allpts))[0]
+    requests, req_cell, seen = [], [], set()
+    for k, ci in enumerate(owner):
+        j = int(acts[k])
+        if (ci, j) in seen:
+            continue
+        seen.add((ci, j))
+        lo, hi, _ = cells[ci]
+        C, d = decoded_rows(len(spec.actions), j, spec.decode)
+        requests.append((Disjunct(lo, hi, C, d, spec.actions[j].name), allpts[k]))
+        req_cell.append((ci, j))
+    found: list[list[dict]] = [[] for _ in cells]
+    for (ci, j), (ok, wit) in zip(req_cell, replay_many(ir, Path(model_path), requests)):
+        if ok:
+            found[ci].append({"token": j, "action": spec.actions[j].name, "x": wit["x"],
+                              "y_onnxruntime": wit["y_onnxruntime"]})
+    return found
+
+
+def _distill_slice(args) -> tuple[list, list, list, dict]:
+    """Worker: distill the level box [qlo, qhi]; returns (assignments, box records, resolved, stats).
+
+    Breadth first: every level of the partition is bounded in one vectorised CROWN pass;
+    then the single cells the bounds left open are split inside (continuous bisection,
+    all cells in one batch per round) up to ``opts.cell_boxes`` boxes each; what is
+    still open goes to :func:`mi_certify.verification.nn_verify.decide`.
+    """
+    from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
+    from mi_certify.verification.properties import decoded_rows
+
+    spec, ir, model_path, qlo0, qhi0, opts, verts = args
     n_act = len(spec.actions)
     thr = spec.confidence_threshold
+    edges = _edges(spec)
+    margin_rows = [-decoded_rows(n_act, a, spec.decode)[0] for a in range(n_act)]  # winning margins of a
     assigns, records, resolved = [], [], []
-    stats = {"boxes": 0, "bound_calls": 0, "solver_cells": 0, "marabou_boxes": 0}
-    stack = [(np.array(qlo0), np.array(qhi0))]
-    # deterministic: a box budget instead of a clock, no Marabou (its timeouts depend on speed)
-    vopts = VerifyOptions(timeout=1e9, max_boxes=opts.cell_boxes, use_marabou=False, z3_confirm=False)
-    while stack:
-        qlo, qhi = stack.pop()
-        stats["boxes"] += 1
-        lo, hi = _phys(spec, qlo, qhi)
-        centre = (lo + hi) / 2
-        a = int(decode(spec, ir.evaluate(centre)[None, :])[0][0])
-        D = -decoded_rows(n_act, a, spec.decode)[0]  # rows: winning margins of a over each j
-        nb = crown_bounds(ir, lo, hi)
-        low, lin = output_matrix_lower(ir, D, lo, hi, nb)
-        stats["bound_calls"] += 1
-        single = bool(np.all(qlo == qhi))
-        if np.all(low > 0):
-            conf = thr is None or _softmax_lower(low) >= thr
-            if conf or single:
-                assigns.append((qlo, qhi, a, conf, PROVEN))
-                records.append({"levels": [qlo.tolist(), qhi.tolist()], "verdict": "proven", "action": a,
-                                "method": "bounds", "confident": conf, "margin_lower": float(low.min())})
+    stats = {"boxes": 0, "bound_calls": 0, "skipped_boxes": 0, "sampled_cells": 0, "cell_split_boxes": 0,
+             "split_proven_cells": 0, "undecided_cells": 0}
+
+    def bound(LO, HI, A):
+        """Lower bounds (B, n_act - 1) of the winning margins of A[b] over each box, input
+        influence (B, n) and, per box, the corner minimising the linear bound of its worst margin."""
+        D = np.stack([margin_rows[a] for a in A])
+        LOW, LIN = output_matrix_lower(ir, D, LO, HI, crown_bounds(ir, LO, HI, LOWER_SLOPES), LOWER_SLOPES)
+        worst = LIN[np.arange(len(A)), np.argmin(LOW, axis=1)]
+        return LOW, np.abs(LIN).sum(axis=1) * (HI - LO), np.where(worst >= 0, LO, HI)
+
+    def confident(low) -> np.ndarray:
+        return np.ones(low.shape[:-1], dtype=bool) if thr is None else _softmax_lower(low) >= thr
+
+    def proven(qlo, qhi, a, conf, method, margin=None):
+        assigns.append((qlo, qhi, a, conf, PROVEN))
+        rec = {"levels": [qlo.tolist(), qhi.tolist()], "verdict": "proven", "action": a, "method": method,
+               "confident": conf}
+        if margin is not None:
+            rec["margin_lower"] = float(margin)
+        records.append(rec)
+
+    def resolve(qlo, lo, hi, wits, undecided, method):
+        centre_tok = int(decode(spec, ir.evaluate(((lo + hi) / 2)[None]))[0][0])
+        tok, conf = (centre_tok, False) if opts.resolve == "centre" else (spec.conservative, True)
+        assigns.append((qlo, qlo, tok, conf, RESOLVED))
+        held = [w["action"] for w in wits]
+        resolved.append({"address": int(_addresses(spec, qlo, qlo)[0]), "levels": qlo.tolist(), "actions": held,
+                         "witnesses": [{"action": w["action"], "x": w["x"]} for w in wits],
+                         "undecided": undecided, "resolved_to": spec.actions[tok].name, "policy": opts.resolve})
+        records.append({"levels": [qlo.tolist(), qlo.tolist()], "verdict": "resolved", "action": tok,
+                        "method": method, "confident": conf, "held": held})
+
+    # 1. the partition of the grid, level by level
+    open_cells = []  # (qlo, lo, hi, action, influence): single cells the bounds left open
+    frontier = [(np.array(qlo0), np.array(qhi0))]
+    while frontier:
+        nxt, cand, mixed = [], [], []
+        for qlo, qhi in frontier:
+            stats["boxes"] += 1
+            sub = verts[tuple(slice(int(l), int(h) + 2) for l, h in zip(qlo, qhi))]
+            first = int(sub.flat[0])
+            if np.all(sub == first):
+                cand.append((qlo, qhi, first))
+            elif np.any(qlo != qhi):
+                stats["skipped_boxes"] += 1
+                nxt.extend(_split(qlo, qhi, None))
+            else:
+                mixed.append(qlo)
+        if mixed:
+            lo_m, hi_m = _phys(edges, np.array(mixed), np.array(mixed))
+            for qlo, lo, hi, wits in zip(mixed, lo_m, hi_m, _witnesses(spec, ir, model_path,
+                                                                      [(l, h, []) for l, h in zip(lo_m, hi_m)])):
+                if len(wits) >= 2:
+                    stats["sampled_cells"] += 1
+                    resolve(qlo, lo, hi, wits, False, "sampling")
+                else:
+                    cand.append((qlo, qlo, int(decode(spec, ir.evaluate(((lo + hi) / 2)[None]))[0][0])))
+        if cand:
+            QLO, QHI = np.array([c[0] for c in cand]), np.array([c[1] for c in cand])
+            LO, HI = _phys(edges, QLO, QHI)
+            LOW, INF, _ = bound(LO, HI, [c[2] for c in cand])
+            stats["bound_calls"] += len(cand)
+            conf = confident(LOW)
+            for k, (qlo, qhi, a) in enumerate(cand):
+                single = bool(np.all(qlo == qhi))
+                if np.all(LOW[k] > 0) and (conf[k] or single):
+                    proven(qlo, qhi, a, bool(conf[k]), "bounds", LOW[k].min())
+                elif not single:
+                    nxt.extend(_split(qlo, qhi, INF[k]))
+                else:
+                    open_cells.append((qlo, LO[k], HI[k], a, INF[k]))
+        frontier = nxt
+
+    # 2. open single cells: bisection inside each cell, all cells batched per round
+    used = [1] * len(open_cells)
+    conf_low = [1.0] * len(open_cells)
+    status = ["open"] * len(open_cells)  # open | proven | witness | budget
+    hits: list[list[np.ndarray]] = [[] for _ in open_cells]
+    boxes = []  # (cell, lo, hi)
+    for c, (_, lo, hi, _, inf) in enumerate(open_cells):
+        boxes.extend((c, l, h) for l, h in _bisect(lo, hi, inf))
+        used[c] += 2
+    while boxes:
+        # a sub-box centre that decodes another action is a witness candidate for its cell
+        centres = np.array([(l + h) / 2 for _, l, h in boxes])
+        acts = decode(spec, ir.evaluate(centres))[0]
+        for (c, _, _), x, a in zip(boxes, centres, acts):
+            if int(a) != open_cells[c][3] and status[c] == "open":
+                status[c] = "witness"
+                hits[c].append(x)
+        boxes = [b for b in boxes if status[b[0]] == "open"]
+        if not boxes:
+            break
+        LO, HI = np.array([b[1] for b in boxes]), np.array([b[2] for b in boxes])
+        LOW, INF, CORNER = bound(LO, HI, [open_cells[c][3] for c, _, _ in boxes])
+        stats["cell_split_boxes"] += len(boxes)
+        probs = np.ones(len(boxes)) if thr is None else _softmax_lower(LOW)
+        # the corner that minimises the worst margin's linear bound (pulled inside the cell)
+        cc = (LO + HI) / 2
+        CORNER = cc + (CORNER - cc) * (1 - 2.0 ** -20)
+        corner_acts = decode(spec, ir.evaluate(CORNER))[0]
+        nxt = []
+        for k, (c, lo, hi) in enumerate(boxes):
+            if status[c] != "open":
                 continue
-        if not single:
-            spans = qhi - qlo
-            influence = np.abs(lin).sum(axis=0) * (hi - lo)
-            i = int(np.lexsort((-influence, -spans))[0])
-            mid = (qlo[i] + qhi[i]) // 2
-            a_hi, b_lo = qhi.copy(), qlo.copy()
-            a_hi[i], b_lo[i] = mid, mid + 1
-            stack.extend([(b_lo, qhi), (qlo, a_hi)])
-            continue
-        # a single cell the bounds could not decide: ask the complete procedure
-        stats["solver_cells"] += 1
-        djs = []
-        for j in range(n_act):
-            if j == a:
+            if np.all(LOW[k] > 0):
+                conf_low[c] = min(conf_low[c], float(probs[k]))
                 continue
-            C, d = decoded_rows(n_act, j, spec.decode)
-            djs.append(Disjunct(lo, hi, C, d, spec.actions[j].name))
-        res = decide(ir, model_path, Query("cell", "distill", tuple(djs)), vopts)
-        stats["marabou_boxes"] += res.stats.get("marabou_boxes", 0)
-        addr = int(_addresses(spec, qlo, qhi)[0])
-        if res.verdict == Verdict.PROVED:
-            # a wins wherever the others are excluded (non-strict rows cover ties)
-            conf = thr is None or _softmax_lower(low) >= thr
-            assigns.append((qlo, qhi, a, bool(conf), PROVEN))
-            records.append({"levels": [qlo.tolist(), qhi.tolist()], "verdict": "proven", "action": a,
-                            "method": res.method, "confident": bool(conf)})
+            if int(corner_acts[k]) != open_cells[c][3]:
+                status[c] = "witness"
+                hits[c].append(CORNER[k])
+                continue
+            if used[c] + 2 > opts.cell_boxes:
+                status[c] = "budget"
+                continue
+            used[c] += 2
+            nxt.extend((c, l, h) for l, h in _bisect(lo, hi, INF[k]))
+        boxes = [b for b in nxt if status[b[0]] == "open"]
+    for c, st in enumerate(status):
+        if st == "open":
+            status[c] = "proven"
+    # cells left open by the budget: a seeded random look for witnesses (seed = address)
+    for c, st in enumerate(status):
+        if st == "budget":
+            qlo, lo, hi = open_cells[c][:3]
+            rng = np.random.default_rng(int(_addresses(spec, qlo, qlo)[0]))
+            hits[c].extend(lo + (hi - lo) * rng.random((RANDOM_LOOK, lo.size)))
+    looked = [c for c, st in enumerate(status) if st in ("witness", "budget")]
+    found = dict(zip(looked, _witnesses(spec, ir, model_path, [(open_cells[c][1], open_cells[c][2], hits[c])
+                                                                for c in looked])))
+    for c, (qlo, lo, hi, a, _) in enumerate(open_cells):
+        if status[c] == "proven":
+            stats["split_proven_cells"] += 1
+            proven(qlo, qlo, a, bool(thr is None or conf_low[c] >= thr), "bounds+cell split")
             continue
-        held = [spec.actions[a].name]
-        witnesses = [{"action": spec.actions[a].name, "x": centre.tolist()}]
-        if res.verdict == Verdict.VIOLATED:
-            other = djs[res.witness["disjunct"]].label
-            held.append(other)
-            witnesses.append({"action": other, "x": res.witness["x"]})
-        if opts.resolve == "centre":
-            tok, conf = a, False
-        else:
-            tok, conf = spec.conservative, True
-        assigns.append((qlo, qhi, tok, conf, RESOLVED))
-        entry = {"address": addr, "levels": qlo.tolist(), "actions": held, "witnesses": witnesses,
-                 "undecided": res.verdict != Verdict.VIOLATED, "resolved_to": spec.actions[tok].name,
-                 "policy": opts.resolve}
-        resolved.append(entry)
-        records.append({"levels": [qlo.tolist(), qhi.tolist()], "verdict": "resolved", "action": tok,
-                        "method": res.method, "confident": conf, "held": held})
+        wits = found[c]
+        if len(wits) >= 2:
+            stats["sampled_cells"] += 1
+            resolve(qlo, lo, hi, wits, False, "bounds+cell split+sampling")
+            continue
+        # undecided within the budget: resolved like a cell holding several actions
+        stats["undecided_cells"] += 1
+        if not any(w["token"] == a for w in wits):
+            wits = [{"action": spec.actions[a].name, "x": ((lo + hi) / 2).tolist()}] + wits
+        resolve(qlo, lo, hi, wits, True, "bounds+cell split (budget spent)")
     return assigns, records, resolved, stats
+
+
+def _bisect(lo: np.ndarray, hi: np.ndarray, influence: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Halve a continuous box along the input of largest influence (ties: lower index)."""
+    i = int(np.argmax(influence)) if np.any(influence > 0) else int(np.argmax(hi - lo))
+    mid = (lo[i] + hi[i]) / 2
+    a_hi, b_lo = hi.copy(), lo.copy()
+    a_hi[i], b_lo[i] = mid, mid
+    return [(lo, a_hi), (b_lo, hi)]
 
 
 def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillOptions | None = None,
@@ -183,16 +386,17 @@ def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillO
     # top-level slices along input 0 (most significant) for the worker processes
     b0 = spec.inputs[0].bits
     slices = []
-    n_slices = min(1 << b0, 8)
+    n_slices = min(1 << b0, 4)
     per = (1 << b0) // n_slices
     full_hi = np.array([(1 << i.bits) - 1 for i in spec.inputs])
+    verts = vertex_actions(spec, ir)
     for s in range(n_slices):
         qlo = np.zeros(len(spec.inputs), dtype=np.int64)
         qhi = full_hi.copy()
         qlo[0], qhi[0] = s * per, (s + 1) * per - 1
-        slices.append((spec, ir, str(model_path), qlo, qhi, opts))
+        slices.append((spec, ir, str(model_path), qlo, qhi, opts, verts))
     records, resolved = [], []
-    stats = {"boxes": 0, "bound_calls": 0, "solver_cells": 0, "marabou_boxes": 0}
+    stats: dict[str, int] = {}
     results = []
     if opts.workers > 1:
         try:
@@ -216,8 +420,8 @@ def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillO
             status[addr] = stt
         records.extend(recs)
         resolved.extend(res)
-        for k in stats:
-            stats[k] += st[k]
+        for k, v in st.items():
+            stats[k] = stats.get(k, 0) + v
     if np.any(status == ""):
         raise AssertionError("distillation left cells unassigned")  # pragma: no cover - partition bug
     resolved.sort(key=lambda e: e["address"])

@@ -293,7 +293,8 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                          "method": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
                          **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
                          "undecided_cells": sum(1 for r in dres.resolved if r["undecided"]),
-                         "solver_calls": dres.stats["bound_calls"], "fidelity": {k: v for k, v in fid.items()
+                         "bound_evaluations": dres.stats["bound_calls"] + dres.stats["cell_split_boxes"],
+                         "fidelity": {k: v for k, v in fid.items()
                                                                                   if k != "disagreements_in_proven_cells"},
                          **({"error": "; ".join(errors)} if errors else {})}
     else:

@@ -92,3 +92,22 @@ def test_heatmap_png_marks_resolved_cells(tmp_path):
                                                                                 skip_cosim=True, heatmap=("x", "z")))
     assert (tmp_path / "out2" / "heatmap_x_z.png").read_bytes() == png.read_bytes()
     assert again.status == "incomplete"
+
+
+def test_an_island_inside_a_cell_whose_vertices_agree_is_found_and_resolved(tmp_path):
+    # y0 = 4 |x - 0.25| (two ReLUs), y1 = 0.4: a1 wins only for 0.15 < x < 0.35, strictly
+    # inside the cell [0, 0.5) whose vertices both decode a0
+    nodes = [helper.make_node("Gemm", ["in", "W1", "b1"], ["h"], transB=1),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2", "b2"], ["y"], transB=1)]
+    model = save_model(tmp_path, "island", nodes, [tensor("in", [1, 2])], [tensor("y", [1, 2])],
+                       inits=[("W1", [[1.0, 0.0], [-1.0, 0.0]]), ("b1", [-0.25, 0.25]),
+                              ("W2", [[4.0, 4.0], [0.0, 0.0]]), ("b2", [0.0, 0.4])])
+    res = distill(_spec(tmp_path), import_onnx(model), model, DistillOptions(workers=1))
+    assert res.lut.tokens.tolist() == [0] * 8
+    assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2
+    for r in res.resolved:
+        assert sorted(r["actions"]) == ["a0", "a1"] and not r["undecided"]
+        a1 = next(w for w in r["witnesses"] if w["action"] == "a1")
+        assert 0.15 < a1["x"][0] < 0.35
+    assert res.stats["bound_calls"] > 0 and res.stats["sampled_cells"] == 2

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import ANCHORS, CASES, REFERENCE_MODEL, REFERENCE_SLA
 from mi_certify.generator.onnx_import import evaluate_onnxruntime, import_onnx
-from mi_certify.verification.bounds import crown_bounds, interval_bounds, output_bounds
+from mi_certify.verification.bounds import (LOWER_SLOPES, crown_bounds, interval_bounds, output_bounds,
+                                             output_matrix_lower)
 from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
 from mi_certify.verification.properties import Disjunct, Query
 from mi_certify.verification.vnnlib import parse_vnnlib, read_counterexample
@@ -90,6 +91,25 @@ def test_crown_and_interval_bounds_contain_every_sampled_output():
             assert np.all(ys >= low) and np.all(ys <= up)
             assert np.all(low >= ib.lower[ir.outputs[0]] - 1e-9)  # CROWN never looser than intervals
             assert crown_bounds(ir, lo, hi).unstable(ir) <= ib.unstable(ir)
+
+
+def test_batched_crown_equals_one_box_at_a_time_and_every_lower_relaxation_is_sound():
+    rng = np.random.default_rng(5)
+    for path in (ANCHORS / "acasxu" / "onnx" / "ACASXU_run2a_1_1_batch_2000.onnx", REFERENCE_MODEL):
+        ir = import_onnx(path)
+        lo = rng.uniform(0, 0.5, (6, ir.n_inputs))
+        hi = lo + rng.uniform(0, 0.2, lo.shape)
+        C = rng.standard_normal((3, ir.n_outputs))
+        low_b, lin_b = output_matrix_lower(ir, C, lo, hi)
+        for k in range(len(lo)):
+            low_1, lin_1 = output_matrix_lower(ir, C, lo[k], hi[k])
+            np.testing.assert_allclose(low_b[k], low_1, rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(lin_b[k], lin_1, rtol=1e-9, atol=1e-9)
+        best, _ = output_matrix_lower(ir, C, lo, hi, crown_bounds(ir, lo, hi, LOWER_SLOPES), LOWER_SLOPES)
+        assert np.all(best >= low_b - 1e-9) and np.any(best > low_b + 1e-6)
+        for k in range(len(lo)):
+            ys = ir.evaluate(lo[k] + (hi[k] - lo[k]) * rng.random((4000, ir.n_inputs)))
+            assert np.all(ys @ C.T >= best[k])
 
 
 def _expected(root):

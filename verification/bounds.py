@@ -54,33 +54,56 @@ def _inflate(value: np.ndarray, mag: np.ndarray, down: bool) -> np.ndarray:
     return value - pad if down else value + pad
 
 
+def _batch(lo, hi) -> tuple[np.ndarray, np.ndarray, bool]:
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    single = lo.ndim == 1
+    return np.atleast_2d(lo), np.atleast_2d(hi), single
+
+
+def _unbatch(nb: NodeBounds, single: bool) -> NodeBounds:
+    return NodeBounds([v[0] for v in nb.lower], [v[0] for v in nb.upper]) if single else nb
+
+
 def interval_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBounds:
-    """Interval bounds of every node over the box [lo, hi] (each (n_inputs,))."""
+    """Interval bounds of every node over the box [lo, hi].
+
+    Args:
+        lo, hi: (n_inputs,) for one box, or (B, n_inputs) for B boxes at once.
+    Returns:
+        NodeBounds with (size_i,) arrays, or (B, size_i) arrays for a batch.
+    """
+    lo, hi, single = _batch(lo, hi)
     lower, upper = [], []
     for node in ir.nodes:
         if isinstance(node, InputNode):
-            lower.append(np.asarray(lo, dtype=np.float64).copy())
-            upper.append(np.asarray(hi, dtype=np.float64).copy())
+            lower.append(lo.copy())
+            upper.append(hi.copy())
         elif isinstance(node, AffineNode):
-            c = node.bias.copy()
-            r = np.zeros(node.size)
-            mag = np.abs(node.bias).copy()
+            c = np.broadcast_to(node.bias, (lo.shape[0], node.size)).copy()
+            r = np.zeros_like(c)
+            mag = np.broadcast_to(np.abs(node.bias), c.shape).copy()
             for src, w in node.terms:
                 mid = (lower[src] + upper[src]) / 2
                 rad = np.maximum(upper[src] - mid, mid - lower[src])
-                c += w @ mid
+                c += mid @ w.T
                 aw = np.abs(w)
-                r += aw @ rad
-                mag += aw @ (np.abs(mid) + rad)
+                r += rad @ aw.T
+                mag += (np.abs(mid) + rad) @ aw.T
             lower.append(_inflate(c - r, mag + r, True))
             upper.append(_inflate(c + r, mag + r, False))
         else:
             lower.append(np.maximum(lower[node.src], 0.0))
             upper.append(np.maximum(upper[node.src], 0.0))
-    return NodeBounds(lower, upper)
+    return _unbatch(NodeBounds(lower, upper), single)
 
 
-def _relu_relaxation(l: np.ndarray, u: np.ndarray):
+#: Lower relaxations of an unstable ReLU (any slope in [0, 1] through the origin is sound):
+#: "adaptive" (CROWN: 1 when u > -l, else 0), "zero", "one", "chord" (the upper line's slope).
+LOWER_SLOPES = ("adaptive", "zero", "one", "chord")
+
+
+def _relu_relaxation(l: np.ndarray, u: np.ndarray, lower: str = "adaptive"):
     """(lower slope, upper slope, upper intercept) per neuron; lower intercept is 0."""
     active = l >= 0
     inactive = u <= 0
@@ -88,25 +111,21 @@ def _relu_relaxation(l: np.ndarray, u: np.ndarray):
     denom = np.where(unstable, u - l, 1.0)
     s_up = np.where(active, 1.0, np.where(inactive, 0.0, u / denom))
     b_up = np.where(unstable, -l * s_up, 0.0)
-    s_lo = np.where(active, 1.0, np.where(inactive, 0.0, (u > -l).astype(np.float64)))
+    slope = {"adaptive": (u > -l).astype(np.float64), "zero": 0.0, "one": 1.0, "chord": s_up}[lower]
+    s_lo = np.where(active, 1.0, np.where(inactive, 0.0, slope))
     return s_lo, s_up, b_up
 
 
-def backward_lower(ir: ControllerIR, target: int, lam: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                   bounds: NodeBounds) -> tuple[np.ndarray, np.ndarray]:
-    """Sound lower bound of ``lam @ value(target)`` over the box, by CROWN.
+def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                          bounds: NodeBounds, lower: str = "adaptive") -> tuple[np.ndarray, np.ndarray]:
+    """Batched CROWN backward pass: lam (B, m, size(target)), lo/hi (B, n), bounds (B, size_i) arrays.
 
-    Args:
-        target: node id; lam: (m, size(target)) coefficients.
-        bounds: bounds of every node below ``target`` (pre-ReLU bounds are used).
-    Returns:
-        (lower (m,), input coefficients (m, n_inputs)) — the latter drive split choices.
-    """
-    m = lam.shape[0]
+    Returns (lower (B, m), input coefficients (B, m, n_inputs))."""
+    B, m = lam.shape[0], lam.shape[1]
     coef: dict[int, np.ndarray] = {target: lam}
     acoef: dict[int, np.ndarray] = {target: np.abs(lam)}
-    const = np.zeros(m)
-    mag = np.zeros(m)
+    const = np.zeros((B, m))
+    mag = np.zeros((B, m))
     for nid in range(target, -1, -1):
         if nid not in coef:
             continue
@@ -115,8 +134,8 @@ def backward_lower(ir: ControllerIR, target: int, lam: np.ndarray, lo: np.ndarra
         node = ir.nodes[nid]
         if isinstance(node, InputNode):
             pos, neg = np.maximum(L, 0), np.minimum(L, 0)
-            val = pos @ lo + neg @ hi + const
-            mag = mag + A @ np.maximum(np.abs(lo), np.abs(hi))
+            val = np.einsum("bmn,bn->bm", pos, lo) + np.einsum("bmn,bn->bm", neg, hi) + const
+            mag = mag + np.einsum("bmn,bn->bm", A, np.maximum(np.abs(lo), np.abs(hi)))
             return _inflate(val, mag, True), L
         if isinstance(node, AffineNode):
             const = const + L @ node.bias
@@ -126,24 +145,31 @@ def backward_lower(ir: ControllerIR, target: int, lam: np.ndarray, lo: np.ndarra
                 acoef[src] = acoef[src] + A @ np.abs(w) if src in acoef else A @ np.abs(w)
         else:
             l, u = bounds.lower[node.src], bounds.upper[node.src]
-            s_lo, s_up, b_up = _relu_relaxation(l, u)
+            s_lo, s_up, b_up = _relu_relaxation(l, u, lower)
             use_lo = L >= 0
-            S = np.where(use_lo, s_lo[None, :], s_up[None, :])
-            B = np.where(use_lo, 0.0, b_up[None, :])
-            const = const + np.sum(L * B, axis=1)
-            mag = mag + np.sum(A * np.abs(B), axis=1)
+            S = np.where(use_lo, s_lo[:, None, :], s_up[:, None, :])
+            Bc = np.where(use_lo, 0.0, b_up[:, None, :])
+            const = const + np.sum(L * Bc, axis=2)
+            mag = mag + np.sum(A * np.abs(Bc), axis=2)
             src = node.src
             coef[src] = coef[src] + L * S if src in coef else L * S
             acoef[src] = acoef[src] + A * np.abs(S) if src in acoef else A * np.abs(S)
     raise AssertionError("the input node was not reached")  # pragma: no cover
 
 
-def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBounds:
+def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
+                 lower_slopes: tuple[str, ...] = ("adaptive",)) -> NodeBounds:
     """Bounds of every node over [lo, hi]: interval bounds everywhere, tightened by CROWN
     at every pre-ReLU node that is not a direct affine map of the input (outputs keep
-    interval bounds; bound output expressions with :func:`output_matrix_lower`)."""
-    lo = np.asarray(lo, dtype=np.float64)
-    hi = np.asarray(hi, dtype=np.float64)
+    interval bounds; bound output expressions with :func:`output_matrix_lower`).
+
+    Args:
+        lo, hi: (n_inputs,) for one box, or (B, n_inputs) for B boxes in one vectorised pass.
+        lower_slopes: lower relaxations of unstable ReLUs to try (see LOWER_SLOPES); each
+            gives a sound bound, the best per neuron is kept (a cheap stand-in for
+            optimising the slopes as alpha-CROWN does: Xu et al., ICLR 2021).
+    """
+    lo, hi, single = _batch(lo, hi)
     ib = interval_bounds(ir, lo, hi)
     lower, upper = [None] * len(ir.nodes), [None] * len(ir.nodes)
     nb = NodeBounds(lower, upper)
@@ -161,37 +187,51 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBounds
             l_i, u_i = ib.lower[nid], ib.upper[nid]
             if nid in need:
                 eye = np.eye(node.size)
-                both, _ = backward_lower(ir, nid, np.vstack([eye, -eye]), lo, hi, nb)
-                cl, cu = both[:node.size], both[node.size:]
+                lam = np.broadcast_to(np.vstack([eye, -eye]), (lo.shape[0], 2 * node.size, node.size))
+                both = np.max([_backward_lower_batch(ir, nid, lam, lo, hi, nb, v)[0] for v in lower_slopes], axis=0)
+                cl, cu = both[:, :node.size], both[:, node.size:]
                 l_i, u_i = np.maximum(l_i, cl), np.minimum(u_i, -cu)
             lower[nid], upper[nid] = l_i, u_i
-    return nb
+    return _unbatch(nb, single)
 
 
 def output_matrix_lower(ir: ControllerIR, C: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                        bounds: NodeBounds | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        bounds: NodeBounds | None = None,
+                        lower_slopes: tuple[str, ...] = ("adaptive",)) -> tuple[np.ndarray, np.ndarray]:
     """Sound lower bounds of ``C @ y`` over the box (y = the concatenated outputs).
 
     Args:
-        C: (m, n_outputs).
+        C: (m, n_outputs); or, with lo/hi (B, n_inputs), (m, n_outputs) shared or
+            (B, m, n_outputs) per box.
+        lower_slopes: lower relaxations of unstable ReLUs to try (see LOWER_SLOPES); the
+            best bound per row is kept; the coefficients are those of the first.
     Returns:
-        (lower (m,), input coefficients (m, n_inputs)).
+        (lower (m,), input coefficients (m, n_inputs)); with a leading B axis for a batch.
     """
+    lo, hi, single = _batch(lo, hi)
     bounds = bounds or crown_bounds(ir, lo, hi)
-    # outputs may be several nodes: fold them through a virtual sum
-    total = np.zeros(C.shape[0])
-    coefs = np.zeros((C.shape[0], ir.n_inputs))
-    if len(ir.outputs) == 1:
-        return backward_lower(ir, ir.outputs[0], C, lo, hi, bounds)
+    if single:
+        bounds = NodeBounds([np.atleast_2d(v) for v in bounds.lower], [np.atleast_2d(v) for v in bounds.upper])
+    C = np.asarray(C, dtype=np.float64)
+    if C.ndim == 2:
+        C = np.broadcast_to(C, (lo.shape[0],) + C.shape)
+    total = np.zeros(C.shape[:2])
+    coefs = np.zeros(C.shape[:2] + (ir.n_inputs,))
     off = 0
-    # several output nodes: bound each block separately (sound, possibly looser)
+    # several output nodes: bound each block separately and add (sound, possibly looser)
     for nid in ir.outputs:
         size = ir.nodes[nid].size
-        part, lin = backward_lower(ir, nid, C[:, off:off + size], lo, hi, bounds)
-        total += part
-        coefs += lin
+        best, best_lin = None, None
+        for v in lower_slopes:
+            part, lin = _backward_lower_batch(ir, nid, C[:, :, off:off + size], lo, hi, bounds, v)
+            if best is None:
+                best, best_lin = part, lin
+            else:
+                best = np.maximum(best, part)
+        total += best
+        coefs += best_lin
         off += size
-    return total, coefs
+    return (total[0], coefs[0]) if single else (total, coefs)
 
 
 def output_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

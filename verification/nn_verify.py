@@ -114,33 +114,47 @@ def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return x32
 
 
-def replay(ir: ControllerIR, model_path: Path, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]:
-    """Replay a candidate witness on the IR and on onnxruntime.
+def replay_many(ir: ControllerIR, model_path: Path, requests: list[tuple[Disjunct, np.ndarray]]) -> list[tuple[bool, dict]]:
+    """Replay candidate witnesses on the IR and on onnxruntime, one batch for all.
 
-    The point is clipped into the box (``x``, float64, reported); onnxruntime is fed its
-    float32 rounding (``x_float32``, kept inside the box where float32 allows, else
-    within one float32 step of it). Confirmed iff every row of ``C y <= d`` holds within
-    TOLERANCE on the IR at ``x`` and on onnxruntime at ``x_float32``.
+    Each point is clipped into its disjunct's box (``x``, float64, reported);
+    onnxruntime is fed its float32 rounding (``x_float32``, kept inside the box where
+    float32 allows, else within one float32 step of it). Confirmed iff every row of
+    ``C y <= d`` holds within TOLERANCE on the IR at ``x`` and on onnxruntime at
+    ``x_float32``.
 
     Returns:
-        (confirmed, witness dict).
+        [(confirmed, witness dict)] in request order.
     """
-    x = np.asarray(x, dtype=np.float64)
-    outside = float(np.max(np.maximum(dj.lo - x, 0) + np.maximum(x - dj.hi, 0)))
-    xc = np.clip(x, dj.lo, dj.hi)
-    x32 = _float32_inside(xc, dj.lo, dj.hi)
-    step = np.spacing(np.abs(xc).astype(np.float32)).astype(np.float64)
-    near = bool(np.all(np.abs(x32.astype(np.float64) - xc) <= step))
-    y_ort = evaluate_onnxruntime(model_path, x32.astype(np.float64)[None])[0]
-    y_ir = ir.evaluate(xc)
-    slack_ort = dj.C @ y_ort - dj.d
-    slack_ir = dj.C @ y_ir - dj.d
-    ok = near and bool(np.all(slack_ort <= TOLERANCE)) and bool(np.all(slack_ir <= TOLERANCE))
-    wit = {"x": [float(v) for v in xc], "x_float32": [float(v) for v in x32],
-           "y_onnxruntime": [float(v) for v in y_ort], "y_ir": [float(v) for v in y_ir],
-           "max_row_slack_onnxruntime": float(np.max(slack_ort)) if slack_ort.size else 0.0,
-           "solver_point_outside_box_by": outside}
-    return ok, wit
+    if not requests:
+        return []
+    xs, x32s, outs, nears = [], [], [], []
+    for dj, x in requests:
+        x = np.asarray(x, dtype=np.float64)
+        outs.append(float(np.max(np.maximum(dj.lo - x, 0) + np.maximum(x - dj.hi, 0))))
+        xc = np.clip(x, dj.lo, dj.hi)
+        x32 = _float32_inside(xc, dj.lo, dj.hi)
+        step = np.spacing(np.abs(xc).astype(np.float32)).astype(np.float64)
+        nears.append(bool(np.all(np.abs(x32.astype(np.float64) - xc) <= step)))
+        xs.append(xc)
+        x32s.append(x32)
+    y_ort_all = evaluate_onnxruntime(model_path, np.array(x32s).astype(np.float64))
+    y_ir_all = ir.evaluate(np.array(xs))
+    results = []
+    for (dj, _), xc, x32, near, outside, y_ort, y_ir in zip(requests, xs, x32s, nears, outs, y_ort_all, y_ir_all):
+        slack_ort = dj.C @ y_ort - dj.d
+        slack_ir = dj.C @ y_ir - dj.d
+        ok = near and bool(np.all(slack_ort <= TOLERANCE)) and bool(np.all(slack_ir <= TOLERANCE))
+        results.append((ok, {"x": [float(v) for v in xc], "x_float32": [float(v) for v in x32],
+                             "y_onnxruntime": [float(v) for v in y_ort], "y_ir": [float(v) for v in y_ir],
+                             "max_row_slack_onnxruntime": float(np.max(slack_ort)) if slack_ort.size else 0.0,
+                             "solver_point_outside_box_by": outside}))
+    return results
+
+
+def replay(ir: ControllerIR, model_path: Path, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]:
+    """Replay one candidate witness (see :func:`replay_many`). Returns (confirmed, witness dict)."""
+    return replay_many(ir, model_path, [(dj, x)])[0]
 
 
 def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline: float, opts: VerifyOptions,

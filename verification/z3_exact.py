@@ -23,6 +23,20 @@ def _q(v: float) -> z3.RatNumRef:
     return z3.RealVal(f"{f.numerator}/{f.denominator}")
 
 
+def _frac(f: Fraction) -> z3.RatNumRef:
+    return z3.RealVal(f"{f.numerator}/{f.denominator}")
+
+
+def _outward(f: Fraction, down: bool) -> Fraction:
+    """The nearest float64 at or below (down) / at or above ``f``, as a Fraction."""
+    v = float(f)
+    if down and Fraction(v) > f:
+        v = float(np.nextafter(v, -np.inf))
+    elif not down and Fraction(v) < f:
+        v = float(np.nextafter(v, np.inf))
+    return Fraction(v)
+
+
 def exact_intervals(ir: ControllerIR, lo, hi) -> list[list[tuple[Fraction, Fraction]]]:
     """Interval bounds of every node in exact rational arithmetic (no rounding at all)."""
     out: list[list[tuple[Fraction, Fraction]]] = []
@@ -97,7 +111,10 @@ class ExactChecker:
                     else:
                         y = z3.Real(f"n{nid}_{k}")
                         on = z3.Bool(f"p{nid}_{k}")
-                        s.add(y >= 0, y >= z, y <= _q(b), z >= _q(a),
+                        # redundant bounds from the exact interval, rounded outward to floats so
+                        # the rationals stay short (a chord bound made Z3 slower, measured)
+                        a_, b_ = _outward(a, down=True), _outward(b, down=False)
+                        s.add(y >= 0, y >= z, y <= _frac(b_), z >= _frac(a_),
                               z3.Implies(on, y == z), z3.Implies(z3.Not(on), y == 0),
                               z3.Implies(on, z >= 0), z3.Implies(z3.Not(on), z <= 0))
                         out.append(y)

@@ -14,7 +14,7 @@ from importlib import resources
 import jinja2
 import numpy as np
 
-from mi_certify.runtime.fsm import Reason
+from mi_certify.runtime.fsm import REASON_BITS, MaskBox, Reason
 
 from .lut import Lut
 from .spec import Spec
@@ -51,23 +51,25 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _common(spec: Spec, lut: Lut, hashes: SourceHashes, version: str) -> dict:
+def _common(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox]) -> dict:
     return {"spec": spec, "hashes": hashes, "version": version, "counts": lut.counts(),
-            "reasons": [r.name for r in Reason]}
+            "reasons": [r.name for r in Reason], "reason_bits": REASON_BITS, "masks": masks,
+            "mask_bits": [format(m.allowed, f"0{len(spec.actions)}b") for m in masks]}
 
 
-def emit_python(spec: Spec, lut: Lut, hashes: SourceHashes, version: str) -> str:
-    """Source text of ``<name>.py`` (stdlib only, integer LUT-FSM)."""
+def emit_python(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = ()) -> str:
+    """Source text of ``<name>.py`` (stdlib only, integer LUT-FSM); ``masks``: the
+    allowed-action boxes of the sla.yaml properties (rule 3a of docs/fsm.md)."""
     hexs = lut_bytes(lut).hex()
     lines = [hexs[i:i + 96] for i in range(0, len(hexs), 96)]
-    return _environment().get_template("python/runtime.py.j2").render(lut_hex=lines, **_common(spec, lut, hashes, version))
+    return _environment().get_template("python/runtime.py.j2").render(lut_hex=lines, **_common(spec, lut, hashes, version, list(masks)))
 
 
 def _width(max_value: int) -> int:
     return max(1, int(max_value).bit_length())
 
 
-def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str) -> str:
+def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = ()) -> str:
     """Source text of ``<name>.v`` (Verilog-2001, case-statement LUT).
 
     The case lists only entries that differ from the most common entry, which is
@@ -83,8 +85,19 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str) -> st
         fields.append({"name": inp.name, "unit": inp.unit, "bits": inp.bits, "min": inp.min, "max": inp.max,
                        "msb": msb, "lsb": msb - inp.bits + 1})
         msb -= inp.bits
+    # the cells of each mask box: comparators on the address fields (full ranges omitted)
+    mask_terms = []
+    for m in masks:
+        terms = []
+        for fld, lo, hi in zip(fields, m.lo, m.hi):
+            sl = f"addr[{fld['msb']}:{fld['lsb']}]" if fld["msb"] > fld["lsb"] else f"addr[{fld['msb']}]"
+            if lo > 0:
+                terms.append(f"({sl} >= {fld['bits']}'d{lo})")
+            if hi < (1 << fld["bits"]) - 1:
+                terms.append(f"({sl} <= {fld['bits']}'d{hi})")
+        mask_terms.append(" && ".join(terms) or "1'b1")
     f = spec.fsm
     return _environment().get_template("verilog/fsm.v.j2").render(
-        lut_cases=cases, lut_default=default, addr_fields=fields, tw=tw,
+        lut_cases=cases, lut_default=default, addr_fields=fields, tw=tw, mask_terms=mask_terms,
         hw=_width(f.hysteresis - 1), dw=_width(f.cooldown), vw=_width(f.violations_to_fallback - 1),
-        rw=_width(f.recovery - 1), **_common(spec, lut, hashes, version))
+        rw=_width(f.recovery - 1), **_common(spec, lut, hashes, version, list(masks)))

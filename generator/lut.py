@@ -13,9 +13,11 @@ numpy and onnxruntime). Confidence: the softmax probability of the decoded actio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
+from mi_certify.runtime.fsm import MaskBox
 from mi_certify.runtime.quantize import Quantizer
 
 from .errors import SpecError
@@ -99,3 +101,73 @@ def sample_lut(spec: Spec, ir: ControllerIR, chunk: int = 1 << 16, progress=None
             progress(stop, n)
     status = np.full(n, SAMPLED, dtype=object)
     return Lut(tokens, conf, status)
+
+
+def levels_meeting(inp, lo: float, hi: float) -> np.ndarray:
+    """Boolean (2^bits,) mask of the levels whose cell meets [lo, hi] (exact rationals;
+    cell q covers [min + q·step, min + (q+1)·step), the last one closed)."""
+    qz = Quantizer.from_floats(inp.min, inp.max, inp.bits)
+    rlo, rhi = Fraction(lo), Fraction(hi)
+    out = np.zeros(qz.levels, dtype=bool)
+    for q in range(qz.levels):
+        a, b = qz.cell_bounds(q)
+        last = q == qz.levels - 1
+        out[q] = a <= rhi and (b > rlo or (last and b >= rlo))
+    return out
+
+
+def property_masks(spec: Spec) -> list[MaskBox]:
+    """One MaskBox per ``forbid``/``require`` property: the cells that meet its region
+    (a box of levels, since regions are boxes) and the actions it allows there.
+    Properties whose region meets no cell are left out."""
+    out = []
+    n = len(spec.actions)
+    for p in spec.properties:
+        if p.kind not in ("forbid", "require"):
+            continue
+        ranges = {i: (a, b) for i, a, b in p.when}
+        lo, hi = [], []
+        for i, inp in enumerate(spec.inputs):
+            lv = np.nonzero(levels_meeting(inp, *ranges.get(i, (inp.min, inp.max))))[0]
+            lo.append(int(lv[0]) if lv.size else 1)
+            hi.append(int(lv[-1]) if lv.size else 0)
+        if any(a > b for a, b in zip(lo, hi)):
+            continue
+        allowed = [a for a in range(n) if (a not in p.forbid if p.kind == "forbid" else a in p.require)]
+        out.append(MaskBox(p.id, tuple(lo), tuple(hi), tuple(i.bits for i in spec.inputs),
+                           sum(1 << a for a in allowed)))
+    return out
+
+
+def allowed_table(spec: Spec, masks: list[MaskBox]) -> np.ndarray:
+    """(2^address_bits,) int64 bitmask of the allowed actions per address."""
+    full = (1 << len(spec.actions)) - 1
+    table = np.full(1 << spec.address_bits, full, dtype=np.int64)
+    for m in masks:
+        sel = np.ones(1, dtype=bool)
+        for lo, hi, b in zip(m.lo, m.hi, m.bits):
+            lv = np.zeros(1 << b, dtype=bool)
+            lv[lo:hi + 1] = True
+            sel = (sel[:, None] & lv[None, :]).reshape(-1)
+        table[sel] &= m.allowed
+    return table
+
+
+def apply_masks(spec: Spec, lut: Lut, masks: list[MaskBox]) -> tuple[Lut, list[dict]]:
+    """Override every LUT cell whose proposal a property does not allow there: it
+    proposes the conservative action (allowed everywhere: the spec checks it), confident.
+
+    Returns:
+        (the LUT after override, [{"address", "was", "now", "properties"}] per overridden cell).
+    """
+    table = allowed_table(spec, masks)
+    bad = np.nonzero(((table >> lut.tokens.astype(np.int64)) & 1) == 0)[0]
+    tokens, conf = lut.tokens.copy(), lut.confident.copy()
+    tokens[bad] = spec.conservative
+    conf[bad] = True
+    listed = []
+    for a in bad:
+        ids = [m.id for m in masks if m.contains(int(a)) and not (m.allowed >> int(lut.tokens[a])) & 1]
+        listed.append({"address": int(a), "was": spec.actions[int(lut.tokens[a])].name,
+                       "now": spec.actions[spec.conservative].name, "properties": ids})
+    return Lut(tokens, conf, lut.status), listed

@@ -37,7 +37,7 @@ from mi_certify.verification.tools import tool_version
 from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
 from .errors import BuildError, SpecError
 from .distill import DistillOptions, distill, fidelity
-from .lut import check_shapes, sample_lut
+from .lut import apply_masks, check_shapes, property_masks, sample_lut
 from .onnx_import import cross_check, import_onnx
 from .spec import Spec, load_spec
 
@@ -304,13 +304,20 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     if opts.heatmap:
         from .heatmap import write_heatmap
         write_heatmap(spec, lut, opts.heatmap[0], opts.heatmap[1], d / f"heatmap_{opts.heatmap[0]}_{opts.heatmap[1]}.png")
+    masks = property_masks(spec)
+    lut, overridden = apply_masks(spec, lut, masks)
     lut_props = timed("lut_properties", lambda: check_lut_properties(spec, lut.tokens),
                       lambda rs: "failed" if any(r.verdict == "violated" for r in rs) else "ok")
     stages["lut_properties"] = {
         "status": "failed" if any(r.verdict == "violated" for r in lut_props) else "ok",
-        "method": "exhaustive over every LUT cell meeting the property region (the artefact, not the network)",
-        "properties": {r.id: r.verdict for r in lut_props}}
-    _dump(d / "lut_properties.json", [r.to_json() for r in lut_props])
+        "method": "exhaustive over every LUT cell meeting the property region (the artefact, not the network), "
+                  "after overriding cells whose proposal a property does not allow",
+        "properties": {r.id: r.verdict for r in lut_props}, "overridden_cells": len(overridden)}
+    _dump(d / "lut_properties.json", {"properties": [r.to_json() for r in lut_props],
+                                      "masks": [{"id": m.id, "levels": [list(m.lo), list(m.hi)],
+                                                 "allowed": [a.name for i, a in enumerate(spec.actions)
+                                                             if (m.allowed >> i) & 1]} for m in masks],
+                                      "overridden_cells": overridden})
     lb = lut_bytes(lut)
     (d / "lut.hex").write_text("".join(f"{b:02x}\n" for b in lb), encoding="ascii")
     hist = np.bincount(lut.tokens, minlength=len(spec.actions))
@@ -329,8 +336,8 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     py_path, v_path = d / f"{spec.name}.py", d / f"{spec.name}.v"
 
     def do_emit():
-        py_path.write_text(emit_python(spec, lut, hashes, version()), encoding="utf-8")
-        v_path.write_text(emit_verilog(spec, lut, hashes, version()), encoding="utf-8")
+        py_path.write_text(emit_python(spec, lut, hashes, version(), masks), encoding="utf-8")
+        v_path.write_text(emit_verilog(spec, lut, hashes, version(), masks), encoding="utf-8")
     timed("emit", do_emit)
     stages["emit"] = {"status": "ok", "python_runtime": py_path.name, "verilog": v_path.name}
 
@@ -349,6 +356,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     else:
         with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
             res = timed("cosim", lambda: cocotb_sim.run_cosim(v_path, spec.name, cfg, lb, Path(work), runtime_py=py_path,
+                                                             masks=masks,
                                                              random_cycles=opts.cosim_cycles, seed=opts.cosim_seed),
                         lambda r: "ok" if r.passed else "failed")
             if not res.passed:

@@ -9,6 +9,7 @@ State (t, k, h, d, v, f, r); reset state (C, C, 0, 0, 0, 0, 0), C = conservative
    r == R: f=0, r=0, d=D, h=0, k=C                              -> RECOVER
    else                                                          -> FALLBACK
 3. v = v+1 if sla_violation else 0; v == W: t=C, k=C, f=1, v=h=d=r=0 -> FALLBACK
+3a. t not allowed at addr (sla.yaml forbid/require): t=C, k=C, h=0, d=D -> MASKED
 4. d > 0: d -= 1                                                 -> COOLDOWN
 5. not c: h=0 -> LOW_CONFIDENCE;  p == t: h=0                    -> HOLD
 6. p == k: h += 1; h == H: t=p, d=D, h=0 -> SWITCH; else         -> PENDING
@@ -26,7 +27,7 @@ from typing import Sequence
 
 
 class Reason(IntEnum):
-    """Why the active token is what it is after a step (3-bit code in the RTL)."""
+    """Why the active token is what it is after a step (4-bit code in the RTL)."""
 
     HOLD = 0
     PENDING = 1
@@ -36,6 +37,11 @@ class Reason(IntEnum):
     FALLBACK = 5
     RECOVER = 6
     PROBE_FAULT = 7
+    MASKED = 8
+
+
+#: Width of the reason code in the RTL and in traces.
+REASON_BITS = 4
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,12 @@ def reset_state(cfg: FsmConfig) -> FsmState:
 
 
 def transition(cfg: FsmConfig, s: FsmState, p: int, c: bool, probe_fault: bool,
-               sla_violation: bool) -> tuple[FsmState, Reason]:
+               sla_violation: bool, allowed: int = -1) -> tuple[FsmState, Reason]:
     """One step of the LUT-FSM given the LUT entry (p, c) at the current address.
 
+    Args:
+        allowed: bitmask of the actions the sla.yaml properties allow at the current
+            address (bit a set = action a allowed; -1 = all).
     Returns:
         (next state, reason); the active token after the step is ``next.t``.
     """
@@ -93,6 +102,8 @@ def transition(cfg: FsmConfig, s: FsmState, p: int, c: bool, probe_fault: bool,
     if v >= cfg.violations_to_fallback:
         return FsmState(t=C, k=C, f=True), Reason.FALLBACK
     s = replace(s, v=v)
+    if not (allowed >> s.t) & 1:
+        return FsmState(t=C, k=C, d=cfg.cooldown, v=v), Reason.MASKED
     if s.d > 0:
         return replace(s, d=s.d - 1), Reason.COOLDOWN
     if not c:
@@ -107,6 +118,40 @@ def transition(cfg: FsmConfig, s: FsmState, p: int, c: bool, probe_fault: bool,
     if h >= cfg.hysteresis:
         return replace(s, t=p, d=cfg.cooldown, h=0), Reason.SWITCH
     return replace(s, h=h), Reason.PENDING
+
+
+@dataclass(frozen=True)
+class MaskBox:
+    """Actions allowed in a box of LUT cells (from one sla.yaml forbid/require property).
+
+    ``lo``/``hi``: per input, the first and last level of the cells that meet the
+    property's region (inclusive); ``bits``: address bits per input (input 0 most
+    significant); ``allowed``: bitmask of the allowed tokens; ``id``: the property id.
+    """
+
+    id: str
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    bits: tuple[int, ...]
+    allowed: int
+
+    def contains(self, addr: int) -> bool:
+        shift = sum(self.bits)
+        for lo, hi, b in zip(self.lo, self.hi, self.bits):
+            shift -= b
+            q = (addr >> shift) & ((1 << b) - 1)
+            if not lo <= q <= hi:
+                return False
+        return True
+
+
+def allowed_at(masks: Sequence[MaskBox], addr: int) -> int:
+    """Bitmask of the actions allowed at ``addr``: the intersection over the boxes containing it (-1 = all)."""
+    allowed = -1
+    for m in masks:
+        if m.contains(addr):
+            allowed &= m.allowed
+    return allowed
 
 
 @dataclass(frozen=True)
@@ -130,7 +175,8 @@ class LutFsm:
         confident: LUT confident bits, same length.
     """
 
-    def __init__(self, cfg: FsmConfig, tokens: Sequence[int], confident: Sequence[bool]):
+    def __init__(self, cfg: FsmConfig, tokens: Sequence[int], confident: Sequence[bool],
+                 masks: Sequence[MaskBox] = ()):
         if len(tokens) != len(confident):
             raise ValueError("tokens and confident bits differ in length")
         if any(not 0 <= t < cfg.n_actions for t in tokens):
@@ -138,6 +184,7 @@ class LutFsm:
         self.cfg = cfg
         self.tokens = bytes(tokens)
         self.confident = bytes(int(bool(c)) for c in confident)
+        self.masks = tuple(masks)
         self.state = reset_state(cfg)
 
     def reset(self) -> None:
@@ -150,5 +197,6 @@ class LutFsm:
         p = self.tokens[addr] if not probe_fault else self.cfg.conservative
         c = bool(self.confident[addr]) if not probe_fault else False
         before = self.state
-        self.state, reason = transition(self.cfg, before, p, c, bool(probe_fault), bool(sla_violation))
+        allowed = -1 if probe_fault else allowed_at(self.masks, addr)
+        self.state, reason = transition(self.cfg, before, p, c, bool(probe_fault), bool(sla_violation), allowed)
         return StepResult(self.state.t, reason, p, c, before, self.state)

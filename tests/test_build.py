@@ -152,6 +152,12 @@ def _lut(reference_build) -> bytes:
     return bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
 
 
+def _masks():
+    from mi_certify.generator.lut import property_masks
+    from mi_certify.generator.spec import load_spec
+    return tuple(property_masks(load_spec(REFERENCE_SLA)))
+
+
 @pytest.mark.parametrize("mutation", [
     ("COOLDOWN     = 4'd10", "COOLDOWN     = 4'd9"),                       # cooldown off by one
     ("token  <= CONSERVATIVE;", "token  <= token;"),                       # dropped reset term
@@ -163,7 +169,7 @@ def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutati
     assert mutation[0] in src
     mutant = tmp_path / "meta_controller.v"
     mutant.write_text(src.replace(mutation[0], mutation[1], 1))
-    res = run_cosim(mutant, "meta_controller", _cfg(), _lut(reference_build), tmp_path / "work")
+    res = run_cosim(mutant, "meta_controller", _cfg(), _lut(reference_build), tmp_path / "work", masks=_masks())
     assert not res.passed and res.mismatches > 0
     assert res.first_mismatch["rtl"] != res.first_mismatch["reference"]
 
@@ -171,7 +177,7 @@ def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutati
 def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     from mi_certify.verification.cocotb_sim import make_stimulus
     lut = _lut(reference_build)
-    stim, directed = make_stimulus(_cfg(), lut, 10_000, 1)
+    stim, directed = make_stimulus(_cfg(), lut, 10_000, 1, _masks())
     src = (reference_build / "meta_controller.v").read_text()
     cases = {int(ln.split("'d")[1].split(":")[0]): ln for ln in src.splitlines() if ln.strip().startswith("16'd")}
     addr = next(row[1] for row in stim[:directed] if row[1] in cases)  # held by the directed sequence
@@ -180,7 +186,7 @@ def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     flipped = line.replace(f"3'd{entry};", f"3'd{entry ^ 0b100};")  # clear/set the confident bit
     mutant = tmp_path / "meta_controller.v"
     mutant.write_text(src.replace(line, flipped, 1))
-    res = run_cosim(mutant, "meta_controller", _cfg(), lut, tmp_path / "work")
+    res = run_cosim(mutant, "meta_controller", _cfg(), lut, tmp_path / "work", masks=_masks())
     assert not res.passed and res.mismatches > 0
 
 
@@ -189,7 +195,7 @@ def test_mutated_python_runtime_is_caught(reference_build, tmp_path):
     mutant = tmp_path / "meta_controller.py"
     mutant.write_text(src.replace("if self.h == HYSTERESIS:", "if self.h == HYSTERESIS - 1:", 1))
     res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
-                    tmp_path / "work", runtime_py=mutant)
+                    tmp_path / "work", runtime_py=mutant, masks=_masks())
     assert not res.passed and res.error == "emitted Python runtime disagrees with the reference"
     assert res.first_mismatch["python_runtime"] != res.first_mismatch["reference"]
 
@@ -263,16 +269,22 @@ def test_inspect_reports_the_bound_batch_dimension():
     assert "symbolic batch dimension 'N' bound to 1" in proc.stderr and "5 ReLUs" in proc.stderr
 
 
-def test_forbidden_action_in_the_lut_fails_the_build_and_names_the_cells(tmp_path):
+def test_lut_cells_a_property_forbids_are_overridden_to_the_conservative_action_and_listed(tmp_path):
     sla = tmp_path / "sla.yaml"
     sla.write_text(REFERENCE_SLA.read_text().replace("when: {temperature_c: [95, 110]}, forbid: [int4]",
                                                      "when: {}, forbid: [int4]"))
     res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True, verify=False,
                                                                           distill=False))
-    assert res.status == "failed" and res.summary["failed_stages"] == ["lut_properties"]
+    assert res.summary["stages"]["lut_properties"]["status"] == "ok"
+    assert res.summary["stages"]["lut_properties"]["overridden_cells"] == 5029
     rep = json.loads((tmp_path / "out" / "lut_properties.json").read_text())
-    assert rep[0]["verdict"] == "violated" and rep[0]["violating_cells"] == 5029
-    assert rep[0]["first_violations"][0]["token"] == "int4"
+    assert rep["properties"][0]["verdict"] == "holds"
+    first = rep["overridden_cells"][0]
+    assert (first["was"], first["now"], first["properties"]) == ("int4", "keep", ["P1"])
+    assert rep["masks"][0] == {"id": "P1", "levels": [[0] * 5, [15, 7, 7, 7, 7]],
+                               "allowed": ["keep", "merge_conv", "offload_cpu"]}
+    lut = bytes.fromhex((tmp_path / "out" / "lut.hex").read_text().replace("\n", ""))
+    assert not any((e & 0x7F) == 2 for e in lut)
 
 
 def test_skipped_stages_make_the_build_incomplete(tmp_path):

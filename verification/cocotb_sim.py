@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mi_certify.runtime.fsm import FsmConfig, LutFsm, Reason
+from mi_certify.runtime.fsm import FsmConfig, LutFsm, MaskBox, Reason, allowed_at
 
 from .tools import ToolUnavailable, tool_version
 
@@ -64,7 +64,8 @@ def _pools(cfg: FsmConfig, lut: bytes) -> dict[str, list[int]]:
     return pools
 
 
-def make_stimulus(cfg: FsmConfig, lut: bytes, random_cycles: int, seed: int) -> tuple[list[list[int]], int]:
+def make_stimulus(cfg: FsmConfig, lut: bytes, random_cycles: int, seed: int,
+                  masks: tuple[MaskBox, ...] = ()) -> tuple[list[list[int]], int]:
     """Deterministic stimulus: (rows [rst, addr, probe_fault, sla_violation], number of directed rows)."""
     rng = random.Random(seed)
     pools = _pools(cfg, lut)
@@ -98,6 +99,17 @@ def make_stimulus(cfg: FsmConfig, lut: bytes, random_cycles: int, seed: int) -> 
         hold(other[0], H + 1)                              # switch, then reset mid-cooldown
         hold(other[0], 1, rst=1)
         hold(other[0], H + D + 2)
+    for m in masks:                                        # MASKED: switch, then enter a box forbidding it
+        inside = 0
+        for lo, b in zip(m.lo, m.bits):
+            inside = inside << b | lo
+        for a in range(cfg.n_actions):
+            src = [x for x in pools.get(f"t{a}", []) if (allowed_at(masks, x) >> a) & 1]
+            if (m.allowed >> a) & 1 or a == cfg.conservative or not src:
+                continue
+            hold(home, 1, rst=1)
+            hold(src[0], H + 1)
+            hold(inside, 2)
     directed = len(rows)
     all_targets = targets or [0]
     while len(rows) < directed + random_cycles:
@@ -125,11 +137,11 @@ def load_runtime_module(path: Path):
     return mod
 
 
-def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtime_py: Path | None = None
-                   ) -> tuple[list[list[int]], dict | None]:
+def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtime_py: Path | None = None,
+                   masks: tuple[MaskBox, ...] = ()) -> tuple[list[list[int]], dict | None]:
     """Reference (token, reason) per stimulus row; and the first disagreement of the
     emitted runtime with the reference, if any (None when they agree)."""
-    ref = LutFsm(cfg, [e & 0x7F for e in lut], [e >> 7 for e in lut])
+    ref = LutFsm(cfg, [e & 0x7F for e in lut], [e >> 7 for e in lut], masks)
     emitted = load_runtime_module(runtime_py).Controller() if runtime_py else None
     out, first = [], None
     for i, (rst, addr, fault, viol) in enumerate(stimulus):
@@ -154,7 +166,7 @@ def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtim
 
 def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir: Path,
               runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1,
-              timeout_s: float = 3600.0) -> CosimResult:
+              timeout_s: float = 3600.0, masks: tuple[MaskBox, ...] = ()) -> CosimResult:
     """Co-simulate ``verilog`` (top ``toplevel``) against the reference.
 
     Args:
@@ -162,6 +174,7 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
         workdir: scratch directory (simulator build, logs); not part of the bundle.
         runtime_py: the emitted Python runtime, checked against the reference on the
             same stimulus.
+        masks: the allowed-action boxes of the sla.yaml properties (rule 3a).
     Returns:
         CosimResult; ``error`` says why a run could not complete (tool missing,
         simulator crash), which counts as failed.
@@ -169,8 +182,9 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
     if shutil.which("iverilog") is None or shutil.which("vvp") is None:
         return CosimResult(False, 0, 0, None, seed, "icarus", error="iverilog/vvp not found on PATH")
     workdir.mkdir(parents=True, exist_ok=True)
-    stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed)
-    expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py)
+    masks = tuple(masks)
+    stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks)
+    expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py, masks)
     reasons_seen = {r.name: 0 for r in Reason}
     for _, reason in expected:
         reasons_seen[Reason(reason).name] += 1

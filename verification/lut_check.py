@@ -12,12 +12,11 @@ they are reported as not applicable here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
+from mi_certify.generator.lut import levels_meeting
 from mi_certify.generator.spec import Spec
-from mi_certify.runtime.quantize import Quantizer
 
 
 @dataclass(frozen=True)
@@ -35,18 +34,6 @@ class LutPropertyResult:
                 "violating_cells": self.violating_cells, "first_violations": list(self.first_violations)}
 
 
-def _levels_meeting(inp, lo: float, hi: float) -> np.ndarray:
-    """Boolean (2^bits,) mask of the levels whose cell meets [lo, hi] (exact rationals)."""
-    qz = Quantizer.from_floats(inp.min, inp.max, inp.bits)
-    rlo, rhi = Fraction(lo), Fraction(hi)
-    out = np.zeros(qz.levels, dtype=bool)
-    for q in range(qz.levels):
-        a, b = qz.cell_bounds(q)
-        last = q == qz.levels - 1
-        out[q] = a <= rhi and (b > rlo or (last and b >= rlo))
-    return out
-
-
 def check_lut_properties(spec: Spec, tokens: np.ndarray) -> list[LutPropertyResult]:
     """Check every forbid/require property on every LUT cell.
 
@@ -61,7 +48,7 @@ def check_lut_properties(spec: Spec, tokens: np.ndarray) -> list[LutPropertyResu
         mask = np.ones(1, dtype=bool)
         ranges = {i: (a, b) for i, a, b in p.when}
         for i, inp in enumerate(spec.inputs):
-            lv = _levels_meeting(inp, *ranges.get(i, (inp.min, inp.max)))
+            lv = levels_meeting(inp, *ranges.get(i, (inp.min, inp.max)))
             mask = (mask[:, None] & lv[None, :]).reshape(-1)
         addrs = np.nonzero(mask)[0]
         t = tokens[addrs]

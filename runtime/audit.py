@@ -412,7 +412,8 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport
     Rules (docs/runtime.md): records are identified by ``seq``. A seq that no line
     carries is *removed*; a second line with a seq already present (not the one the
     chain links) or a line with a bad MAC and a duplicate seq is *inserted*; lines out
-    of seq order (outside one longest increasing run) are *reordered*; a record whose
+    of seq order (outside one longest increasing run, or with neither file neighbour
+    its seq neighbour: both records of a swap) are *reordered*; a record whose
     MAC fails (with ``key``), or whose successor's ``prev`` is not its hash (without
     key), is *edited*; a line that is not a record is *unreadable* (or, when it sits
     where exactly one missing seq belongs, that seq is *edited*). A torn last line is
@@ -474,8 +475,14 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport
     # Order: originals in file order must have increasing seq.
     in_order = sorted(original.values(), key=lambda ln: ln.line)
     keep = _longest_increasing([ln.seq for ln in in_order])
+    by_rank = sorted(original)
+    rank = {s: i for i, s in enumerate(by_rank)}
     for i, ln in enumerate(in_order):
-        if i not in keep:
+        r = rank[ln.seq]
+        pred_ok = (in_order[i - 1].seq == by_rank[r - 1]) if i and r else (i == 0 and r == 0)
+        succ_ok = (in_order[i + 1].seq == by_rank[r + 1]) if i + 1 < len(in_order) and r + 1 < len(by_rank) \
+            else (i + 1 == len(in_order) and r + 1 == len(by_rank))
+        if i not in keep or not (pred_ok or succ_ok):
             findings.append(Finding("reordered", ln.seq, ln.line, "out of seq order"))
 
     # Content: MACs with a key; otherwise the successor's prev link.

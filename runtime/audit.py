@@ -38,7 +38,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 __all__ = ["AUDIT_FORMAT", "AuditError", "AuditLog", "AuditReport", "Finding", "Receipt", "encode_decision",
            "load_key", "read_records", "verify_log", "key_id"]
@@ -104,6 +104,25 @@ def _json_clean(obj):
     return obj
 
 
+_INF = math.inf
+
+
+def _float_list(values) -> str:
+    """JSON array body of readings: floats by repr, None as null, non-finite as strings."""
+    text = repr(list(values))  # "[0.5, 1.0]": valid JSON when it holds finite floats and ints only
+    if "n" in text or "T" in text or "F" in text or "(" in text:  # nan, inf, None, True, False, np.float32(..)
+        return ",".join(map(_num, values))
+    return text[1:-1]
+
+
+_STATE7 = "[" + ",".join(["%d"] * 7) + "]"
+
+
+def _int_list(values) -> str:
+    """JSON array of ints (the 7-field FSM state (t, k, h, d, v, f, r) on the fast path)."""
+    return _STATE7 % tuple(values) if len(values) == 7 else "[" + ",".join(str(int(v)) for v in values) + "]"
+
+
 def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, proposal: int | None,
                     confident: bool | None, sla_violation: bool, before: Sequence[int], after: Sequence[int],
                     token: int, action: str, reason: str, latency_ms=None, accuracy_loss_pct=None,
@@ -116,23 +135,24 @@ def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, 
     ``probes_json``/``extra_json`` are JSON texts placed as the values of
     ``"probes"``/``"extra"``.
     """
-    parts = [f'"t_mono_ns":{time.monotonic_ns()},"t_wall_ns":{time.time_ns()}',
-             ',"readings":[', ",".join(map(_num, readings)), "]"]
-    if probes_json is not None:
-        parts.append(f',"probes":{probes_json}')
-    parts.append(f',"addr":{_num(addr)},"probe_fault":{_num(bool(probe_fault))},"proposal":{_num(proposal)},'
-                 f'"confident":{_num(confident)},"sla_violation":{_num(bool(sla_violation))},'
-                 f'"before":[{",".join(map(str, before))}],"after":[{",".join(map(str, after))}],'
-                 f'"token":{int(token)},"action":"{action}","reason":"{reason}",'
-                 f'"latency_ms":{_num(latency_ms)},"accuracy_loss_pct":{_num(accuracy_loss_pct)}')
+    text = (f'"t_mono_ns":{time.monotonic_ns()},"t_wall_ns":{time.time_ns()},"readings":[{_float_list(readings)}]'
+            + ("" if probes_json is None else f',"probes":{probes_json}')
+            + f',"addr":{"null" if addr is None else addr},"probe_fault":{"true" if probe_fault else "false"},'
+              f'"proposal":{"null" if proposal is None else proposal},'
+              f'"confident":{"null" if confident is None else "true" if confident else "false"},'
+              f'"sla_violation":{"true" if sla_violation else "false"},'
+              f'"before":{_int_list(before)},"after":{_int_list(after)},'
+              f'"token":{token},"action":"{action}","reason":"{reason}",'
+              f'"latency_ms":{repr(latency_ms) if type(latency_ms) is float and -_INF < latency_ms < _INF else _num(latency_ms)},'
+              f'"accuracy_loss_pct":{repr(accuracy_loss_pct) if type(accuracy_loss_pct) is float and -_INF < accuracy_loss_pct < _INF else _num(accuracy_loss_pct)}')
     if verdict is not None:
-        parts.append(f',"verdict":{{"action":{verdict.action},"violation":{_num(verdict.violation)},'
-                     f'"latency":{_num(verdict.latency)},"accuracy":{_num(verdict.accuracy)},'
-                     f'"latency_ms":{_num(verdict.latency_ms)},"accuracy_loss_pct":{_num(verdict.accuracy_loss_pct)},'
-                     f'"samples":{verdict.samples}}}')
+        text += (f',"verdict":{{"action":{verdict.action},"violation":{_num(verdict.violation)},'
+                 f'"latency":{_num(verdict.latency)},"accuracy":{_num(verdict.accuracy)},'
+                 f'"latency_ms":{_num(verdict.latency_ms)},"accuracy_loss_pct":{_num(verdict.accuracy_loss_pct)},'
+                 f'"samples":{verdict.samples}}}')
     if extra_json is not None:
-        parts.append(f',"extra":{extra_json}')
-    return "".join(parts)
+        text += f',"extra":{extra_json}'
+    return text
 
 
 def _parse_fsync(policy: str) -> int:
@@ -147,8 +167,7 @@ def _parse_fsync(policy: str) -> int:
     raise AuditError(f"unknown fsync policy {policy!r} (always, never, every:N)")
 
 
-@dataclass(frozen=True)
-class Receipt:
+class Receipt(NamedTuple):
     """Acknowledgement of one appended record: its ``seq``, SHA-256 and whether it was fsynced."""
 
     seq: int
@@ -248,13 +267,18 @@ class AuditLog:
         ``fields_json`` (``"a":1,"b":[2]``, may be empty). Returns when acknowledged."""
         if self.closed:
             raise AuditError("the audit log is closed", self.path)
-        sep = "," if fields_json else ""
-        body = f'{{"seq":{self.seq},"kind":"{kind}",{fields_json}{sep}"prev":"{self.prev}"}}'
+        seq = self.seq
+        if fields_json:
+            body = f'{{"seq":{seq},"kind":"{kind}",{fields_json},"prev":"{self.prev}"'
+        else:
+            body = f'{{"seq":{seq},"kind":"{kind}","prev":"{self.prev}"'
         if self._key is not None:
-            mac = hmac.new(self._key, body.encode("ascii"), hashlib.sha256).hexdigest()
-            body = f'{body[:-1]},"mac":"{mac}"}}'
-        line = body.encode("ascii")
-        self._write(line + b"\n")
+            mac = hmac.new(self._key, (body + "}").encode("ascii"), hashlib.sha256).hexdigest()
+            body = f'{body},"mac":"{mac}"'
+        line = (body + "}\n").encode("ascii")
+        n = os.write(self._fd, line)
+        if n != len(line):
+            self._write(line[n:])
         synced = False
         if self._period:
             self._unsynced += 1
@@ -262,11 +286,9 @@ class AuditLog:
                 os.fsync(self._fd)
                 self._unsynced = 0
                 synced = True
-        digest = hashlib.sha256(line).hexdigest()
-        receipt = Receipt(self.seq, digest, synced)
-        self.seq += 1
-        self.prev = digest
-        return receipt
+        self.prev = digest = hashlib.sha256(line[:-1]).hexdigest()
+        self.seq = seq + 1
+        return Receipt(seq, digest, synced)
 
     def append(self, kind: str, fields: dict) -> Receipt:
         """Append one record with arbitrary JSON fields (keys sorted; non-finite floats as strings)."""

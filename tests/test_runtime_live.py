@@ -234,3 +234,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(quick_build, tmp_path, args, messa
     assert p.returncode == 2, p.stderr
     err = [x for x in p.stderr.splitlines() if x.startswith("error:")]
     assert len(err) == 1 and message in err[0], p.stderr
+
+
+def test_runtime_package_imports_neither_generator_nor_verification():
+    code = ("import sys, mi_certify.runtime, mi_certify.runtime.live, mi_certify.runtime.engine; "
+            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('mi_certify.')}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "['runtime']"

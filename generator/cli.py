@@ -96,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-spec", help="validate an sla.yaml and print what it declares",
                        description="Validate SLA.yaml against the mi-certify/v1 schema and its semantic rules.")
     c.add_argument("sla", metavar="SLA.yaml", help="the spec to validate")
+    from .cli_runtime import add_parsers
+    p.set_defaults(runtime_handlers=add_parsers(sub))
     return p
 
 
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True, soft_wrap=True)
     try:
         handler = {"build": _run_build, "inspect": _run_inspect, "check-spec": _run_check_spec,
-                   "verify": _run_verify}[args.command]
+                   "verify": _run_verify, **args.runtime_handlers}[args.command]
         return handler(args, console)
     except MiCertifyError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)

@@ -48,6 +48,7 @@ def _environment() -> jinja2.Environment:
     env.filters["float_repr"] = repr
     env.filters["pytuple"] = lambda items: repr(tuple(items))
     env.filters["pyrepr"] = repr
+    env.filters["opt_float"] = lambda x: "None" if x is None else repr(float(x))
     return env
 
 

@@ -17,12 +17,15 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig
+
 from .errors import SpecError
 
 SCHEMA_ID = "mi-certify/v1"
 MAX_ADDRESS_BITS = 24
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 _TEXT = {"type": "string", "maxLength": 200, "pattern": r'^[^\x00-\x1f\x7f"\\`]*$'}
+_STATISTIC = STATISTIC_PATTERN
 _RANGE = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
           "description": "closed interval [lo, hi] in the input's physical unit"}
 
@@ -119,6 +122,22 @@ SCHEMA: dict = {
                                            "action at its centre, not confident; or fails the build (refuse)"},
             },
         },
+        "monitor": {
+            "type": "object", "additionalProperties": False,
+            "description": "runtime SLA monitor (docs/runtime.md): the sla_violation input of the FSM after each "
+                           "request is 'window statistic > the active action's limit' for latency or accuracy loss; "
+                           "the window holds the last requests of one action (a new action empties it)",
+            "properties": {
+                "window": {"type": "integer", "minimum": 1, "maximum": 4096,
+                           "description": "requests in the sliding window (default 1: each request judged alone)"},
+                "latency_statistic": {"type": "string", "pattern": _STATISTIC,
+                                      "description": "max, mean or pNN (nearest-rank percentile, 1 <= NN <= 99) of "
+                                                     "the window's latencies (default max)"},
+                "accuracy_statistic": {"type": "string", "pattern": _STATISTIC,
+                                       "description": "max, mean or pNN of the window's accuracy losses "
+                                                      "(default max)"},
+            },
+        },
         "properties": {
             "type": "array",
             "description": "safety properties over regions of the envelope",
@@ -211,6 +230,7 @@ class Spec:
     properties: tuple[PropertySpec, ...] = ()
     confidence_threshold: float | None = None
     resolve: str = "conservative"
+    monitor: MonitorConfig = MonitorConfig()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -250,6 +270,8 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[str, str]:
     if err.validator == "pattern":
         if err.schema is _TEXT or err.schema.get("pattern") == _TEXT["pattern"]:
             return where, "text may not contain control characters, quotes, backslashes or backticks"
+        if err.schema.get("pattern") == _STATISTIC:
+            return where, f"{_short(err.instance)} is not a statistic (max, mean, or p1 ... p99)"
         return where, f"{_short(err.instance)} is not a valid name (letters, digits, underscore; not starting with a digit)"
     return where, _short(err.message, 300)
 
@@ -432,6 +454,7 @@ def _resolve(raw: dict, f: str) -> Spec:
                               int(fsm["recovery"])),
                 properties=tuple(props), confidence_threshold=None if conf is None else float(conf["threshold"]),
                 resolve=raw.get("distill", {}).get("resolve", "conservative"),
+                monitor=MonitorConfig(**raw.get("monitor", {})),
                 raw=raw)
 
 

@@ -85,7 +85,7 @@ def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(referen
     src = (reference_build / "meta_controller.py").read_text()
     imported = {n.names[0].name if isinstance(n, ast.Import) else n.module
                 for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    assert imported == {"math", "numbers", "fractions"}
+    assert imported == {"bisect", "math", "numbers", "fractions"}
     mod = load_runtime_module(reference_build / "meta_controller.py")
     spec_inputs = [(0, 1, 4), (0, 1, 3), (0, 1, 3), (0, 1024, 3), (20, 110, 3)]
     qs = [Quantizer.from_floats(lo, hi, b) for lo, hi, b in spec_inputs]

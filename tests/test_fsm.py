@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mi_certify.runtime.fsm import FsmConfig, LutFsm, Reason
+from mi_certify.runtime.fsm import FsmConfig, LutFsm, MaskBox, Reason, allowed_at
 
 # LUT of 4 addresses: 0 -> keep(0) confident, 1 -> int4(2) confident, 2 -> int4 not confident,
 # 3 -> merge(1) confident. Conservative token 0.
@@ -14,9 +14,13 @@ TOKENS = [0, 2, 2, 1]
 CONF = [1, 1, 0, 1]
 
 
-def machine(h=3, d=2, w=2, r=3) -> LutFsm:
+# a property forbidding int4 (token 2) at address 2 (one input of 2 bits)
+NO_INT4_AT_2 = (MaskBox("P", (2,), (2,), (2,), 0b1011),)
+
+
+def machine(h=3, d=2, w=2, r=3, masks=()) -> LutFsm:
     return LutFsm(FsmConfig(n_actions=4, conservative=0, hysteresis=h, cooldown=d, violations_to_fallback=w,
-                            recovery=r), TOKENS, CONF)
+                            recovery=r), TOKENS, CONF, masks)
 
 
 def run(m: LutFsm, seq):
@@ -93,15 +97,17 @@ def test_reset_returns_to_the_initial_state():
 
 @pytest.mark.parametrize("h,d,w,r", [(1, 0, 1, 1), (3, 2, 2, 3), (4, 7, 3, 5)])
 def test_counters_stay_in_range_on_random_sequences(h, d, w, r):
-    m = machine(h, d, w, r)
+    m = machine(h, d, w, r, NO_INT4_AT_2)
     rng = random.Random(h * 100 + d)
     seen = set()
     for _ in range(5000):
-        res = m.step(rng.randrange(4), rng.random() < 0.02, rng.random() < 0.3)
+        addr, fault = rng.randrange(4), rng.random() < 0.02
+        res = m.step(addr, fault, rng.random() < 0.3)
         s = res.after
         seen.add(res.reason)
         assert 0 <= s.h <= h - 1 and 0 <= s.d <= d and 0 <= s.v <= w - 1 and 0 <= s.r <= r - 1
         assert s.t in range(4)
+        assert fault or (allowed_at(NO_INT4_AT_2, addr) >> s.t) & 1  # the property holds on the active token
         if s.f:
             assert s.t == 0
     expected = set(Reason) - ({Reason.PENDING} if h == 1 else set()) - ({Reason.COOLDOWN} if d == 0 else set())
@@ -111,3 +117,12 @@ def test_counters_stay_in_range_on_random_sequences(h, d, w, r):
 def test_lut_with_undeclared_token_is_rejected():
     with pytest.raises(ValueError, match="not a declared action"):
         LutFsm(FsmConfig(2, 0, 1, 0, 1, 1), [0, 5], [1, 1])
+
+
+def test_an_active_action_a_property_forbids_is_replaced_at_once_even_in_cooldown():
+    m = machine(h=1, d=5, masks=NO_INT4_AT_2)
+    assert run(m, [1, 1, 2, 2, 3]) == [(2, "SWITCH"), (2, "COOLDOWN"), (0, "MASKED"), (0, "COOLDOWN"),
+                                       (0, "COOLDOWN")]
+    assert m.state.d == 3 and m.state.k == 0 and m.state.h == 0
+    unmasked = machine(h=1, d=5)
+    assert run(unmasked, [1, 1, 2]) == [(2, "SWITCH"), (2, "COOLDOWN"), (2, "COOLDOWN")]  # int4 stays without it

@@ -1,0 +1,150 @@
+"""Decisions per second of the generated Python runtime, with and without audit logging,
+against onnxruntime inference of the same controller network, in one run.
+
+    python bench/runtime.py [--build DIR] [--steps N]
+
+Without --build, a quick build of the reference controller (--sample-lut, no
+verification, lint or co-simulation; the runtime code is the same) is made in a
+temporary directory. Inputs: N random probe readings inside the envelope (seed 0),
+the same for every variant. Printed as ratios measured in this run:
+
+- bare step: ``Controller.step(readings, sla_violation)`` (exact quantization + FSM)
+- step from an address: ``Controller.step_addr`` (FSM only)
+- step + audit record (fsync never / every:64 / always), through ``ControlLoop.complete``'s
+  encoder and ``AuditLog.append_fields``
+- onnxruntime: ``InferenceSession.run`` of controller.onnx on one reading (the network
+  the LUT-FSM replaces), one intra-op thread, optimisation all
+
+Goals (issue): LUT-FSM step >= 20x faster than the network; audit logging with fsync
+off <= 3x a bare step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _best_of(fn, n: int, repeats: int = 5) -> float:
+    """Seconds per call: best of ``repeats`` runs of ``n`` calls."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(n)
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=None, help="a build directory (default: quick build in a temp dir)")
+    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds (best of)")
+    args = ap.parse_args(argv)
+
+    import onnxruntime as ort
+
+    from mi_certify.runtime.audit import AuditLog, encode_decision
+    from mi_certify.runtime.live import load_build
+
+    tmp = tempfile.TemporaryDirectory(prefix="mi-certify-bench-")
+    if args.build is None:
+        from mi_certify.generator.pipeline import BuildOptions, build
+        out = Path(tmp.name) / "meta_controller"
+        build(ROOT / "examples/meta_controller/controller.onnx", ROOT / "examples/meta_controller/sla.yaml", out,
+              BuildOptions(skip_lint=True, skip_cosim=True, verify=False, distill=False))
+        args.build = out
+    b = load_build(args.build)
+    m = b.module
+    model = b.dir / "inputs" / "model" / "controller.onnx"
+    rng = np.random.default_rng(0)
+    lo = np.array([float(i[2]) for i in m.INPUTS])
+    hi = np.array([float(i[3]) for i in m.INPUTS])
+    pts = lo + rng.random((args.steps, len(lo))) * (hi - lo)
+    readings = [list(map(float, p)) for p in pts]
+    addrs = [m.quantize(r)[0] for r in readings]
+    n = len(readings)
+
+    def bare(k):
+        ctl = m.Controller()
+        for i in range(k):
+            ctl.step(readings[i % n], False)
+
+    def from_addr(k):
+        ctl = m.Controller()
+        for i in range(k):
+            ctl.step_addr(addrs[i % n], False, False)
+
+    def with_audit(policy):
+        path = Path(tmp.name) / f"bench-{policy.replace(':', '_')}.log"
+
+        def run(k):
+            path.unlink(missing_ok=True)
+            ctl = m.Controller()
+            log = AuditLog(path, fsync=policy, header=b.identity())
+            actions, reasons = m.ACTIONS, m.REASONS
+            for i in range(k):
+                r = readings[i % n]
+                before = ctl.state
+                addr, fault = m.quantize(r)
+                p, c = m.lut_entry(addr)
+                t, why = ctl.step_addr(addr, fault, False)
+                log.append_fields("decision", encode_decision(
+                    readings=r, addr=addr, probe_fault=fault, proposal=p, confident=bool(c), sla_violation=False,
+                    before=before, after=ctl.state, token=t, action=actions[t], reason=reasons[why],
+                    latency_ms=5.0, accuracy_loss_pct=0.0))
+            log.close()
+        return run
+
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = 1
+    o.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(model), o, providers=["CPUExecutionProvider"])
+    in_name = sess.get_inputs()[0].name
+    shape = [d if isinstance(d, int) else 1 for d in sess.get_inputs()[0].shape]
+    feeds = [pts[i].astype(np.float32).reshape(shape) for i in range(min(n, 4096))]
+
+    def onnx(k):
+        for i in range(k):
+            sess.run(None, {in_name: feeds[i % len(feeds)]})
+
+    k = args.steps
+    variants = {"bare": (bare, k), "addr": (from_addr, k), "never": (with_audit("never"), k),
+                "every": (with_audit("every:64"), k), "always": (with_audit("always"), min(k, 1000)),
+                "ort": (onnx, min(k, 10000))}
+    # interleaved rounds, best per variant: the machine is shared, so load drifts between variants
+    best = {name: float("inf") for name in variants}
+    for _ in range(args.rounds):
+        for name, (fn, steps) in variants.items():
+            best[name] = min(best[name], _best_of(fn, steps, repeats=1))
+    t_bare, t_addr, t_never, t_every, t_always, t_ort = (best[x] for x in variants)
+
+    def row(label, t):
+        print(f"{label:48s} {t * 1e6:9.2f} us   {1 / t:12,.0f} decisions/s")
+
+    print(f"build: {b.dir} ({b.name}, {len(b.lut)} LUT cells); {k} steps; best of interleaved rounds")
+    row("LUT-FSM step (quantize + FSM), no audit", t_bare)
+    row("LUT-FSM step_addr (FSM only)", t_addr)
+    row("step + audit record, fsync never", t_never)
+    row("step + audit record, fsync every:64", t_every)
+    row("step + audit record, fsync always", t_always)
+    row("onnxruntime run of controller.onnx", t_ort)
+    print()
+    print(f"network / LUT-FSM step            = {t_ort / t_bare:6.1f}x   (goal >= 20x)")
+    print(f"network / LUT-FSM step_addr       = {t_ort / t_addr:6.1f}x")
+    print(f"step+audit (fsync never) / step   = {t_never / t_bare:6.2f}x   (goal <= 3x)")
+    print(f"step+audit (every:64) / step      = {t_every / t_bare:6.2f}x")
+    print(f"step+audit (fsync always) / step  = {t_always / t_bare:6.1f}x   (one fsync per decision)")
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""CLI glue of the run-time commands: ``mi-certify run`` and ``mi-certify audit verify|replay``.
+
+The work is done by :mod:`mi_certify.runtime` (probes, SLA monitor, audit log, live
+loop, replay); this module parses options, turns runtime errors into located
+``MiCertifyError`` lines (exit 2) and renders results.
+
+Exit codes: ``run`` 0 done, 2 bad input; ``audit verify`` 0 intact (a torn last line
+is reported, not a failure), 1 tampered, 2 bad input; ``audit replay`` 0 every
+decision confirmed, 1 a mismatch or a tampered log, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import MiCertifyError
+
+
+class RuntimeInputError(MiCertifyError):
+    """A build directory, workload, audit log, key or option of a run-time command is unusable."""
+
+
+def add_parsers(sub) -> dict:
+    """Add ``run`` and ``audit`` to the sub-parsers; returns {command: handler}."""
+    r = sub.add_parser("run", help="run a workload on onnxruntime under a built controller (live loop)",
+                       description="Before each request: read the probes, step the generated controller, apply "
+                                   "its action to the onnxruntime session; after it: measure latency and accuracy "
+                                   "loss against fp32, feed the SLA monitor, append an audit record. Action → "
+                                   "plan mapping and probe sources: docs/runtime.md.")
+    r.add_argument("--build", required=True, metavar="DIR", help="a build directory (mi-certify build)")
+    r.add_argument("--workload", required=True, metavar="MODEL.onnx", help="the model the engine runs "
+                   "(examples/workload/convnet.onnx)")
+    r.add_argument("--requests", type=int, default=300, metavar="N", help="number of requests (default 300)")
+    r.add_argument("--audit", metavar="LOG", help="append decision records to this JSON Lines audit log")
+    r.add_argument("--key", metavar="KEYFILE", help="HMAC key file (>= 16 bytes) for the audit log")
+    r.add_argument("--fsync", default="always", metavar="POLICY",
+                   help="audit fsync policy: always (default), never, every:N")
+    r.add_argument("--probe", default="linux", metavar="SOURCE",
+                   help="linux (this machine, default) or trace:FILE.csv (replay recorded readings)")
+    r.add_argument("--map", action="append", default=[], metavar="INPUT=EXPR",
+                   help="source of a controller input: NUMBER (an assumed constant), QUANTITY, QUANTITY*NUMBER, "
+                        "QUANTITY/NUMBER or Q1/Q2 (repeatable; quantities in docs/runtime.md)")
+    r.add_argument("--mem-bw-peak", type=float, default=None, metavar="B/s",
+                   help="peak memory bandwidth for mem_bw_peak (the kernel does not expose it)")
+    r.add_argument("--plan", action="append", default=[], metavar="ACTION=LEVEL[,quantized][,threads=N]",
+                   help="execution plan of an action (defaults for keep, merge_conv, int4, offload_cpu)")
+    r.add_argument("--background-load", type=int, default=0, metavar="K",
+                   help="run K busy-loop processes during the middle third of the requests")
+    r.add_argument("--interval", type=float, default=0.02, metavar="S",
+                   help="pause between requests in seconds (default 0.02)")
+    r.add_argument("--json", metavar="FILE", dest="json_out", help="write the run's counts as JSON")
+
+    a = sub.add_parser("audit", help="verify or replay an audit log",
+                       description="Check the hash chain (and HMACs) of an audit log, or replay its decisions.")
+    asub = a.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    v = asub.add_parser("verify", help="check the chain; report every edited, removed, inserted or reordered record",
+                        description="Exit 0 intact (a torn last line from a crash is reported and ignored), "
+                                    "1 tampered, 2 bad input.")
+    v.add_argument("log", metavar="LOG")
+    v.add_argument("--key", metavar="KEYFILE", help="HMAC key: also check every record's MAC")
+    v.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p = asub.add_parser("replay", help="re-run the FSM from the logged inputs and confirm every decision",
+                        description="Uses the build's generated runtime and the reference FSM; prints SLA "
+                                    "attainment per action and switch counts. Exit 0 all confirmed, 1 mismatch "
+                                    "or tampered log, 2 bad input.")
+    p.add_argument("log", metavar="LOG")
+    p.add_argument("--build", required=True, metavar="DIR", help="the build the log was written with")
+    p.add_argument("--key", metavar="KEYFILE", help="HMAC key of the log")
+    p.add_argument("--json", action="store_true", help="print the replay report as JSON on stdout")
+    return {"run": run_command, "audit": audit_command}
+
+
+def _located(fn, *args, **kw):
+    """Call fn; turn runtime-package errors into one located MiCertifyError line."""
+    from mi_certify.runtime.audit import AuditError
+    from mi_certify.runtime.live import BuildLoadError
+    try:
+        return fn(*args, **kw)
+    except (AuditError, BuildLoadError) as exc:
+        raise RuntimeInputError(exc.reason, file=exc.file) from None
+    except ValueError as exc:
+        raise RuntimeInputError(str(exc)) from None
+
+
+def _key(path):
+    from mi_certify.runtime.audit import load_key
+    return None if path is None else _located(load_key, path)
+
+
+def run_command(args, console: Console) -> int:
+    from mi_certify.runtime.audit import AuditLog
+    from mi_certify.runtime.engine import DEFAULT_PLANS, Workload, parse_plan, run_live
+    from mi_certify.runtime.live import ControlLoop, load_build
+    from mi_certify.runtime.probes import FeatureMap, LinuxProbe, TraceProbe
+
+    if args.requests < 1:
+        raise RuntimeInputError("--requests must be at least 1")
+    if args.background_load < 0 or args.interval < 0:
+        raise RuntimeInputError("--background-load and --interval must not be negative")
+    build = _located(load_build, args.build)
+    plans = dict(DEFAULT_PLANS)
+    for text in args.plan:
+        name, plan = _located(parse_plan, text)
+        plans[name] = plan
+    missing = [a for a in build.actions if a not in plans]
+    if missing:
+        raise RuntimeInputError(f"action '{missing[0]}' has no execution plan; give --plan "
+                                f"{missing[0]}=LEVEL[,quantized][,threads=N]", file=args.build)
+    overrides = {}
+    for text in args.map:
+        if "=" not in text:
+            raise RuntimeInputError(f"--map {text!r}: expected INPUT=EXPR")
+        k, v = text.split("=", 1)
+        overrides[k.strip()] = v.strip()
+    if not Path(args.workload).is_file():
+        raise RuntimeInputError("no such file", file=args.workload)
+    if args.probe == "linux":
+        probe = LinuxProbe(mem_bw_peak=args.mem_bw_peak)
+        offered = ()
+    elif args.probe.startswith("trace:"):
+        probe = _located(TraceProbe, args.probe[len("trace:"):])
+        offered = probe.columns
+    else:
+        raise RuntimeInputError(f"--probe {args.probe!r}: expected linux or trace:FILE.csv")
+    features = _located(FeatureMap.build, build.inputs, overrides, offered)
+    key = _key(args.key)
+    console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
+    workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
+    loop = ControlLoop(build, probe, features)
+    log = None
+    if args.audit:
+        log = _located(AuditLog, args.audit, key=key, fsync=args.fsync,
+                       header={**loop.audit_header(), "workload": Path(args.workload).name,
+                               "plans": {a: plans[a].describe() for a in build.actions}})
+        loop.audit = log
+    t = Table(title="inputs and their sources")
+    for col in ("controller input", "source", "first reading"):
+        t.add_column(col)
+    try:
+        first = features(probe.read())
+        if isinstance(probe, TraceProbe):
+            probe.index = 0  # the table's sample must not use up the trace's first row
+        for n, s, v, e in zip(features.inputs, features.sources, *first):
+            t.add_row(n, s, f"{v:.4g}" if v is not None else f"[yellow]unavailable[/]: {e}")
+        console.print(t)
+        if any(v is None for v in first[0]):
+            console.print("[yellow]warning:[/] some inputs are unavailable: every step is a probe fault "
+                          "(conservative action). Map them with --map INPUT=EXPR (a number = an assumed constant).")
+        rep = run_live(loop, workload, args.requests, args.background_load, args.interval)
+    finally:
+        if log is not None:
+            log.close()
+        probe.close()
+        workload.close()
+    _print_live(rep, build, console)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rep.to_json(), indent=2, sort_keys=True) + "\n")
+    if args.audit:
+        console.print(f"audit log: {args.audit} (check: mi-certify audit verify {args.audit}"
+                      f"{' --key ' + args.key if args.key else ''})", highlight=False)
+    return 0
+
+
+def _print_live(rep, build, console: Console) -> None:
+    t = Table(title=f"live run: {rep.requests} requests")
+    for col in ("action", "requests", "median latency (ms)", "p90 (ms)", "limit (ms)"):
+        t.add_column(col)
+    j = rep.to_json()
+    for i, a in enumerate(build.actions):
+        lat = j["latency"].get(a, {})
+        lim = build.limits[i].latency_ms
+        t.add_row(a, str(rep.tokens.get(a, 0)), str(lat.get("median_ms", "-")), str(lat.get("p90_ms", "-")),
+                  "-" if lim is None else f"{lim:g}")
+    console.print(t)
+    for p in j["phases"]:
+        console.print(f"phase {p['phase']:6s} from request {p['from_request']:5d}: {p['tokens']}", highlight=False)
+    console.print(f"switches: {j['switch_count']} {j['switches']}; fallbacks: {rep.fallbacks}; recoveries: "
+                  f"{rep.recoveries}; SLA violations: {rep.violations}; reasons: {j['reasons']}", highlight=False)
+
+
+def audit_command(args, console: Console) -> int:
+    from mi_certify.runtime.audit import verify_log
+
+    key = _key(args.key)
+    if not Path(args.log).is_file():
+        raise RuntimeInputError("no such file", file=args.log)
+    report = _located(verify_log, args.log, key)
+    if args.audit_command == "verify":
+        if args.json:
+            print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        _print_verify(report, console)
+        return 0 if report.ok else 1
+    from mi_certify.runtime.live import load_build, replay
+    build = _located(load_build, args.build)
+    rep = _located(replay, args.log, build, key)
+    if args.json:
+        print(json.dumps({"verify": report.to_json(), "replay": rep.to_json()}, indent=2, sort_keys=True))
+    _print_verify(report, console)
+    t = Table(title=f"SLA attainment per action ({rep.decisions} decisions, {rep.sessions} sessions)")
+    for col in ("action", "requests", "latency met", "accuracy met", "attainment", "monitor compliant"):
+        t.add_column(col)
+    for a, st in rep.per_action.items():
+        n = st["requests"]
+        t.add_row(a, str(n), f"{st['met_latency']}", f"{st['met_accuracy']}",
+                  "-" if not n else f"{st['attainment']:.1%}", f"{st['verdict_compliant']}")
+    console.print(t)
+    j = rep.to_json()
+    console.print(f"switches: {j['switch_count']} {j['switches']}; fallbacks: {rep.fallbacks}; recoveries: "
+                  f"{rep.recoveries}; probe faults: {rep.probe_faults}", highlight=False)
+    if rep.mismatches:
+        for seq, what, logged, got in rep.mismatches[:20]:
+            console.print(f"[red]mismatch[/] record {seq}: {what}: logged {logged!r}, replayed {got!r}",
+                          highlight=False)
+        console.print(f"[red]{len(rep.mismatches)} mismatches[/]")
+    elif rep.decisions:
+        console.print(f"[green]all {rep.decisions} decisions confirmed[/] (token, reason, state, LUT entry, "
+                      "address, SLA verdict) by the generated runtime and the reference FSM")
+    else:
+        console.print("[yellow]the log holds no decision[/]")
+    return 0 if rep.ok and report.ok else 1
+
+
+def _print_verify(report, console: Console) -> None:
+    for f in report.findings:
+        where = f"record {f.seq}" if f.seq is not None else "record ?"
+        line = f" (line {f.line})" if f.line else ""
+        console.print(f"[red]{f.kind}[/]: {where}{line}: {f.detail}", highlight=False)
+    for n in report.notes:
+        console.print(f"[yellow]note:[/] {n}", highlight=False)
+    state = "[green]intact[/]" if report.ok else f"[red]TAMPERED[/] ({len(report.findings)} findings)"
+    console.print(f"{report.path}: {report.records} records, {state}; "
+                  f"{'HMAC checked' if report.authenticated else 'hash chain only (no key)'}; "
+                  f"head sha256 {report.head}", highlight=False)

@@ -1,0 +1,547 @@
+"""Tamper-evident, crash-safe audit log of controller decisions (JSON Lines).
+
+Format ``mi-certify/audit-v1`` (normative text: docs/runtime.md, "Audit log"):
+
+- One JSON object per line, UTF-8 (ASCII only), ``\\n`` terminated, appended with
+  one ``write(2)`` per record on a file opened ``O_APPEND`` (no user-space buffer,
+  so a killed process loses nothing that ``append`` returned).
+- Every record starts ``{"seq":N,"kind":K,`` and ends ``"prev":H}`` where N counts
+  0, 1, 2 … over the whole file, K is ``open`` (a writer session starts; its
+  fields describe the controller, the build and the policy), ``decision`` or
+  ``close``, and H is the SHA-256 (hex) of the previous line's bytes without its
+  newline (64 zeros for seq 0).
+- With an HMAC key, ``,"mac":M}`` replaces the final ``}``: M is HMAC-SHA256(key,
+  the line up to and including the ``"prev"`` value followed by ``}``). Without
+  the key nobody can produce a valid record, so an edit cannot be hidden by
+  rebuilding the chain. The ``open`` record names the key by ``key_id`` =
+  HMAC-SHA256(key, "mi-certify audit key id")[:16 hex], never the key itself.
+- fsync policy: ``always`` (``append`` returns after ``fsync``: the record survives
+  a power loss), ``every:N`` (``fsync`` after every N-th record and at close), ``never``
+  (the kernel writes back; the record survives a killed process, not a power loss).
+  In every policy a record is *acknowledged* when ``append`` returns.
+- A crash can leave a torn last line (bytes without the final newline). The
+  verifier reports it and ignores it; a writer that reopens the log cuts it off
+  and records its length and SHA-256 in the new ``open`` record.
+
+Public surface: :class:`AuditLog` (writer), :func:`verify_log` (checker),
+:func:`read_records` (parser used by replay), :func:`load_key`, :func:`encode_decision`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, NamedTuple, Sequence
+
+__all__ = ["AUDIT_FORMAT", "AuditError", "AuditLog", "AuditReport", "Finding", "Receipt", "encode_decision",
+           "load_key", "read_records", "verify_log", "key_id"]
+
+AUDIT_FORMAT = "mi-certify/audit-v1"
+GENESIS = "0" * 64
+_MAC_TAIL = re.compile(rb',"mac":"([0-9a-f]{64})"\}$')
+_HEAD = re.compile(rb'^\{"seq":(0|[1-9][0-9]{0,17}),"kind":"(open|decision|close)",')
+_PREV_TAIL = re.compile(rb',"prev":"([0-9a-f]{64})"\}$')
+MIN_KEY_BYTES = 16
+
+
+class AuditError(Exception):
+    """The audit log or key cannot be used: missing, unreadable, foreign, or not a log.
+
+    Attributes: ``file`` (path), ``reason`` (one sentence). ``str()`` is one line.
+    """
+
+    def __init__(self, reason: str, file: str | os.PathLike | None = None):
+        self.file = None if file is None else str(file)
+        self.reason = reason
+        super().__init__(f"{self.file}: {reason}" if self.file else reason)
+
+
+def load_key(path: str | os.PathLike) -> bytes:
+    """Read an HMAC key file (raw bytes, at least 16). Raises AuditError."""
+    try:
+        key = Path(path).read_bytes()
+    except OSError as exc:
+        raise AuditError(f"cannot read the key file: {exc.strerror or exc}", path) from None
+    if len(key) < MIN_KEY_BYTES:
+        raise AuditError(f"key file holds {len(key)} bytes; at least {MIN_KEY_BYTES} are required", path)
+    return key
+
+
+def key_id(key: bytes) -> str:
+    """Public identifier of a key (16 hex digits); reveals nothing usable about the key."""
+    return hmac.new(key, b"mi-certify audit key id", hashlib.sha256).hexdigest()[:16]
+
+
+def _num(x) -> str:
+    """A number as JSON text: finite floats by repr, non-finite as strings, None as null."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        return str(x)
+    x = float(x)
+    if math.isfinite(x):
+        return repr(x)
+    return '"nan"' if math.isnan(x) else ('"inf"' if x > 0 else '"-inf"')
+
+
+def _json_clean(obj):
+    """Replace non-finite floats by strings so any payload is valid JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): _json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_clean(v) for v in obj]
+    return obj
+
+
+_INF = math.inf
+
+
+def _float_list(values) -> str:
+    """JSON array body of readings: floats by repr, None as null, non-finite as strings."""
+    text = repr(list(values))  # "[0.5, 1.0]": valid JSON when it holds finite floats and ints only
+    if "n" in text or "T" in text or "F" in text or "(" in text:  # nan, inf, None, True, False, np.float32(..)
+        return ",".join(map(_num, values))
+    return text[1:-1]
+
+
+_STATE7 = "[" + ",".join(["%d"] * 7) + "]"
+
+
+def _int_list(values) -> str:
+    """JSON array of ints (the 7-field FSM state (t, k, h, d, v, f, r) on the fast path)."""
+    return _STATE7 % tuple(values) if len(values) == 7 else "[" + ",".join(str(int(v)) for v in values) + "]"
+
+
+def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, proposal: int | None,
+                    confident: bool | None, sla_violation: bool, before: Sequence[int], after: Sequence[int],
+                    token: int, action: str, reason: str, latency_ms=None, accuracy_loss_pct=None,
+                    verdict=None, probes_json: str | None = None, extra_json: str | None = None) -> str:
+    """JSON text of the fields of one ``decision`` record (without braces, seq, kind, prev).
+
+    A fast, fixed-order encoder (the hot path of the live loop). ``action`` and
+    ``reason`` must be identifiers (the spec guarantees it for action names).
+    ``verdict`` is a :class:`mi_certify.runtime.sla.SlaVerdict` or None;
+    ``probes_json``/``extra_json`` are JSON texts placed as the values of
+    ``"probes"``/``"extra"``.
+    """
+    text = (f'"t_mono_ns":{time.monotonic_ns()},"t_wall_ns":{time.time_ns()},"readings":[{_float_list(readings)}]'
+            + ("" if probes_json is None else f',"probes":{probes_json}')
+            + f',"addr":{"null" if addr is None else addr},"probe_fault":{"true" if probe_fault else "false"},'
+              f'"proposal":{"null" if proposal is None else proposal},'
+              f'"confident":{"null" if confident is None else "true" if confident else "false"},'
+              f'"sla_violation":{"true" if sla_violation else "false"},'
+              f'"before":{_int_list(before)},"after":{_int_list(after)},'
+              f'"token":{token},"action":"{action}","reason":"{reason}",'
+              f'"latency_ms":{repr(latency_ms) if type(latency_ms) is float and -_INF < latency_ms < _INF else _num(latency_ms)},'
+              f'"accuracy_loss_pct":{repr(accuracy_loss_pct) if type(accuracy_loss_pct) is float and -_INF < accuracy_loss_pct < _INF else _num(accuracy_loss_pct)}')
+    if verdict is not None:
+        text += (f',"verdict":{{"action":{verdict.action},"violation":{_num(verdict.violation)},'
+                 f'"latency":{_num(verdict.latency)},"accuracy":{_num(verdict.accuracy)},'
+                 f'"latency_ms":{_num(verdict.latency_ms)},"accuracy_loss_pct":{_num(verdict.accuracy_loss_pct)},'
+                 f'"samples":{verdict.samples}}}')
+    if extra_json is not None:
+        text += f',"extra":{extra_json}'
+    return text
+
+
+def _parse_fsync(policy: str) -> int:
+    """fsync period in records: 1 = always, 0 = never, N = every N records."""
+    if policy == "always":
+        return 1
+    if policy == "never":
+        return 0
+    m = re.fullmatch(r"every:([1-9][0-9]{0,6})", policy)
+    if m:
+        return int(m.group(1))
+    raise AuditError(f"unknown fsync policy {policy!r} (always, never, every:N)")
+
+
+class Receipt(NamedTuple):
+    """Acknowledgement of one appended record: its ``seq``, SHA-256 and whether it was fsynced."""
+
+    seq: int
+    sha256: str
+    synced: bool
+
+
+class AuditLog:
+    """Append-only writer of a ``mi-certify/audit-v1`` log.
+
+    Args:
+        path: the log file; created if missing. An existing log is continued: its
+            torn last line (if any) is cut off and recorded, the chain goes on from
+            its last complete record.
+        key: HMAC key (bytes) or None (hash chain only). A log started with a key
+            must be continued with the same key, and one started without a key
+            without one.
+        fsync: ``always``, ``never`` or ``every:N``.
+        header: JSON-serializable fields of the ``open`` record (controller, build
+            hashes, policy …).
+    Raises:
+        AuditError if the file cannot be opened, is not an audit log, or the key
+        does not match.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, key: bytes | None = None, fsync: str = "always",
+                 header: dict | None = None):
+        self.path = Path(path)
+        self._period = _parse_fsync(fsync)
+        self._key = key
+        self._unsynced = 0
+        self.closed = False
+        created = not self.path.exists()
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o640)
+        except OSError as exc:
+            raise AuditError(f"cannot open the audit log: {exc.strerror or exc}", path) from None
+        try:
+            recovered = self._resume()
+            if created and self._period:
+                dfd = os.open(self.path.parent if str(self.path.parent) else ".", os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+            fields = {"format": AUDIT_FORMAT, "fsync": fsync, "pid": os.getpid(),
+                      "key_id": key_id(key) if key else None, **(header or {})}
+            if recovered:
+                fields["recovered"] = recovered
+            self.append("open", fields)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # -- internals ------------------------------------------------------------------
+    def _resume(self) -> dict | None:
+        size = os.fstat(self._fd).st_size
+        self.seq, self.prev = 0, GENESIS
+        if size == 0:
+            return None
+        data = os.pread(self._fd, size, 0)
+        end = data.rfind(b"\n") + 1
+        torn = data[end:]
+        if end == 0:
+            raise AuditError("holds no complete record; not an audit log (or torn at its first record)", self.path)
+        last = data[data.rfind(b"\n", 0, end - 1) + 1:end - 1]
+        first = data[:data.find(b"\n")]
+        m = _HEAD.match(last)
+        try:
+            head = json.loads(first)
+            if not m or head.get("format") != AUDIT_FORMAT:
+                raise ValueError
+        except ValueError:
+            raise AuditError("is not a mi-certify/audit-v1 log (run 'mi-certify audit verify')", self.path) from None
+        want = key_id(self._key) if self._key else None
+        if head.get("key_id") != want:
+            raise AuditError("was started " + (f"with key {head.get('key_id')}" if head.get("key_id") else
+                                               "without a key") + ", now " +
+                             (f"key {want}" if want else "no key") + " is given; continue it with the same key",
+                             self.path)
+        self.seq = int(m.group(1)) + 1
+        self.prev = hashlib.sha256(last).hexdigest()
+        if torn:
+            os.truncate(self.path, end)
+            return {"torn_bytes": len(torn), "torn_sha256": hashlib.sha256(torn).hexdigest()}
+        return None
+
+    def _write(self, line: bytes) -> None:
+        view = memoryview(line)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    # -- public ---------------------------------------------------------------------
+    def append_fields(self, kind: str, fields_json: str) -> Receipt:
+        """Append one record whose fields (between ``kind`` and ``prev``) are the JSON text
+        ``fields_json`` (``"a":1,"b":[2]``, may be empty). Returns when acknowledged."""
+        if self.closed:
+            raise AuditError("the audit log is closed", self.path)
+        seq = self.seq
+        if fields_json:
+            body = f'{{"seq":{seq},"kind":"{kind}",{fields_json},"prev":"{self.prev}"'
+        else:
+            body = f'{{"seq":{seq},"kind":"{kind}","prev":"{self.prev}"'
+        if self._key is not None:
+            mac = hmac.new(self._key, (body + "}").encode("ascii"), hashlib.sha256).hexdigest()
+            body = f'{body},"mac":"{mac}"'
+        line = (body + "}\n").encode("ascii")
+        n = os.write(self._fd, line)
+        if n != len(line):
+            self._write(line[n:])
+        synced = False
+        if self._period:
+            self._unsynced += 1
+            if self._unsynced >= self._period:
+                os.fsync(self._fd)
+                self._unsynced = 0
+                synced = True
+        self.prev = digest = hashlib.sha256(line[:-1]).hexdigest()
+        self.seq = seq + 1
+        return Receipt(seq, digest, synced)
+
+    def append(self, kind: str, fields: dict) -> Receipt:
+        """Append one record with arbitrary JSON fields (keys sorted; non-finite floats as strings)."""
+        text = json.dumps(_json_clean(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+        return self.append_fields(kind, text[1:-1])
+
+    def close(self, fields: dict | None = None) -> Receipt:
+        """Append the ``close`` record, fsync (unless the policy is ``never``), close the file."""
+        receipt = self.append("close", {"records": self.seq + 1, **(fields or {})})
+        if self._period and not receipt.synced:
+            os.fsync(self._fd)
+        os.close(self._fd)
+        self.closed = True
+        return receipt
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self.closed:
+            self.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Reading and verifying
+
+
+@dataclass
+class Line:
+    """One complete line of a log: 1-based ``line`` number, raw bytes, parsed record or None."""
+
+    line: int
+    raw: bytes
+    record: dict | None
+    sha256: str
+    seq: int | None = None
+    prev: str | None = None
+    mac_ok: bool | None = None  # None: no key given
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One integrity finding: ``kind`` edited / removed / inserted / reordered / unreadable,
+    the record index ``seq`` (None if unknown) and the 1-based ``line`` (None for removed)."""
+
+    kind: str
+    seq: int | None
+    line: int | None
+    detail: str
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "seq": self.seq, "line": self.line, "detail": self.detail}
+
+
+@dataclass
+class AuditReport:
+    """Result of :func:`verify_log`. ``ok``: no finding. ``torn_tail``: bytes of a torn last
+    line (ignored), 0 if none. ``closed``: the last record is a ``close`` record.
+    ``head``: SHA-256 of the last complete line (keep it elsewhere to protect the tail)."""
+
+    path: str
+    records: int
+    findings: list[Finding] = field(default_factory=list)
+    torn_tail: int = 0
+    closed: bool = False
+    head: str = GENESIS
+    authenticated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "ok": self.ok, "records": self.records, "torn_tail_bytes": self.torn_tail,
+                "closed": self.closed, "head_sha256": self.head, "authenticated": self.authenticated,
+                "findings": [f.to_json() for f in self.findings], "notes": self.notes}
+
+
+def read_records(path: str | os.PathLike, key: bytes | None = None) -> tuple[list[Line], bytes]:
+    """Split a log into complete lines (parsed where possible) and the torn tail.
+
+    Returns:
+        (lines, torn) where ``torn`` holds the bytes after the last newline.
+    Raises:
+        AuditError if the file cannot be read.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise AuditError(f"cannot read the audit log: {exc.strerror or exc}", path) from None
+    end = data.rfind(b"\n") + 1
+    torn = data[end:]
+    out = []
+    for i, raw in enumerate(data[:end].split(b"\n")[:-1], 1):
+        ln = Line(i, raw, None, hashlib.sha256(raw).hexdigest())
+        m, p = _HEAD.match(raw), _PREV_TAIL.search(raw) or _prev_before_mac(raw)
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            rec = None
+        if isinstance(rec, dict) and m and p and rec.get("seq") == int(m.group(1)):
+            ln.record, ln.seq, ln.prev = rec, int(m.group(1)), p.group(1).decode()
+        if key is not None:
+            mm = _MAC_TAIL.search(raw)
+            if mm is None:
+                ln.mac_ok = False
+            else:
+                body = raw[:mm.start()] + b"}"
+                ln.mac_ok = hmac.compare_digest(hmac.new(key, body, hashlib.sha256).hexdigest().encode(), mm.group(1))
+        out.append(ln)
+    return out, torn
+
+
+def _prev_before_mac(raw: bytes):
+    mm = _MAC_TAIL.search(raw)
+    return _PREV_TAIL.search(raw[:mm.start()] + b"}") if mm else None
+
+
+def _longest_increasing(seqs: list[int]) -> set[int]:
+    """Indices (into ``seqs``) of one longest strictly increasing subsequence (patience sorting)."""
+    import bisect
+    tails, tails_idx, parent = [], [], [-1] * len(seqs)
+    for i, s in enumerate(seqs):
+        j = bisect.bisect_left(tails, s)
+        if j == len(tails):
+            tails.append(s)
+            tails_idx.append(i)
+        else:
+            tails[j], tails_idx[j] = s, i
+        parent[i] = tails_idx[j - 1] if j else -1
+    keep, i = set(), tails_idx[-1] if tails_idx else -1
+    while i >= 0:
+        keep.add(i)
+        i = parent[i]
+    return keep
+
+
+def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport:
+    """Check a log's hash chain (and MACs with ``key``) and locate every tampered record.
+
+    Rules (docs/runtime.md): records are identified by ``seq``. A seq that no line
+    carries is *removed*; a second line with a seq already present (not the one the
+    chain links) or a line with a bad MAC and a duplicate seq is *inserted*; lines out
+    of seq order (outside one longest increasing run, or with neither file neighbour
+    its seq neighbour: both records of a swap) are *reordered*; a record whose
+    MAC fails (with ``key``), or whose successor's ``prev`` is not its hash (without
+    key), is *edited*; a line that is not a record is *unreadable* (or, when it sits
+    where exactly one missing seq belongs, that seq is *edited*). A torn last line is
+    reported in ``torn_tail`` and is not a finding.
+
+    Raises:
+        AuditError if the file cannot be read.
+    """
+    lines, torn = read_records(path, key)
+    rep = AuditReport(str(path), records=0, torn_tail=len(torn), authenticated=key is not None)
+    if torn:
+        rep.notes.append(f"torn last line ({len(torn)} bytes without a newline: a write cut short by a crash); "
+                         "ignored")
+    if not lines:
+        if not torn:
+            rep.notes.append("the log is empty")
+        return rep
+    rep.head = lines[-1].sha256
+    good = [ln for ln in lines if ln.record is not None]
+    findings: list[Finding] = []
+
+    # The record a seq's successor links to is the original among duplicates.
+    by_seq: dict[int, list[Line]] = {}
+    for ln in good:
+        by_seq.setdefault(ln.seq, []).append(ln)
+    linked = {ln.prev for ln in good}
+    original: dict[int, Line] = {}
+    for s, group in by_seq.items():
+        if len(group) == 1:
+            original[s] = group[0]
+            continue
+        def rank(ln):
+            return (ln.mac_ok is not False, ln.sha256 in linked, -ln.line)
+        best = max(group, key=rank)
+        original[s] = best
+        for ln in group:
+            if ln is not best:
+                findings.append(Finding("inserted", s, ln.line, f"a second record with seq {s}"))
+    rep.records = len(original)
+
+    # Unreadable lines, and seqs no line carries.
+    max_seq = max(original) if original else -1
+    missing = [s for s in range(max_seq + 1) if s not in original]
+    unreadable = [ln for ln in lines if ln.record is None]
+    claimed: set[int] = set()
+    line_of = {s: ln.line for s, ln in original.items()}
+    for ln in unreadable:
+        # an unreadable line right between seq s-1 and s+1 is record s, edited
+        cand = [s for s in missing if line_of.get(s - 1, 0) == ln.line - 1 or line_of.get(s + 1) == ln.line + 1]
+        if len(cand) == 1 and cand[0] not in claimed:
+            claimed.add(cand[0])
+            findings.append(Finding("edited", cand[0], ln.line, "the line is no longer a valid record"))
+        else:
+            findings.append(Finding("unreadable", None, ln.line, "not an audit record (edited or inserted)"))
+    for s in missing:
+        if s not in claimed:
+            findings.append(Finding("removed", s, None, f"no record with seq {s}"))
+
+    # Order: originals in file order must have increasing seq.
+    in_order = sorted(original.values(), key=lambda ln: ln.line)
+    keep = _longest_increasing([ln.seq for ln in in_order])
+    by_rank = sorted(original)
+    rank = {s: i for i, s in enumerate(by_rank)}
+    for i, ln in enumerate(in_order):
+        r = rank[ln.seq]
+        pred_ok = (in_order[i - 1].seq == by_rank[r - 1]) if i and r else (i == 0 and r == 0)
+        succ_ok = (in_order[i + 1].seq == by_rank[r + 1]) if i + 1 < len(in_order) and r + 1 < len(by_rank) \
+            else (i + 1 == len(in_order) and r + 1 == len(by_rank))
+        if i not in keep or not (pred_ok or succ_ok):
+            findings.append(Finding("reordered", ln.seq, ln.line, "out of seq order"))
+
+    # Content: MACs with a key; otherwise the successor's prev link.
+    for s, ln in sorted(original.items()):
+        if ln.mac_ok is False:
+            what = "no MAC" if not _MAC_TAIL.search(ln.raw) else "MAC does not match"
+            findings.append(Finding("edited", s, ln.line, what))
+            continue
+        succ = original.get(s + 1)
+        if succ is not None and succ.prev != ln.sha256 and (key is None or succ.mac_ok):
+            if key is None:
+                findings.append(Finding("edited", s, ln.line,
+                                        f"its SHA-256 is not the prev of seq {s + 1} (line {succ.line})"))
+            elif ln.mac_ok:
+                findings.append(Finding("edited", s + 1, succ.line, "chain link to the previous record broken"))
+        if s == 0 and ln.prev != GENESIS:
+            findings.append(Finding("edited", 0, ln.line, "the first record must link to the genesis hash"))
+    first = original.get(0)
+    if first is not None and (first.record.get("kind") != "open" or first.record.get("format") != AUDIT_FORMAT):
+        rep.notes.append("record 0 is not an 'open' record of format mi-certify/audit-v1")
+    last = original.get(max_seq)
+    rep.closed = last is not None and last.record.get("kind") == "close" and last is in_order[-1]
+    if not rep.closed:
+        rep.notes.append("no close record at the end: the writer stopped without closing (crash or kill), or "
+                         "records at the end were removed; only an externally kept head hash protects the tail")
+    if key is None and any(_MAC_TAIL.search(ln.raw) for ln in good):
+        rep.notes.append("records carry MACs: verify with --key to check them (without it, a rebuilt chain "
+                         "is not detected)")
+    unique: dict[tuple, Finding] = {}
+    for f in findings:
+        unique.setdefault((f.kind, f.seq, f.line), f)
+    rep.findings = sorted(unique.values(), key=lambda f: (f.seq if f.seq is not None else -1, f.line or 0, f.kind))
+    return rep
+
+
+def iter_decisions(lines: Iterable[Line]):
+    """The ``decision`` records of parsed lines, in file order."""
+    for ln in lines:
+        if ln.record is not None and ln.record.get("kind") == "decision":
+            yield ln

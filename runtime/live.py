@@ -1,0 +1,349 @@
+"""The control loop around a generated controller, and the replay of its audit log.
+
+Only the build's own artefacts are used: the generated runtime ``<name>.py`` (which
+carries the LUT, the FSM parameters and the SLA limits), ``lut.hex`` and
+``manifest.json``; the reference interpreter :mod:`mi_certify.runtime.fsm`
+re-checks every replayed step. Nothing here imports the generator or the
+verification packages: an integrator deploys ``mi_certify.runtime`` and the
+generated module.
+
+Per request (docs/runtime.md, "Live loop"):
+
+1. ``decide()``: read the probe, map it to the controller inputs, quantize, step
+   the controller with the SLA monitor's current verdict as ``sla_violation``.
+2. the caller runs the request under the returned action and measures it.
+3. ``complete()``: feed latency and accuracy loss to the SLA monitor, append one
+   ``decision`` record to the audit log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .audit import AuditLog, encode_decision, read_records
+from .fsm import FsmConfig, LutFsm, MaskBox, Reason
+from .probes import FeatureMap, HardwareProbe, ProbeSample
+from .sla import MonitorConfig, SlaLimits, SlaMonitor, SlaVerdict
+
+__all__ = ["BuildLoadError", "ControlLoop", "Decision", "LoadedBuild", "ReplayReport", "load_build", "replay"]
+
+
+class BuildLoadError(Exception):
+    """A build directory or log cannot be used (missing, modified, foreign). ``file``, ``reason``."""
+
+    def __init__(self, reason: str, file=None):
+        self.file = None if file is None else str(file)
+        self.reason = reason
+        super().__init__(f"{self.file}: {reason}" if self.file else reason)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class LoadedBuild:
+    """A build directory whose files match its manifest, with its runtime module imported."""
+
+    dir: Path
+    name: str
+    module: object
+    manifest_sha256: str
+    runtime_sha256: str
+    lut_sha256: str
+    lut: bytes
+    fsm: FsmConfig
+    limits: tuple[SlaLimits, ...]
+    monitor: MonitorConfig
+    masks: tuple[MaskBox, ...] = ()
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        return tuple(self.module.ACTIONS)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(i[0] for i in self.module.INPUTS)
+
+    def identity(self) -> dict:
+        """Fields that tie an audit log to this build."""
+        return {"controller": self.name, "manifest_sha256": self.manifest_sha256,
+                "runtime_sha256": self.runtime_sha256, "lut_sha256": self.lut_sha256}
+
+
+def load_build(directory) -> LoadedBuild:
+    """Check a build directory against its manifest and import its generated runtime.
+
+    Raises:
+        BuildLoadError: no manifest, a file that does not match its hash, no runtime,
+        or a runtime without the SLA constants (built by an older mi-certify).
+    """
+    d = Path(directory)
+    mpath = d / "manifest.json"
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        files = manifest["files"]
+        name = manifest["controller"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise BuildLoadError("not a mi-certify build directory (no readable manifest.json)", d) from None
+    for rel, digest in files.items():
+        p = d / rel
+        if not p.is_file() or _sha256(p) != digest:
+            raise BuildLoadError(f"{rel} is missing or does not match manifest.json: the build was modified", d)
+    py = d / f"{name}.py"
+    if f"{name}.py" not in files or "lut.hex" not in files:
+        raise BuildLoadError(f"manifest.json lists no {name}.py or lut.hex", d)
+    spec = importlib.util.spec_from_file_location(f"_mi_certify_build_{name}_{files[name + '.py'][:12]}", py)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "SLA_LIMITS") or not hasattr(module, "lut_entry"):
+        raise BuildLoadError(f"{name}.py has no SLA_LIMITS/lut_entry: rebuild it with this mi-certify", d)
+    lut = bytes(int(x, 16) for x in (d / "lut.hex").read_text(encoding="ascii").split())
+    if lut != module._LUT:
+        raise BuildLoadError(f"lut.hex and the LUT inside {name}.py differ", d)
+    m = module
+    fsm = FsmConfig(len(m.ACTIONS), m.CONSERVATIVE, m.HYSTERESIS, m.COOLDOWN, m.VIOLATIONS_TO_FALLBACK, m.RECOVERY)
+    bits = tuple(i[4] for i in m.INPUTS)
+    masks = tuple(MaskBox(mid, tuple(lo), tuple(hi), bits, allowed) for mid, lo, hi, allowed in getattr(m, "_MASKS", ()))
+    return LoadedBuild(d, name, module, _sha256(mpath), files[f"{name}.py"], hashlib.sha256(lut).hexdigest(), lut,
+                       fsm, tuple(SlaLimits(*lim) for lim in m.SLA_LIMITS), MonitorConfig(**m.SLA_MONITOR), masks)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One controller step: what was read, what the LUT proposed, what the FSM decided."""
+
+    sample: ProbeSample
+    readings: tuple
+    input_errors: tuple
+    addr: int | None
+    probe_fault: bool
+    proposal: int | None
+    confident: bool | None
+    sla_violation: bool
+    before: tuple
+    after: tuple
+    token: int
+    reason: str
+
+
+class ControlLoop:
+    """Probe → controller → (caller runs the request) → SLA monitor → audit log.
+
+    Args:
+        build: the loaded build.
+        probe: any :class:`HardwareProbe`.
+        features: how probe quantities become the controller's inputs.
+        audit: an open :class:`AuditLog`, or None.
+    """
+
+    def __init__(self, build: LoadedBuild, probe: HardwareProbe, features: FeatureMap, audit: AuditLog | None = None):
+        self.build, self.probe, self.features, self.audit = build, probe, features, audit
+        self.ctl = build.module.Controller()
+        self.monitor = SlaMonitor(build.limits, build.monitor)
+
+    def audit_header(self) -> dict:
+        """Fields of the ``open`` record for this loop."""
+        m = self.build.module
+        return {**self.build.identity(), "inputs": list(self.build.inputs), "actions": list(self.build.actions),
+                "fsm": {"hysteresis": m.HYSTERESIS, "cooldown": m.COOLDOWN,
+                        "violations_to_fallback": m.VIOLATIONS_TO_FALLBACK, "recovery": m.RECOVERY},
+                "sla_limits": [[lim.latency_ms, lim.accuracy_loss_pct] for lim in self.build.limits],
+                "monitor": self.build.monitor.to_json(), "features": dict(zip(self.features.inputs,
+                                                                              self.features.sources)),
+                "probe": type(self.probe).__name__}
+
+    def decide(self) -> Decision:
+        """Read the probe and step the controller (never raises for sensor trouble)."""
+        m = self.build.module
+        sample = self.probe.read()
+        values, errors = self.features(sample)
+        addr, fault = m.quantize(values)
+        proposal = confident = None
+        if not fault:
+            proposal, c = m.lut_entry(addr)
+            confident = bool(c)
+        before = self.ctl.state
+        sla = self.monitor.violation
+        token, reason = self.ctl.step_addr(addr, fault, sla)
+        return Decision(sample, tuple(values), tuple(errors), None if fault else addr, fault, proposal, confident,
+                        sla, before, self.ctl.state, token, m.REASONS[reason])
+
+    def complete(self, d: Decision, latency_ms, accuracy_loss_pct, extra: dict | None = None) -> SlaVerdict:
+        """Feed one request's measurement to the SLA monitor and log the decision."""
+        verdict = self.monitor.observe(d.token, latency_ms, accuracy_loss_pct)
+        if self.audit is not None:
+            probes = d.sample.to_json()
+            if any(d.input_errors):
+                probes["_input_errors"] = {n: e for n, e in zip(self.features.inputs, d.input_errors) if e}
+            self.audit.append_fields("decision", encode_decision(
+                readings=d.readings, addr=d.addr, probe_fault=d.probe_fault, proposal=d.proposal,
+                confident=d.confident, sla_violation=d.sla_violation, before=d.before, after=d.after, token=d.token,
+                action=self.build.actions[d.token], reason=d.reason, latency_ms=latency_ms,
+                accuracy_loss_pct=accuracy_loss_pct, verdict=verdict,
+                probes_json=json.dumps(probes, sort_keys=True, separators=(",", ":"), allow_nan=False),
+                extra_json=None if extra is None else json.dumps(extra, sort_keys=True, separators=(",", ":"))))
+        return verdict
+
+
+# ---------------------------------------------------------------------------------------
+# Replay
+
+
+@dataclass
+class ReplayReport:
+    """What a replay confirmed. ``mismatches``: (seq, field, logged, replayed) tuples."""
+
+    decisions: int = 0
+    sessions: int = 0
+    mismatches: list = field(default_factory=list)
+    per_action: dict = field(default_factory=dict)
+    switches: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)
+    fallbacks: int = 0
+    recoveries: int = 0
+    probe_faults: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches and self.decisions > 0
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "decisions": self.decisions, "sessions": self.sessions,
+                "mismatches": [list(m) for m in self.mismatches[:100]], "mismatch_count": len(self.mismatches),
+                "per_action": self.per_action, "switches": dict(sorted(self.switches.items())),
+                "switch_count": sum(self.switches.values()), "reasons": dict(sorted(self.reasons.items())),
+                "fallbacks": self.fallbacks, "recoveries": self.recoveries, "probe_faults": self.probe_faults}
+
+
+def _logged_number(x):
+    if x is None:
+        return None
+    if isinstance(x, str):
+        return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.get(x)
+    return x
+
+
+def _met(value, limit) -> bool:
+    v = _logged_number(value)
+    return limit is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                             and v <= limit)
+
+
+def replay(log_path, build: LoadedBuild, key: bytes | None = None) -> ReplayReport:
+    """Re-run every logged decision through the build's generated runtime and the reference
+    FSM, and every logged measurement through the SLA monitor; compare all logged fields.
+
+    Checked per ``decision`` record: the address and probe fault re-quantized from the
+    logged readings; the LUT proposal and confident bit; the state before; token, reason
+    and state after (generated runtime and :class:`LutFsm` both); the ``sla_violation``
+    input equals the replayed monitor's verdict; the logged verdict. An ``open`` record
+    starts a fresh controller and monitor (reset state) and must name this build.
+
+    Raises:
+        BuildLoadError if the log was written for another build or holds no records.
+        AuditError if it cannot be read.
+    """
+    lines, _torn = read_records(log_path, key)
+    records = sorted((ln for ln in lines if ln.record is not None), key=lambda ln: ln.seq)
+    if not records:
+        raise BuildLoadError("holds no readable record", log_path)
+    m = build.module
+    ident = build.identity()
+    rep = ReplayReport()
+    tokens = [m.lut_entry(a)[0] for a in range(len(build.lut))]
+    confs = [m.lut_entry(a)[1] for a in range(len(build.lut))]
+    ref = LutFsm(build.fsm, tokens, confs, build.masks)
+    ctl = m.Controller()
+    mon = SlaMonitor(build.limits, build.monitor)
+    stats = {a: {"requests": 0, "met_latency": 0, "met_accuracy": 0, "met_both": 0, "verdict_compliant": 0}
+             for a in build.actions}
+    started = False
+
+    def bad(seq, what, logged, got):
+        rep.mismatches.append((seq, what, logged, got))
+
+    for ln in records:
+        r, s = ln.record, ln.seq
+        if r.get("kind") == "open":
+            for k, v in ident.items():
+                if r.get(k) != v:
+                    raise BuildLoadError(f"record {s} (line {ln.line}) was written by another build: {k} is "
+                                         f"{r.get(k)!r}, this build has {v!r}", log_path)
+            ctl.reset()
+            ref.reset()
+            mon.reset()
+            rep.sessions += 1
+            started = True
+            continue
+        if r.get("kind") != "decision":
+            continue
+        if not started:
+            raise BuildLoadError(f"decision record {s} comes before any open record", log_path)
+        rep.decisions += 1
+        readings = [_logged_number(x) for x in r.get("readings", [])]
+        try:
+            addr, fault = m.quantize(readings)
+        except ValueError as exc:
+            bad(s, "readings", r.get("readings"), str(exc))
+            continue
+        if fault != r.get("probe_fault") or (not fault and addr != r.get("addr")):
+            bad(s, "addr", [r.get("addr"), r.get("probe_fault")], [None if fault else addr, fault])
+        prop = conf = None
+        if not fault:
+            prop, c = m.lut_entry(addr)
+            conf = bool(c)
+        if [prop, conf] != [r.get("proposal"), r.get("confident")]:
+            bad(s, "lut", [r.get("proposal"), r.get("confident")], [prop, conf])
+        if list(ctl.state) != r.get("before"):
+            bad(s, "before", r.get("before"), list(ctl.state))
+        sla_in = r.get("sla_violation")
+        if sla_in != mon.violation:
+            bad(s, "sla_violation", sla_in, mon.violation)
+        f_before, t_before = ctl.f, ctl.t
+        token, reason = ctl.step_addr(addr, fault, bool(sla_in))
+        res = ref.step(addr, fault, bool(sla_in))
+        if (res.token, res.reason.value) != (token, reason):
+            bad(s, "reference", [token, m.REASONS[reason]], [res.token, res.reason.name])
+        if [r.get("token"), r.get("reason")] != [token, m.REASONS[reason]]:
+            bad(s, "decision", [r.get("token"), r.get("reason")], [token, m.REASONS[reason]])
+        if list(ctl.state) != r.get("after"):
+            bad(s, "after", r.get("after"), list(ctl.state))
+        if r.get("action") != build.actions[token]:
+            bad(s, "action", r.get("action"), build.actions[token])
+        lat, acc = _logged_number(r.get("latency_ms")), _logged_number(r.get("accuracy_loss_pct"))
+        v = mon.observe(token, lat, acc)
+        logged_v = r.get("verdict")
+        if logged_v is not None and logged_v.get("violation") != v.violation:
+            bad(s, "verdict", logged_v.get("violation"), v.violation)
+        # statistics
+        name = build.actions[token]
+        st = stats[name]
+        lim = build.limits[token]
+        ok_l, ok_a = _met(lat, lim.latency_ms), _met(acc, lim.accuracy_loss_pct)
+        st["requests"] += 1
+        st["met_latency"] += ok_l
+        st["met_accuracy"] += ok_a
+        st["met_both"] += ok_l and ok_a
+        st["verdict_compliant"] += not v.violation
+        rep.reasons[m.REASONS[reason]] += 1
+        if reason == Reason.SWITCH:
+            rep.switches[f"{build.actions[t_before]}->{name}"] += 1
+        if reason == Reason.FALLBACK and not f_before:
+            rep.fallbacks += 1
+        if reason == Reason.RECOVER:
+            rep.recoveries += 1
+        if reason == Reason.PROBE_FAULT:
+            rep.probe_faults += 1
+    for name, st in stats.items():
+        n = st["requests"]
+        st["attainment"] = round(st["met_both"] / n, 6) if n else None
+    rep.per_action = stats
+    return rep
+

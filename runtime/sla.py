@@ -1,0 +1,184 @@
+"""Per-action SLA monitor: produces the ``sla_violation`` input of the LUT-FSM.
+
+Normative text: docs/runtime.md, section "SLA monitor". In short:
+
+- After every request the engine reports the action it ran under, the measured
+  latency (ms) and the accuracy loss (percentage points versus the fp32 reference).
+- The monitor keeps a sliding window of the last ``window`` measurements, all of
+  one action: a measurement of another action first empties the window.
+- For each metric the window statistic (``max``, ``mean`` or the nearest-rank
+  percentile ``pNN``) is computed exactly over the n <= window measurements held
+  and compared with that action's limit from sla.yaml: statistic > limit is a
+  violation (equal is compliant). A missing or non-finite measurement counts as
+  +infinity (fail closed). An action without a limit for a metric is never in
+  violation on that metric.
+- The verdict after request i is the ``sla_violation`` input of the FSM step that
+  decides request i + 1. Reset: empty window, no violation.
+
+Exact arithmetic: ``mean`` is compared as ``sum(window) > limit * n`` on
+``fractions.Fraction`` of the binary float values, so no rounding decides a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections import deque
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+__all__ = ["MonitorConfig", "SlaLimits", "SlaMonitor", "SlaVerdict", "window_statistic", "STATISTIC_PATTERN"]
+
+#: Allowed statistic names: max, mean, p1 ... p99 (nearest-rank percentile).
+STATISTIC_PATTERN = r"^(max|mean|p([1-9]|[1-9][0-9]))$"
+
+
+@dataclass(frozen=True)
+class SlaLimits:
+    """Limits of one action: latency in ms, accuracy loss in percentage points; None = not judged."""
+
+    latency_ms: float | None = None
+    accuracy_loss_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Window length (requests, >= 1) and the statistic per metric (``max``, ``mean`` or ``pNN``).
+
+    Defaults (sla.yaml without ``monitor``): window 1, ``max``: every request is judged alone.
+    """
+
+    window: int = 1
+    latency_statistic: str = "max"
+    accuracy_statistic: str = "max"
+
+    def __post_init__(self):
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
+            raise ValueError(f"window must be an integer >= 1, got {self.window!r}")
+        for s in (self.latency_statistic, self.accuracy_statistic):
+            if not re.match(STATISTIC_PATTERN, s):
+                raise ValueError(f"unknown statistic {s!r} (max, mean or p1..p99)")
+
+    def to_json(self) -> dict:
+        return {"window": self.window, "latency_statistic": self.latency_statistic,
+                "accuracy_statistic": self.accuracy_statistic}
+
+
+def _measure(x) -> float:
+    """A measurement as a float; None, NaN, non-numbers and +-inf count as +inf (fail closed)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return math.inf
+    x = float(x)
+    return x if math.isfinite(x) else math.inf
+
+
+def window_statistic(values: Sequence[float], statistic: str) -> float:
+    """The statistic of a non-empty window (floats, +inf allowed).
+
+    ``max``: the largest value. ``mean``: the exact mean, rounded to float only for
+    reporting (the verdict uses :func:`exceeds`). ``pNN``: nearest-rank percentile,
+    the value of rank ceil(NN * n / 100) in ascending order (rank >= 1).
+    """
+    if not values:
+        raise ValueError("empty window")
+    if statistic == "max":
+        return max(values)
+    if statistic == "mean":
+        if any(math.isinf(v) for v in values):
+            return math.inf
+        return float(sum(map(Fraction, values)) / len(values))
+    p = int(statistic[1:])
+    rank = max(1, -(-p * len(values) // 100))
+    return sorted(values)[rank - 1]
+
+
+def exceeds(values: Sequence[float], statistic: str, limit: float | None) -> bool:
+    """True if the window statistic is strictly greater than ``limit`` (exact; None = never)."""
+    if limit is None:
+        return False
+    if statistic == "mean":
+        if any(math.isinf(v) for v in values):
+            return True
+        return sum(map(Fraction, values)) > Fraction(limit) * len(values)
+    return window_statistic(values, statistic) > limit
+
+
+@dataclass(frozen=True)
+class SlaVerdict:
+    """The monitor's output after one request.
+
+    ``violation`` is the FSM's ``sla_violation`` input for the next step;
+    ``latency``/``accuracy`` say which metric is in violation; ``latency_ms`` and
+    ``accuracy_loss_pct`` are the window statistics (float, may be inf); ``samples``
+    is the number of measurements in the window (1 ... window).
+    """
+
+    action: int
+    violation: bool
+    latency: bool
+    accuracy: bool
+    latency_ms: float
+    accuracy_loss_pct: float
+    samples: int
+
+    def to_json(self) -> dict:
+        def num(x):
+            return x if math.isfinite(x) else "inf"
+        return {"action": self.action, "violation": self.violation, "latency": self.latency,
+                "accuracy": self.accuracy, "latency_ms": num(self.latency_ms),
+                "accuracy_loss_pct": num(self.accuracy_loss_pct), "samples": self.samples}
+
+
+class SlaMonitor:
+    """Sliding-window SLA monitor over the actions of one controller.
+
+    Args:
+        limits: one :class:`SlaLimits` per action token (index = token).
+        config: window length and statistics.
+    """
+
+    def __init__(self, limits: Sequence[SlaLimits], config: MonitorConfig | None = None):
+        self.limits = tuple(limits)
+        self.config = config or MonitorConfig()
+        self._lat: deque[float] = deque(maxlen=self.config.window)
+        self._acc: deque[float] = deque(maxlen=self.config.window)
+        self._action: int | None = None
+        self.violation = False
+
+    def reset(self) -> None:
+        """Empty the window; the next FSM step sees no violation."""
+        self._lat.clear()
+        self._acc.clear()
+        self._action = None
+        self.violation = False
+
+    def observe(self, action: int, latency_ms, accuracy_loss_pct) -> SlaVerdict:
+        """Add one request's measurement and judge the window.
+
+        Args:
+            action: token of the action the request ran under.
+            latency_ms: measured latency in milliseconds (None/NaN = failed request).
+            accuracy_loss_pct: accuracy loss in percentage points (None/NaN = unknown).
+        Returns:
+            the verdict; ``self.violation`` is updated to ``verdict.violation``.
+        Raises:
+            ValueError if ``action`` is not a token of this controller.
+        """
+        if isinstance(action, bool) or not isinstance(action, int) or not 0 <= action < len(self.limits):
+            raise ValueError(f"action {action!r} is not a token 0..{len(self.limits) - 1}")
+        if action != self._action:
+            self._lat.clear()
+            self._acc.clear()
+            self._action = action
+        self._lat.append(_measure(latency_ms))
+        self._acc.append(_measure(accuracy_loss_pct))
+        lim = self.limits[action]
+        cfg = self.config
+        lat_bad = exceeds(self._lat, cfg.latency_statistic, lim.latency_ms)
+        acc_bad = exceeds(self._acc, cfg.accuracy_statistic, lim.accuracy_loss_pct)
+        self.violation = lat_bad or acc_bad
+        return SlaVerdict(action, self.violation, lat_bad, acc_bad,
+                          window_statistic(self._lat, cfg.latency_statistic),
+                          window_statistic(self._acc, cfg.accuracy_statistic), len(self._lat))

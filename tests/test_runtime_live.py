@@ -1,0 +1,244 @@
+"""Probes, the generated runtime's run-time surface, the control loop, audit replay and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+from mi_certify.generator.pipeline import BuildOptions, build
+from mi_certify.runtime.audit import AuditLog, verify_log
+from mi_certify.runtime.live import BuildLoadError, ControlLoop, load_build, replay
+from mi_certify.runtime.probes import QUANTITIES, FeatureMap, LinuxProbe, ProbeSample, Reading, TraceProbe
+from mi_certify.runtime.quantize import Quantizer, quantize
+from mi_certify.runtime.sla import MonitorConfig, SlaLimits
+
+WORKLOAD = EXAMPLES / "workload" / "convnet.onnx"
+INCIDENT = EXAMPLES / "workload" / "incident.csv"
+KEY = b"k" * 32
+
+
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rt") / "meta_controller"
+    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, skip_cosim=True, verify=False,
+                                                            distill=False))
+    return out
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_generated_quantize_is_exact_at_every_cell_edge(quick_build):
+    m = load_build(quick_build).module
+    qs = [Quantizer.from_floats(float(lo), float(hi), b) for _, _, lo, hi, b in m.INPUTS]
+    rng = np.random.default_rng(3)
+    columns = []
+    for _, _, lo, hi, b in m.INPUTS:
+        edges = [float(lo + (hi - lo) * Fraction(j, 1 << b)) for j in range((1 << b) + 1)]
+        near = [y for e in edges for y in (e, math.nextafter(e, -math.inf), math.nextafter(e, math.inf))]
+        columns.append(near + list(rng.uniform(float(lo) - 1, float(hi) + 1, 200)))
+    checked = 0
+    for _ in range(20000):
+        v = [float(rng.choice(c)) for c in columns]
+        addr, fault, _ = quantize(v, qs)
+        assert m.quantize(v) == (addr, fault), v
+        checked += 1
+    odd = [[0.5, 0.5, 0.5, 512, 60], [Fraction(1, 2), 0.5, 0.5, np.float32(512.0), 60.0],
+           [0.5, 0.5, 0.5, 512.0, float("nan")], [0.5, None, 0.5, 512.0, 60.0], [True, 0.5, 0.5, 512.0, 60.0],
+           [0.5, 0.5, 0.5, 512.0, math.inf], [1.0, 1.0, 1.0, 1024.0, 110.0], [0.0, 0.0, 0.0, 0.0, 20.0]]
+    for v in odd:
+        addr, fault, _ = quantize(v, qs)
+        assert m.quantize(v) == (addr, fault), v
+    assert m.quantize(odd[6]) == ((1 << 16) - 1, False) and m.quantize(odd[2]) == (0, True)
+
+
+def test_generated_runtime_carries_sla_limits_monitor_and_lut_entries(quick_build):
+    b = load_build(quick_build)
+    assert b.limits == (SlaLimits(50.0, 0.0), SlaLimits(40.0, 0.1), SlaLimits(30.0, 1.5), SlaLimits(120.0, 0.0))
+    assert b.monitor == MonitorConfig(20, "p90", "mean")
+    assert [b.module.lut_entry(a) for a in (0, 12345)] == [(b.lut[0] & 0x7F, b.lut[0] >> 7),
+                                                            (b.lut[12345] & 0x7F, b.lut[12345] >> 7)]
+    with pytest.raises(IndexError):
+        b.module.lut_entry(1 << 16)
+
+
+def test_a_modified_build_is_refused(quick_build, tmp_path):
+    import shutil
+    copy = tmp_path / "b"
+    shutil.copytree(quick_build, copy)
+    (copy / "meta_controller.py").write_text((copy / "meta_controller.py").read_text() + "\n# edited\n")
+    with pytest.raises(BuildLoadError, match="meta_controller.py is missing or does not match manifest.json"):
+        load_build(copy)
+    with pytest.raises(BuildLoadError, match="not a mi-certify build directory"):
+        load_build(tmp_path)
+
+
+def test_trace_probe_replays_rows_and_reports_gaps(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("t_s,compute_util,temperature\n0,0.5,60\n1,,61\n2,0.7,nan\n")
+    tp = TraceProbe(p)
+    a, b, c, d = (tp.read() for _ in range(4))
+    assert a.value("compute_util") == 0.5 and a.readings["temperature"].unit == "degC"
+    assert "t_s" not in a.readings and a.readings["compute_util"].source == "trace:t.csv:2"
+    assert b.value("compute_util") is None and "'' is not a finite number" in b.readings["compute_util"].error
+    assert c.value("temperature") is None and c.value("compute_util") == 0.7
+    assert all(r.value is None and r.error == "trace exhausted" for r in d.readings.values())
+    looped = TraceProbe(p, loop=True)
+    assert [looped.read().value("temperature") for _ in range(4)] == [60.0, 61.0, None, 60.0]
+    with pytest.raises(ValueError, match="no header row"):
+        (tmp_path / "e.csv").write_text("")
+        TraceProbe(tmp_path / "e.csv")
+
+
+def _sample(**values):
+    return ProbeSample({q: Reading(q, v, QUANTITIES.get(q, ""), 0, "test", None if v is not None else "down")
+                        for q, v in values.items()}, 0, 0)
+
+
+def test_feature_map_derives_inputs_and_turns_gaps_into_faults():
+    inputs = ["compute_util", "cache_miss_rate", "mem_bw_util", "free_sram_kb", "temperature_c"]
+    fm = FeatureMap.build(inputs, {"free_sram_kb": "free_memory/1024", "cache_miss_rate": "0.25"})
+    s = _sample(compute_util=0.5, mem_bw_used=2e9, mem_bw_peak=8e9, free_memory=1024.0 * 300,
+                temperature=70.0, **{"cache_miss_rate.llc": None})
+    assert fm(s) == ([0.5, 0.25, 0.25, 300.0, 70.0], [None] * 5)
+    values, errors = fm(_sample(compute_util=0.5, mem_bw_used=1.0, mem_bw_peak=0.0, free_memory=None,
+                                temperature=70.0))
+    assert values == [0.5, 0.25, None, None, 70.0]
+    assert errors[2] == "mem_bw_peak is zero" and errors[3] == "free_memory: down"
+    assert FeatureMap.build(inputs).sources[1:4] == ("cache_miss_rate.llc", "mem_bw_used/mem_bw_peak", "free_sram")
+    assert FeatureMap.build(inputs, offered=inputs).sources == tuple(inputs)
+    with pytest.raises(ValueError, match="unknown controller input 'fan'"):
+        FeatureMap.build(inputs, {"fan": "1"})
+    with pytest.raises(ValueError, match="input 'temperature_c': 'temperature\\+3' is not NUMBER"):
+        FeatureMap.build(inputs, {"temperature_c": "temperature+3"})
+
+
+def test_linux_probe_reads_every_quantity_with_units_or_a_reason():
+    with LinuxProbe(mem_bw_peak=25.6e9, util_window_s=0.0) as probe:
+        sum(i * i for i in range(200000))  # some CPU time for the utilisation interval
+        s = probe.read()
+    assert set(s.readings) == set(QUANTITIES)
+    for q, r in s.readings.items():
+        assert r.unit == QUANTITIES[q] and r.t_mono_ns == s.t_mono_ns
+        assert (r.value is None) == (r.error is not None), r
+    assert 0.0 <= s.value("compute_util") <= 1.0
+    assert s.value("free_memory") > 0 and s.value("mem_bw_peak") == 25.6e9
+    for q in ("cache_miss_rate.llc", "cache_miss_rate.l1d"):
+        assert s.value(q) is None or 0.0 <= s.value(q) <= 1.0
+
+
+class _FakeWorkload:
+    """Deterministic stand-in for onnxruntime: int4 is slow (100 ms > 30 ms), the rest fast."""
+
+    def run(self, token, i):
+        return (100.0 if token == 2 else 5.0), 0.0
+
+
+def _run_incident(build_dir, log_path, key=None, n=300):
+    from mi_certify.runtime.engine import run_live
+    b = load_build(build_dir)
+    probe = TraceProbe(INCIDENT)
+    loop = ControlLoop(b, probe, FeatureMap.build(b.inputs, offered=probe.columns))
+    with AuditLog(log_path, key=key, fsync="never", header=loop.audit_header()) as log:
+        loop.audit = log
+        return run_live(loop, _FakeWorkload(), n)
+
+
+def test_incident_trace_switches_falls_back_and_replays_exactly(quick_build, tmp_path):
+    log = tmp_path / "incident.log"
+    live = _run_incident(quick_build, log, KEY)
+    assert verify_log(log, KEY).ok
+    rep = replay(log, load_build(quick_build), KEY)
+    assert rep.ok and rep.decisions == 300 and rep.sessions == 1 and rep.mismatches == []
+    # what the incident shows: switches to every action, int4 too slow -> fallback, sensor dropout
+    assert set(rep.switches) >= {"keep->merge_conv", "keep->offload_cpu"}
+    assert any(k.endswith("->int4") for k in rep.switches)
+    assert rep.probe_faults == 3 and rep.fallbacks >= 1 and rep.recoveries >= 1
+    assert rep.per_action["int4"]["met_latency"] == 0 and rep.per_action["keep"]["attainment"] == 1.0
+    assert rep.switches == live.switches and rep.fallbacks == live.fallbacks and rep.recoveries == live.recoveries
+    assert rep.reasons == live.reasons
+
+
+def test_replay_finds_a_forged_decision_and_a_flipped_sla_input(quick_build, tmp_path):
+    log = tmp_path / "a.log"
+    _run_incident(quick_build, log, None, 120)
+    lines = log.read_bytes().split(b"\n")[:-1]
+    recs = [json.loads(x) for x in lines]
+    i = next(j for j, r in enumerate(recs) if r.get("reason") == "HOLD" and j > 50)
+    lines[i] = lines[i].replace(b'"reason":"HOLD"', b'"reason":"SWITCH"')
+    k = next(j for j, r in enumerate(recs) if r["kind"] == "decision" and j > i + 5)
+    lines[k] = lines[k].replace(b'"sla_violation":false', b'"sla_violation":true')
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    assert [(f.kind, f.seq) for f in verify_log(log).findings] == [("edited", i), ("edited", k)]
+    rep = replay(log, load_build(quick_build))
+    assert (i, "decision", [recs[i]["token"], "SWITCH"], [recs[i]["token"], "HOLD"]) in rep.mismatches
+    assert (k, "sla_violation", True, False) in rep.mismatches
+
+
+def test_replay_refuses_a_log_of_another_build(quick_build, tmp_path):
+    log = tmp_path / "a.log"
+    b = load_build(quick_build)
+    with AuditLog(log, header={**b.identity(), "lut_sha256": "0" * 64}) as a:
+        a.append("decision", {})
+    with pytest.raises(BuildLoadError, match="written by another build: lut_sha256"):
+        replay(log, b)
+
+
+def test_cli_run_verify_replay_on_the_real_workload(quick_build, tmp_path):
+    log, key, out = tmp_path / "run.log", tmp_path / "k.bin", tmp_path / "run.json"
+    key.write_bytes(KEY)
+    p = cli("run", "--build", quick_build, "--workload", WORKLOAD, "--requests", 60, "--audit", log, "--key", key,
+            "--probe", f"trace:{INCIDENT}", "--interval", 0, "--json", out)
+    assert p.returncode == 0, p.stderr
+    counts = json.loads(out.read_text())
+    assert counts["requests"] == 60 and counts["tokens"]["keep"] >= 40 and counts["switches"] == {
+        "keep->merge_conv": 1}
+    v = cli("audit", "verify", log, "--key", key)
+    assert v.returncode == 0 and "62 records, intact; HMAC checked" in v.stderr, v.stderr
+    r = cli("audit", "replay", log, "--build", quick_build, "--key", key, "--json")
+    assert r.returncode == 0 and "all 60 decisions confirmed" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["replay"]["per_action"]["merge_conv"]["requests"] == counts["tokens"]["merge_conv"]
+    lines = log.read_bytes().split(b"\n")
+    lines[30] = lines[30].replace(b'"probe_fault":false', b'"probe_fault":true')
+    log.write_bytes(b"\n".join(lines))
+    t = cli("audit", "verify", log, "--key", key)
+    assert t.returncode == 1 and "edited: record 30 (line 31): MAC does not match" in t.stderr, t.stderr
+    assert cli("audit", "replay", log, "--build", quick_build, "--key", key).returncode == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["audit", "verify", "missing.log"], "missing.log: no such file"),
+    (["run", "--build", "nowhere", "--workload", WORKLOAD], "nowhere: not a mi-certify build directory"),
+    (["audit", "verify", "{log}", "--key", "{short}"], "holds 4 bytes; at least 16 are required"),
+    (["run", "--build", "{build}", "--workload", WORKLOAD, "--map", "fan=1"], "unknown controller input 'fan'"),
+    (["run", "--build", "{build}", "--workload", WORKLOAD, "--fsync", "x", "--audit", "{log}"],
+     "unknown fsync policy 'x'"),
+    (["run", "--build", "{build}", "--workload", "{short}"], "onnxruntime cannot load the workload"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(quick_build, tmp_path, args, message):
+    short = tmp_path / "short.bin"
+    short.write_bytes(b"abcd")
+    log = tmp_path / "x.log"
+    AuditLog(log, header={}).close()
+    args = [str(a).format(build=quick_build, short=short, log=log) for a in args]
+    p = cli(*args)
+    assert p.returncode == 2, p.stderr
+    err = [x for x in p.stderr.splitlines() if x.startswith("error:")]
+    assert len(err) == 1 and message in err[0], p.stderr
+
+
+def test_runtime_package_imports_neither_generator_nor_verification():
+    code = ("import sys, mi_certify.runtime, mi_certify.runtime.live, mi_certify.runtime.engine; "
+            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('mi_certify.')}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "['runtime']"

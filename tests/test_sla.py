@@ -1,0 +1,109 @@
+"""SLA monitor semantics (docs/runtime.md) and the sla.yaml monitor section."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from conftest import REFERENCE_SLA
+from mi_certify.generator.errors import SpecError
+from mi_certify.generator.spec import load_spec
+from mi_certify.runtime.sla import MonitorConfig, SlaLimits, SlaMonitor, exceeds, window_statistic
+
+LIMITS = [SlaLimits(50.0, 0.0), SlaLimits(30.0, 1.5), SlaLimits(None, None)]
+
+
+def test_default_monitor_judges_every_request_alone():
+    m = SlaMonitor(LIMITS)
+    assert [m.observe(0, x, 0.0).violation for x in (49.9, 50.0, 50.1, 10.0)] == [False, False, True, False]
+    assert m.observe(0, 10.0, 0.01).accuracy is True  # limit 0.0: any loss violates
+    assert m.observe(2, 1e9, 100.0).violation is False  # no limits: never judged
+
+
+@pytest.mark.parametrize("values,stat,expected", [
+    ([3.0, 1.0, 2.0], "max", 3.0),
+    ([3.0, 1.0, 2.0], "mean", 2.0),
+    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], "p90", 9.0),   # rank ceil(9.0) = 9
+    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], "p91", 10.0),  # rank ceil(9.1) = 10
+    ([5.0, 1.0], "p50", 1.0),                                           # rank ceil(1.0) = 1
+    ([5.0], "p1", 5.0),
+    ([1.0, math.inf], "mean", math.inf),
+])
+def test_window_statistics_are_nearest_rank_and_exact(values, stat, expected):
+    assert window_statistic(values, stat) == expected
+
+
+def test_mean_is_compared_exactly_not_in_floating_point():
+    # 0.1 + 0.2 + 0.3 rounds to 0.6000000000000001 in floats; the exact mean of the three
+    # binary values is still below the float 0.2 (= 0.200000000000000011...)
+    vals = [0.1, 0.2, 0.3]
+    assert sum(vals) / 3 > 0.2
+    assert exceeds(vals, "mean", 0.2) is False
+
+
+def test_p90_over_a_window_tolerates_one_slow_request_in_twenty():
+    m = SlaMonitor(LIMITS, MonitorConfig(window=20, latency_statistic="p90", accuracy_statistic="mean"))
+    verdicts = [m.observe(1, 10.0, 0.0).violation for _ in range(19)]
+    assert not any(verdicts)
+    assert m.observe(1, 500.0, 0.0).violation is False     # 1 of 20 above: p90 is still 10 ms
+    assert m.observe(1, 500.0, 0.0).violation is False     # 2 of 20 above: rank 18 is still 10 ms
+    v = m.observe(1, 500.0, 0.0)                           # 3 of 20 above: rank 18 is 500 ms
+    assert v.violation and v.latency and not v.accuracy and v.samples == 20 and v.latency_ms == 500.0
+
+
+def test_window_holds_one_action_and_a_new_action_empties_it():
+    m = SlaMonitor(LIMITS, MonitorConfig(window=4, latency_statistic="max"))
+    assert m.observe(1, 100.0, 0.0).violation            # int4-like action, 100 > 30
+    v = m.observe(0, 40.0, 0.0)                           # another action: window restarts
+    assert not v.violation and v.samples == 1
+    assert m.observe(0, 40.0, 0.0).samples == 2
+    m.reset()
+    assert m.violation is False
+
+
+def test_missing_or_non_finite_measurements_fail_closed():
+    m = SlaMonitor(LIMITS, MonitorConfig(window=3, latency_statistic="mean"))
+    assert m.observe(0, None, 0.0).violation
+    assert m.observe(0, float("nan"), 0.0).latency_ms == math.inf
+    assert SlaMonitor(LIMITS).observe(0, 1.0, "n/a").accuracy is True
+
+
+def test_bad_monitor_config_and_action_are_refused():
+    with pytest.raises(ValueError, match="window must be an integer >= 1"):
+        MonitorConfig(window=0)
+    with pytest.raises(ValueError, match="unknown statistic 'median'"):
+        MonitorConfig(latency_statistic="median")
+    with pytest.raises(ValueError, match="action 3 is not a token 0..2"):
+        SlaMonitor(LIMITS).observe(3, 1.0, 0.0)
+
+
+def _spec_with_monitor(tmp_path, monitor):
+    data = yaml.safe_load(REFERENCE_SLA.read_text())
+    if monitor is None:
+        data.pop("monitor", None)
+    else:
+        data["monitor"] = monitor
+    p = tmp_path / "sla.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_monitor_section_is_optional_with_safe_defaults(tmp_path):
+    assert load_spec(_spec_with_monitor(tmp_path, None)).monitor == MonitorConfig(1, "max", "max")
+    assert load_spec(REFERENCE_SLA).monitor == MonitorConfig(20, "p90", "mean")
+
+
+@pytest.mark.parametrize("monitor,where,reason", [
+    ({"window": 0}, "monitor.window", "less than the minimum of 1"),
+    ({"window": 5000}, "monitor.window", "greater than the maximum of 4096"),
+    ({"latency_statistic": "p100"}, "monitor.latency_statistic", "p100 is not a statistic"),
+    ({"accuracy_statistic": "median"}, "monitor.accuracy_statistic", "median is not a statistic"),
+    ({"windows": 3}, "monitor.windows", "unknown field"),
+])
+def test_bad_monitor_section_names_file_and_field(tmp_path, monitor, where, reason):
+    p = _spec_with_monitor(tmp_path, monitor)
+    with pytest.raises(SpecError) as exc:
+        load_spec(p)
+    assert str(exc.value).startswith(f"{p}: {where}: ") and reason in str(exc.value), str(exc.value)

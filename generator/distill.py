@@ -146,7 +146,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
             conf = thr is None or _softmax_lower(low) >= thr
             assigns.append((qlo, qhi, a, bool(conf), PROVEN))
             records.append({"levels": [qlo.tolist(), qhi.tolist()], "verdict": "proven", "action": a,
-                            "method": res.method, "confident": bool(conf)})
+                            "method": f"cell branch and bound ({res.method})", "confident": bool(conf)})
             continue
         held = [spec.actions[a].name]
         witnesses = [{"action": spec.actions[a].name, "x": centre.tolist()}]

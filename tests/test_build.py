@@ -25,14 +25,6 @@ def cli(*args, cwd=None):
                           text=True, cwd=cwd, timeout=900)
 
 
-@pytest.fixture(scope="session")
-def reference_build(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ref") / "meta_controller"
-    proc = cli("build", REFERENCE_MODEL, "--sla", REFERENCE_SLA, "--out", out)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
 def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 

@@ -1,24 +1,27 @@
 # mi-certify: set-up, demo and tests on a Debian machine (run as root, or with sudo available).
 #   make demo   install what is missing, then build the shipped reference controller
 #   make test   install what is missing, then run the whole test suite
+#   make certs  rebuild the checked-in certificate bundle certs/meta_controller (then commit it)
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-APT_PKGS := iverilog yosys verilator
+APT_PKGS := iverilog yosys verilator chromium
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 OUT     ?= build/meta_controller
+CERTS   := certs/meta_controller
 
-.PHONY: setup tools venv demo test clean help
+.PHONY: setup tools venv demo test certs check-certs clean help
 
 help:
 	@echo "make demo   - set up (apt: $(APT_PKGS); venv $(VENV)) and build examples/meta_controller into $(OUT)"
 	@echo "make test   - set up and run the test suite (pytest)"
+	@echo "make certs  - rebuild $(CERTS), the certificate bundle of the reference controller"
 	@echo "make clean  - remove $(VENV) and build/"
 
 setup: tools venv
 
 tools:
-	@missing=""; for t in iverilog vvp yosys verilator; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	@missing=""; for t in iverilog vvp yosys verilator chromium; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then missing="$$missing python3-venv"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing (apt):$$missing"; \
@@ -28,9 +31,9 @@ tools:
 
 venv: $(BIN)/.installed
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
 	@touch $@
 
 demo: setup
@@ -38,6 +41,13 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+certs: setup
+	$(BIN)/mi-certify build examples/meta_controller/controller.onnx --sla examples/meta_controller/sla.yaml --out $(CERTS)
+	$(BIN)/mi-certify check $(CERTS)
+
+check-certs: setup
+	$(BIN)/mi-certify check $(CERTS)
 
 clean:
 	rm -rf $(VENV) build

@@ -22,7 +22,9 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
                  "verify": "verify network properties + output domain",
                  "lut_properties": "check sla.yaml properties on every LUT cell",
                  "lut": "distill the network into the LUT", "emit": "emit Python runtime + Verilog",
-                 "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)"}
+                 "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)",
+                 "report": "write report.html, report.md, heatmaps",
+                 "report_screenshot": "screenshot report.html (headless Chromium)"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,6 +94,34 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--json", metavar="FILE", dest="json_out", help="write every result (verdict, time, method, "
                    "witness, statistics) as JSON")
     v.add_argument("--no-marabou", action="store_true", help="bounds only; open boxes stay unknown")
+
+    k = sub.add_parser("check", help="re-check a certificate bundle: hashes, signature, proofs, replays, LUT",
+                       description="Verify every sha256 in BUNDLE/manifest.json (and the Ed25519 signature with "
+                                   "--pubkey), replay every counterexample and witness on onnxruntime, re-derive the "
+                                   "LUT from the distillation boxes and compare it with lut.hex, the Verilog and the "
+                                   "Python runtime, evaluate every proven cell on onnxruntime, re-run every network "
+                                   "query, every CROWN box bound, every SMT-LIB obligation (z3), lint and "
+                                   "co-simulation. One line per item: PASS/FAIL/SKIP and whether the path is "
+                                   "independent of the build's own procedure. Exit 0 all passed, 1 some failed, "
+                                   "3 nothing failed but some items were skipped, 2 bad input.")
+    k.add_argument("bundle", metavar="BUNDLE", help="a build directory (e.g. certs/meta_controller)")
+    k.add_argument("--pubkey", metavar="PUB.pem", help="Ed25519 public key (PEM) the signature must verify with")
+    k.add_argument("--quick", action="store_true",
+                   help="skip re-running the network queries, lint and co-simulation (those items are SKIP; exit 3)")
+    k.add_argument("--json", metavar="FILE", dest="json_out", help="also write every item as JSON")
+
+    s = sub.add_parser("sign", help="sign BUNDLE/manifest.json with an Ed25519 private key",
+                       description="Write BUNDLE/manifest.json.sig: an Ed25519 signature over the exact bytes of "
+                                   "manifest.json (which binds every file by its sha256). The key is a PEM PKCS#8 "
+                                   "file (mi-certify keygen, or openssl genpkey -algorithm ed25519); a password "
+                                   "comes from MI_CERTIFY_KEY_PASSWORD.")
+    s.add_argument("bundle", metavar="BUNDLE", help="a build directory")
+    s.add_argument("--key", required=True, metavar="KEY.pem", help="Ed25519 private key (PEM)")
+
+    g = sub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles",
+                       description="Write a new Ed25519 private key (PEM PKCS#8, mode 0600; encrypted with "
+                                   "MI_CERTIFY_KEY_PASSWORD when set) and its public key (PEM). Never overwrites.")
+    g.add_argument("--out", required=True, metavar="NAME", help="writes NAME.key (private) and NAME.pub (public)")
 
     c = sub.add_parser("check-spec", help="validate an sla.yaml and print what it declares",
                        description="Validate SLA.yaml against the mi-certify/v1 schema and its semantic rules.")
@@ -283,6 +313,49 @@ def _run_check_spec(args, console: Console) -> int:
     return 0
 
 
+def _run_check(args, console: Console) -> int:
+    from rich.markup import escape
+
+    from mi_certify.verification.bundle_check import FAIL, PASS, SKIP, CheckOptions, check_bundle
+
+    if args.json_out and not Path(args.json_out).resolve().parent.is_dir():
+        raise MiCertifyError("the folder of this output file does not exist", file=args.json_out)
+    style = {PASS: "green", FAIL: "red", SKIP: "yellow"}
+    out = Console(soft_wrap=True)  # the item lines are the result: stdout
+
+    def emit(item):
+        kind = escape(f"[{item.kind}]")
+        out.print(f"[{style[item.status]}]{item.status:4s}[/]  {escape(item.name)}  [dim]{kind}[/]"
+                  + (f"  {escape(item.detail)}" if item.detail else ""), highlight=False, soft_wrap=True)
+
+    opts = CheckOptions(rerun_network=not args.quick, rerun_tools=not args.quick, pubkey=args.pubkey)
+    items = check_bundle(args.bundle, opts, emit)
+    counts = {k: sum(1 for i in items if i.status == k) for k in (PASS, FAIL, SKIP)}
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([vars(i) for i in items], indent=2) + "\n", encoding="utf-8")
+    verdict = "FAILED" if counts[FAIL] else "INCOMPLETE" if counts[SKIP] else "OK"
+    print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped: {verdict}")
+    return 1 if counts[FAIL] else 3 if counts[SKIP] else 0
+
+
+def _run_sign(args, console: Console) -> int:
+    from .signing import sign_bundle
+
+    rec = sign_bundle(args.bundle, args.key)
+    console.print(f"signed {Path(args.bundle) / 'manifest.json'} (sha256 {rec['manifest_sha256'][:16]}…) with key "
+                  f"{rec['public_key_sha256'][:16]}… → manifest.json.sig", highlight=False)
+    return 0
+
+
+def _run_keygen(args, console: Console) -> int:
+    from .signing import keygen
+
+    fp = keygen(f"{args.out}.key", f"{args.out}.pub")
+    console.print(f"wrote {args.out}.key (private, keep it secret) and {args.out}.pub; fingerprint {fp}",
+                  highlight=False)
+    return 0
+
+
 def _terminate(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, exit 130
     raise KeyboardInterrupt
 
@@ -295,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True, soft_wrap=True)
     try:
         handler = {"build": _run_build, "inspect": _run_inspect, "check-spec": _run_check_spec,
-                   "verify": _run_verify, **args.runtime_handlers}[args.command]
+                   "verify": _run_verify, "check": _run_check, "sign": _run_sign, "keygen": _run_keygen,
+                   **args.runtime_handlers}[args.command]
         return handler(args, console)
     except MiCertifyError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)

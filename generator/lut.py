@@ -155,7 +155,8 @@ def allowed_table(spec: Spec, masks: list[MaskBox]) -> np.ndarray:
 
 def apply_masks(spec: Spec, lut: Lut, masks: list[MaskBox]) -> tuple[Lut, list[dict]]:
     """Override every LUT cell whose proposal a property does not allow there: it
-    proposes the conservative action (allowed everywhere: the spec checks it), confident.
+    proposes the conservative action (allowed everywhere: the spec checks it), confident,
+    and its status becomes RESOLVED.
 
     Returns:
         (the LUT after override, [{"address", "was", "now", "properties"}] per overridden cell).
@@ -165,9 +166,11 @@ def apply_masks(spec: Spec, lut: Lut, masks: list[MaskBox]) -> tuple[Lut, list[d
     tokens, conf = lut.tokens.copy(), lut.confident.copy()
     tokens[bad] = spec.conservative
     conf[bad] = True
+    status = lut.status.copy()
+    status[bad] = RESOLVED  # no longer the network's choice
     listed = []
     for a in bad:
         ids = [m.id for m in masks if m.contains(int(a)) and not (m.allowed >> int(lut.tokens[a])) & 1]
         listed.append({"address": int(a), "was": spec.actions[int(lut.tokens[a])].name,
                        "now": spec.actions[spec.conservative].name, "properties": ids})
-    return Lut(tokens, conf, lut.status), listed
+    return Lut(tokens, conf, status), listed

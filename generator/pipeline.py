@@ -34,6 +34,8 @@ from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.tools import tool_version
 
+from .bundle import (canonical_command, collect_obligations, obligations_status, package_version, source_commit,
+                     source_identity, write_distillation)
 from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
 from .errors import BuildError, SpecError
 from .distill import DistillOptions, distill, fidelity
@@ -41,8 +43,9 @@ from .lut import apply_masks, check_shapes, property_masks, sample_lut
 from .onnx_import import cross_check, import_onnx
 from .spec import Spec, load_spec
 
-#: Files whose content depends on timing; listed in the manifest but not hashed.
-UNHASHED = ("build.log", "verification_log.json")
+#: Files whose content depends on timing, the machine or the signer; listed in the manifest but not hashed.
+UNHASHED = ("build.log", "verification_log.json", "timings.json", "provenance.json", "report.png",
+            "manifest.json.sig")
 #: Number of onnxruntime cross-check points after import.
 CROSS_CHECK_POINTS = 256
 #: Random points of the fidelity check against onnxruntime.
@@ -136,16 +139,42 @@ class _Reporter:
 def tool_versions() -> dict:
     """Versions recorded in the manifest (deterministic on one machine)."""
     pkgs = {}
-    for dist in ("mi-certify", "numpy", "onnx", "onnxruntime", "jinja2", "jsonschema", "pyyaml", "cocotb", "rich"):
+    for dist in ("mi-certify", "numpy", "onnx", "onnxruntime", "maraboupy", "z3-solver", "cocotb", "jinja2",
+                 "jsonschema", "pyyaml", "rich", "matplotlib", "cryptography"):
         try:
             pkgs[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pkgs[dist] = "not installed"
     return {"python": platform.python_version(), "packages": pkgs,
-            "tools": {t: tool_version(t) for t in ("iverilog", "verilator")}}
+            "tools": {t: tool_version(t) for t in ("iverilog", "verilator", "yosys", "nextpnr-ice40")}}
 
 
 MANIFEST_FORMAT = "mi-certify/build-v1"
+
+
+def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
+    """Seconds spent on an obligation: the query time, else the time of the stage that made it."""
+    if o["group"] == "network":
+        return query_times.get(o["id"])
+    stage = {"rtl": "lint", "cosim": "cosim"}.get(o["group"])
+    if o["group"] == "lut":
+        stage = "lut_properties" if o["evidence"] == "lut_properties.json" else "lut"
+    return times.get(stage) if stage else None
+
+
+def _screenshot(d: Path) -> bool:
+    """Load report.html in headless Chromium and save report.png (not hashed); True when taken.
+    Console errors are the report test's business (tests/test_certificate.py)."""
+    from mi_certify.verification import chromium
+
+    if chromium.find_chromium() is None:
+        return False
+    try:
+        res = chromium.load_page(d / "report.html", screenshot=d / "report.png")
+    except (OSError, chromium.ToolUnavailable):  # a screenshot is a convenience, never a build failure
+        (d / "report.png").unlink(missing_ok=True)
+        return False
+    return res.loaded
 
 
 def _is_previous_build(out: Path) -> bool:
@@ -243,7 +272,7 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
 
     stage_dir = _prepare_out(out)
     try:
-        result = _build_outputs(spec, ir, model_path, spec_path, stage_dir, opts, timed, stages, rep)
+        result = _build_outputs(spec, ir, model_path, spec_path, stage_dir, opts, timed, stages, rep, times)
         (stage_dir / "build.log").write_text(
             "".join(f"{k}\t{v:.3f} s\n" for k, v in times.items()), encoding="utf-8")
         _publish(stage_dir, out.resolve())
@@ -254,7 +283,7 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
 
 
 def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, opts: BuildOptions, timed,
-                   stages: dict, rep: _Reporter) -> dict:
+                   stages: dict, rep: _Reporter, times: dict) -> dict:
     (d / "inputs" / "model").mkdir(parents=True)
     (d / "inputs" / "spec").mkdir()
     shutil.copyfile(model_path, d / "inputs" / "model" / model_path.name)
@@ -262,6 +291,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     _dump(d / "import.json", {"model": model_path.name, "ir": ir.describe(), "notes": list(ir.notes),
                               "onnxruntime_check": stages["import"]["onnxruntime_check"]})
 
+    query_times: dict[str, float] = {}
     if not opts.verify:
         stages["verify"] = {"status": "skipped", "reason": "--no-verify: no property of the network is proven"}
     else:
@@ -269,6 +299,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                                                    progress=lambda a, b: rep.progress("verify", a / b)),
                      lambda r: "ok" if r.status == "proved" else "failed")
         det = vres.deterministic_json()
+        query_times = {f"network.{r.id}": round(r.time_s, 3) for r in vres.properties}
+        query_times.update({f"network.unreachable.{r.id.split(':', 1)[1]}": round(r.time_s, 3)
+                            for r in vres.reachability})
         _dump(d / "verification.json", det)
         (d / "verification_log.json").write_text(json.dumps(vres.full_json(), indent=2, sort_keys=True) + "\n")
         stages["verify"] = {"status": "ok" if vres.status == "proved" else "failed", "result": vres.status,
@@ -287,8 +320,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         lut = dres.lut
         counts = lut.counts()
         errors = _distill_errors(spec, dres, fid)
-        _dump(d / "distillation.json", {"boxes": dres.boxes, "resolved_cells": dres.resolved,
-                                        "policy": spec.resolve, "fidelity": fid})
+        write_distillation(d / "distillation.json", dres.boxes, dres.resolved, spec.resolve, fid)
         stages["lut"] = {"status": "failed" if errors else "ok",
                          "method": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
                          **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
@@ -306,6 +338,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         write_heatmap(spec, lut, opts.heatmap[0], opts.heatmap[1], d / f"heatmap_{opts.heatmap[0]}_{opts.heatmap[1]}.png")
     masks = property_masks(spec)
     lut, overridden = apply_masks(spec, lut, masks)
+    counts = lut.counts()
     lut_props = timed("lut_properties", lambda: check_lut_properties(spec, lut.tokens),
                       lambda rs: "failed" if any(r.verdict == "violated" for r in rs) else "ok")
     stages["lut_properties"] = {
@@ -381,16 +414,37 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     _dump(d / "summary.json", summary)
     if failed:
         (d / "FAILED").write_text("build failed in stage(s): " + ", ".join(failed) + "\nsee summary.json\n")
-    files = sorted(p for p in d.rglob("*") if p.is_file() and p.name not in UNHASHED + ("manifest.json",))
+    obligations = collect_obligations(spec, d, stages)
+    _dump(d / "obligations.json", {"status": obligations_status(obligations), "obligations": obligations,
+                                   "times": "timings.json (not hashed)"})
+    from .report import write_report
+    timed("report", lambda: write_report(spec, d, obligations))
+    _dump(d / "timings.json", {"stages_s": times, "obligations_s": {o["id"]: _obligation_time(o, times, query_times)
+                                                                      for o in obligations}})
+    _dump(d / "provenance.json", {"mi_certify_source_commit": source_commit(),
+                                  "note": "not hashed: a commit id cannot be inside the commit that contains it; "
+                                          "manifest.json binds the source by mi_certify.source.sha256"})
+    timed("report_screenshot", lambda: _screenshot(d))
+    files = sorted(p for p in d.rglob("*") if p.is_file() and p.relative_to(d).as_posix() not in
+                   UNHASHED + ("manifest.json",))
     _dump(d / "manifest.json", {
         "status": status, "controller": spec.name,
         "format": MANIFEST_FORMAT,
+        "command": canonical_command(model_path.name, spec_path.name, opts),
+        "mi_certify": {"version": version(), "source": source_identity(),
+                       "source_commit": "provenance.json (not hashed)"},
+        "obligations": {"file": "obligations.json", "count": len(obligations),
+                        "status": obligations_status(obligations)},
         "inputs": {"model": {"path": f"inputs/model/{model_path.name}", "sha256": hashes.model},
                    "spec": {"path": f"inputs/spec/{spec_path.name}", "sha256": hashes.spec}},
         "files": {p.relative_to(d).as_posix(): sha256_file(p) for p in files},
         "proofs": {"network_properties": "proved" if stages["verify"]["status"] == "ok" else "not proved",
                    "lut": f"{counts['proven']} cells proven, {counts['resolved']} resolved, {counts['sampled']} "
                           "sampled (not proven)"},
-        "not_hashed": {"build.log": "stage times", "verification_log.json": "per-query times, methods, statistics"},
+        "not_hashed": {"build.log": "stage times", "verification_log.json": "per-query times, methods, statistics",
+                       "timings.json": "seconds per stage and per proof obligation",
+                       "provenance.json": "git commit of the mi-certify source checkout",
+                       "report.png": "screenshot of report.html in headless Chromium (absent without chromium)",
+                       "manifest.json.sig": "Ed25519 signature of manifest.json (mi-certify sign)"},
         "versions": tool_versions(), "seeds": {"cosim": opts.cosim_seed, "onnxruntime_check": 0}})
     return summary

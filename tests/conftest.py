@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,3 +40,13 @@ def save_model(tmp_path: Path, name: str, nodes, inputs, outputs, inits=(), opse
 
 def tensor(name: str, shape):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+@pytest.fixture(scope="session")
+def reference_build(tmp_path_factory):
+    """The reference controller built once per session with the CLI (the same command as `make certs`)."""
+    out = tmp_path_factory.mktemp("ref") / "meta_controller"
+    proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "build", str(REFERENCE_MODEL), "--sla",
+                           str(REFERENCE_SLA), "--out", str(out)], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    return out

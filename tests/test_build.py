@@ -25,14 +25,6 @@ def cli(*args, cwd=None):
                           text=True, cwd=cwd, timeout=900)
 
 
-@pytest.fixture(scope="session")
-def reference_build(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ref") / "meta_controller"
-    proc = cli("build", REFERENCE_MODEL, "--sla", REFERENCE_SLA, "--out", out)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
 def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
@@ -64,7 +56,8 @@ def test_manifest_hashes_every_output(reference_build):
     import hashlib
     m = json.loads((reference_build / "manifest.json").read_text())
     files = {p.relative_to(reference_build).as_posix() for p in reference_build.rglob("*") if p.is_file()}
-    assert set(m["files"]) == files - {"manifest.json", "build.log", "verification_log.json"}
+    assert set(m["files"]) == files - {"manifest.json", *build_mod.UNHASHED}
+    assert {"build.log", "verification_log.json", "timings.json", "provenance.json"} <= files
     assert m["format"] == "mi-certify/build-v1" and m["proofs"]["network_properties"] == "proved"
     for rel, digest in m["files"].items():
         assert hashlib.sha256((reference_build / rel).read_bytes()).hexdigest() == digest
@@ -76,7 +69,7 @@ def test_build_is_byte_identical_when_repeated(reference_build, tmp_path):
     out = tmp_path / "again"
     build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, verify=False))
     for rel in ("meta_controller.py", "meta_controller.v", "lut.hex", "lut.json", "cosim.json", "import.json",
-                "distillation.json"):
+                "distillation.json", "heatmaps/heatmap_compute_util_temperature_c.png"):
         assert (out / rel).read_bytes() == (reference_build / rel).read_bytes(), rel
 
 
@@ -116,7 +109,8 @@ def test_distilled_lut_is_the_network_on_proven_cells_and_lists_resolved_ones(re
     status = np.empty(65536, dtype=object)
     for a, b, s in runs:
         status[a:b] = s
-    dist = json.loads((reference_build / "distillation.json").read_text())
+    from mi_certify.generator.bundle import read_distillation
+    dist = read_distillation(reference_build / "distillation.json")
     resolved = {r["address"] for r in dist["resolved_cells"]}
     assert resolved == set(np.nonzero(status == "resolved")[0].tolist())
     assert all(r["resolved_to"] == "keep" and lut[r["address"]] & 0x7F == 0 for r in dist["resolved_cells"])
@@ -252,7 +246,7 @@ def test_output_directory_that_is_not_a_build_is_not_overwritten(tmp_path):
     assert (out / "notes.txt").read_text() == "keep me"
 
 
-@pytest.mark.parametrize("sub", ["build", "inspect", "check-spec", "verify"])
+@pytest.mark.parametrize("sub", ["build", "inspect", "check-spec", "verify", "check", "sign", "keygen"])
 def test_every_subcommand_explains_its_options(sub):
     proc = cli(sub, "--help")
     assert proc.returncode == 0 and "usage: mi-certify " + sub in proc.stdout

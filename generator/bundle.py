@@ -1,0 +1,266 @@
+"""The certificate bundle: provenance, compact distillation records, proof obligations.
+
+A build directory *is* the bundle (docs/certificate.md). This module holds what the
+pipeline needs to make it complete and reproducible:
+
+* :func:`source_identity` — sha256 over the installed mi-certify source files (the
+  same source gives the same digest on any machine and at any commit, so the hashed
+  manifest does not change when only the repository history does);
+  :func:`source_commit` — the git commit of a source checkout, recorded **unhashed**
+  (a commit cannot be inside the files it contains);
+* :func:`canonical_command` — the command line that reproduces the build from the
+  bundle's own ``inputs/`` (no absolute paths, every effective option spelled out);
+* :func:`write_distillation` / :func:`read_distillation` — ``distillation.json`` with
+  one line per box and per resolved cell (the reference bundle: 16 MB → ~3 MB);
+* :func:`collect_obligations` — every proof obligation of the build with its
+  requirement, method, verdict and evidence file (``obligations.json``, hashed);
+  times go to ``timings.json`` (not hashed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from importlib import metadata, resources
+from pathlib import Path
+
+#: Format marker of distillation.json written by :func:`write_distillation`.
+DISTILLATION_FORMAT = "mi-certify/distillation-v2"
+BOX_COLUMNS = ("level_lo", "level_hi", "verdict", "action", "method", "confident", "margin_lower")
+RESOLVED_COLUMNS = ("address", "levels", "actions", "resolved_to", "undecided", "witnesses")
+#: The packages whose files make up mi-certify's source identity.
+SOURCE_PACKAGES = ("mi_certify.generator", "mi_certify.verification", "mi_certify.runtime", "mi_certify.templates")
+SOURCE_SUFFIXES = (".py", ".j2")
+#: Contract of proofs/index.json (FSM and RTL proofs): obligations written by those stages.
+PROOF_INDEX = "proofs/index.json"
+#: Verdicts that discharge an obligation.
+GOOD_VERDICTS = ("proved", "passed", "holds")
+
+
+def _package_files(pkg: str) -> list[tuple[str, bytes]]:
+    root = resources.files(pkg)
+    out = []
+
+    def walk(node, prefix):
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            if child.is_dir():
+                if child.name != "__pycache__":
+                    walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(SOURCE_SUFFIXES):
+                out.append((f"{pkg}/{prefix}{child.name}", child.read_bytes()))
+    walk(root, "")
+    return out
+
+
+def source_identity() -> dict:
+    """{"sha256": digest over every source file, "files": count}.
+
+    The digest covers ``<package>/<relative path>`` and the bytes of every ``.py`` and
+    ``.j2`` file of the four mi-certify packages, in sorted order (each name and content
+    length-prefixed, so no two file sets collide by concatenation).
+    """
+    h = hashlib.sha256()
+    n = 0
+    for pkg in SOURCE_PACKAGES:
+        for name, data in _package_files(pkg):
+            h.update(f"{len(name)}:{name}:{len(data)}:".encode())
+            h.update(data)
+            n += 1
+    return {"sha256": h.hexdigest(), "files": n,
+            "covers": "every .py and .j2 file of " + ", ".join(SOURCE_PACKAGES)}
+
+
+def source_commit() -> dict:
+    """Git commit of the source checkout mi-certify runs from, and whether it has local
+    changes; ``{"commit": None, ...}`` when it is not a git checkout (installed wheel)."""
+    root = Path(str(resources.files("mi_certify.generator"))).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return {"commit": None, "dirty": None, "reason": "not a git checkout"}
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"commit": None, "dirty": None, "reason": f"git unavailable: {exc}"}
+
+
+def package_version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def canonical_command(model_name: str, spec_name: str, opts) -> list[str]:
+    """The build command, relative to the bundle (``inputs/``), with every option that
+    changes the outputs written out (defaults included); ``OUT`` stands for the output
+    directory, which does not change any hashed byte."""
+    cmd = ["mi-certify", "build", f"inputs/model/{model_name}", "--sla", f"inputs/spec/{spec_name}", "--out", "OUT",
+           "--cosim-cycles", str(opts.cosim_cycles), "--seed", str(opts.cosim_seed),
+           "--verify-timeout", f"{opts.verify_timeout:g}"]
+    if opts.skip_cosim:
+        cmd.append("--skip-cosim")
+    if opts.skip_lint:
+        cmd.append("--skip-lint")
+    if not opts.verify:
+        cmd.append("--no-verify")
+    if not opts.distill:
+        cmd.append("--sample-lut")
+    if opts.heatmap:
+        cmd += ["--heatmap", ",".join(opts.heatmap)]
+    return cmd
+
+
+# --- distillation.json ----------------------------------------------------------------------
+
+def _line(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def write_distillation(path: Path, boxes: list[dict], resolved: list[dict], policy: str, fidelity: dict) -> None:
+    """Write distillation.json: header fields indented, then one compact JSON array per box
+    (``BOX_COLUMNS``) and per resolved cell (``RESOLVED_COLUMNS``)."""
+    head = {"format": DISTILLATION_FORMAT, "policy": policy, "fidelity": fidelity, "box_columns": list(BOX_COLUMNS),
+            "resolved_columns": list(RESOLVED_COLUMNS),
+            "note": "box levels are inclusive level ranges per input; method 'bounds' = CROWN margin lower bound "
+                    "> 0 over the closed box; resolved cells list the actions shown by replayed witnesses"}
+    parts = ["{"]
+    for k in sorted(head):
+        parts.append(f"  {json.dumps(k)}: {json.dumps(head[k], sort_keys=True, allow_nan=False)},")
+    rows = [_line([b["levels"][0], b["levels"][1], b["verdict"], b["action"], b["method"], b["confident"],
+                   b.get("margin_lower")]) for b in boxes]
+    parts.append('  "boxes": [')
+    parts.append(",\n".join("    " + r for r in rows))
+    parts.append("  ],")
+    rows = [_line([r["address"], r["levels"], r["actions"], r["resolved_to"], r["undecided"], r["witnesses"]])
+            for r in resolved]
+    parts.append('  "resolved_cells": [')
+    parts.append(",\n".join("    " + r for r in rows))
+    parts.append("  ]")
+    parts.append("}")
+    path.write_text("\n".join(p for p in parts if p) + "\n", encoding="utf-8")
+
+
+def read_distillation(path: Path) -> dict:
+    """Read distillation.json into {"boxes": [dict], "resolved_cells": [dict], "policy", "fidelity"}.
+
+    Raises:
+        ValueError if the file is not JSON or not the distillation-v2 format.
+    """
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(raw, dict) or raw.get("format") != DISTILLATION_FORMAT:
+        raise ValueError(f"not a {DISTILLATION_FORMAT} file")
+    boxes = [dict(zip(raw["box_columns"], row)) for row in raw["boxes"]]
+    resolved = [dict(zip(raw["resolved_columns"], row)) for row in raw["resolved_cells"]]
+    return {"boxes": boxes, "resolved_cells": resolved, "policy": raw["policy"], "fidelity": raw["fidelity"]}
+
+
+# --- proof obligations ----------------------------------------------------------------------
+
+NETWORK_METHOD = ("branch and bound over the input box with CROWN bounds, Marabou on boxes left open, exact Z3 "
+                  "confirmation of PROVED on networks with <= 64 ReLUs; witnesses replayed on onnxruntime and the IR")
+
+
+def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
+    """Every proof obligation of the build in ``d`` (deterministic: no times).
+
+    Each: {"id", "group" (network | lut | fsm | rtl | cosim), "requirement" (sla.yaml id:
+    property id, ``fsm.<param>``, ``actions.<name>``, ``inputs``, ``rtl``), "claim",
+    "method", "verdict" (proved | violated | unknown | passed | failed), "required" (the
+    certificate needs it discharged), "evidence" (bundle file), "counterexample" (file or
+    None)}. FSM and RTL obligations are read from ``proofs/index.json`` when that stage
+    wrote it.
+    """
+    obs: list[dict] = []
+
+    def add(**kw):
+        kw.setdefault("counterexample", None)
+        kw.setdefault("required", True)
+        obs.append(kw)
+
+    if (d / "verification.json").exists():
+        ver = json.loads((d / "verification.json").read_text(encoding="utf-8"))
+        props = {p.id: p for p in spec.properties}
+        for r in ver["properties"]:
+            add(id=f"network.{r['id']}", group="network", requirement=r["id"],
+                claim=_claim(spec, props[r["id"]]) + " on the network, everywhere in the region",
+                method=NETWORK_METHOD, verdict=r["verdict"], evidence="verification.json",
+                counterexample="verification.json" if r["witness"] else None)
+        for a in ver["output_domain"]["actions"]:
+            verdict = {"yes": "violated", "no": "proved"}.get(a["reachable"], "unknown")
+            add(id=f"network.unreachable.{a['action']}", group="network", requirement=f"actions.{a['action']}",
+                claim=f"{a['action']} is never decoded in the envelope (violated = reachable, with a witness)",
+                method=NETWORK_METHOD, verdict=verdict, evidence="verification.json", required=False,
+                counterexample="verification.json" if a["witness"] else None)
+    if (d / "distillation.json").exists():
+        lut = stages["lut"]
+        add(id="lut.partition", group="lut", requirement="inputs",
+            claim="the distillation boxes partition the quantized grid: every cell lies in exactly one box",
+            method="counting over every cell", verdict="proved", evidence="distillation.json")
+        add(id="lut.proven_cells", group="lut", requirement="lut",
+            claim=f"in each of the {lut['proven']} proven cells the LUT action wins strictly everywhere "
+                  "(and its certified softmax bound meets the threshold where the cell is confident)",
+            method="CROWN lower bounds of the winning margins > 0 over each closed box (exact rational cell "
+                   "edges rounded outward); single cells by branch and bound", verdict="proved",
+            evidence="distillation.json")
+        add(id="lut.resolved_cells", group="lut", requirement="distill.resolve",
+            claim=f"each of the {lut['resolved']} resolved cells holds the listed actions (replayed witnesses) or "
+                  f"is undecided, and carries the '{spec.resolve}' policy's entry",
+            method="witnesses replayed on onnxruntime", verdict="failed" if lut["status"] == "failed" else "passed",
+            evidence="distillation.json")
+    if (d / "lut.hex").exists():
+        add(id="lut.tables", group="lut", requirement="lut",
+            claim="lut.hex, the distillation boxes, lut.json and the tables in the Python runtime and the Verilog "
+                  "hold the same entries", method="entry-by-entry comparison", verdict="proved",
+            evidence="lut.hex")
+    if (d / "lut_properties.json").exists():
+        for r in json.loads((d / "lut_properties.json").read_text(encoding="utf-8")):
+            if r["verdict"] == "not_applicable":
+                continue
+            add(id=f"lut.{r['id']}", group="lut", requirement=r["id"],
+                claim=_claim(spec, next(p for p in spec.properties if p.id == r["id"])) + " in every LUT cell that "
+                      "meets the region", method="exhaustive over the LUT cells",
+                verdict="proved" if r["verdict"] == "holds" else "violated", evidence="lut_properties.json",
+                counterexample="lut_properties.json" if r["verdict"] == "violated" else None)
+    if (d / PROOF_INDEX).exists():
+        index = json.loads((d / PROOF_INDEX).read_text(encoding="utf-8"))
+        for o in index["obligations"]:
+            add(id=f"{o['group']}.{o['id']}" if not o["id"].startswith(o["group"] + ".") else o["id"],
+                group=o["group"], requirement=o["requirement"], claim=o.get("claim", o["id"]), method=o["method"],
+                verdict=o["verdict"], evidence=o["evidence"], counterexample=o.get("counterexample"),
+                expect=o.get("expect", "unsat"))
+    if (d / "lint.json").exists():
+        add(id="rtl.lint", group="rtl", requirement="rtl", claim="the Verilog is Verilator-lint clean (-Wall)",
+            method="verilator --lint-only -Wall", verdict="passed" if stages["lint"]["status"] == "ok" else "failed",
+            evidence="lint.json")
+    if (d / "cosim.json").exists():
+        c = stages["cosim"]
+        add(id="cosim.rtl_vs_reference", group="cosim", requirement="fsm",
+            claim="RTL, emitted Python runtime and reference LUT-FSM agree on every cycle",
+            method=f"co-simulation (cocotb + Icarus), {c['cycles']} cycles ({c['directed_cycles']} directed), "
+                   f"seed {c['seed']}", verdict="passed" if c["status"] == "ok" else "failed",
+            evidence="cosim.json")
+    return obs
+
+
+def _claim(spec, p) -> str:
+    names = [a.name for a in spec.actions]
+    if p.kind == "forbid":
+        return f"{p.id}: never decode {', '.join(names[a] for a in p.forbid)}"
+    if p.kind == "require":
+        return f"{p.id}: decode only {', '.join(names[a] for a in p.require)}"
+    parts = []
+    for a, mn, mx in p.output:
+        if mn is not None:
+            parts.append(f"{names[a]} output >= {mn:g}")
+        if mx is not None:
+            parts.append(f"{names[a]} output <= {mx:g}")
+    return f"{p.id}: " + " and ".join(parts)
+
+
+def obligations_status(obs: list[dict]) -> str:
+    """"discharged" when every required obligation is proved/passed, else "open"."""
+    return "discharged" if all(o["verdict"] in GOOD_VERDICTS for o in obs if o["required"]) else "open"

@@ -1,0 +1,225 @@
+"""report.html and report.md: the bundle for people (docs/certificate.md).
+
+Both are rendered from one data dictionary with Jinja templates
+(``mi_certify.templates`` ``report/``) and hold no times, so they are hashed like every
+other output. report.html is self-contained: inline CSS, images as ``data:`` URIs, the
+FSM diagram as inline SVG, no script and no external request, so it opens offline.
+
+Sections: summary verdict; traceability matrix (every sla.yaml requirement → proof
+obligations → evidence → verdicts); network verification; distillation; LUT heatmaps;
+FSM diagram; RTL numbers; co-simulation and coverage; assumptions of use; evidence files.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from .bundle import GOOD_VERDICTS, PROOF_INDEX, read_distillation
+from .lut import Lut
+from .spec import Spec
+
+#: Heatmaps in the report: input 0 against each other input, at most this many.
+MAX_HEATMAPS = 4
+
+
+def _json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
+    """Rows of the traceability matrix: each sla.yaml requirement with its obligations."""
+    from .bundle import _claim
+
+    rows: list[dict] = []
+    by_req: dict[str, list[dict]] = {}
+    for o in obligations:
+        by_req.setdefault(o["requirement"], []).append(o)
+
+    def row(rid, source, text, reqs, extra=()):
+        obs = [o for r in reqs for o in by_req.get(r, [])] + list(extra)
+        required = [o for o in obs if o["required"]]
+        if not obs:
+            verdict = "no obligation"
+        elif not required:
+            verdict = "informative"
+        elif all(o["verdict"] in GOOD_VERDICTS for o in required):
+            verdict = "discharged"
+        else:
+            verdict = "open"
+        rows.append({"id": rid, "source": source, "text": text, "obligations": obs, "verdict": verdict})
+
+    for p in spec.properties:
+        where = ", ".join(f"{spec.inputs[i].name} in [{a:g}, {b:g}]" for i, a, b in p.when) or "whole envelope"
+        row(p.id, f"properties ({p.kind})", f"{_claim(spec, p)}; region: {where}", [p.id])
+        if not any(o["group"] == "network" for o in rows[-1]["obligations"]):
+            rows[-1]["verdict"] = "open"  # the LUT check alone says nothing about the network
+            rows[-1]["text"] += " (network not verified)"
+    row("inputs", "inputs", "quantization grid: " + ", ".join(f"{i.name} [{i.min:g}, {i.max:g}] {i.unit} "
+                                                              f"{i.bits} bits" for i in spec.inputs), ["inputs"])
+    conf = (f"; confident bit: certified softmax lower bound >= {spec.confidence_threshold:g}"
+            if spec.confidence_threshold is not None else "")
+    row("lut", "controller, confidence", f"every LUT cell proven or resolved, tables identical ({spec.decode}{conf})",
+        ["lut"])
+    row("distill.resolve", "distill.resolve", f"cells holding several actions get the '{spec.resolve}' policy",
+        ["distill.resolve"])
+    for a in spec.actions:
+        row(f"actions.{a.name}", "actions", f"output domain: is {a.name} reachable (informative)",
+            [f"actions.{a.name}"])
+        if a.latency_ms is not None or a.accuracy_loss_pct is not None:
+            limits = ", ".join(x for x in (f"latency <= {a.latency_ms:g} ms" if a.latency_ms is not None else "",
+                                           f"accuracy loss <= {a.accuracy_loss_pct:g} %"
+                                           if a.accuracy_loss_pct is not None else "") if x)
+            row(f"actions.{a.name}.sla", "actions.sla", f"{limits}: measured by the integrator's monitor (assumption "
+                                                        "of use); the FSM falls back after violations_to_fallback "
+                                                        "violations", ["fsm.violations_to_fallback", "fsm"])
+    fsm = spec.fsm
+    for name, text in (("hysteresis", f"H = {fsm.hysteresis} confident proposals before a switch"),
+                       ("cooldown", f"D = {fsm.cooldown} steps held after a switch or recovery"),
+                       ("violations_to_fallback", f"W = {fsm.violations_to_fallback} consecutive SLA violations "
+                                                  "force the conservative action"),
+                       ("recovery", f"R = {fsm.recovery} compliant steps leave fallback")):
+        row(f"fsm.{name}", "fsm", text, [f"fsm.{name}", "fsm"])
+    row("rtl", "generated Verilog", "the RTL implements the LUT-FSM", ["rtl"],
+        extra=[o for o in obligations if o["group"] == "cosim"])
+    known = {r for row_ in rows for o in row_["obligations"] for r in [o["requirement"]]}
+    for req in sorted(set(by_req) - known):
+        row(req, "other", "obligations naming this requirement", [req])
+    return rows
+
+
+def _fsm_svg(spec: Spec) -> str:
+    f = spec.fsm
+    cons = spec.actions[spec.conservative].name
+    nodes = {"RESET": (70, 60), "TRACK": (290, 60), "SWITCH": (520, 60), "COOLDOWN": (520, 200),
+             "FALLBACK": (290, 320), "RECOVER": (520, 320)}
+    edges = [("RESET", "TRACK", f"token = {cons}"),
+             ("TRACK", "SWITCH", f"{f.hysteresis} confident proposals of p"),
+             ("SWITCH", "COOLDOWN", "token = p"),
+             ("COOLDOWN", "TRACK", f"after {f.cooldown} steps"),
+             ("TRACK", "FALLBACK", f"{f.violations_to_fallback} SLA violations / probe fault"),
+             ("COOLDOWN", "FALLBACK", ""),
+             ("FALLBACK", "RECOVER", f"{f.recovery} compliant steps"),
+             ("RECOVER", "COOLDOWN", "")]
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="680" height="380" viewBox="0 0 680 380" '
+           'role="img" aria-label="LUT-FSM modes">',
+           '<defs><marker id="arr" markerWidth="10" markerHeight="8" refX="9" refY="4" orient="auto">'
+           '<path d="M0,0 L10,4 L0,8 z" fill="#333"/></marker></defs>']
+    for a, b, label in edges:
+        (x1, y1), (x2, y2) = nodes[a], nodes[b]
+        dx, dy = x2 - x1, y2 - y1
+        n = max(1.0, (dx * dx + dy * dy) ** 0.5)
+        sx, sy = x1 + dx / n * 60, y1 + dy / n * 24
+        ex, ey = x2 - dx / n * 62, y2 - dy / n * 26
+        out.append(f'<line x1="{sx:.0f}" y1="{sy:.0f}" x2="{ex:.0f}" y2="{ey:.0f}" stroke="#333" '
+                   f'marker-end="url(#arr)"/>')
+        if label:
+            out.append(f'<text x="{(sx + ex) / 2:.0f}" y="{(sy + ey) / 2 - 6:.0f}" font-size="11" '
+                       f'text-anchor="middle" fill="#204080">{jinja2.filters.escape(label)}</text>')
+    for name, (x, y) in nodes.items():
+        fill = "#fde2e2" if name == "FALLBACK" else "#e6f0fa"
+        out.append(f'<rect x="{x - 58}" y="{y - 22}" width="116" height="44" rx="10" fill="{fill}" stroke="#333"/>')
+        out.append(f'<text x="{x}" y="{y + 5}" font-size="13" text-anchor="middle" font-family="monospace">{name}'
+                   '</text>')
+    out.append('<text x="290" y="110" font-size="11" text-anchor="middle">HOLD / PENDING / LOW_CONFIDENCE</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _assumptions(spec: Spec) -> list[str]:
+    env = ", ".join(f"{i.name} in [{i.min:g}, {i.max:g}] {i.unit}".rstrip() for i in spec.inputs)
+    return [
+        f"The probes deliver readings inside the envelope ({env}); a reading outside it, NaN or a missing sensor is "
+        f"a probe fault and the machine runs the conservative action ({spec.actions[spec.conservative].name}). "
+        "The proofs cover the envelope only.",
+        "The integrator's SLA monitor asserts sla_violation exactly when a measurement exceeds the active action's "
+        "service level; mi-certify does not measure latency or accuracy.",
+        "Network properties are proved about the real-valued network whose weights are the float64 values of the "
+        "imported IR (bounds inflated for float64 rounding); onnxruntime's float32 evaluation was cross-checked to "
+        "1e-5 relative difference and witnesses are replayed within 1e-4 (docs/safety-manual.md).",
+        "The LUT, not the network, runs: proven cells decode like the network everywhere in the cell; resolved "
+        "cells hold several actions and carry the documented policy's entry.",
+        "The Verilog is checked by lint and cycle-accurate co-simulation against the reference LUT-FSM; formal FSM "
+        "and RTL proofs, where the build made them, are listed in the traceability matrix.",
+        "Tool versions are those in manifest.json; a different version is a different tool and needs a new build "
+        "and check (docs/tool-qualification.md).",
+    ]
+
+
+def _heatmaps(spec: Spec, lut: Lut, d: Path) -> list[dict]:
+    from .heatmap import write_heatmap
+
+    out = []
+    if len(spec.inputs) < 2:
+        return out
+    (d / "heatmaps").mkdir(exist_ok=True)
+    x = spec.inputs[0].name
+    for other in spec.inputs[1: 1 + MAX_HEATMAPS]:
+        rel = f"heatmaps/heatmap_{x}_{other.name}.png"
+        write_heatmap(spec, lut, x, other.name, d / rel)
+        out.append({"file": rel, "x": x, "y": other.name,
+                    "data": base64.b64encode((d / rel).read_bytes()).decode("ascii")})
+    return out
+
+
+def _lut_from_bundle(spec: Spec, d: Path) -> Lut:
+    lb = bytes.fromhex((d / "lut.hex").read_text(encoding="ascii").replace("\n", ""))
+    arr = np.frombuffer(lb, dtype=np.uint8)
+    status = np.empty(arr.size, dtype=object)
+    for a, b, s in _json(d / "lut.json")["cell_status"]:
+        status[a:b] = s
+    return Lut(arr & 0x7F, (arr >> 7).astype(bool), status)
+
+
+def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
+    summary = _json(d / "summary.json")
+    ver = _json(d / "verification.json")
+    dist = read_distillation(d / "distillation.json") if (d / "distillation.json").exists() else None
+    lut_json = _json(d / "lut.json")
+    cosim = _json(d / "cosim.json")
+    lint = _json(d / "lint.json")
+    lut_props = _json(d / "lut_properties.json") or []
+    vtext = (d / f"{spec.name}.v").read_text(encoding="utf-8") if (d / f"{spec.name}.v").exists() else ""
+    case_items = sum(1 for ln in vtext.splitlines() if ln.strip().startswith(f"{spec.address_bits}'d"))
+    methods = Counter((b["verdict"], b["method"]) for b in dist["boxes"]) if dist else Counter()
+    required = [o for o in obligations if o["required"]]
+    open_obs = [o for o in required if o["verdict"] not in GOOD_VERDICTS]
+    verdict = "CERTIFIED" if summary["status"] == "ok" and not open_obs else (
+        "NOT CERTIFIED: build " + summary["status"] + (f", {len(open_obs)} open obligation(s)" if open_obs else ""))
+    files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
+    return {
+        "spec": spec, "summary": summary, "verdict": verdict, "ok": verdict == "CERTIFIED",
+        "obligations": obligations, "open": open_obs, "requirements": _requirements(spec, obligations),
+        "verification": ver, "distillation": dist, "box_methods": sorted(methods.items()),
+        "lut": lut_json, "lut_properties": lut_props, "cosim": cosim, "lint": lint,
+        "rtl": {"file": f"{spec.name}.v", "lines": vtext.count("\n"), "case_items": case_items,
+                "cells": 1 << spec.address_bits, "address_bits": spec.address_bits, "token_bits": spec.token_bits,
+                "proof_index": (d / PROOF_INDEX).exists()},
+        "heatmaps": _heatmaps(spec, _lut_from_bundle(spec, d), d) if lut_json else [],
+        "fsm_svg": _fsm_svg(spec), "assumptions": _assumptions(spec),
+        "files": files, "actions": [a.name for a in spec.actions],
+    }
+
+
+def _env() -> jinja2.Environment:
+    loader = jinja2.FunctionLoader(
+        lambda name: resources.files("mi_certify.templates").joinpath("report", name).read_text(encoding="utf-8"))
+    env = jinja2.Environment(loader=loader, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined, autoescape=jinja2.select_autoescape(["html.j2"]))
+    env.filters["fmt"] = lambda v, f="{:.6g}": f.format(v) if isinstance(v, (int, float)) else str(v)
+    env.filters["xs"] = lambda xs: "[" + ", ".join(f"{v:.6g}" for v in xs) + "]"
+    return env
+
+
+def write_report(spec: Spec, d: Path, obligations: list[dict]) -> None:
+    """Write report.md, report.html and heatmaps/*.png into the build directory ``d``."""
+    data = report_data(spec, d, obligations)
+    env = _env()
+    (d / "report.md").write_text(env.get_template("report.md.j2").render(**data), encoding="utf-8")
+    (d / "report.html").write_text(env.get_template("report.html.j2").render(**data), encoding="utf-8")

@@ -1,0 +1,292 @@
+"""The certificate bundle: reproducible, complete, bound, independently checkable, readable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import CARTPOLE, EXAMPLES, ROOT
+from mi_certify.generator.bundle import collect_obligations, read_distillation, source_identity
+from mi_certify.generator.pipeline import UNHASHED, BuildOptions, build
+from test_build import cli
+
+CERTS = ROOT / "certs" / "meta_controller"
+
+
+def _rehash(bundle: Path) -> None:
+    """Forge a consistent manifest after editing files (what an attacker without the key can do)."""
+    m = json.loads((bundle / "manifest.json").read_text())
+    for rel in list(m["files"]):
+        m["files"][rel] = hashlib.sha256((bundle / rel).read_bytes()).hexdigest()
+    for p in bundle.rglob("*"):
+        rel = p.relative_to(bundle).as_posix()
+        if p.is_file() and rel not in m["files"] and rel not in UNHASHED and rel != "manifest.json":
+            m["files"][rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    (bundle / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.fixture()
+def bundle_copy(reference_build, tmp_path):
+    out = tmp_path / "bundle"
+    shutil.copytree(reference_build, out)
+    return out
+
+
+def _check(bundle, *extra):
+    proc = cli("check", bundle, *extra)
+    lines = proc.stdout.splitlines()
+    return proc, {ln.split("  ")[1]: ln.split("  ")[0].strip() for ln in lines if ln[:4] in ("PASS", "FAIL", "SKIP")}
+
+
+# --- complete and bound ---------------------------------------------------------------------
+
+def test_manifest_records_versions_command_and_source_without_absolute_paths(reference_build):
+    m = json.loads((reference_build / "manifest.json").read_text())
+    assert {"numpy", "onnx", "onnxruntime", "maraboupy", "z3-solver", "cocotb", "mi-certify"} <= set(
+        m["versions"]["packages"])
+    assert set(m["versions"]["tools"]) == {"iverilog", "yosys", "verilator", "nextpnr-ice40"}
+    assert re.fullmatch(r"3\.\d+\.\d+", m["versions"]["python"])
+    assert m["command"] == ["mi-certify", "build", "inputs/model/controller.onnx", "--sla", "inputs/spec/sla.yaml",
+                            "--out", "OUT", "--cosim-cycles", "10000", "--seed", "1", "--verify-timeout", "60"]
+    assert m["mi_certify"]["source"] == source_identity() and m["mi_certify"]["version"] == "0.1.0"
+    prov = json.loads((reference_build / "provenance.json").read_text())["mi_certify_source_commit"]
+    assert prov["commit"] is None or re.fullmatch(r"[0-9a-f]{40}", prov["commit"])
+    for rel in list(m["files"]) + ["manifest.json"]:
+        data = (reference_build / rel).read_bytes()
+        for absolute in (str(reference_build), str(ROOT), str(Path.home()), "/tmp/"):
+            assert absolute.encode() not in data, (rel, absolute)
+    assert set(m["not_hashed"]) == set(UNHASHED)
+
+
+def test_every_proof_obligation_has_a_verdict_method_evidence_and_time(reference_build):
+    ob = json.loads((reference_build / "obligations.json").read_text())
+    ids = [o["id"] for o in ob["obligations"]]
+    assert ob["status"] == "discharged"
+    assert {"network.P1", "network.P2", "network.P3", "lut.partition", "lut.proven_cells", "lut.resolved_cells",
+            "lut.tables", "lut.P1", "lut.P2", "rtl.lint", "cosim.rtl_vs_reference"} <= set(ids)
+    assert [o["id"] for o in ob["obligations"] if o["group"] == "network" and not o["required"]] == [
+        "network.unreachable.keep", "network.unreachable.merge_conv", "network.unreachable.int4",
+        "network.unreachable.offload_cpu"]
+    for o in ob["obligations"]:
+        assert o["method"] and (reference_build / o["evidence"]).is_file() and o["verdict"] in (
+            "proved", "passed", "violated"), o
+    times = json.loads((reference_build / "timings.json").read_text())["obligations_s"]
+    assert set(times) == set(ids) and times["network.P1"] > 0 and times["cosim.rtl_vs_reference"] > 0
+
+
+def test_distillation_json_is_compact_and_complete(reference_build):
+    size = (reference_build / "distillation.json").stat().st_size
+    assert size < 5_000_000, size  # 16.8 MB in the indented form
+    dist = read_distillation(reference_build / "distillation.json")
+    cells = sum(int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1)) for b in dist["boxes"])
+    assert cells == 65536 and len(dist["resolved_cells"]) == 14188
+
+
+# --- reproducible ---------------------------------------------------------------------------
+
+def test_certs_holds_the_reference_bundle_byte_for_byte(reference_build):
+    assert (CERTS / "manifest.json").is_file(), "certs/meta_controller is missing: run `make certs` and commit it"
+    ours = (reference_build / "manifest.json").read_bytes()
+    theirs = (CERTS / "manifest.json").read_bytes()
+    m = json.loads(ours)
+    differ = [rel for rel in m["files"] if not (CERTS / rel).is_file()
+              or (CERTS / rel).read_bytes() != (reference_build / rel).read_bytes()]
+    assert differ == [] and ours == theirs, f"certs/ is stale in {differ or ['manifest.json']}: run `make certs`"
+
+
+def test_whole_bundle_is_byte_identical_when_built_twice(tmp_path):
+    sla = EXAMPLES / "cartpole" / "sla.yaml"
+    opts = BuildOptions(verify=False, distill=False, skip_lint=True)
+    a, b = tmp_path / "a", tmp_path / "b"
+    build(CARTPOLE, sla, a, opts)
+    build(CARTPOLE, sla, b, opts)
+    m = json.loads((a / "manifest.json").read_text())
+    assert {"report.html", "report.md", "obligations.json", "heatmaps/heatmap_cart_position_pole_angle.png"} <= set(m["files"])
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+    for rel in m["files"]:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+# --- independently checkable ----------------------------------------------------------------
+
+def test_check_passes_on_the_reference_bundle_re_running_everything(reference_build, tmp_path):
+    proc, items = _check(reference_build, "--json", tmp_path / "check.json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith("0 failed, 0 skipped: OK")
+    assert all(s == "PASS" for s in items.values())
+    for name in ("network: re-run every query from inputs/ (same verdicts)", "lut.partition: boxes partition the grid",
+                 "lut.tables: LUT = distillation boxes", "lut.proven_cells: onnxruntime agrees in every proven cell",
+                 "lut.resolved_cells: witnesses replay, policy applied", "cosim: re-run co-simulation",
+                 "rtl.lint: re-run Verilator", "certificate verdict", "hash lut.hex"):
+        assert items[name] == "PASS", name
+    kinds = {i["kind"] for i in json.loads((tmp_path / "check.json").read_text())}
+    assert kinds == {"integrity", "independent", "same code"}
+
+
+def test_check_catches_an_edited_file(bundle_copy):
+    v = bundle_copy / "meta_controller.v"
+    v.write_text(v.read_text().replace("// ", "//  ", 1))
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1 and items["hash meta_controller.v"] == "FAIL"
+
+
+def test_check_catches_a_file_added_to_the_bundle(bundle_copy):
+    (bundle_copy / "extra_proof.txt").write_text("trust me")
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1 and items["no unlisted files"] == "FAIL"
+
+
+def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_copy):
+    hexfile = bundle_copy / "lut.hex"
+    lines = hexfile.read_text().splitlines()
+    addr = 40000
+    lines[addr] = f"{int(lines[addr], 16) ^ 0x01:02x}"
+    hexfile.write_text("\n".join(lines) + "\n")
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1
+    assert items["lut.tables: LUT = distillation boxes"] == "FAIL"
+    assert items["lut.tables: meta_controller.v table = lut.hex"] == "FAIL"
+    assert items["lut.tables: meta_controller.py table = lut.hex"] == "FAIL"
+    assert items["lut.tables: lut.json = lut.hex"] == "FAIL"
+    assert items["certificate verdict"] == "FAIL"
+
+
+def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agrees(bundle_copy):
+    """The forger changes a proven box's action in distillation.json and in lut.hex consistently: only the
+    re-computed bounds and onnxruntime can tell."""
+    raw = (bundle_copy / "distillation.json").read_text().splitlines()
+    k = next(i for i, ln in enumerate(raw) if '"proven",0,"bounds"' in ln)
+    box = json.loads(raw[k].strip().rstrip(","))
+    raw[k] = raw[k].replace('"proven",0,"bounds"', '"proven",2,"bounds"')
+    (bundle_copy / "distillation.json").write_text("\n".join(raw) + "\n")
+    dist = read_distillation(bundle_copy / "distillation.json")
+    lines = (bundle_copy / "lut.hex").read_text().splitlines()
+    from mi_certify.verification.bundle_check import _addresses
+    from mi_certify.generator.spec import load_spec
+    spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
+    for a in _addresses(spec, box[0], box[1]):
+        lines[a] = f"{(int(lines[a], 16) & 0x80) | 2:02x}"
+    (bundle_copy / "lut.hex").write_text("\n".join(lines) + "\n")
+    assert sum(b["action"] == 2 and b["level_lo"] == box[0] for b in dist["boxes"]) >= 1
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1
+    assert items["lut.tables: LUT = distillation boxes"] == "PASS"  # the forgery is self-consistent...
+    assert items["lut.proven_cells: CROWN bounds re-computed per proven box"] == "FAIL"  # ...but not sound
+    assert items["lut.proven_cells: onnxruntime agrees in every proven cell"] == "FAIL"
+
+
+def test_check_catches_a_forged_witness(bundle_copy):
+    ver = json.loads((bundle_copy / "verification.json").read_text())
+    w = ver["output_domain"]["actions"][2]["witness"]  # int4 reachable
+    w["x_float32"] = ver["output_domain"]["actions"][0]["witness"]["x_float32"]  # a point where keep wins
+    (bundle_copy / "verification.json").write_text(json.dumps(ver, indent=2, sort_keys=True) + "\n")
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1
+    assert items["network.unreachable.int4: reachability witness replays on onnxruntime"] == "FAIL"
+
+
+def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy):
+    proofs = bundle_copy / "proofs" / "fsm"
+    proofs.mkdir(parents=True)
+    (proofs / "cooldown_bound.smt2").write_text(
+        "(declare-const d Int)\n(assert (and (>= d 0) (<= d 10)))\n(assert (> (- d 1) 10))\n(check-sat)\n")
+    (proofs / "wrong.smt2").write_text("(declare-const d Int)\n(assert (= d 3))\n(check-sat)\n")
+    index = {"obligations": [
+        {"id": "cooldown_bound", "group": "fsm", "requirement": "fsm.cooldown", "method": "z3 induction step",
+         "verdict": "proved", "evidence": "proofs/fsm/cooldown_bound.smt2", "expect": "unsat", "counterexample": None},
+        {"id": "wrong", "group": "fsm", "requirement": "fsm.hysteresis", "method": "z3", "verdict": "proved",
+         "evidence": "proofs/fsm/wrong.smt2", "expect": "unsat", "counterexample": None}]}
+    (bundle_copy / "proofs" / "index.json").write_text(json.dumps(index))
+    from mi_certify.generator.spec import load_spec
+    spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
+    stages = json.loads((bundle_copy / "summary.json").read_text())["stages"]
+    obs = collect_obligations(spec, bundle_copy, stages)
+    (bundle_copy / "obligations.json").write_text(json.dumps({"status": "discharged", "obligations": obs,
+                                                              "times": "timings.json (not hashed)"}))
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert items["fsm.cooldown_bound: proofs/fsm/cooldown_bound.smt2 re-run by z3"] == "PASS"
+    assert items["fsm.wrong: proofs/fsm/wrong.smt2 re-run by z3"] == "FAIL"  # z3 says sat: not proved
+    assert items["obligations.json matches the evidence"] == "PASS"
+    assert proc.returncode == 1
+
+
+def test_signature_binds_the_bundle_to_its_issuer(bundle_copy, tmp_path):
+    assert cli("keygen", "--out", tmp_path / "issuer").returncode == 0
+    assert cli("keygen", "--out", tmp_path / "other").returncode == 0
+    assert cli("keygen", "--out", tmp_path / "issuer").returncode == 2  # never overwrites a key
+    proc = cli("sign", bundle_copy, "--key", tmp_path / "issuer.key")
+    assert proc.returncode == 0, proc.stderr
+    proc, items = _check(bundle_copy, "--quick", "--pubkey", tmp_path / "issuer.pub")
+    assert items["signature"] == "PASS" and proc.returncode == 3  # quick: re-runs skipped
+    _, items = _check(bundle_copy, "--quick", "--pubkey", tmp_path / "other.pub")
+    assert items["signature"] == "FAIL"
+    m = bundle_copy / "manifest.json"
+    m.write_text(m.read_text().replace('"status": "ok"', '"status": "ok" '))
+    _, items = _check(bundle_copy, "--quick", "--pubkey", tmp_path / "issuer.pub")
+    assert items["signature"] == "FAIL"
+
+
+def test_check_of_a_missing_bundle_or_bad_key_is_bad_input(tmp_path, reference_build):
+    proc = cli("check", tmp_path / "nope")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope'}: not a directory"]
+    (tmp_path / "bad.pub").write_text("not a key")
+    proc = cli("check", reference_build, "--pubkey", tmp_path / "bad.pub")
+    assert proc.returncode == 2 and "bad.pub: not a usable PEM public key" in proc.stderr
+
+
+# --- readable ---------------------------------------------------------------------------------
+
+def test_report_loads_in_headless_chromium_without_console_errors(reference_build, tmp_path):
+    from mi_certify.verification.chromium import find_chromium, load_page
+    assert find_chromium(), "chromium is required (make setup installs it)"
+    res = load_page(reference_build / "report.html", screenshot=tmp_path / "shot.png")
+    assert res.loaded and res.errors == [] and res.requests == []  # self-contained: opens offline
+    assert res.title == "Certificate report: meta_controller"
+    assert (tmp_path / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (reference_build / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the bundle's screenshot
+
+
+def test_chromium_check_reports_console_errors_and_requests(tmp_path):
+    from mi_certify.verification.chromium import load_page
+    page = tmp_path / "bad.html"
+    page.write_text('<!doctype html><title>x</title><img src="gone.png"><script>console.error("boom");'
+                    "nosuch();</script>")
+    res = load_page(page)
+    assert res.loaded and any("boom" in e for e in res.errors) and any("nosuch" in e for e in res.errors)
+    assert res.requests == [(tmp_path / "gone.png").as_uri()]
+
+
+def test_report_traces_every_requirement_to_obligations_and_verdicts(reference_build):
+    md = (reference_build / "report.md").read_text()
+    html = (reference_build / "report.html").read_text()
+    assert "**Verdict: CERTIFIED**" in md and 'id="verdict">CERTIFIED<' in html
+    matrix = md.split("## Traceability matrix")[1].split("## Proof obligations")[0]
+    rows = {ln.split("|")[1].strip(" `"): ln for ln in matrix.splitlines() if ln.startswith("| `")}
+    for req in ("P1", "P2", "P3", "inputs", "lut", "distill.resolve", "fsm.hysteresis", "fsm.cooldown",
+                "fsm.violations_to_fallback", "fsm.recovery", "actions.int4.sla", "rtl"):
+        assert req in rows, req
+    assert "`network.P1` (proved)" in rows["P1"] and "`lut.P1` (proved)" in rows["P1"]
+    assert rows["P1"].rstrip(" |").endswith("discharged")
+    assert "`cosim.rtl_vs_reference` (passed)" in rows["fsm.cooldown"]
+    assert html.count('src="data:image/png;base64,') == 4 and "<svg" in html and "http" not in html.replace(
+        "http://www.w3.org/2000/svg", "").replace("http-equiv", "")
+
+
+def test_tool_qualification_kit_cites_only_existing_tests():
+    text = (ROOT / "docs" / "tool-qualification.md").read_text()
+    cited = set(re.findall(r"`(test_[a-z0-9_]+)`", text))
+    defined = {m for f in (ROOT / "tests").glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(),
+                                                                                  re.M)}
+    assert len(cited) >= 10 and cited <= defined, cited - defined

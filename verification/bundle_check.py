@@ -1,0 +1,656 @@
+"""``mi-certify check BUNDLE``: re-check a certificate bundle without trusting its producer.
+
+Every item is one line with a status and the kind of path it takes:
+
+* ``integrity`` — sha256 of every file against manifest.json; the Ed25519 signature.
+* ``independent`` — recomputed by code that shares nothing with the build's own
+  procedure: the LUT re-derived from the distillation boxes, the partition counted
+  cell by cell, the tables parsed back out of the Verilog and the Python runtime,
+  every witness and counterexample replayed on **onnxruntime** (not our IR), every
+  proven cell evaluated on onnxruntime at its centre and at seeded interior points,
+  each SMT-LIB obligation re-run by **Z3** from its stored script.
+* ``same code`` — re-run with mi-certify's own procedure from the stored inputs and
+  compared with the stored result (network properties, CROWN bounds of every proven
+  box, LUT property check, Verilator lint, co-simulation). This catches a tampered or
+  stale result, not a bug the procedure shares with itself; docs/certificate.md says
+  which is which.
+
+Status: PASS, FAIL or SKIP (a re-run that was not asked for or whose tool is
+missing). A check that raises is a FAIL (fail closed). The overall result is ok only
+when nothing failed and nothing was skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+#: Replay tolerance (as the verifier's): a witness decoding differently on onnxruntime
+#: is accepted only when the two outputs differ by at most this much.
+TOLERANCE = 1e-4
+#: Seeded interior points per proven cell evaluated on onnxruntime (plus the centre).
+INTERIOR_POINTS = 2
+#: Z3 seconds per SMT-LIB obligation.
+SMT_TIMEOUT_S = 600
+
+
+@dataclass
+class CheckItem:
+    """One line of the check: ``status`` PASS/FAIL/SKIP, ``kind`` integrity, independent
+    or same code, ``detail`` says what was compared."""
+
+    name: str
+    status: str
+    kind: str
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{self.status:4s}  {self.name}  [{self.kind}]" + (f"  {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """rerun_network: re-run the network queries (tens of seconds); rerun_tools: re-run
+    lint and co-simulation; pubkey: PEM public key the signature must verify with."""
+
+    rerun_network: bool = True
+    rerun_tools: bool = True
+    pubkey: str | None = None
+
+
+class _Checker:
+    def __init__(self, bundle: Path, opts: CheckOptions, emit: Callable[[CheckItem], None]):
+        self.d = bundle
+        self.opts = opts
+        self.items: list[CheckItem] = []
+        self.emit = emit
+        self.manifest: dict = {}
+
+    def add(self, name: str, status: str, kind: str, detail: str = "") -> CheckItem:
+        item = CheckItem(name, status, kind, detail)
+        self.items.append(item)
+        self.emit(item)
+        return item
+
+    def run(self, name: str, kind: str, fn: Callable[[], str | tuple[str, str]]) -> bool:
+        """Run one check; fn returns a detail (PASS) or (status, detail); raises on failure."""
+        try:
+            res = fn()
+        except _Fail as exc:
+            self.add(name, FAIL, kind, str(exc))
+            return False
+        except Exception as exc:  # noqa: BLE001 - any failure of a check is a FAIL, never a PASS
+            self.add(name, FAIL, kind, f"{type(exc).__name__}: {exc}")
+            return False
+        status, detail = res if isinstance(res, tuple) else (PASS, res)
+        self.add(name, status, kind, detail)
+        return status != FAIL
+
+    def json(self, rel: str):
+        return json.loads((self.d / rel).read_text(encoding="utf-8"))
+
+
+class _Fail(Exception):
+    pass
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise _Fail(msg)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
+                 emit: Callable[[CheckItem], None] | None = None) -> list[CheckItem]:
+    """Re-check the bundle in ``bundle``; returns every item (also passed to ``emit`` as it is decided).
+
+    Raises:
+        MiCertifyError when ``bundle`` is not a directory or the public key is unusable.
+    """
+    from mi_certify.generator.errors import MiCertifyError
+
+    d = Path(bundle)
+    if not d.is_dir():
+        raise MiCertifyError("not a directory", file=str(d))
+    opts = opts or CheckOptions()
+    pub = None
+    if opts.pubkey:
+        from mi_certify.generator.signing import load_public_key
+        pub = load_public_key(opts.pubkey)
+    c = _Checker(d, opts, emit or (lambda item: None))
+    if not c.run("manifest", "integrity", lambda: _manifest(c)):
+        return c.items
+    if pub is not None:
+        from mi_certify.generator.signing import verify_bundle_signature
+        c.run("signature", "integrity", lambda: verify_bundle_signature(d, pub))
+    if not _hashes(c):
+        return c.items  # nothing else is worth reading
+    ctx = {}
+    if not c.run("inputs: spec and model load", "same code", lambda: _load_inputs(c, ctx)):
+        return c.items
+    _network(c, ctx)
+    _distillation(c, ctx)
+    _tables(c, ctx)
+    _lut_properties(c, ctx)
+    _smt_obligations(c)
+    _tools(c, ctx)
+    c.run("obligations.json matches the evidence", "same code", lambda: _obligations(c, ctx))
+    c.run("certificate verdict", "integrity", lambda: _verdict(c))
+    return c.items
+
+
+# --- integrity -------------------------------------------------------------------------------
+
+def _manifest(c: _Checker) -> str:
+    from mi_certify.generator.pipeline import MANIFEST_FORMAT
+    m = c.json("manifest.json")
+    _require(isinstance(m, dict) and m.get("format") == MANIFEST_FORMAT,
+             f"manifest.json: format is not {MANIFEST_FORMAT}")
+    _require(isinstance(m.get("files"), dict) and m["files"], "manifest.json: no files listed")
+    c.manifest = m
+    src = m.get("mi_certify", {}).get("source", {}).get("sha256", "?")
+    return f"{len(m['files'])} hashed files; built by mi-certify {m.get('mi_certify', {}).get('version')} " \
+           f"(source sha256 {src[:16]}…)"
+
+
+def _hashes(c: _Checker) -> bool:
+    m = c.manifest
+    ok = True
+    for rel, digest in sorted(m["files"].items()):
+        p = c.d / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            c.add(f"hash {rel}", FAIL, "integrity", "path leaves the bundle")
+            ok = False
+        elif not p.is_file():
+            c.add(f"hash {rel}", FAIL, "integrity", "file missing")
+            ok = False
+        elif _sha(p) != digest:
+            c.add(f"hash {rel}", FAIL, "integrity", f"sha256 {_sha(p)[:16]}… != manifest {digest[:16]}…")
+            ok = False
+        else:
+            c.add(f"hash {rel}", PASS, "integrity", digest[:16] + "…")
+    allowed = set(m["files"]) | {"manifest.json"} | set(m.get("not_hashed", {}))
+    extra = sorted(p.relative_to(c.d).as_posix() for p in c.d.rglob("*") if p.is_file()
+                   and p.relative_to(c.d).as_posix() not in allowed)
+    c.add("no unlisted files", FAIL if extra else PASS, "integrity",
+          ("not in manifest.json: " + ", ".join(extra[:5])) if extra else "")
+    for role in ("model", "spec"):
+        ent = m.get("inputs", {}).get(role, {})
+        good = ent.get("path") in m["files"] and m["files"][ent["path"]] == ent.get("sha256")
+        c.add(f"input {role} bound", PASS if good else FAIL, "integrity", ent.get("path", "missing"))
+        ok &= good
+    return ok and not extra
+
+
+def _load_inputs(c: _Checker, ctx: dict) -> str:
+    from mi_certify.generator.lut import check_shapes
+    from mi_certify.generator.onnx_import import cross_check, import_onnx
+    from mi_certify.generator.spec import load_spec
+    m = c.manifest
+    ctx["model"] = c.d / m["inputs"]["model"]["path"]
+    ctx["spec"] = spec = load_spec(c.d / m["inputs"]["spec"]["path"])
+    ctx["ir"] = ir = import_onnx(ctx["model"])
+    check_shapes(spec, ir, str(ctx["model"]))
+    lo, hi = np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs])
+    worst = cross_check(ir, ctx["model"], lo, hi)
+    ctx["summary"] = c.json("summary.json")
+    if (c.d / "lut.hex").exists():
+        lb = bytes.fromhex((c.d / "lut.hex").read_text(encoding="ascii").replace("\n", ""))
+        _require(len(lb) == 1 << spec.address_bits, f"lut.hex has {len(lb)} entries, not {1 << spec.address_bits}")
+        ctx["lut"] = np.frombuffer(lb, dtype=np.uint8)
+    return f"{spec.name}: {len(spec.inputs)} inputs, {ir.n_relus} ReLUs; IR = onnxruntime within {worst:.2g}"
+
+
+# --- network ---------------------------------------------------------------------------------
+
+def _ort(ctx: dict, xs) -> np.ndarray:
+    """onnxruntime outputs at float32 points (n, n_inputs)."""
+    from mi_certify.generator.onnx_import import evaluate_onnxruntime
+    return evaluate_onnxruntime(ctx["model"], np.asarray(xs, dtype=np.float32).astype(np.float64))
+
+
+def _decoded(spec, y: np.ndarray) -> np.ndarray:
+    return np.argmax(y, axis=-1) if spec.decode == "argmax" else np.argmin(y, axis=-1)
+
+
+def _margin(spec, y: np.ndarray, a: int) -> float:
+    """How far action a is from being decoded at y (<= 0: it is decoded; ties to it count)."""
+    s = y if spec.decode == "argmax" else -y
+    return float(np.max(s) - s[a])
+
+
+def _in_region(spec, prop, x) -> bool:
+    lo = [i.min for i in spec.inputs]
+    hi = [i.max for i in spec.inputs]
+    for i, a, b in prop.when:
+        lo[i], hi[i] = a, b
+    return all(lo[i] <= x[i] <= hi[i] for i in range(len(x)))
+
+
+def _replay_property(spec, prop, x, y) -> str:
+    """Independent replay of a property counterexample: returns a detail or raises _Fail."""
+    _require(_in_region(spec, prop, x), f"witness {x} lies outside the property region")
+    names = [a.name for a in spec.actions]
+    if prop.kind in ("forbid", "require"):
+        bad = prop.forbid if prop.kind == "forbid" else [a for a in range(len(names)) if a not in prop.require]
+        best = min(bad, key=lambda a: _margin(spec, y, a))
+        m = _margin(spec, y, best)
+        _require(m <= TOLERANCE, f"onnxruntime decodes {names[int(_decoded(spec, y))]} at the witness, "
+                                 f"which the property allows (margin {m:.3g})")
+        return f"onnxruntime decodes {names[best]} at the witness" + (f" (tie within {m:.2g})" if m > 0 else "")
+    for a, mn, mx in prop.output:
+        if mx is not None and y[a] >= mx - TOLERANCE:
+            return f"{names[a]} output {y[a]:.6g} >= {mx:g} on onnxruntime"
+        if mn is not None and y[a] <= mn + TOLERANCE:
+            return f"{names[a]} output {y[a]:.6g} <= {mn:g} on onnxruntime"
+    raise _Fail(f"no output bound is broken at the witness on onnxruntime: {y.tolist()}")
+
+
+def _network(c: _Checker, ctx: dict) -> None:
+    if not (c.d / "verification.json").exists():
+        c.add("network verification", SKIP, "same code", "the build did not verify the network (--no-verify)")
+        return
+    spec = ctx["spec"]
+    ver = c.json("verification.json")
+    props = {p.id: p for p in spec.properties}
+    _require_ids = [r["id"] for r in ver["properties"]]
+    c.run("network: every property has a result", "integrity",
+          lambda: _require(sorted(_require_ids) == sorted(props), f"results for {_require_ids}, spec has "
+                                                                   f"{sorted(props)}") or f"{len(props)} properties")
+    for r in ver["properties"]:
+        if r["witness"]:
+            def replay(r=r):
+                x = np.array(r["witness"]["x_float32"])
+                return _replay_property(spec, props[r["id"]], x, _ort(ctx, x[None])[0])
+            c.run(f"network.{r['id']}: counterexample replays on onnxruntime", "independent", replay)
+    names = [a.name for a in spec.actions]
+    for a in ver["output_domain"]["actions"]:
+        if a["witness"]:
+            def reach(a=a):
+                x = np.array(a["witness"]["x_float32"])
+                _require(all(i.min <= v <= i.max for i, v in zip(spec.inputs, x)), "witness outside the envelope")
+                y = _ort(ctx, x[None])[0]
+                m = _margin(spec, y, names.index(a["action"]))
+                _require(m <= TOLERANCE, f"onnxruntime decodes {names[int(_decoded(spec, y))]} at the witness")
+                return f"onnxruntime decodes {a['action']} at x={np.round(x, 6).tolist()}"
+            c.run(f"network.unreachable.{a['action']}: reachability witness replays on onnxruntime", "independent",
+                  reach)
+    if not c.opts.rerun_network:
+        c.add("network: re-run every query from inputs/", SKIP, "same code", "--quick")
+        return
+
+    def rerun():
+        from mi_certify.verification.network import verify_spec
+        from mi_certify.verification.nn_verify import VerifyOptions
+        cmd = c.manifest.get("command", [])
+        timeout = float(cmd[cmd.index("--verify-timeout") + 1]) if "--verify-timeout" in cmd else 60.0
+        res = verify_spec(ctx["ir"], ctx["model"], spec, VerifyOptions(timeout=timeout)).deterministic_json()
+        stored = {r["id"]: r["verdict"] for r in ver["properties"]}
+        again = {r["id"]: r["verdict"] for r in res["properties"]}
+        _require(stored == again, f"re-run verdicts {again} differ from verification.json {stored}")
+        reach_s = {a["action"]: a["reachable"] for a in ver["output_domain"]["actions"]}
+        reach_a = {a["action"]: a["reachable"] for a in res["output_domain"]["actions"]}
+        _require(reach_s == reach_a, f"re-run reachability {reach_a} differs from verification.json {reach_s}")
+        return ", ".join(f"{k} {v}" for k, v in again.items()) + "; reachable: " + \
+            ", ".join(k for k, v in reach_a.items() if v == "yes")
+    c.run("network: re-run every query from inputs/ (same verdicts)", "same code", rerun)
+
+
+# --- distillation and the LUT -----------------------------------------------------------------
+
+def _addresses(spec, lo, hi) -> np.ndarray:
+    addr = np.zeros(1, dtype=np.int64)
+    for i, inp in enumerate(spec.inputs):
+        lv = np.arange(lo[i], hi[i] + 1, dtype=np.int64)
+        addr = (addr[:, None] << inp.bits | lv[None, :]).reshape(-1)
+    return addr
+
+
+def _cell_edges(inp, q: int) -> tuple[Fraction, Fraction]:
+    lo, hi = Fraction(inp.min), Fraction(inp.max)
+    step = (hi - lo) / (1 << inp.bits)
+    return lo + q * step, lo + (q + 1) * step
+
+
+def _levels_of(spec, addr: int) -> list[int]:
+    out = []
+    for inp in reversed(spec.inputs):
+        out.append(addr & ((1 << inp.bits) - 1))
+        addr >>= inp.bits
+    return out[::-1]
+
+
+def _in_cell(spec, levels, x, closed: bool = False) -> bool:
+    """x (floats) lies in the cell (half-open, last cell closed; ``closed``: the closed box), in exact rationals."""
+    for inp, q, v in zip(spec.inputs, levels, x):
+        a, b = _cell_edges(inp, q)
+        fv = Fraction(float(v))
+        last = q == (1 << inp.bits) - 1
+        if not (a <= fv and (fv < b or ((last or closed) and fv <= b))):
+            return False
+    return True
+
+
+def _distillation(c: _Checker, ctx: dict) -> None:
+    if not (c.d / "distillation.json").exists():
+        c.add("distillation", SKIP, "independent", "the LUT was sampled (--sample-lut): no cell is proven")
+        return
+    from mi_certify.generator.bundle import read_distillation
+    spec = ctx["spec"]
+    try:
+        dist = read_distillation(c.d / "distillation.json")
+    except (ValueError, KeyError) as exc:
+        c.add("distillation.json readable", FAIL, "integrity", str(exc))
+        return
+    ctx["dist"] = dist
+    n = 1 << spec.address_bits
+    lut = ctx.get("lut")
+
+    def partition():
+        cover = np.zeros(n, dtype=np.int32)
+        for b in dist["boxes"]:
+            lo, hi = np.array(b["level_lo"]), np.array(b["level_hi"])
+            _require(np.all(lo <= hi) and np.all(lo >= 0) and
+                     np.all(hi < np.array([1 << i.bits for i in spec.inputs])), f"box {b} outside the grid")
+            cover[_addresses(spec, lo, hi)] += 1
+        _require(np.all(cover == 1), f"{int(np.sum(cover == 0))} cells in no box, {int(np.sum(cover > 1))} in "
+                                     "several")
+        return f"{len(dist['boxes'])} boxes cover the {n} cells exactly once"
+    if not c.run("lut.partition: boxes partition the grid", "independent", partition):
+        return
+
+    def derive():
+        tok = np.zeros(n, dtype=np.uint8)
+        conf = np.zeros(n, dtype=bool)
+        status = np.empty(n, dtype=object)
+        for b in dist["boxes"]:
+            a = _addresses(spec, b["level_lo"], b["level_hi"])
+            tok[a], conf[a], status[a] = b["action"], b["confident"], b["verdict"]
+        # cells a sla.yaml property forbids were overridden to the conservative action, confident
+        over = (c.json("lut_properties.json").get("overridden_cells", [])
+                if (c.d / "lut_properties.json").exists() else [])
+        for e in over:
+            tok[e["address"]], conf[e["address"]] = spec.conservative, True
+            status[e["address"]] = "overridden"
+        ctx["status"] = status
+        want = tok | (conf.astype(np.uint8) << 7)
+        bad = np.nonzero(want != lut)[0]
+        _require(bad.size == 0, f"{bad.size} lut.hex entries differ from the boxes, first at address {bad[:1].tolist()}"
+                                f": lut.hex {int(lut[bad[0]]) if bad.size else 0:#04x}, boxes "
+                                f"{int(want[bad[0]]) if bad.size else 0:#04x}")
+        return f"{n} entries re-derived from the boxes equal lut.hex"
+    c.run("lut.tables: LUT = distillation boxes", "independent", derive)
+
+    proven = [b for b in dist["boxes"] if b["verdict"] == "proven"]
+
+    def bounds():
+        from mi_certify.generator.distill import _edges, _phys, _softmax_lower
+        from mi_certify.verification.bounds import crown_bounds, output_matrix_lower
+        from mi_certify.verification.properties import decoded_rows
+        ir, thr, k = ctx["ir"], spec.confidence_threshold, 0
+        for b in proven:
+            if b["method"] != "bounds":
+                continue
+            lo, hi = _phys(_edges(spec), np.array(b["level_lo"]), np.array(b["level_hi"]))
+            D = -decoded_rows(len(spec.actions), b["action"], spec.decode)[0]
+            low, _ = output_matrix_lower(ir, D, lo, hi, crown_bounds(ir, lo, hi))
+            _require(np.all(low > 0), f"box {b['level_lo']}..{b['level_hi']}: CROWN margin lower bound "
+                                      f"{float(low.min()):.3g} is not > 0")
+            if b["confident"] and thr is not None:
+                _require(_softmax_lower(low) >= thr, f"box {b['level_lo']}..{b['level_hi']}: confident but the "
+                                                     f"softmax bound {_softmax_lower(low):.3g} < {thr:g}")
+            k += 1
+        others = len(proven) - k
+        return f"{k} proven boxes: every margin lower bound > 0" + (f"; {others} proven by other methods "
+                                                                    "(see next line)" if others else "")
+    c.run("lut.proven_cells: CROWN bounds re-computed per proven box", "same code", bounds)
+    others = [b for b in proven if b["method"] != "bounds"]
+    if others:
+        def rerun_cells():
+            from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
+            from mi_certify.verification.properties import Disjunct, Query, decoded_rows
+            from mi_certify.generator.distill import DistillOptions, _edges, _phys
+            # best-first branch and bound (a different search from distillation's batched
+            # bisection), with four times its box budget
+            vopts = VerifyOptions(timeout=1e9, max_boxes=4 * DistillOptions().cell_boxes, use_marabou=False,
+                                  z3_confirm=False)
+            edges = _edges(spec)
+            for b in others:
+                lo, hi = _phys(edges, np.array(b["level_lo"]), np.array(b["level_hi"]))
+                djs = tuple(Disjunct(lo, hi, *decoded_rows(len(spec.actions), j, spec.decode), spec.actions[j].name)
+                            for j in range(len(spec.actions)) if j != b["action"])
+                res = decide(ctx["ir"], ctx["model"], Query("cell", "distill", djs), vopts)
+                _require(res.verdict == Verdict.PROVED, f"cell {b['level_lo']}: re-run gives {res.verdict.value}")
+            return f"{len(others)} single cells proven again by branch and bound"
+        c.run("lut.proven_cells: single cells re-decided", "same code", rerun_cells)
+
+    def onnxruntime_second_path():
+        addrs = np.nonzero(ctx["status"] == "proven")[0] if "status" in ctx else np.array([], dtype=np.int64)
+        _require(lut is not None, "no lut.hex")
+        rng = np.random.default_rng(0)
+        lows = np.empty((addrs.size, len(spec.inputs)))
+        highs = np.empty_like(lows)
+        for k, inp in enumerate(spec.inputs):
+            edges = np.array([float(_cell_edges(inp, q)[0]) for q in range(1 << inp.bits)] + [inp.max])
+            shift = sum(i.bits for i in spec.inputs[k + 1:])
+            lv = (addrs >> shift) & ((1 << inp.bits) - 1)
+            lows[:, k], highs[:, k] = edges[lv], edges[lv + 1]
+        pts = [(lows + highs) / 2] + [lows + (highs - lows) * rng.uniform(0.05, 0.95, lows.shape)
+                                      for _ in range(INTERIOR_POINTS)]
+        bad = 0
+        first = None
+        for p in pts:
+            p32 = np.clip(p.astype(np.float32), lows.astype(np.float32), highs.astype(np.float32))
+            got = _decoded(spec, _ort(ctx, p32))
+            wrong = np.nonzero(got != (lut[addrs] & 0x7F))[0]
+            bad += wrong.size
+            if wrong.size and first is None:
+                first = (int(addrs[wrong[0]]), p32[wrong[0]].tolist())
+        _require(bad == 0, f"{bad} points in proven cells decode differently on onnxruntime; first: address "
+                           f"{first[0] if first else None} x={first[1] if first else None}")
+        return f"{addrs.size * len(pts)} points ({len(pts)} per proven cell) decode like the LUT on onnxruntime"
+    c.run("lut.proven_cells: onnxruntime agrees in every proven cell", "independent", onnxruntime_second_path)
+
+    def resolved():
+        names = [a.name for a in spec.actions]
+        res = dist["resolved_cells"]
+        status = ctx.get("status")
+        addrs = sorted(r["address"] for r in res)
+        _require(status is not None and addrs == np.nonzero(status == "resolved")[0].tolist(),
+                 "resolved_cells do not list exactly the boxes marked resolved")
+        xs, want, where = [], [], []
+        on_edge = 0
+        for r in res:
+            lv = _levels_of(spec, r["address"])
+            _require(lv == r["levels"], f"cell {r['address']}: levels {r['levels']} do not match its address")
+            _require(set(r["actions"]) == {w["action"] for w in r["witnesses"]} or r["undecided"],
+                     f"cell {r['address']}: actions {r['actions']} not all witnessed")
+            for w in r["witnesses"]:
+                # resolving only costs fidelity, never soundness: a witness on the cell's closed boundary counts
+                _require(_in_cell(spec, lv, w["x"], closed=True), f"cell {r['address']}: witness {w['x']} outside "
+                                                                    "the cell")
+                on_edge += not _in_cell(spec, lv, w["x"])
+                xs.append(w["x"])
+                want.append(names.index(w["action"]))
+                where.append(r["address"])
+            if dist["policy"] == "centre":
+                entry = names.index(r["actions"][0])
+            else:
+                entry = spec.conservative | 0x80
+            _require(names[entry & 0x7F] == r["resolved_to"] and int(lut[r["address"]]) == entry,
+                     f"cell {r['address']}: entry {int(lut[r['address']]):#04x} is not the '{dist['policy']}' "
+                     f"policy's {entry:#04x}")
+        if xs:
+            ys = _ort(ctx, np.array(xs))
+            for y, a, addr in zip(ys, want, where):
+                m = _margin(spec, y, a)
+                _require(m <= TOLERANCE, f"cell {addr}: witness of {names[a]} decodes "
+                                         f"{names[int(_decoded(spec, y))]} on onnxruntime (margin {m:.3g})")
+        und = sum(1 for r in res if r["undecided"])
+        return f"{len(res)} resolved cells ({und} undecided): {len(xs)} witnesses in their cells ({on_edge} on a " \
+               f"cell's upper boundary) replay on onnxruntime; entries follow the '{dist['policy']}' policy"
+    c.run("lut.resolved_cells: witnesses replay, policy applied", "independent", resolved)
+
+
+def _tables(c: _Checker, ctx: dict) -> None:
+    lut = ctx.get("lut")
+    spec = ctx["spec"]
+    if lut is None:
+        c.add("lut.tables", FAIL, "integrity", "no lut.hex in the bundle")
+        return
+
+    def lut_json():
+        j = c.json("lut.json")
+        _require(j["sha256"] == hashlib.sha256(lut.tobytes()).hexdigest(), "lut.json sha256 is not lut.hex's")
+        _require(j["confident_cells"] == int(np.sum(lut >> 7)), "confident cell count differs")
+        hist = np.bincount(lut & 0x7F, minlength=len(spec.actions))
+        _require(j["tokens"] == {a.name: int(hist[i]) for i, a in enumerate(spec.actions)}, "token histogram differs")
+        if "status" in ctx:
+            status = np.empty(lut.size, dtype=object)
+            for a, b, s in j["cell_status"]:
+                status[a:b] = s
+            _require(np.array_equal(status, ctx["status"]), "cell_status differs from the distillation boxes")
+        return "sha256, histogram, confident cells and cell status agree with lut.hex"
+    c.run("lut.tables: lut.json = lut.hex", "independent", lut_json)
+
+    def verilog():
+        text = (c.d / f"{spec.name}.v").read_text(encoding="utf-8")
+        cases = re.findall(rf"^\s*{spec.address_bits}'d(\d+): lut_entry = \d+'d(\d+);", text, re.M)
+        default = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
+        _require(len(default) == 1 and cases, "no LUT case table found in the Verilog")
+        tw = spec.token_bits
+        table = np.full(lut.size, int(default[0]), dtype=np.int64)
+        for a, e in cases:
+            table[int(a)] = int(e)
+        # Verilog entry = {confident, token}: token in the low tw bits
+        as_bytes = (table & ((1 << tw) - 1)) | ((table >> tw) & 1) << 7
+        bad = np.nonzero(as_bytes != lut)[0]
+        _require(bad.size == 0, f"{bad.size} Verilog LUT entries differ from lut.hex, first at {bad[:1].tolist()}")
+        return f"{len(cases)} case items + default = lut.hex"
+    c.run(f"lut.tables: {spec.name}.v table = lut.hex", "independent", verilog)
+
+    def python():
+        tree = ast.parse((c.d / f"{spec.name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LUT" for t in node.targets):
+                call = node.value
+                _require(isinstance(call, ast.Call) and len(call.args) == 1, "_LUT is not bytes.fromhex(<literal>)")
+                table = bytes.fromhex(ast.literal_eval(call.args[0]))
+                _require(table == lut.tobytes(), "the Python runtime's _LUT differs from lut.hex")
+                return f"{len(table)} bytes = lut.hex (parsed, not executed)"
+        raise _Fail("no _LUT table in the Python runtime")
+    c.run(f"lut.tables: {spec.name}.py table = lut.hex", "independent", python)
+
+
+def _lut_properties(c: _Checker, ctx: dict) -> None:
+    def run():
+        from mi_certify.verification.lut_check import check_lut_properties
+        again = [r.to_json() for r in check_lut_properties(ctx["spec"], ctx["lut"] & 0x7F)]
+        _require(again == c.json("lut_properties.json")["properties"], "re-checked LUT properties differ from "
+                                                                     "lut_properties.json")
+        return ", ".join(f"{r['id']} {r['verdict']}" for r in again) or "no properties"
+    c.run("lut properties re-checked on every cell", "same code", run)
+
+
+def _smt_obligations(c: _Checker) -> None:
+    from mi_certify.generator.bundle import PROOF_INDEX
+    if not (c.d / PROOF_INDEX).exists():
+        return
+    import z3
+    index = c.json(PROOF_INDEX)
+    for o in index["obligations"]:
+        def run(o=o):
+            p = c.d / o["evidence"]
+            _require(o["evidence"] in c.manifest["files"], f"{o['evidence']} is not hashed in manifest.json")
+            s = z3.Solver()
+            s.set("timeout", SMT_TIMEOUT_S * 1000)
+            s.from_file(str(p))
+            ans = str(s.check())
+            expect = o.get("expect", "unsat")
+            if o["verdict"] == "proved":
+                _require(ans == expect, f"z3 answers {ans}, the obligation expects {expect}")
+            elif o["verdict"] == "violated":
+                _require(ans in ("sat", "unsat") and ans != expect, f"recorded violated but z3 answers {ans}")
+                cex = o.get("counterexample")
+                _require(bool(cex) and cex in c.manifest["files"], "violated without a hashed counterexample file")
+            else:
+                return SKIP, f"recorded {o['verdict']}; z3 answers {ans}"
+            return f"z3 {z3.get_version_string()} answers {ans} ({o['verdict']}, expect {expect})"
+        c.run(f"{o['group']}.{o['id']}: {o['evidence']} re-run by z3", "independent", run)
+
+
+def _tools(c: _Checker, ctx: dict) -> None:
+    spec = ctx["spec"]
+    v_path = c.d / f"{spec.name}.v"
+    if (c.d / "lint.json").exists():
+        if not c.opts.rerun_tools:
+            c.add("rtl.lint: re-run Verilator", SKIP, "same code", "--quick")
+        elif shutil.which("verilator") is None:
+            c.add("rtl.lint: re-run Verilator", SKIP, "same code", "verilator is not installed")
+        else:
+            def lint():
+                from mi_certify.verification.verilator import lint as run_lint
+                res = run_lint(v_path, spec.name).to_json()
+                stored = c.json("lint.json")
+                _require(res["clean"] == stored["clean"] and res["messages"] == stored["messages"],
+                         f"lint now {'clean' if res['clean'] else res['messages'][:2]}, lint.json says "
+                         f"{'clean' if stored['clean'] else 'not clean'}")
+                return "clean" if res["clean"] else "same messages as lint.json"
+            c.run("rtl.lint: re-run Verilator", "same code", lint)
+    if (c.d / "cosim.json").exists():
+        if not c.opts.rerun_tools:
+            c.add("cosim: re-run co-simulation", SKIP, "same code", "--quick")
+        elif shutil.which("iverilog") is None:
+            c.add("cosim: re-run co-simulation", SKIP, "same code", "iverilog is not installed")
+        else:
+            def cosim():
+                from mi_certify.runtime.fsm import FsmConfig
+                from mi_certify.verification.cocotb_sim import run_cosim
+                stored = c.json("cosim.json")
+                cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
+                                spec.fsm.violations_to_fallback, spec.fsm.recovery)
+                with tempfile.TemporaryDirectory(prefix="mi-certify-check-") as work:
+                    res = run_cosim(v_path, spec.name, cfg, ctx["lut"].tobytes(), Path(work),
+                                    runtime_py=c.d / f"{spec.name}.py",
+                                    random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"])
+                again = res.to_json()
+                _require(again == stored, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "
+                                          "cosim.json differs")
+                return f"{again['cycles']} cycles, {again['mismatches']} mismatches, identical to cosim.json"
+            c.run("cosim: re-run co-simulation", "same code", cosim)
+
+
+def _obligations(c: _Checker, ctx: dict) -> str:
+    from mi_certify.generator.bundle import collect_obligations, obligations_status
+    stored = c.json("obligations.json")
+    again = collect_obligations(ctx["spec"], c.d, ctx["summary"]["stages"])
+    _require(stored["obligations"] == again, "obligations.json does not match the evidence files")
+    _require(stored["status"] == obligations_status(again), "obligations.json status is wrong")
+    return f"{len(again)} obligations, {stored['status']}"
+
+
+def _verdict(c: _Checker) -> str:
+    from mi_certify.generator.bundle import GOOD_VERDICTS
+    failed = [i.name for i in c.items if i.status == FAIL]
+    _require(not failed, f"{len(failed)} check(s) failed")
+    s = c.json("summary.json")
+    ob = c.json("obligations.json")
+    open_ = [o["id"] for o in ob["obligations"] if o["required"] and o["verdict"] not in GOOD_VERDICTS]
+    _require(s["status"] == "ok", f"the build is {s['status']}: " +
+             ", ".join(s.get("failed_stages", []) + s.get("skipped_stages", [])))
+    _require(not open_, f"open obligations: {', '.join(open_)}")
+    return f"build ok, {len(ob['obligations'])} obligations discharged"

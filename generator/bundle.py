@@ -105,6 +105,8 @@ def canonical_command(model_name: str, spec_name: str, opts) -> list[str]:
         cmd.append("--skip-cosim")
     if opts.skip_lint:
         cmd.append("--skip-lint")
+    if opts.skip_rtl_proofs:
+        cmd.append("--skip-rtl-proofs")
     if not opts.verify:
         cmd.append("--no-verify")
     if not opts.distill:
@@ -204,7 +206,7 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
             claim=f"in each of the {lut['proven']} proven cells the LUT action wins strictly everywhere "
                   "(and its certified softmax bound meets the threshold where the cell is confident)",
             method="CROWN lower bounds of the winning margins > 0 over each closed box (exact rational cell "
-                   "edges rounded outward); single cells by branch and bound", verdict="proved",
+                   "edges rounded outward); single cells also by bisection inside the cell", verdict="proved",
             evidence="distillation.json")
         add(id="lut.resolved_cells", group="lut", requirement="distill.resolve",
             claim=f"each of the {lut['resolved']} resolved cells holds the listed actions (replayed witnesses) or "
@@ -217,7 +219,7 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
                   "hold the same entries", method="entry-by-entry comparison", verdict="proved",
             evidence="lut.hex")
     if (d / "lut_properties.json").exists():
-        for r in json.loads((d / "lut_properties.json").read_text(encoding="utf-8")):
+        for r in json.loads((d / "lut_properties.json").read_text(encoding="utf-8"))["properties"]:
             if r["verdict"] == "not_applicable":
                 continue
             add(id=f"lut.{r['id']}", group="lut", requirement=r["id"],

@@ -23,6 +23,8 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
                  "lut_properties": "check sla.yaml properties on every LUT cell",
                  "lut": "distill the network into the LUT", "emit": "emit Python runtime + Verilog",
                  "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)",
+                 "fsm_proofs": "prove the LUT-FSM invariants (Z3, k-induction)",
+                 "rtl_proofs": "prove the Verilog (Yosys + Z3)",
                  "report": "write report.html, report.md, heatmaps",
                  "report_screenshot": "screenshot report.html (headless Chromium)"}
 
@@ -55,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--skip-cosim", action="store_true",
                    help="do not co-simulate (the build is then not a complete certificate)")
     b.add_argument("--skip-lint", action="store_true", help="do not run Verilator lint")
+    b.add_argument("--skip-rtl-proofs", action="store_true",
+                   help="do not prove the Verilog (Yosys + Z3); the build is then incomplete")
     b.add_argument("--no-verify", action="store_true",
                    help="do not prove the sla.yaml properties and the output domain on the network (bounds, "
                         "Marabou, Z3); the build is then incomplete")
@@ -142,7 +146,8 @@ def _run_build(args, console: Console) -> int:
     if out is None:
         out = str(Path("build") / load_spec(args.sla).name)
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
-                        skip_lint=args.skip_lint, verify=not args.no_verify, distill=not args.sample_lut,
+                        skip_lint=args.skip_lint, skip_rtl_proofs=args.skip_rtl_proofs,
+                        verify=not args.no_verify, distill=not args.sample_lut,
                         heatmap=tuple(args.heatmap.split(",", 1)) if args.heatmap else None, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True)
@@ -185,6 +190,14 @@ def _run_build(args, console: Console) -> int:
                 detail = "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", "")
             elif name == "lut_properties":
                 detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
+                if st.get("overridden_cells"):
+                    detail += f"; {st['overridden_cells']} cells overridden to the conservative action"
+            elif name in ("fsm_proofs", "rtl_proofs") and st["status"] != "skipped":
+                obs = st.get("obligations", {})
+                bad = [k for k, v in obs.items() if v != "proved"]
+                detail = (f"{len(obs) - len(bad)}/{len(obs)} obligations proved" +
+                          (f"; not proved: {', '.join(f'{k} {obs[k]}' for k in bad)}" if bad else "")
+                          if obs else st.get("error", ""))
             elif name == "verify" and st["status"] != "skipped":
                 detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
                 detail += f"; reachable: {', '.join(st['reachable_actions'])}"

@@ -18,17 +18,22 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import z3
 
 from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.verification import cocotb_sim, verilator
+from mi_certify.verification.fsm_proofs import entry_alphabet, prove_fsm, write_proofs
+from mi_certify.verification.rtl_formal import rtl_obligations
 from mi_certify.verification.lut_check import check_lut_properties
 from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
@@ -108,6 +113,7 @@ class BuildOptions:
     verify_timeout: float = 60.0
     distill: bool = True
     heatmap: tuple[str, str] | None = None
+    skip_rtl_proofs: bool = False
 
 
 @dataclass
@@ -156,7 +162,8 @@ def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
     """Seconds spent on an obligation: the query time, else the time of the stage that made it."""
     if o["group"] == "network":
         return query_times.get(o["id"])
-    stage = {"rtl": "lint", "cosim": "cosim"}.get(o["group"])
+    stage = {"rtl": "lint" if o["id"] == "rtl.lint" else "rtl_proofs", "fsm": "fsm_proofs",
+             "cosim": "cosim"}.get(o["group"])
     if o["group"] == "lut":
         stage = "lut_properties" if o["evidence"] == "lut_properties.json" else "lut"
     return times.get(stage) if stage else None
@@ -292,14 +299,24 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                               "onnxruntime_check": stages["import"]["onnxruntime_check"]})
 
     query_times: dict[str, float] = {}
+    verify_job = None
     if not opts.verify:
         stages["verify"] = {"status": "skipped", "reason": "--no-verify: no property of the network is proven"}
     else:
-        vres = timed("verify", lambda: verify_spec(ir, model_path, spec, VerifyOptions(timeout=opts.verify_timeout),
-                                                   progress=lambda a, b: rep.progress("verify", a / b)),
-                     lambda r: "ok" if r.status == "proved" else "failed")
+        # network verification runs beside distillation and the later stages (it reads
+        # only the IR and the spec); its results are recorded when it is done
+        stages["verify"] = {"status": "running"}
+        pool = ThreadPoolExecutor(max_workers=1)
+        verify_job = pool.submit(timed, "verify",
+                                 lambda: verify_spec(ir, model_path, spec, VerifyOptions(timeout=opts.verify_timeout),
+                                                     progress=lambda a, b: rep.progress("verify", a / b)),
+                                 lambda r: "ok" if r.status == "proved" else "failed")
+        pool.shutdown(wait=False)
+
+    def record_verify():
+        vres = verify_job.result()
         det = vres.deterministic_json()
-        query_times = {f"network.{r.id}": round(r.time_s, 3) for r in vres.properties}
+        query_times.update({f"network.{r.id}": round(r.time_s, 3) for r in vres.properties})
         query_times.update({f"network.unreachable.{r.id.split(':', 1)[1]}": round(r.time_s, 3)
                             for r in vres.reachability})
         _dump(d / "verification.json", det)
@@ -365,6 +382,19 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         "tokens": {a.name: int(hist[i]) for i, a in enumerate(spec.actions)},
         "confident_cells": int(lut.confident.sum()), "sha256": hashlib.sha256(lb).hexdigest()})
 
+    cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
+                    spec.fsm.violations_to_fallback, spec.fsm.recovery)
+    bits = [i.bits for i in spec.inputs]
+    alphabet = entry_alphabet(cfg, lut.tokens, lut.confident, masks, bits)
+    proof_index: list[dict] = []
+    fsm_obs = timed("fsm_proofs", lambda: prove_fsm(cfg, lut.tokens, lut.confident, masks, bits, spec.properties),
+                    lambda obs: "ok" if all(o.verdict == "proved" for o in obs) else "failed")
+    proof_index += write_proofs(fsm_obs, d, "fsm")
+    stages["fsm_proofs"] = {"status": "ok" if all(o.verdict == "proved" for o in fsm_obs) else "failed",
+                            "method": "k-induction with Z3 over every input sequence (docs/fsm.md)",
+                            "obligations": {o.id: o.verdict for o in fsm_obs},
+                            "lut_entries": len(alphabet)}
+
     hashes = SourceHashes(sha256_file(model_path), sha256_file(spec_path), hashlib.sha256(lb).hexdigest())
     py_path, v_path = d / f"{spec.name}.py", d / f"{spec.name}.v"
 
@@ -381,8 +411,36 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         stages["lint"] = {"status": "ok" if res.clean else "failed", **res.to_json()}
         _dump(d / "lint.json", res.to_json())
 
-    cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
-                    spec.fsm.violations_to_fallback, spec.fsm.recovery)
+    if opts.skip_rtl_proofs:
+        stages["rtl_proofs"] = {"status": "skipped", "reason": "--skip-rtl-proofs"}
+    else:
+        def do_rtl():
+            try:
+                return rtl_obligations(v_path, spec.name, cfg, masks, bits, spec.token_bits, alphabet, lb)
+            except (RuntimeError, OSError, subprocess.SubprocessError, z3.Z3Exception) as exc:
+                return exc
+        rtl_res = timed("rtl_proofs", do_rtl, lambda r: "ok" if not isinstance(r, Exception) and
+                        all(o.verdict == "proved" for o in r[0]) else "failed")
+        if isinstance(rtl_res, Exception):
+            stages["rtl_proofs"] = {"status": "failed", "error": f"{type(rtl_res).__name__}: {rtl_res}"}
+        else:
+            rtl_obs, prelude = rtl_res
+            (d / "proofs" / "rtl").mkdir(parents=True, exist_ok=True)
+            (d / "proofs" / "rtl" / "design.smt2").write_text(prelude, encoding="utf-8")
+            entries = write_proofs(rtl_obs, d, "rtl")
+            for e in entries:
+                if e["id"] == "rtl.lut_table":
+                    e.update(kind="exhaustive", evidence=f"{spec.name}.v", expect=None)
+                    (d / "proofs" / "rtl" / "rtl.lut_table.smt2").unlink()
+                else:
+                    e["prelude"] = "proofs/rtl/design.smt2"
+            proof_index += entries
+            stages["rtl_proofs"] = {"status": "ok" if all(o.verdict == "proved" for o in rtl_obs) else "failed",
+                                    "method": "Yosys write_smt2 + Z3 (inductive equivalence with the reference, "
+                                              "invariants, properties); LUT evaluated at every address",
+                                    "obligations": {o.id: o.verdict for o in rtl_obs}}
+    _dump(d / "proofs" / "index.json", {"obligations": proof_index})
+
     cosim_summary = {"cycles": 0, "mismatches": None}
     if opts.skip_cosim:
         stages["cosim"] = {"status": "skipped", "reason": "--skip-cosim"}
@@ -400,6 +458,8 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         _dump(d / "cosim.json", res.to_json())
         cosim_summary = {"cycles": res.cycles, "mismatches": res.mismatches}
 
+    if verify_job is not None:
+        record_verify()
     failed = [k for k, v in stages.items() if v["status"] == "failed"]
     skipped = [k for k, v in stages.items() if v["status"] == "skipped"]
     status = "failed" if failed else "incomplete" if skipped else "ok"
@@ -409,6 +469,8 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                        **({"proven_share": stages["lut"]["proven_share"], "fidelity": stages["lut"]["fidelity"]}
                           if "fidelity" in stages["lut"] else {})},
                "cosim": cosim_summary,
+               "fsm_proofs": stages["fsm_proofs"]["obligations"],
+               "rtl_proofs": stages["rtl_proofs"].get("obligations", {}),
                "artifacts": {"python_runtime": py_path.name, "verilog": v_path.name},
                "controller": spec.name, "mi_certify": version()}
     _dump(d / "summary.json", summary)

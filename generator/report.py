@@ -184,7 +184,7 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
     lut_json = _json(d / "lut.json")
     cosim = _json(d / "cosim.json")
     lint = _json(d / "lint.json")
-    lut_props = _json(d / "lut_properties.json") or []
+    lut_props = (_json(d / "lut_properties.json") or {}).get("properties", [])
     vtext = (d / f"{spec.name}.v").read_text(encoding="utf-8") if (d / f"{spec.name}.v").exists() else ""
     case_items = sum(1 for ln in vtext.splitlines() if ln.strip().startswith(f"{spec.address_bits}'d"))
     methods = Counter((b["verdict"], b["method"]) for b in dist["boxes"]) if dist else Counter()

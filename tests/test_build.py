@@ -67,7 +67,7 @@ def test_manifest_hashes_every_output(reference_build):
 
 def test_build_is_byte_identical_when_repeated(reference_build, tmp_path):
     out = tmp_path / "again"
-    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, verify=False))
+    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, verify=False, skip_rtl_proofs=True))
     for rel in ("meta_controller.py", "meta_controller.v", "lut.hex", "lut.json", "cosim.json", "import.json",
                 "distillation.json", "heatmaps/heatmap_compute_util_temperature_c.png"):
         assert (out / rel).read_bytes() == (reference_build / rel).read_bytes(), rel
@@ -198,7 +198,7 @@ def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):
     real = build_mod.emit_verilog
     monkeypatch.setattr(build_mod, "emit_verilog", lambda *a: real(*a).replace("n_reason = R_HOLD;\n            end else begin",
                                                                                "n_reason = R_PENDING;\n            end else begin"))
-    res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False,
+    res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False, skip_rtl_proofs=True,
                                                                                distill=False))
     assert res.status == "failed" and res.summary["failed_stages"] == ["cosim"]
     assert res.summary["cosim"]["mismatches"] > 0
@@ -267,7 +267,7 @@ def test_lut_cells_a_property_forbids_are_overridden_to_the_conservative_action_
     sla = tmp_path / "sla.yaml"
     sla.write_text(REFERENCE_SLA.read_text().replace("when: {temperature_c: [95, 110]}, forbid: [int4]",
                                                      "when: {}, forbid: [int4]"))
-    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True, verify=False,
+    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True, verify=False, skip_rtl_proofs=True,
                                                                           distill=False))
     assert res.summary["stages"]["lut_properties"]["status"] == "ok"
     assert res.summary["stages"]["lut_properties"]["overridden_cells"] == 5029

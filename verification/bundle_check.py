@@ -146,7 +146,7 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
     _distillation(c, ctx)
     _tables(c, ctx)
     _lut_properties(c, ctx)
-    _smt_obligations(c)
+    _smt_obligations(c, ctx)
     _tools(c, ctx)
     c.run("obligations.json matches the evidence", "same code", lambda: _obligations(c, ctx))
     c.run("certificate verdict", "integrity", lambda: _verdict(c))
@@ -566,7 +566,7 @@ def _lut_properties(c: _Checker, ctx: dict) -> None:
     c.run("lut properties re-checked on every cell", "same code", run)
 
 
-def _smt_obligations(c: _Checker) -> None:
+def _smt_obligations(c: _Checker, ctx: dict) -> None:
     from mi_certify.generator.bundle import PROOF_INDEX
     if not (c.d / PROOF_INDEX).exists():
         return
@@ -576,9 +576,20 @@ def _smt_obligations(c: _Checker) -> None:
         def run(o=o):
             p = c.d / o["evidence"]
             _require(o["evidence"] in c.manifest["files"], f"{o['evidence']} is not hashed in manifest.json")
+            if o.get("kind") == "exhaustive":  # the RTL's LUT, evaluated again at every address
+                from mi_certify.verification.rtl_formal import lut_table, yosys_smt2
+                spec = ctx["spec"]
+                ob = lut_table(yosys_smt2(p, spec.name), spec.name, bytes(ctx["lut"]), spec.address_bits,
+                               spec.token_bits)
+                _require(ob.verdict == o["verdict"], f"re-evaluation gives {ob.verdict}: {ob.detail}")
+                return f"{ob.detail} (recorded {o['verdict']})"
             s = z3.Solver()
             s.set("timeout", SMT_TIMEOUT_S * 1000)
-            s.from_file(str(p))
+            text = p.read_text(encoding="utf-8")
+            if o.get("prelude"):
+                _require(o["prelude"] in c.manifest["files"], f"{o['prelude']} is not hashed in manifest.json")
+                text = (c.d / o["prelude"]).read_text(encoding="utf-8") + text
+            s.from_string(text)
             ans = str(s.check())
             expect = o.get("expect", "unsat")
             if o["verdict"] == "proved":

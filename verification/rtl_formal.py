@@ -1,0 +1,353 @@
+"""Formal checks of the generated Verilog: Yosys → SMT-LIB 2 → Z3, and the LUT by exhaustive simulation.
+
+The RTL is read by Yosys (``read_verilog``; the steps of ``prep -top`` with ``proc -norom``;
+``check -assert``: no latches, loops or undriven nets; ``write_smt2 -wires``, Yosys
+manual, "write_smt2"); its transition relation ``|top_t|`` and signal accessors
+``|top_n name|`` are used as they are. Obligations (each an SMT-LIB script whose
+expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/design.smt2``):
+
+- ``rtl.reset``: a cycle with ``rst`` high leaves token = C, reason = HOLD and every
+  counter zero (the reference reset state).
+- ``rtl.equivalence``: from any RTL state equal to a reference state that satisfies
+  the proved FSM invariant (its ghost-free part), one cycle with ``rst`` low gives the
+  next state and reason of the reference transition (docs/fsm.md) for **every**
+  ``addr``, ``probe_fault``, ``sla_violation`` and **every** LUT output (the LUT read
+  is a cut point: the reference takes the RTL's ``lut_entry``). With ``rtl.reset``
+  this is an inductive equivalence: the RTL and the reference agree on every
+  reachable state and every input sequence, so the FSM proofs hold on the RTL.
+- ``rtl.invariant`` / ``rtl.property.<id>``: the ranges and the sla.yaml properties on
+  the active token, stated directly on the RTL's registers (1-inductive given the
+  LUT entries the table holds).
+- ``rtl.lut_table``: the RTL's ``lut_entry`` equals ``lut.hex`` at every address: the
+  SMT-LIB function Yosys made of it is evaluated at every address (exhaustive).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import z3
+
+from mi_certify.runtime.fsm import FsmConfig, MaskBox, Reason
+
+from .fsm_proofs import FsmModel, Obligation
+
+#: Registers of the generated RTL and the reference state variable each holds.
+REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "fb": "f", "rcnt": "r"}
+
+
+def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
+    """SMT-LIB 2 of the design (Yosys ``prep``; ``write_smt2 -wires``). Raises RuntimeError."""
+    if shutil.which("yosys") is None:
+        raise RuntimeError("yosys not found on PATH")
+    with tempfile.TemporaryDirectory(prefix="mi-certify-yosys-") as work:
+        out = Path(work) / "design.smt2"
+        # the steps of Yosys `prep`, with `proc -norom` so the LUT stays logic (a ROM would
+        # move its contents into the initial-state predicate)
+        script = (f"read_verilog {verilog.resolve()}; hierarchy -check -top {top}; proc -norom; opt_expr -keepdc; "
+                  "opt_clean; check; opt -noff -keepdc; wreduce -keepdc; opt_clean; memory_collect; "
+                  f"opt -noff -keepdc -fast; check -assert; write_smt2 -wires {out}")
+        proc = subprocess.run(["yosys", "-q", "-p", script], capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"yosys failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
+        return out.read_text(encoding="utf-8")
+
+
+def cut_lut(design: str, top: str) -> str:
+    """The design with the LUT read as a cut point: ``lut_entry`` becomes a free function
+    of the state (so proofs hold for every LUT content), and definitions no longer
+    reachable from the transition relation or the bound signals are dropped."""
+    import re
+
+    ref = re.compile(r"\|%s#\d+\|" % re.escape(top))
+    lines = design.splitlines()
+    acc = next(ln for ln in lines if ln.startswith("(define-fun |%s_n lut_entry|" % top))
+    target = ref.search(acc.split(")) ", 1)[1]).group(0)
+    out, deps, order = [], {}, []
+    for ln in lines:
+        if ln.startswith(f"(define-fun {target} "):
+            ln = f"(declare-fun {target} (|{top}_s|) (_ BitVec {ln.split('(_ BitVec ')[1].split(')')[0]}))"
+        m = re.match(r"\(define-fun (\|%s#\d+\|) " % re.escape(top), ln)
+        if m:
+            deps[m.group(1)] = (ln, set(ref.findall(ln.split(" ; ")[0])) - {m.group(1)})
+            order.append(m.group(1))
+            continue
+        out.append(ln)
+    roots = set(ref.findall("\n".join(out)))
+    keep, stack = set(), list(roots)
+    while stack:
+        x = stack.pop()
+        if x in keep or x not in deps:
+            continue
+        keep.add(x)
+        stack.extend(deps[x][1])
+    # definitions go back in their original order, before the first use (accessors follow them)
+    head = [ln for ln in out if ln.startswith("(declare-") or ln.startswith(";")]
+    tail = [ln for ln in out if not (ln.startswith("(declare-") or ln.startswith(";"))]
+    return "\n".join(head + [deps[x][0] for x in order if x in keep] + tail) + "\n"
+
+
+class RtlModel:
+    """The Yosys SMT-LIB model of one generated controller, bound to named constants."""
+
+    def __init__(self, design: str, top: str, cfg: FsmConfig, address_bits: int, token_bits: int):
+        self.design, self.top, self.cfg = design, top, cfg
+        self.ab, self.tw = address_bits, token_bits
+        sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, "rst": 1, "lut_entry": token_bits + 1}
+        widths = {}
+        for line in design.splitlines():
+            if line.startswith("; yosys-smt2-register "):
+                _, _, name, w = line.split()
+                widths[name] = int(w)
+        # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved
+        self.missing = [r for r in list(REGISTERS) + ["reason"] if r not in widths]
+        sigs.update({r: widths.get(r, 1) for r in list(REGISTERS) + ["reason"]})
+        self.widths = sigs
+        decl = ["(declare-const rtl_s |%s_s|)" % top, "(declare-const rtl_s2 |%s_s|)" % top,
+                "(assert (|%s_t| rtl_s rtl_s2))" % top]
+        for name, w in sigs.items():
+            decl.append(f"(declare-const cur_{name} (_ BitVec {w}))")
+            if name not in self.missing:
+                decl.append(f"(assert (= cur_{name} {self._bv(f'(|{top}_n {name}| rtl_s)', w)}))")
+        for name in list(REGISTERS) + ["reason"]:
+            w = sigs[name]
+            decl.append(f"(declare-const nxt_{name} (_ BitVec {w}))")
+            if name not in self.missing:
+                decl.append(f"(assert (= nxt_{name} {self._bv(f'(|{top}_n {name}| rtl_s2)', w)}))")
+        self.binding = "\n".join(decl) + "\n"
+
+    @staticmethod
+    def _bv(term: str, w: int) -> str:
+        # yosys declares 1-bit signals as Bool
+        return f"(ite {term} #b1 #b0)" if w == 1 else term
+
+    def cur(self, name: str) -> z3.BitVecRef:
+        return z3.BitVec(f"cur_{name}", self.widths[name])
+
+    def nxt(self, name: str) -> z3.BitVecRef:
+        return z3.BitVec(f"nxt_{name}", self.widths[name])
+
+    def prelude(self) -> str:
+        return self.design + "\n" + self.binding
+
+    def check(self, formula: z3.BoolRef, timeout_s: float) -> tuple[str, str]:
+        """(answer, SMT-LIB text of the obligation without the prelude)."""
+        s = z3.Solver()
+        s.set("timeout", int(timeout_s * 1000))
+        s.add(z3.parse_smt2_string(self.prelude()))
+        s.add(formula)
+        ans = str(s.check())
+        text = f"(assert {formula.sexpr()})\n(check-sat)\n"
+        return ans, text
+
+
+def _as_int(bv: z3.BitVecRef) -> z3.ArithRef:
+    return z3.BV2Int(bv, is_signed=False)
+
+
+def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox], bits: list[int],
+                    token_bits: int, alphabet: dict[tuple, int], lut: bytes, timeout_s: float = 300.0
+                    ) -> tuple[list[Obligation], str]:
+    """Run every RTL obligation. Returns (obligations, the design's SMT-LIB prelude)."""
+    t0 = time.monotonic()
+    design = yosys_smt2(verilog, top)
+    rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits)
+    ref = FsmModel(cfg, masks, alphabet)
+    tw = token_bits
+    cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in REGISTERS.items()}
+    nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in REGISTERS.items()}
+    addr = rtl.cur("addr")
+    entry = rtl.cur("lut_entry")
+    inp = {"p": _as_int(z3.Extract(tw - 1, 0, entry)), "c": z3.Extract(tw, tw, entry) == 1,
+           "pf": rtl.cur("probe_fault") == 1, "sv": rtl.cur("sla_violation") == 1}
+    for j, m in enumerate(masks):
+        conds, shift = [], sum(bits)
+        for lo, hi, b in zip(m.lo, m.hi, bits):
+            shift -= b
+            q = z3.Extract(shift + b - 1, shift, addr)
+            conds += [z3.UGE(q, lo), z3.ULE(q, hi)]
+        inp[f"in{j}"] = z3.And(conds)
+    # the ghost-free part of fsm.invariant (proved on the reference)
+    full = ref.state("rtlghost")
+    s = dict(full)
+    s.update(cur)
+    ghost_free = _ghost_free_invariant(cfg, s)
+    nxt_ref, why_ref = ref.step(s, inp)
+    rst = rtl.cur("rst") == 1
+    C = cfg.conservative
+    obligations = []
+
+    def run(oid, requirement, claim, bad):
+        t = time.monotonic()
+        ans, text = rtl.check(bad, timeout_s)
+        ob = Obligation(oid, requirement, claim, method="Yosys write_smt2 + Z3, one cycle (inductive)",
+                        k=1, smt2=text, assumes=["fsm.invariant"] if oid != "rtl.reset" else [])
+        ob.verdict = {"unsat": "proved", "sat": "violated"}.get(ans, "unknown")
+        ob.time_s = time.monotonic() - t
+        if ans == "sat":
+            ob.detail = "one cycle of the RTL differs from the claim"
+        obligations.append(ob)
+
+    run("rtl.reset", "rtl", "a cycle with rst high gives the reference reset state (token = C, reason = HOLD)",
+        z3.And(rst, z3.Not(z3.And(nxt["t"] == C, nxt["k"] == C, nxt["h"] == 0, nxt["d"] == 0, nxt["v"] == 0,
+                                  z3.Not(nxt["f"]), nxt["r"] == 0, rtl.nxt("reason") == int(Reason.HOLD)))))
+    same = z3.And([nxt[v] == nxt_ref[v] for v in REGISTERS.values()] + [_as_int(rtl.nxt("reason")) == why_ref])
+    run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) equals the "
+        "reference transition for every input and every LUT output",
+        z3.And(z3.Not(rst), ghost_free, z3.Not(same)))
+    entry_ok = ref.input_ok(inp)
+    run("rtl.invariant", "fsm", "token and candidate are declared actions and every counter stays in range "
+        "(on the RTL registers)",
+        z3.And(z3.Not(rst), ghost_free, entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt))))
+    for j, m in enumerate(masks):
+        allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
+        run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
+            z3.And(z3.Not(rst), ghost_free, entry_ok, inp[f"in{j}"], z3.Not(inp["pf"]),
+                   z3.Not(z3.Or([nxt["t"] == a for a in allowed]))))
+    obligations.append(lut_table(design, top, lut, sum(bits), tw))
+    for ob in obligations:
+        ob.time_s = round(ob.time_s, 3)
+    _ = t0
+    return obligations, rtl.prelude()
+
+
+def _ghost_free_invariant(cfg: FsmConfig, s: dict) -> z3.BoolRef:
+    n, H, D, W, R, C = cfg.n_actions, cfg.hysteresis, cfg.cooldown, cfg.violations_to_fallback, cfg.recovery, \
+        cfg.conservative
+    And, Implies, Not = z3.And, z3.Implies, z3.Not
+    return And(s["t"] >= 0, s["t"] < n, s["k"] >= 0, s["k"] < n, s["h"] >= 0, s["h"] <= H - 1, s["d"] >= 0,
+               s["d"] <= D, s["v"] >= 0, s["v"] <= W - 1, s["r"] >= 0, s["r"] <= R - 1,
+               Implies(s["f"], And(s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0)),
+               Implies(Not(s["f"]), s["r"] == 0), Implies(s["d"] > 0, s["h"] == 0))
+
+
+def _sexp(text: str):
+    """Parse one S-expression (symbols with |bars| kept whole)."""
+    tokens, i, n = [], 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "()":
+            tokens.append(ch)
+            i += 1
+        elif ch.isspace():
+            i += 1
+        elif ch == "|":
+            j = text.index("|", i + 1)
+            tokens.append(text[i:j + 1])
+            i = j + 1
+        else:
+            j = i
+            while j < n and not text[j].isspace() and text[j] not in "()":
+                j += 1
+            tokens.append(text[i:j])
+            i = j
+    stack: list[list] = [[]]
+    for t in tokens:
+        if t == "(":
+            stack.append([])
+        elif t == ")":
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append(t)
+    return stack[0][0]
+
+
+def lut_from_smt2(design: str, top: str, address_bits: int) -> np.ndarray:
+    """Evaluate the RTL's ``lut_entry`` (as Yosys compiled it to SMT-LIB) at every address.
+
+    A small evaluator of the SMT-LIB subset Yosys emits for the LUT (ite, =, or, and, not,
+    bit-vector constants, extract, concat, bitwise and/or/not, unsigned comparisons),
+    vectorised over all 2^address_bits addresses at once. Raises ValueError on anything else.
+    """
+    defs: dict[str, list] = {}
+    for line in design.splitlines():
+        if line.startswith("(define-fun |") and line.count("(") == line.count(")"):  # one-line definitions
+            e = _sexp(line.split(" ; ")[0])
+            defs[e[1]] = e[4]
+    addrs = np.arange(1 << address_bits, dtype=np.int64)
+    inputs = {}
+    for line in design.splitlines():
+        if line.startswith("(define-fun |%s_n addr|" % top):
+            inputs[_sexp(line)[4][0]] = addrs  # the addr accessor's underlying function
+    cache: dict[str, tuple] = {}
+
+    def ev(e):
+        if isinstance(e, str):
+            if e == "true":
+                return np.ones(addrs.size, dtype=bool), 0
+            if e == "false":
+                return np.zeros(addrs.size, dtype=bool), 0
+            if e.startswith("#b"):
+                return np.full(addrs.size, int(e[2:], 2), dtype=np.int64), len(e) - 2
+            raise ValueError(f"unsupported atom {e}")
+        head = e[0]
+        if isinstance(head, str) and head.startswith("|"):  # (|fn| state)
+            if head in inputs:
+                return inputs[head], address_bits
+            if head not in cache:
+                cache[head] = ev(defs[head])
+            return cache[head]
+        if isinstance(head, list) and head[0] == "_" and head[1] == "extract":
+            hi, lo = int(head[2]), int(head[3])
+            v, _ = ev(e[1])
+            return (v >> lo) & ((1 << (hi - lo + 1)) - 1), hi - lo + 1
+        args = [ev(x) for x in e[1:]]
+        if head == "ite":
+            return np.where(args[0][0], args[1][0], args[2][0]), args[1][1]
+        if head == "=":
+            return args[0][0] == args[1][0], 0
+        if head in ("or", "and"):
+            out = args[0][0].copy()
+            for v, _ in args[1:]:
+                out = out | v if head == "or" else out & v
+            return out, 0
+        if head == "not":
+            return ~args[0][0], 0
+        if head == "concat":
+            v, w = args[0]
+            for v2, w2 in args[1:]:
+                v, w = (v << w2) | v2, w + w2
+            return v, w
+        if head in ("bvand", "bvor"):
+            out = args[0][0].copy()
+            for v, _ in args[1:]:
+                out = out & v if head == "bvand" else out | v
+            return out, args[0][1]
+        if head == "bvnot":
+            return (~args[0][0]) & ((1 << args[0][1]) - 1), args[0][1]
+        if head in ("bvuge", "bvule", "bvugt", "bvult"):
+            a, b = args[0][0], args[1][0]
+            return {"bvuge": a >= b, "bvule": a <= b, "bvugt": a > b, "bvult": a < b}[head], 0
+        raise ValueError(f"unsupported operator {head}")
+
+    accessor = next(_sexp(ln)[4] for ln in design.splitlines() if ln.startswith("(define-fun |%s_n lut_entry|" % top))
+    return ev(accessor)[0]
+
+
+def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: int) -> Obligation:
+    """``rtl.lut_table``: the RTL's ``lut_entry``, as Yosys compiled it, evaluated at every
+    address and compared with ``lut.hex`` (exhaustive)."""
+    t0 = time.monotonic()
+    ob = Obligation("rtl.lut_table", "lut", "the RTL's LUT entry equals lut.hex at every address",
+                    method="Yosys SMT-LIB of the RTL evaluated at every address (exhaustive)")
+    want = np.frombuffer(lut, dtype=np.uint8)
+    want = (want & 0x7F).astype(np.int64) | ((want >> 7).astype(np.int64) << token_bits)
+    try:
+        got = lut_from_smt2(design, top, address_bits)
+    except (ValueError, KeyError, IndexError, StopIteration) as exc:
+        ob.verdict, ob.detail = "unknown", f"cannot evaluate the RTL's LUT: {exc}"
+        return ob
+    ob.time_s = time.monotonic() - t0
+    bad = np.nonzero(got != want)[0]
+    ob.verdict = "violated" if bad.size else "proved"
+    ob.detail = (f"{bad.size} entries differ, first at address {int(bad[0])}" if bad.size
+                 else f"{len(want)} entries equal")
+    if bad.size:
+        ob.counterexample = [{"addr": int(a), "rtl": int(got[a]), "lut": int(want[a])} for a in bad[:20]]
+    return ob

@@ -390,10 +390,20 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     fsm_obs = timed("fsm_proofs", lambda: prove_fsm(cfg, lut.tokens, lut.confident, masks, bits, spec.properties),
                     lambda obs: "ok" if all(o.verdict == "proved" for o in obs) else "failed")
     proof_index += write_proofs(fsm_obs, d, "fsm")
+    # the machine without rule 3a (docs/fsm.md): its counterexamples show why the mask is
+    # there, and become directed co-simulation sequences (where the RTL must say MASKED)
+    unmasked_obs = [o for o in prove_fsm(cfg, lut.tokens, lut.confident, masks, bits, spec.properties,
+                                         use_mask=False) if o.counterexample]
+    unmasked = [o.counterexample for o in unmasked_obs]
+    _dump(d / "proofs" / "fsm" / "without_rule_3a.json",
+          {"note": "counterexamples of the machine without rule 3a (docs/fsm.md); not a defect of this build",
+           "traces": {o.id: o.counterexample for o in unmasked_obs}})
     stages["fsm_proofs"] = {"status": "ok" if all(o.verdict == "proved" for o in fsm_obs) else "failed",
                             "method": "k-induction with Z3 over every input sequence (docs/fsm.md)",
                             "obligations": {o.id: o.verdict for o in fsm_obs},
-                            "lut_entries": len(alphabet)}
+                            "lut_entries": len(alphabet),
+                            "without_mask": f"{len(unmasked)} properties violated by cooldown/hysteresis without "
+                                            "rule 3a; their traces are directed co-simulation sequences"}
 
     hashes = SourceHashes(sha256_file(model_path), sha256_file(spec_path), hashlib.sha256(lb).hexdigest())
     py_path, v_path = d / f"{spec.name}.py", d / f"{spec.name}.v"
@@ -447,7 +457,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     else:
         with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
             res = timed("cosim", lambda: cocotb_sim.run_cosim(v_path, spec.name, cfg, lb, Path(work), runtime_py=py_path,
-                                                             masks=masks,
+                                                             masks=masks, traces=tuple(unmasked),
                                                              random_cycles=opts.cosim_cycles, seed=opts.cosim_seed),
                         lambda r: "ok" if r.passed else "failed")
             if not res.passed:

@@ -65,8 +65,12 @@ def _pools(cfg: FsmConfig, lut: bytes) -> dict[str, list[int]]:
 
 
 def make_stimulus(cfg: FsmConfig, lut: bytes, random_cycles: int, seed: int,
-                  masks: tuple[MaskBox, ...] = ()) -> tuple[list[list[int]], int]:
-    """Deterministic stimulus: (rows [rst, addr, probe_fault, sla_violation], number of directed rows)."""
+                  masks: tuple[MaskBox, ...] = (), traces: tuple[list[dict], ...] = ()
+                  ) -> tuple[list[list[int]], int]:
+    """Deterministic stimulus: (rows [rst, addr, probe_fault, sla_violation], number of directed rows).
+
+    ``traces``: counterexample traces of the formal proofs (rows with addr, probe_fault,
+    sla_violation), each replayed from reset as a directed sequence."""
     rng = random.Random(seed)
     pools = _pools(cfg, lut)
     H, D, W, R = cfg.hysteresis, cfg.cooldown, cfg.violations_to_fallback, cfg.recovery
@@ -110,6 +114,11 @@ def make_stimulus(cfg: FsmConfig, lut: bytes, random_cycles: int, seed: int,
             hold(home, 1, rst=1)
             hold(src[0], H + 1)
             hold(inside, 2)
+    for trace in traces:                                   # proof counterexamples, from reset
+        hold(home, 1, rst=1)
+        for row in trace:
+            hold(int(row["addr"]), 1, fault=int(bool(row["probe_fault"])), viol=int(bool(row["sla_violation"])))
+        hold(home, 1)
     directed = len(rows)
     all_targets = targets or [0]
     while len(rows) < directed + random_cycles:
@@ -166,7 +175,8 @@ def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtim
 
 def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir: Path,
               runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1,
-              timeout_s: float = 3600.0, masks: tuple[MaskBox, ...] = ()) -> CosimResult:
+              timeout_s: float = 3600.0, masks: tuple[MaskBox, ...] = (),
+              traces: tuple[list[dict], ...] = ()) -> CosimResult:
     """Co-simulate ``verilog`` (top ``toplevel``) against the reference.
 
     Args:
@@ -175,6 +185,7 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
         runtime_py: the emitted Python runtime, checked against the reference on the
             same stimulus.
         masks: the allowed-action boxes of the sla.yaml properties (rule 3a).
+        traces: counterexample traces of the proofs, replayed as directed sequences.
     Returns:
         CosimResult; ``error`` says why a run could not complete (tool missing,
         simulator crash), which counts as failed.
@@ -183,7 +194,7 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
         return CosimResult(False, 0, 0, None, seed, "icarus", error="iverilog/vvp not found on PATH")
     workdir.mkdir(parents=True, exist_ok=True)
     masks = tuple(masks)
-    stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks)
+    stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks, tuple(traces))
     expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py, masks)
     reasons_seen = {r.name: 0 for r in Reason}
     for _, reason in expected:

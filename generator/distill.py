@@ -204,25 +204,15 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
     all cells in one batch per round) up to ``opts.cell_boxes`` boxes each; what is
     still open goes to :func:`mi_certify.verification.nn_verify.decide`.
     """
-    from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
-    from mi_certify.verification.properties import decoded_rows
-
     spec, ir, model_path, qlo0, qhi0, opts, verts = args
-    n_act = len(spec.actions)
     thr = spec.confidence_threshold
     edges = _edges(spec)
-    margin_rows = [-decoded_rows(n_act, a, spec.decode)[0] for a in range(n_act)]  # winning margins of a
     assigns, records, resolved = [], [], []
     stats = {"boxes": 0, "bound_calls": 0, "skipped_boxes": 0, "sampled_cells": 0, "cell_split_boxes": 0,
              "split_proven_cells": 0, "undecided_cells": 0}
 
     def bound(LO, HI, A):
-        """Lower bounds (B, n_act - 1) of the winning margins of A[b] over each box, input
-        influence (B, n) and, per box, the corner minimising the linear bound of its worst margin."""
-        D = np.stack([margin_rows[a] for a in A])
-        LOW, LIN = output_matrix_lower(ir, D, LO, HI, crown_bounds(ir, LO, HI, LOWER_SLOPES), LOWER_SLOPES)
-        worst = LIN[np.arange(len(A)), np.argmin(LOW, axis=1)]
-        return LOW, np.abs(LIN).sum(axis=1) * (HI - LO), np.where(worst >= 0, LO, HI)
+        return _bound(spec, ir, LO, HI, A)
 
     def confident(low) -> np.ndarray:
         return np.ones(low.shape[:-1], dtype=bool) if thr is None else _softmax_lower(low) >= thr
@@ -288,53 +278,9 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
         frontier = nxt
 
     # 2. open single cells: bisection inside each cell, all cells batched per round
-    used = [1] * len(open_cells)
-    conf_low = [1.0] * len(open_cells)
-    status = ["open"] * len(open_cells)  # open | proven | witness | budget
-    hits: list[list[np.ndarray]] = [[] for _ in open_cells]
-    boxes = []  # (cell, lo, hi)
-    for c, (_, lo, hi, _, inf) in enumerate(open_cells):
-        boxes.extend((c, l, h) for l, h in _bisect(lo, hi, inf))
-        used[c] += 2
-    while boxes:
-        # a sub-box centre that decodes another action is a witness candidate for its cell
-        centres = np.array([(l + h) / 2 for _, l, h in boxes])
-        acts = decode(spec, ir.evaluate(centres))[0]
-        for (c, _, _), x, a in zip(boxes, centres, acts):
-            if int(a) != open_cells[c][3] and status[c] == "open":
-                status[c] = "witness"
-                hits[c].append(x)
-        boxes = [b for b in boxes if status[b[0]] == "open"]
-        if not boxes:
-            break
-        LO, HI = np.array([b[1] for b in boxes]), np.array([b[2] for b in boxes])
-        LOW, INF, CORNER = bound(LO, HI, [open_cells[c][3] for c, _, _ in boxes])
-        stats["cell_split_boxes"] += len(boxes)
-        probs = np.ones(len(boxes)) if thr is None else _softmax_lower(LOW)
-        # the corner that minimises the worst margin's linear bound (pulled inside the cell)
-        cc = (LO + HI) / 2
-        CORNER = cc + (CORNER - cc) * (1 - 2.0 ** -20)
-        corner_acts = decode(spec, ir.evaluate(CORNER))[0]
-        nxt = []
-        for k, (c, lo, hi) in enumerate(boxes):
-            if status[c] != "open":
-                continue
-            if np.all(LOW[k] > 0):
-                conf_low[c] = min(conf_low[c], float(probs[k]))
-                continue
-            if int(corner_acts[k]) != open_cells[c][3]:
-                status[c] = "witness"
-                hits[c].append(CORNER[k])
-                continue
-            if used[c] + 2 > opts.cell_boxes:
-                status[c] = "budget"
-                continue
-            used[c] += 2
-            nxt.extend((c, l, h) for l, h in _bisect(lo, hi, INF[k]))
-        boxes = [b for b in nxt if status[b[0]] == "open"]
-    for c, st in enumerate(status):
-        if st == "open":
-            status[c] = "proven"
+    status, conf_low, hits, split_boxes = bisect_cells(spec, ir, [(lo, hi, a) for _, lo, hi, a, _ in open_cells],
+                                                       opts.cell_boxes)
+    stats["cell_split_boxes"] += split_boxes
     # cells left open by the budget: a seeded random look for witnesses (seed = address)
     for c, st in enumerate(status):
         if st == "budget":
@@ -360,6 +306,86 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
             wits = [{"action": spec.actions[a].name, "x": ((lo + hi) / 2).tolist()}] + wits
         resolve(qlo, lo, hi, wits, True, "bounds+cell split (budget spent)")
     return assigns, records, resolved, stats
+
+
+def _bound(spec: Spec, ir: ControllerIR, LO: np.ndarray, HI: np.ndarray, A) -> tuple:
+    """Lower bounds (B, n_act - 1) of the winning margins of A[b] over each box (best of the
+    lower ReLU relaxations), input influence (B, n) and, per box, the corner minimising
+    the linear bound of its worst margin."""
+    from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
+    from mi_certify.verification.properties import decoded_rows
+
+    n_act = len(spec.actions)
+    D = np.stack([-decoded_rows(n_act, a, spec.decode)[0] for a in A])
+    LOW, LIN = output_matrix_lower(ir, D, LO, HI, crown_bounds(ir, LO, HI, LOWER_SLOPES), LOWER_SLOPES)
+    worst = LIN[np.arange(len(A)), np.argmin(LOW, axis=1)]
+    return LOW, np.abs(LIN).sum(axis=1) * (HI - LO), np.where(worst >= 0, LO, HI)
+
+
+def bisect_cells(spec: Spec, ir: ControllerIR, cells: list[tuple[np.ndarray, np.ndarray, int]], budget: int
+                 ) -> tuple[list[str], list[float], list[list[np.ndarray]], int]:
+    """Decide single cells by bisection inside each, all cells batched per round.
+
+    Args:
+        cells: (lo, hi, a): the closed box of a cell and the action to prove there.
+        budget: boxes per cell (the cell itself counts one).
+    Returns:
+        (status per cell: "proven" | "witness" (a sub-box centre or minimising corner
+        decodes another action; candidates in ``hits``) | "budget"; the certified softmax
+        lower bound per cell (min over its sub-boxes); witness candidates per cell; boxes bounded).
+    """
+    thr = spec.confidence_threshold
+    used = [1] * len(cells)
+    conf_low = [1.0] * len(cells)
+    status = ["open"] * len(cells)
+    hits: list[list[np.ndarray]] = [[] for _ in cells]
+    n_boxes = 0
+    if not cells:
+        return [], [], [], 0
+    _, INF0, _ = _bound(spec, ir, np.array([c[0] for c in cells]), np.array([c[1] for c in cells]),
+                        [c[2] for c in cells])
+    boxes = []  # (cell, lo, hi)
+    for c, (lo, hi, _) in enumerate(cells):
+        boxes.extend((c, l, h) for l, h in _bisect(lo, hi, INF0[c]))
+        used[c] += 2
+    while boxes:
+        # a sub-box centre that decodes another action is a witness candidate for its cell
+        centres = np.array([(l + h) / 2 for _, l, h in boxes])
+        acts = decode(spec, ir.evaluate(centres))[0]
+        for (c, _, _), x, a in zip(boxes, centres, acts):
+            if int(a) != cells[c][2] and status[c] == "open":
+                status[c] = "witness"
+                hits[c].append(x)
+        boxes = [b for b in boxes if status[b[0]] == "open"]
+        if not boxes:
+            break
+        LO, HI = np.array([b[1] for b in boxes]), np.array([b[2] for b in boxes])
+        LOW, INF, CORNER = _bound(spec, ir, LO, HI, [cells[c][2] for c, _, _ in boxes])
+        n_boxes += len(boxes)
+        probs = np.ones(len(boxes)) if thr is None else _softmax_lower(LOW)
+        # the corner that minimises the worst margin's linear bound (pulled inside the cell)
+        cc = (LO + HI) / 2
+        CORNER = cc + (CORNER - cc) * (1 - 2.0 ** -20)
+        corner_acts = decode(spec, ir.evaluate(CORNER))[0]
+        nxt = []
+        for k, (c, lo, hi) in enumerate(boxes):
+            if status[c] != "open":
+                continue
+            if np.all(LOW[k] > 0):
+                conf_low[c] = min(conf_low[c], float(probs[k]))
+                continue
+            if int(corner_acts[k]) != cells[c][2]:
+                status[c] = "witness"
+                hits[c].append(CORNER[k])
+                continue
+            if used[c] + 2 > budget:
+                status[c] = "budget"
+                continue
+            used[c] += 2
+            nxt.extend((c, l, h) for l, h in _bisect(lo, hi, INF[k]))
+        boxes = [b for b in nxt if status[b[0]] == "open"]
+    status = ["proven" if st == "open" else st for st in status]
+    return status, conf_low, hits, n_boxes
 
 
 def _bisect(lo: np.ndarray, hi: np.ndarray, influence: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

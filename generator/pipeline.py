@@ -39,7 +39,7 @@ from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.tools import tool_version
 
-from .bundle import (canonical_command, collect_obligations, obligations_status, package_version, source_commit,
+from .bundle import (canonical_command, collect_obligations, obligations_status, source_commit,
                      source_identity, write_distillation)
 from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
 from .errors import BuildError, SpecError

@@ -399,7 +399,7 @@ def _distillation(c: _Checker, ctx: dict) -> None:
 
     def bounds():
         from mi_certify.generator.distill import _edges, _phys, _softmax_lower
-        from mi_certify.verification.bounds import crown_bounds, output_matrix_lower
+        from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
         from mi_certify.verification.properties import decoded_rows
         ir, thr, k = ctx["ir"], spec.confidence_threshold, 0
         for b in proven:
@@ -407,7 +407,7 @@ def _distillation(c: _Checker, ctx: dict) -> None:
                 continue
             lo, hi = _phys(_edges(spec), np.array(b["level_lo"]), np.array(b["level_hi"]))
             D = -decoded_rows(len(spec.actions), b["action"], spec.decode)[0]
-            low, _ = output_matrix_lower(ir, D, lo, hi, crown_bounds(ir, lo, hi))
+            low, _ = output_matrix_lower(ir, D, lo, hi, crown_bounds(ir, lo, hi, LOWER_SLOPES), LOWER_SLOPES)
             _require(np.all(low > 0), f"box {b['level_lo']}..{b['level_hi']}: CROWN margin lower bound "
                                       f"{float(low.min()):.3g} is not > 0")
             if b["confident"] and thr is not None:
@@ -421,21 +421,16 @@ def _distillation(c: _Checker, ctx: dict) -> None:
     others = [b for b in proven if b["method"] != "bounds"]
     if others:
         def rerun_cells():
-            from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
-            from mi_certify.verification.properties import Disjunct, Query, decoded_rows
-            from mi_certify.generator.distill import DistillOptions, _edges, _phys
-            # best-first branch and bound (a different search from distillation's batched
-            # bisection), with four times its box budget
-            vopts = VerifyOptions(timeout=1e9, max_boxes=4 * DistillOptions().cell_boxes, use_marabou=False,
-                                  z3_confirm=False)
+            from mi_certify.generator.distill import DistillOptions, _edges, _phys, bisect_cells
             edges = _edges(spec)
+            cells = []
             for b in others:
                 lo, hi = _phys(edges, np.array(b["level_lo"]), np.array(b["level_hi"]))
-                djs = tuple(Disjunct(lo, hi, *decoded_rows(len(spec.actions), j, spec.decode), spec.actions[j].name)
-                            for j in range(len(spec.actions)) if j != b["action"])
-                res = decide(ctx["ir"], ctx["model"], Query("cell", "distill", djs), vopts)
-                _require(res.verdict == Verdict.PROVED, f"cell {b['level_lo']}: re-run gives {res.verdict.value}")
-            return f"{len(others)} single cells proven again by branch and bound"
+                cells.append((lo, hi, b["action"]))
+            status, _, _, n_boxes = bisect_cells(spec, ctx["ir"], cells, DistillOptions().cell_boxes)
+            bad = [b["level_lo"] for b, st in zip(others, status) if st != "proven"]
+            _require(not bad, f"{len(bad)} cells not proven again by bisection, first {bad[:1]}")
+            return f"{len(others)} single cells proven again by bisection inside the cell ({n_boxes} boxes)"
         c.run("lut.proven_cells: single cells re-decided", "same code", rerun_cells)
 
     def onnxruntime_second_path():
@@ -634,9 +629,14 @@ def _tools(c: _Checker, ctx: dict) -> None:
                 stored = c.json("cosim.json")
                 cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
                                 spec.fsm.violations_to_fallback, spec.fsm.recovery)
+                from mi_certify.generator.lut import property_masks
+                traces = ()
+                if (c.d / "proofs" / "fsm" / "without_rule_3a.json").exists():
+                    traces = tuple(c.json("proofs/fsm/without_rule_3a.json")["traces"].values())
                 with tempfile.TemporaryDirectory(prefix="mi-certify-check-") as work:
                     res = run_cosim(v_path, spec.name, cfg, ctx["lut"].tobytes(), Path(work),
-                                    runtime_py=c.d / f"{spec.name}.py",
+                                    runtime_py=c.d / f"{spec.name}.py", masks=tuple(property_masks(spec)),
+                                    traces=traces,
                                     random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"])
                 again = res.to_json()
                 _require(again == stored, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "

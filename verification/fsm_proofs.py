@@ -127,7 +127,7 @@ class FsmModel:
         return z3.And(conds) if conds else z3.BoolVal(True)
 
     def reset(self, s: dict) -> z3.BoolRef:
-        C, D, H = self.cfg.conservative, self.cfg.cooldown, self.cfg.hysteresis
+        C, D = self.cfg.conservative, self.cfg.cooldown
         return z3.And(s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0, z3.Not(s["f"]), s["r"] == 0,
                       s["g_sw"] == D, s["q"] == -1, s["cc"] == 0, s["vv"] == 0, s["cs"] == 0)
 

@@ -226,12 +226,20 @@ def audit_command(args, console: Console) -> int:
 
 
 def _print_verify(report, console: Console) -> None:
-    for f in report.findings:
+    for n in report.notes[:1]:
+        if n.startswith("no record's MAC verifies"):
+            console.print(f"[yellow]note:[/] {n}", highlight=False)
+    shown = report.findings[:20]
+    for f in shown:
         where = f"record {f.seq}" if f.seq is not None else "record ?"
         line = f" (line {f.line})" if f.line else ""
         console.print(f"[red]{f.kind}[/]: {where}{line}: {f.detail}", highlight=False)
+    if len(report.findings) > len(shown):
+        console.print(f"... and {len(report.findings) - len(shown)} more findings (--json lists them all)",
+                      highlight=False)
     for n in report.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
+        if not n.startswith("no record's MAC verifies"):
+            console.print(f"[yellow]note:[/] {n}", highlight=False)
     state = "[green]intact[/]" if report.ok else f"[red]TAMPERED[/] ({len(report.findings)} findings)"
     console.print(f"{report.path}: {report.records} records, {state}; "
                   f"{'HMAC checked' if report.authenticated else 'hash chain only (no key)'}; "

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -156,6 +156,28 @@ def tool_versions() -> dict:
 
 
 MANIFEST_FORMAT = "mi-certify/build-v1"
+
+
+class _Background:
+    """Run ``fn`` in a daemon thread (Ctrl-C / SIGTERM of the build does not wait for it);
+    ``result()`` waits and returns its value or raises its exception."""
+
+    def __init__(self, fn):
+        self._value, self._error = None, None
+
+        def run():
+            try:
+                self._value = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+                self._error = exc
+        self._thread = threading.Thread(target=run, name="mi-certify-verify", daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
@@ -306,12 +328,10 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         # network verification runs beside distillation and the later stages (it reads
         # only the IR and the spec); its results are recorded when it is done
         stages["verify"] = {"status": "running"}
-        pool = ThreadPoolExecutor(max_workers=1)
-        verify_job = pool.submit(timed, "verify",
-                                 lambda: verify_spec(ir, model_path, spec, VerifyOptions(timeout=opts.verify_timeout),
-                                                     progress=lambda a, b: rep.progress("verify", a / b)),
-                                 lambda r: "ok" if r.status == "proved" else "failed")
-        pool.shutdown(wait=False)
+        verify_job = _Background(lambda: timed(
+            "verify", lambda: verify_spec(ir, model_path, spec, VerifyOptions(timeout=opts.verify_timeout),
+                                          progress=lambda a, b: rep.progress("verify", a / b)),
+            lambda r: "ok" if r.status == "proved" else "failed"))
 
     def record_verify():
         vres = verify_job.result()
@@ -387,13 +407,15 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     bits = [i.bits for i in spec.inputs]
     alphabet = entry_alphabet(cfg, lut.tokens, lut.confident, masks, bits)
     proof_index: list[dict] = []
-    fsm_obs = timed("fsm_proofs", lambda: prove_fsm(cfg, lut.tokens, lut.confident, masks, bits, spec.properties),
+    names = [a.name for a in spec.actions]
+    fsm_obs = timed("fsm_proofs", lambda: prove_fsm(cfg, lut.tokens, lut.confident, masks, bits, spec.properties,
+                                                    names=names),
                     lambda obs: "ok" if all(o.verdict == "proved" for o in obs) else "failed")
     proof_index += write_proofs(fsm_obs, d, "fsm")
     # the machine without rule 3a (docs/fsm.md): its counterexamples show why the mask is
     # there, and become directed co-simulation sequences (where the RTL must say MASKED)
     unmasked_obs = [o for o in prove_fsm(cfg, lut.tokens, lut.confident, masks, bits, spec.properties,
-                                         use_mask=False) if o.counterexample]
+                                         use_mask=False, names=names) if o.counterexample]
     unmasked = [o.counterexample for o in unmasked_obs]
     _dump(d / "proofs" / "fsm" / "without_rule_3a.json",
           {"note": "counterexamples of the machine without rule 3a (docs/fsm.md); not a defect of this build",

@@ -507,6 +507,10 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport
         if i not in keep or not (pred_ok or succ_ok):
             findings.append(Finding("reordered", ln.seq, ln.line, "out of seq order"))
 
+    # A key under which no record's MAC verifies: say so once (the records are still listed).
+    if key is not None and original and all(ln.mac_ok is False for ln in original.values()):
+        rep.notes.insert(0, "no record's MAC verifies with this key: the wrong key, a log written without a key, "
+                            "or every record rewritten")
     # Content: MACs with a key; otherwise the successor's prev link.
     for s, ln in sorted(original.items()):
         if ln.mac_ok is False:

@@ -205,3 +205,15 @@ def test_sigkill_at_random_points_loses_no_acknowledged_record(tmp_path):
         AuditLog(path, key=key.encode() if key else None, fsync="never", header={}).close()
         rep = verify_log(path, key.encode() if key else None)
         assert rep.ok and rep.closed and rep.torn_tail == 0
+
+
+def test_a_wrong_key_is_named_once(tmp_path):
+    from mi_certify.runtime.audit import AuditLog, verify_log
+    p = tmp_path / "k.jsonl"
+    log = AuditLog(p, key=b"the right key, 16+ bytes", header={})
+    for i in range(5):
+        log.append("decision", {"i": i})
+    log.close()
+    rep = verify_log(p, key=b"the wrong key, 16+ bytes")
+    assert not rep.ok and rep.notes[0].startswith("no record's MAC verifies with this key")
+    assert verify_log(p, key=b"the right key, 16+ bytes").ok

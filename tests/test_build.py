@@ -40,7 +40,8 @@ def test_reference_controller_builds_end_to_end(reference_build):
     assert s["cosim"]["cycles"] >= 10_000 and s["cosim"]["mismatches"] == 0
     assert s["artifacts"] == {"python_runtime": "meta_controller.py", "verilog": "meta_controller.v"}
     assert s["stages"]["lint"]["clean"] is True and s["stages"]["lint"]["messages"] == []
-    assert set(s["stages"]) == {"spec", "import", "verify", "lut", "lut_properties", "emit", "lint", "cosim"}
+    assert set(s["stages"]) == {"spec", "import", "verify", "lut", "lut_properties", "fsm_proofs", "emit", "lint",
+                                "rtl_proofs", "cosim"}
     assert s["stages"]["verify"]["status"] == "ok"
     assert s["stages"]["verify"]["properties"] == {"P1": "proved", "P2": "proved", "P3": "proved"}
     assert s["stages"]["verify"]["reachable_actions"] == ["keep", "merge_conv", "int4", "offload_cpu"]

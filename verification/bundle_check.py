@@ -561,12 +561,65 @@ def _lut_properties(c: _Checker, ctx: dict) -> None:
     c.run("lut properties re-checked on every cell", "same code", run)
 
 
+def _regenerate_proofs(c: _Checker, ctx: dict, index: dict) -> None:
+    """The FSM and RTL obligations are made again from the spec, lut.hex and the .v and must
+    equal the stored scripts: a script edited (and re-hashed) to something trivially unsat is caught."""
+    import numpy as np
+
+    from mi_certify.generator.lut import property_masks
+    from mi_certify.runtime.fsm import FsmConfig
+    from mi_certify.verification.fsm_proofs import entry_alphabet, prove_fsm
+
+    spec = ctx["spec"]
+    cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
+                    spec.fsm.violations_to_fallback, spec.fsm.recovery)
+    lut = np.asarray(ctx["lut"], dtype=np.uint8)
+    masks, bits = property_masks(spec), [i.bits for i in spec.inputs]
+    stored = {o["id"]: o for o in index["obligations"]}
+
+    def same(obs, group):
+        for ob in obs:
+            o = stored.get(ob.id)
+            _require(o is not None, f"{ob.id} is missing from proofs/index.json")
+            _require(o["verdict"] == ob.verdict, f"{ob.id}: recorded {o['verdict']}, made again {ob.verdict}")
+            if o.get("kind") != "exhaustive":
+                text = (c.d / o["evidence"]).read_text(encoding="utf-8")
+                _require(text == ob.smt2, f"{o['evidence']} differs from the obligation made again")
+        return len(obs)
+
+    def fsm():
+        obs = prove_fsm(cfg, lut & 0x7F, (lut >> 7).astype(bool), masks, bits, spec.properties,
+                        names=[a.name for a in spec.actions])
+        return f"{same(obs, 'fsm')} FSM obligations made again from sla.yaml and lut.hex equal the stored scripts"
+    c.run("fsm proofs: made again and compared", "same code", fsm)
+    if not any(o["group"] == "rtl" for o in index["obligations"]):
+        return
+    if not c.opts.rerun_tools:
+        c.add("rtl proofs: made again from the Verilog and compared", SKIP, "same code", "--quick")
+        return
+    if shutil.which("yosys") is None:
+        c.add("rtl proofs: made again from the Verilog and compared", SKIP, "same code", "yosys is not installed")
+        return
+
+    def rtl():
+        from mi_certify.verification.rtl_formal import rtl_obligations
+        alphabet = entry_alphabet(cfg, lut & 0x7F, (lut >> 7).astype(bool), masks, bits)
+        obs, prelude = rtl_obligations(c.d / f"{spec.name}.v", spec.name, cfg, masks, bits, spec.token_bits,
+                                       alphabet, bytes(lut))
+        _require(prelude == (c.d / "proofs" / "rtl" / "design.smt2").read_text(encoding="utf-8"),
+                 "proofs/rtl/design.smt2 differs from Yosys' reading of the Verilog")
+        return f"{same(obs, 'rtl')} RTL obligations made again from {spec.name}.v (Yosys + Z3) equal the stored ones"
+    c.run("rtl proofs: made again from the Verilog and compared", "same code", rtl)
+
+
 def _smt_obligations(c: _Checker, ctx: dict) -> None:
     from mi_certify.generator.bundle import PROOF_INDEX
     if not (c.d / PROOF_INDEX).exists():
         return
     import z3
     index = c.json(PROOF_INDEX)
+    if "spec" in ctx and "lut" in ctx:
+        _regenerate_proofs(c, ctx, index)
     for o in index["obligations"]:
         def run(o=o):
             p = c.d / o["evidence"]
@@ -596,7 +649,8 @@ def _smt_obligations(c: _Checker, ctx: dict) -> None:
             else:
                 return SKIP, f"recorded {o['verdict']}; z3 answers {ans}"
             return f"z3 {z3.get_version_string()} answers {ans} ({o['verdict']}, expect {expect})"
-        c.run(f"{o['group']}.{o['id']}: {o['evidence']} re-run by z3", "independent", run)
+        name = o["id"] if o["id"].startswith(o["group"] + ".") else f"{o['group']}.{o['id']}"
+        c.run(f"{name}: {o['evidence']} re-run by z3", "independent", run)
 
 
 def _tools(c: _Checker, ctx: dict) -> None:

@@ -95,8 +95,10 @@ class FsmModel:
 
     STATE = ("t", "k", "h", "d", "v", "f", "r", "g_sw", "q", "cc", "vv", "cs")
 
-    def __init__(self, cfg: FsmConfig, masks: list[MaskBox], alphabet: dict[tuple, int], use_mask: bool = True):
+    def __init__(self, cfg: FsmConfig, masks: list[MaskBox], alphabet: dict[tuple, int], use_mask: bool = True,
+                 names: list[str] | None = None):
         self.cfg, self.masks, self.alphabet, self.use_mask = cfg, masks, alphabet, use_mask
+        self.names = names or [str(a) for a in range(cfg.n_actions)]
 
     # --- variables -------------------------------------------------------------------
     def state(self, tag: str) -> dict:
@@ -217,9 +219,10 @@ class FsmModel:
             prop = next(p for p in spec_props if p.id == m.id)
             allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
             verb = "never" if prop.kind == "forbid" else "only"
+            named = [self.names[a] for a in (prop.forbid if prop.kind == "forbid" else prop.require)]
             out.append((f"fsm.property.{m.id}", m.id,
-                        f"in the cells of {m.id} the active token is {verb} "
-                        f"{prop.forbid if prop.kind == 'forbid' else prop.require} (tokens allowed: {allowed})",
+                        f"in the cells of {m.id} the active action is {verb} {' or '.join(named)} "
+                        "(after every step without a probe fault)",
                         lambda s, i, s2, why, j=j, allowed=allowed: z3.Implies(
                             z3.And(i[f"in{j}"], z3.Not(i["pf"])), z3.Or([s2["t"] == a for a in allowed]))))
         return out
@@ -314,10 +317,16 @@ def _smt2(formula: z3.BoolRef, comment: str) -> str:
 
 
 def prove_fsm(cfg: FsmConfig, tokens: np.ndarray, confident: np.ndarray, masks: list[MaskBox], bits: list[int],
-              spec_props, use_mask: bool = True) -> list[Obligation]:
-    """Every FSM obligation (requirements 1-6 of the FSM issue) on the concrete LUT."""
+              spec_props, use_mask: bool = True, names: list[str] | None = None) -> list[Obligation]:
+    """Every FSM obligation (requirements 1-6 of the FSM issue) on the concrete LUT.
+
+    Args:
+        tokens, confident: (2^address_bits,) LUT proposals and confident bits.
+        masks: allowed-action boxes; bits: address bits per input; spec_props: the
+            sla.yaml properties (for the claims); names: action names (for the claims).
+    """
     alphabet = entry_alphabet(cfg, tokens, confident, masks, bits)
-    model = FsmModel(cfg, masks, alphabet, use_mask)
+    model = FsmModel(cfg, masks, alphabet, use_mask, names)
     inv = prove(model, Obligation("fsm.invariant", "fsm",
                                   "the active and candidate tokens are declared actions and every counter stays in "
                                   "its range (with the state relations that make the rest inductive)"),

@@ -49,10 +49,13 @@ def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
         out = Path(work) / "design.smt2"
         # the steps of Yosys `prep`, with `proc -norom` so the LUT stays logic (a ROM would
         # move its contents into the initial-state predicate)
-        script = (f"read_verilog {verilog.resolve()}; hierarchy -check -top {top}; proc -norom; opt_expr -keepdc; "
+        # run beside the file and read it by its name: Yosys writes source locations into the
+        # SMT-LIB, which must not depend on where the build directory is
+        script = (f"read_verilog {verilog.name}; hierarchy -check -top {top}; proc -norom; opt_expr -keepdc; "
                   "opt_clean; check; opt -noff -keepdc; wreduce -keepdc; opt_clean; memory_collect; "
                   f"opt -noff -keepdc -fast; check -assert; write_smt2 -wires {out}")
-        proc = subprocess.run(["yosys", "-q", "-p", script], capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(["yosys", "-q", "-p", script], capture_output=True, text=True, timeout=timeout_s,
+                              cwd=verilog.resolve().parent)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"yosys failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
         return out.read_text(encoding="utf-8")
@@ -142,7 +145,10 @@ class RtlModel:
         s.add(z3.parse_smt2_string(self.prelude()))
         s.add(formula)
         ans = str(s.check())
-        text = f"(assert {formula.sexpr()})\n(check-sat)\n"
+        text = ("; mi-certify proof obligation on the RTL. Expected answer: unsat.\n"
+                "; Not self-contained: prepend proofs/rtl/design.smt2 (the design from Yosys write_smt2, with the\n"
+                "; LUT read as a cut point, and the constants cur_*/nxt_* bound to its signals).\n"
+                f"(assert {formula.sexpr()})\n(check-sat)\n")
         return ans, text
 
 

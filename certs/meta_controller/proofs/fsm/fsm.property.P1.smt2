@@ -1,5 +1,5 @@
 ; mi-certify proof obligation. Expected answer: unsat.
-; fsm.property.P1: base (a run of <= 1 steps from reset) or step (1 steps keeping it, then one breaking it) breaks: in the cells of P1 the active token is never (2,) (tokens allowed: [0, 1, 3])
+; fsm.property.P1: base (a run of <= 1 steps from reset) or step (1 steps keeping it, then one breaking it) breaks: in the cells of P1 the active action is never int4 (after every step without a probe fault)
 ; benchmark generated from python API
 (set-info :status unknown)
 (declare-fun t_s2 () Int)

@@ -1,5 +1,5 @@
 ; mi-certify proof obligation. Expected answer: unsat.
-; fsm.property.P2: base (a run of <= 1 steps from reset) or step (1 steps keeping it, then one breaking it) breaks: in the cells of P2 the active token is only (0,) (tokens allowed: [0])
+; fsm.property.P2: base (a run of <= 1 steps from reset) or step (1 steps keeping it, then one breaking it) breaks: in the cells of P2 the active action is only keep (after every step without a probe fault)
 ; benchmark generated from python API
 (set-info :status unknown)
 (declare-fun t_s2 () Int)

@@ -77,35 +77,35 @@
 ; end of yosys output
 (define-fun |meta_controller#1| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#0| state)) #b110)) ; \in_0
 (define-fun |meta_controller#2| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#1| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$13650 [2:0]
-(define-fun |meta_controller#3| ((state |meta_controller_s|)) (_ BitVec 4) (bvand #b1111 (concat #b1 (|meta_controller#2| state)))) ; $and$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:12952$5_Y
+(define-fun |meta_controller#3| ((state |meta_controller_s|)) (_ BitVec 4) (bvand #b1111 (concat #b1 (|meta_controller#2| state)))) ; $and$meta_controller.v:12952$5_Y
 (define-fun |meta_controller#4| ((state |meta_controller_s|)) Bool (bvule ((_ extract 15 12) (|meta_controller#0| state)) #b0001)) ; \in_1
-(define-fun |meta_controller#5| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#4| state) #b0001 #b1111)) ; $ternary$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:12954$6_Y
+(define-fun |meta_controller#5| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#4| state) #b0001 #b1111)) ; $ternary$meta_controller.v:12954$6_Y
 (define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (|meta_controller#3| state) (|meta_controller#5| state))) ; \allowed
-(define-fun |meta_controller#12894| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $ne$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13025$21_Y
+(define-fun |meta_controller#12894| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $ne$meta_controller.v:13025$21_Y
 (define-fun |meta_controller#12895| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12894| state) ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $8\n_cand[1:0]
-(define-fun |meta_controller#12897| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#12896| state))) ; $eq$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13021$20_Y
+(define-fun |meta_controller#12897| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#12896| state))) ; $eq$meta_controller.v:13021$20_Y
 (define-fun |meta_controller#12898| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12897| state) (|meta_controller#7| state) (|meta_controller#12895| state))) ; $7\n_cand[1:0]
 (define-fun |meta_controller#12899| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (|meta_controller#12898| state) (|meta_controller#7| state))) ; $6\n_cand[1:0]
-(define-fun |meta_controller#12900| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#9| state) #b0000)) ; $ne$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13015$17_Y
+(define-fun |meta_controller#12900| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#9| state) #b0000)) ; $ne$meta_controller.v:13015$17_Y
 (define-fun |meta_controller#12901| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12900| state) (|meta_controller#7| state) (|meta_controller#12899| state))) ; $5\n_cand[1:0]
-(define-fun |meta_controller#12902| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#6| state) (concat #b00 (|meta_controller#12896| state))))) ; $shiftx$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:0$15_Y
+(define-fun |meta_controller#12902| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#6| state) (concat #b00 (|meta_controller#12896| state))))) ; $shiftx$meta_controller.v:0$15_Y
 (define-fun |meta_controller#12903| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12901| state) #b00)) ; $4\n_cand[1:0]
-(define-fun |meta_controller#12906| ((state |meta_controller_s|)) Bool (= (|meta_controller#12905| state) #b10)) ; $eq$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:12997$11_Y
-(define-fun |meta_controller#12907| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#12904| state) false) (or  (|meta_controller#12906| state) false))) ; $logic_and$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:12997$12_Y
+(define-fun |meta_controller#12906| ((state |meta_controller_s|)) Bool (= (|meta_controller#12905| state) #b10)) ; $eq$meta_controller.v:12997$11_Y
+(define-fun |meta_controller#12907| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#12904| state) false) (or  (|meta_controller#12906| state) false))) ; $logic_and$meta_controller.v:12997$12_Y
 (define-fun |meta_controller#12908| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12907| state) #b00 (|meta_controller#12903| state))) ; $3\n_cand[1:0]
 (define-fun |meta_controller#12909| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#7| state) (|meta_controller#12908| state))) ; $2\n_cand[1:0]
 (define-fun |meta_controller#12911| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12909| state))) ; \n_cand
-(define-fun |meta_controller#12912| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $eq$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13028$22_Y
-(define-fun |meta_controller#12913| ((state |meta_controller_s|)) Bool (= (|meta_controller#11| state) #b10)) ; $eq$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13028$23_Y
-(define-fun |meta_controller#12914| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#12912| state) false) (or  (|meta_controller#12913| state) false))) ; $logic_and$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13028$24_Y
+(define-fun |meta_controller#12912| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $eq$meta_controller.v:13028$22_Y
+(define-fun |meta_controller#12913| ((state |meta_controller_s|)) Bool (= (|meta_controller#11| state) #b10)) ; $eq$meta_controller.v:13028$23_Y
+(define-fun |meta_controller#12914| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#12912| state) false) (or  (|meta_controller#12913| state) false))) ; $logic_and$meta_controller.v:13028$24_Y
 (define-fun |meta_controller#12915| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12914| state) #b1010 (|meta_controller#9| state))) ; $10\n_dcnt[3:0]
 (define-fun |meta_controller#12916| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12897| state) (|meta_controller#9| state) (|meta_controller#12915| state))) ; $9\n_dcnt[3:0]
 (define-fun |meta_controller#12917| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (|meta_controller#12916| state) (|meta_controller#9| state))) ; $8\n_dcnt[3:0]
-(define-fun |meta_controller#12918| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#9| state) #b0001)) ; $sub$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13016$18_Y
+(define-fun |meta_controller#12918| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#9| state) #b0001)) ; $sub$meta_controller.v:13016$18_Y
 (define-fun |meta_controller#12919| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12900| state) (|meta_controller#12918| state) (|meta_controller#12917| state))) ; $7\n_dcnt[3:0]
 (define-fun |meta_controller#12920| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12919| state) #b1010)) ; $6\n_dcnt[3:0]
 (define-fun |meta_controller#12921| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12907| state) #b0000 (|meta_controller#12920| state))) ; $5\n_dcnt[3:0]
-(define-fun |meta_controller#12923| ((state |meta_controller_s|)) Bool (= (|meta_controller#12922| state) #b111)) ; $eq$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:12988$9_Y
+(define-fun |meta_controller#12923| ((state |meta_controller_s|)) Bool (= (|meta_controller#12922| state) #b111)) ; $eq$meta_controller.v:12988$9_Y
 (define-fun |meta_controller#12924| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12923| state) #b1010 (|meta_controller#9| state))) ; $4\n_dcnt[3:0]
 (define-fun |meta_controller#12925| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12904| state) (|meta_controller#9| state) (|meta_controller#12924| state))) ; $3\n_dcnt[3:0]
 (define-fun |meta_controller#12926| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12925| state) (|meta_controller#12921| state))) ; $2\n_dcnt[3:0]
@@ -115,8 +115,8 @@
 (define-fun |meta_controller#12930| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#12904| state) #b1 (|meta_controller#12929| state))) ; $3\n_fb[0:0]
 (define-fun |meta_controller#12931| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12930| state) (|meta_controller#12928| state))) ; $2\n_fb[0:0]
 (define-fun |meta_controller#12932| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b1 (|meta_controller#12931| state))) ; \n_fb
-(define-fun |meta_controller#12933| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#11| state) #b01)) ; $add$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13034$29_Y
-(define-fun |meta_controller#12934| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12912| state) (|meta_controller#12933| state) #b01)) ; $ternary$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13034$30_Y
+(define-fun |meta_controller#12933| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#11| state) #b01)) ; $add$meta_controller.v:13034$29_Y
+(define-fun |meta_controller#12934| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12912| state) (|meta_controller#12933| state) #b01)) ; $ternary$meta_controller.v:13034$30_Y
 (define-fun |meta_controller#12935| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12914| state) #b00 (|meta_controller#12934| state))) ; $8\n_hcnt[1:0]
 (define-fun |meta_controller#12936| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12897| state) #b00 (|meta_controller#12935| state))) ; $7\n_hcnt[1:0]
 (define-fun |meta_controller#12937| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (|meta_controller#12936| state) #b00)) ; $6\n_hcnt[1:0]
@@ -127,7 +127,7 @@
 (define-fun |meta_controller#12942| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12941| state))) ; \n_hcnt
 (define-fun |meta_controller#12943| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12922| state) #b000)) ; $6\n_rcnt[2:0]
 (define-fun |meta_controller#12944| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12907| state) #b000 (|meta_controller#12943| state))) ; $5\n_rcnt[2:0]
-(define-fun |meta_controller#12945| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#12922| state) #b001)) ; $add$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:12994$10_Y
+(define-fun |meta_controller#12945| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#12922| state) #b001)) ; $add$meta_controller.v:12994$10_Y
 (define-fun |meta_controller#12946| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12923| state) #b000 (|meta_controller#12945| state))) ; $4\n_rcnt[2:0]
 (define-fun |meta_controller#12947| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12904| state) #b000 (|meta_controller#12946| state))) ; $3\n_rcnt[2:0]
 (define-fun |meta_controller#12948| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12947| state) (|meta_controller#12944| state))) ; $2\n_rcnt[2:0]
@@ -150,8 +150,8 @@
 (define-fun |meta_controller#12965| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12907| state) #b00 (|meta_controller#12964| state))) ; $3\n_token[1:0]
 (define-fun |meta_controller#12966| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12896| state) (|meta_controller#12965| state))) ; $2\n_token[1:0]
 (define-fun |meta_controller#12967| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12966| state))) ; \n_token
-(define-fun |meta_controller#12968| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#12905| state) #b01)) ; $add$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13007$13_Y
-(define-fun |meta_controller#12969| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12904| state) (|meta_controller#12968| state) #b00)) ; $ternary$/work/main/certs/.meta_controller.partial-kov32h_n/meta_controller.v:13007$14_Y
+(define-fun |meta_controller#12968| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#12905| state) #b01)) ; $add$meta_controller.v:13007$13_Y
+(define-fun |meta_controller#12969| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12904| state) (|meta_controller#12968| state) #b00)) ; $ternary$meta_controller.v:13007$14_Y
 (define-fun |meta_controller#12970| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12907| state) #b00 (|meta_controller#12969| state))) ; $3\n_vcnt[1:0]
 (define-fun |meta_controller#12971| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12905| state) (|meta_controller#12970| state))) ; $2\n_vcnt[1:0]
 (define-fun |meta_controller#12972| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12971| state))) ; \n_vcnt

@@ -1,3 +1,6 @@
+; mi-certify proof obligation on the RTL. Expected answer: unsat.
+; Not self-contained: prepend proofs/rtl/design.smt2 (the design from Yosys write_smt2, with the
+; LUT read as a cut point, and the constants cur_*/nxt_* bound to its signals).
 (assert (let ((a!1 (not (and (= (ubv_to_int nxt_token) 0)
                      (= (ubv_to_int nxt_cand) 0)
                      (= (ubv_to_int nxt_hcnt) 0)

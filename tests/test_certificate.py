@@ -198,7 +198,7 @@ def test_check_catches_a_forged_witness(bundle_copy):
 
 def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy):
     proofs = bundle_copy / "proofs" / "fsm"
-    proofs.mkdir(parents=True)
+    proofs.mkdir(parents=True, exist_ok=True)
     (proofs / "cooldown_bound.smt2").write_text(
         "(declare-const d Int)\n(assert (and (>= d 0) (<= d 10)))\n(assert (> (- d 1) 10))\n(check-sat)\n")
     (proofs / "wrong.smt2").write_text("(declare-const d Int)\n(assert (= d 3))\n(check-sat)\n")
@@ -219,7 +219,17 @@ def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy)
     assert items["fsm.cooldown_bound: proofs/fsm/cooldown_bound.smt2 re-run by z3"] == "PASS"
     assert items["fsm.wrong: proofs/fsm/wrong.smt2 re-run by z3"] == "FAIL"  # z3 says sat: not proved
     assert items["obligations.json matches the evidence"] == "PASS"
+    assert items["fsm proofs: made again and compared"] == "FAIL"  # the real obligations are gone from the index
     assert proc.returncode == 1
+
+
+def test_an_obligation_replaced_by_a_trivially_unsat_script_is_caught_even_with_a_forged_manifest(bundle_copy):
+    p = bundle_copy / "proofs" / "fsm" / "fsm.property.P1.smt2"
+    p.write_text("(assert false)\n(check-sat)\n")
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert items["fsm.property.P1: proofs/fsm/fsm.property.P1.smt2 re-run by z3"] == "PASS"  # z3 alone is fooled
+    assert items["fsm proofs: made again and compared"] == "FAIL" and proc.returncode == 1
 
 
 def test_signature_binds_the_bundle_to_its_issuer(bundle_copy, tmp_path):

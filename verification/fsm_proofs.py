@@ -29,6 +29,7 @@ assume it in their step case (sound: it holds in every reachable state).
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,10 +311,24 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
     return ob
 
 
+def canonical_smt2(text: str) -> str:
+    """Rename Z3's let-bound names (``$x123``, ``?x45``, ``a!6``; numbered by internal AST ids,
+    which depend on what else the process built) by order of first appearance, so the
+    same formula always prints the same bytes."""
+    names: dict[str, str] = {}
+
+    def rename(m: re.Match) -> str:
+        tok = m.group(0)
+        if tok not in names:
+            names[tok] = f"{tok[0] if tok[0] in '$?' else 'a!'}{'x' if tok[0] in '$?' else ''}{len(names)}"
+        return names[tok]
+    return re.sub(r"[$?]x\d+|\ba!\d+", rename, text)
+
+
 def _smt2(formula: z3.BoolRef, comment: str) -> str:
     s = z3.Solver()
     s.add(formula)
-    return f"; mi-certify proof obligation. Expected answer: unsat.\n; {comment}\n" + s.to_smt2()
+    return f"; mi-certify proof obligation. Expected answer: unsat.\n; {comment}\n" + canonical_smt2(s.to_smt2())
 
 
 def prove_fsm(cfg: FsmConfig, tokens: np.ndarray, confident: np.ndarray, masks: list[MaskBox], bits: list[int],

@@ -35,7 +35,7 @@ import z3
 
 from mi_certify.runtime.fsm import FsmConfig, MaskBox, Reason
 
-from .fsm_proofs import FsmModel, Obligation
+from .fsm_proofs import FsmModel, Obligation, canonical_smt2
 
 #: Registers of the generated RTL and the reference state variable each holds.
 REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "fb": "f", "rcnt": "r"}
@@ -148,7 +148,7 @@ class RtlModel:
         text = ("; mi-certify proof obligation on the RTL. Expected answer: unsat.\n"
                 "; Not self-contained: prepend proofs/rtl/design.smt2 (the design from Yosys write_smt2, with the\n"
                 "; LUT read as a cut point, and the constants cur_*/nxt_* bound to its signals).\n"
-                f"(assert {formula.sexpr()})\n(check-sat)\n")
+                f"(assert {canonical_smt2(formula.sexpr())})\n(check-sat)\n")
         return ans, text
 
 

@@ -200,9 +200,9 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
     """Worker: distill the level box [qlo, qhi]; returns (assignments, box records, resolved, stats).
 
     Breadth first: every level of the partition is bounded in one vectorised CROWN pass;
-    then the single cells the bounds left open are split inside (continuous bisection,
-    all cells in one batch per round) up to ``opts.cell_boxes`` boxes each; what is
-    still open goes to :func:`mi_certify.verification.nn_verify.decide`.
+    then the single cells the bounds left open are split inside (:func:`bisect_cells`)
+    up to ``opts.cell_boxes`` boxes each; what is still open gets a seeded random look
+    for witnesses and, without two, is resolved as undecided.
     """
     spec, ir, model_path, qlo0, qhi0, opts, verts = args
     thr = spec.confidence_threshold
@@ -210,9 +210,6 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
     assigns, records, resolved = [], [], []
     stats = {"boxes": 0, "bound_calls": 0, "skipped_boxes": 0, "sampled_cells": 0, "cell_split_boxes": 0,
              "split_proven_cells": 0, "undecided_cells": 0}
-
-    def bound(LO, HI, A):
-        return _bound(spec, ir, LO, HI, A)
 
     def confident(low) -> np.ndarray:
         return np.ones(low.shape[:-1], dtype=bool) if thr is None else _softmax_lower(low) >= thr
@@ -225,9 +222,11 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
             rec["margin_lower"] = float(margin)
         records.append(rec)
 
+    def centre_action(lo, hi) -> int:
+        return int(decode(spec, ir.evaluate(((lo + hi) / 2)[None]))[0][0])
+
     def resolve(qlo, lo, hi, wits, undecided, method):
-        centre_tok = int(decode(spec, ir.evaluate(((lo + hi) / 2)[None]))[0][0])
-        tok, conf = (centre_tok, False) if opts.resolve == "centre" else (spec.conservative, True)
+        tok, conf = (centre_action(lo, hi), False) if opts.resolve == "centre" else (spec.conservative, True)
         assigns.append((qlo, qlo, tok, conf, RESOLVED))
         held = [w["action"] for w in wits]
         resolved.append({"address": int(_addresses(spec, qlo, qlo)[0]), "levels": qlo.tolist(), "actions": held,
@@ -237,7 +236,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
                         "method": method, "confident": conf, "held": held})
 
     # 1. the partition of the grid, level by level
-    open_cells = []  # (qlo, lo, hi, action, influence): single cells the bounds left open
+    open_cells = []  # (qlo, lo, hi, action): single cells the bounds left open
     frontier = [(np.array(qlo0), np.array(qhi0))]
     while frontier:
         nxt, cand, mixed = [], [], []
@@ -260,11 +259,11 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
                     stats["sampled_cells"] += 1
                     resolve(qlo, lo, hi, wits, False, "sampling")
                 else:
-                    cand.append((qlo, qlo, int(decode(spec, ir.evaluate(((lo + hi) / 2)[None]))[0][0])))
+                    cand.append((qlo, qlo, centre_action(lo, hi)))
         if cand:
             QLO, QHI = np.array([c[0] for c in cand]), np.array([c[1] for c in cand])
             LO, HI = _phys(edges, QLO, QHI)
-            LOW, INF, _ = bound(LO, HI, [c[2] for c in cand])
+            LOW, INF, _ = _bound(spec, ir, LO, HI, [c[2] for c in cand])
             stats["bound_calls"] += len(cand)
             conf = confident(LOW)
             for k, (qlo, qhi, a) in enumerate(cand):
@@ -274,11 +273,11 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
                 elif not single:
                     nxt.extend(_split(qlo, qhi, INF[k]))
                 else:
-                    open_cells.append((qlo, LO[k], HI[k], a, INF[k]))
+                    open_cells.append((qlo, LO[k], HI[k], a))
         frontier = nxt
 
     # 2. open single cells: bisection inside each cell, all cells batched per round
-    status, conf_low, hits, split_boxes = bisect_cells(spec, ir, [(lo, hi, a) for _, lo, hi, a, _ in open_cells],
+    status, conf_low, hits, split_boxes = bisect_cells(spec, ir, [(lo, hi, a) for _, lo, hi, a in open_cells],
                                                        opts.cell_boxes)
     stats["cell_split_boxes"] += split_boxes
     # cells left open by the budget: a seeded random look for witnesses (seed = address)
@@ -290,7 +289,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
     looked = [c for c, st in enumerate(status) if st in ("witness", "budget")]
     found = dict(zip(looked, _witnesses(spec, ir, model_path, [(open_cells[c][1], open_cells[c][2], hits[c])
                                                                 for c in looked])))
-    for c, (qlo, lo, hi, a, _) in enumerate(open_cells):
+    for c, (qlo, lo, hi, a) in enumerate(open_cells):
         if status[c] == "proven":
             stats["split_proven_cells"] += 1
             proven(qlo, qlo, a, bool(thr is None or conf_low[c] >= thr), "bounds+cell split")

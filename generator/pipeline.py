@@ -30,7 +30,6 @@ from typing import Callable
 import numpy as np
 import z3
 
-from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.verification import cocotb_sim, verilator
 from mi_certify.verification.fsm_proofs import entry_alphabet, prove_fsm, write_proofs
 from mi_certify.verification.rtl_formal import rtl_obligations
@@ -402,8 +401,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         "tokens": {a.name: int(hist[i]) for i, a in enumerate(spec.actions)},
         "confident_cells": int(lut.confident.sum()), "sha256": hashlib.sha256(lb).hexdigest()})
 
-    cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
-                    spec.fsm.violations_to_fallback, spec.fsm.recovery)
+    cfg = spec.fsm_config()
     bits = [i.bits for i in spec.inputs]
     alphabet = entry_alphabet(cfg, lut.tokens, lut.confident, masks, bits)
     proof_index: list[dict] = []

@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig
 
 from .errors import SpecError
@@ -237,6 +238,11 @@ class Spec:
     def conservative(self) -> int:
         """Token of the conservative action."""
         return next(i for i, a in enumerate(self.actions) if a.conservative)
+
+    def fsm_config(self) -> FsmConfig:
+        """The LUT-FSM parameters of this spec (docs/fsm.md)."""
+        return FsmConfig(len(self.actions), self.conservative, self.fsm.hysteresis, self.fsm.cooldown,
+                         self.fsm.violations_to_fallback, self.fsm.recovery)
 
     @property
     def address_bits(self) -> int:

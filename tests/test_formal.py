@@ -81,8 +81,7 @@ def small_build(tmp_path_factory):
 
 
 def _rtl(spec, v_path, lut):
-    cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
-                    spec.fsm.violations_to_fallback, spec.fsm.recovery)
+    cfg = spec.fsm_config()
     a = np.frombuffer(lut, dtype=np.uint8)
     masks, bits = property_masks(spec), [i.bits for i in spec.inputs]
     obs, _ = rtl_obligations(v_path, spec.name, cfg, masks, bits, spec.token_bits,

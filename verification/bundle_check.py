@@ -567,12 +567,10 @@ def _regenerate_proofs(c: _Checker, ctx: dict, index: dict) -> None:
     import numpy as np
 
     from mi_certify.generator.lut import property_masks
-    from mi_certify.runtime.fsm import FsmConfig
     from mi_certify.verification.fsm_proofs import entry_alphabet, prove_fsm
 
     spec = ctx["spec"]
-    cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
-                    spec.fsm.violations_to_fallback, spec.fsm.recovery)
+    cfg = spec.fsm_config()
     lut = np.asarray(ctx["lut"], dtype=np.uint8)
     masks, bits = property_masks(spec), [i.bits for i in spec.inputs]
     stored = {o["id"]: o for o in index["obligations"]}
@@ -678,11 +676,9 @@ def _tools(c: _Checker, ctx: dict) -> None:
             c.add("cosim: re-run co-simulation", SKIP, "same code", "iverilog is not installed")
         else:
             def cosim():
-                from mi_certify.runtime.fsm import FsmConfig
                 from mi_certify.verification.cocotb_sim import run_cosim
                 stored = c.json("cosim.json")
-                cfg = FsmConfig(len(spec.actions), spec.conservative, spec.fsm.hysteresis, spec.fsm.cooldown,
-                                spec.fsm.violations_to_fallback, spec.fsm.recovery)
+                cfg = spec.fsm_config()
                 from mi_certify.generator.lut import property_masks
                 traces = ()
                 if (c.d / "proofs" / "fsm" / "without_rule_3a.json").exists():

@@ -217,3 +217,35 @@ def test_a_wrong_key_is_named_once(tmp_path):
     rep = verify_log(p, key=b"the wrong key, 16+ bytes")
     assert not rep.ok and rep.notes[0].startswith("no record's MAC verifies with this key")
     assert verify_log(p, key=b"the right key, 16+ bytes").ok
+
+
+def test_decision_records_keep_every_value_exactly(tmp_path):
+    """The fast encoder (orjson) must write each reading so that it parses back to the same
+    binary64 value, tell None (unavailable) from NaN/inf (strings), and stay valid JSON."""
+    import json
+
+    import numpy as np
+
+    from mi_certify.runtime.audit import encode_decision
+    from mi_certify.runtime.sla import SlaVerdict
+
+    tricky = [0.1 + 0.2, 1e-05, 1e22, -0.0, 5e-324, 2.0 ** 60 + 1.0]
+    cases = [tricky[:5], [None, float("nan"), float("inf"), -float("inf"), 0.5], [np.float32(0.1), np.float64(0.3), 7]]
+    path = tmp_path / "exact.log"
+    with AuditLog(path, fsync="never", header={}) as log:
+        for readings in cases:
+            log.append_fields("decision", encode_decision(
+                readings=readings, addr=None if None in readings else 3, probe_fault=None in readings, proposal=1,
+                confident=True, sla_violation=False, before=(0, 0, 0, 0, 0, 0, 0),
+                after=np.array([1, 1, 0, 10, 0, 0, 0]), token=1, action="merge_conv", reason="SWITCH",
+                latency_ms=float("nan"), accuracy_loss_pct=0.1 + 0.7,
+                verdict=SlaVerdict(1, True, True, False, float("inf"), 0.0, 3)))
+    assert verify_log(path).ok
+    recs = [json.loads(line) for line in lines_of(path)][1:-1]
+    assert recs[0]["readings"] == tricky[:5] and str(recs[0]["readings"][3]) == "-0.0"
+    assert recs[1]["readings"] == [None, "nan", "inf", "-inf", 0.5] and recs[1]["addr"] is None
+    assert recs[2]["readings"] == [float(np.float32(0.1)), 0.3, 7]  # float32 kept as its exact binary64 value
+    assert recs[0]["after"] == [1, 1, 0, 10, 0, 0, 0] and recs[0]["latency_ms"] == "nan"
+    assert recs[0]["accuracy_loss_pct"] == 0.1 + 0.7
+    assert recs[0]["verdict"] == {"action": 1, "violation": True, "latency": True, "accuracy": False,
+                                  "latency_ms": "inf", "accuracy_loss_pct": 0.0, "samples": 3}

@@ -150,7 +150,7 @@ def _run_build(args, console: Console) -> int:
                         verify=not args.no_verify, distill=not args.sample_lut,
                         heatmap=tuple(args.heatmap.split(",", 1)) if args.heatmap else None, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                        console=console, transient=True)
+                        console=console, transient=True, disable=not console.is_terminal)
     tasks: dict[str, int] = {}
 
     def on_event(kind, name, value):

@@ -135,6 +135,8 @@ def _number(x) -> bytes:
 
 
 _JSON_BOOL = {True: b"true", False: b"false", None: b"null"}
+_dumps = orjson.dumps
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _DECISION = (b'"t_mono_ns":%d,"t_wall_ns":%d,"readings":%s%s,"addr":%s,"probe_fault":%s,"proposal":%s,'
              b'"confident":%s,"sla_violation":%s,"before":%s,"after":%s,"token":%d,"action":"%s","reason":"%s",'
              b'"latency_ms":%s,"accuracy_loss_pct":%s')
@@ -160,11 +162,11 @@ def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, 
     text = _DECISION % (
         time.monotonic_ns(), time.time_ns(), _readings(readings),
         b"" if probes_json is None else b',"probes":' + probes_json.encode("ascii"),
-        b"null" if addr is None else b"%d" % addr, _JSON_BOOL[bool(probe_fault)],
-        b"null" if proposal is None else b"%d" % proposal, _JSON_BOOL[None if confident is None else bool(confident)],
-        _JSON_BOOL[bool(sla_violation)], orjson.dumps(before, option=orjson.OPT_SERIALIZE_NUMPY),
-        orjson.dumps(after, option=orjson.OPT_SERIALIZE_NUMPY), token, action.encode("ascii"),
-        reason.encode("ascii"), _number(latency_ms), _number(accuracy_loss_pct))
+        b"null" if addr is None else b"%d" % addr, b"true" if probe_fault else b"false",
+        b"null" if proposal is None else b"%d" % proposal,
+        b"null" if confident is None else b"true" if confident else b"false",
+        b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY), token,
+        action.encode("ascii"), reason.encode("ascii"), _number(latency_ms), _number(accuracy_loss_pct))
     if verdict is not None:
         text += _VERDICT % (verdict.action, _JSON_BOOL[bool(verdict.violation)], _JSON_BOOL[bool(verdict.latency)],
                             _JSON_BOOL[bool(verdict.accuracy)], _number(verdict.latency_ms),
@@ -290,14 +292,14 @@ class AuditLog:
         if type(fields_json) is str:
             fields_json = fields_json.encode("ascii")
         seq = self.seq
-        if fields_json:
-            body = b'{"seq":%d,"kind":"%s",%s,"prev":"%s"' % (seq, kind.encode("ascii"), fields_json, self._prev)
+        if self._key is None:
+            line = (b'{"seq":%d,"kind":"%s",%s,"prev":"%s"}\n' if fields_json else
+                    b'{"seq":%d,"kind":"%s"%s,"prev":"%s"}\n') % (seq, kind.encode("ascii"), fields_json, self._prev)
         else:
-            body = b'{"seq":%d,"kind":"%s","prev":"%s"' % (seq, kind.encode("ascii"), self._prev)
-        if self._key is not None:
+            body = (b'{"seq":%d,"kind":"%s",%s,"prev":"%s"' if fields_json else
+                    b'{"seq":%d,"kind":"%s"%s,"prev":"%s"') % (seq, kind.encode("ascii"), fields_json, self._prev)
             mac = hmac.new(self._key, body + b"}", hashlib.sha256).hexdigest()
-            body += b',"mac":"%s"' % mac.encode("ascii")
-        line = body + b"}\n"
+            line = body + b',"mac":"%s"}\n' % mac.encode("ascii")
         n = os.write(self._fd, line)
         if n != len(line):
             self._write(line[n:])
@@ -308,7 +310,7 @@ class AuditLog:
                 os.fsync(self._fd)
                 self._unsynced = 0
                 synced = True
-        digest = hashlib.sha256(body + b"}").hexdigest()
+        digest = hashlib.sha256(line[:-1]).hexdigest()
         self._prev = digest.encode("ascii")
         self.seq = seq + 1
         return Receipt(seq, digest, synced)

@@ -63,6 +63,9 @@ def add_parsers(sub) -> dict:
                                     "1 tampered, 2 bad input.")
     v.add_argument("log", metavar="LOG")
     v.add_argument("--key", metavar="KEYFILE", help="HMAC key: also check every record's MAC")
+    v.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
+                   help="a record hash kept outside the log (e.g. the head sha256 printed by run): it must be "
+                        "in the intact chain; detects truncation and, without a key, a rebuilt chain (repeatable)")
     v.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p = asub.add_parser("replay", help="re-run the FSM from the logged inputs and confirm every decision",
                         description="Uses the build's generated runtime and the reference FSM; prints SLA "
@@ -71,6 +74,8 @@ def add_parsers(sub) -> dict:
     p.add_argument("log", metavar="LOG")
     p.add_argument("--build", required=True, metavar="DIR", help="the build the log was written with")
     p.add_argument("--key", metavar="KEYFILE", help="HMAC key of the log")
+    p.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
+                   help="a record hash kept outside the log that must be in the intact chain (repeatable)")
     p.add_argument("--json", action="store_true", help="print the replay report as JSON on stdout")
     return {"run": run_command, "audit": audit_command}
 
@@ -132,7 +137,7 @@ def run_command(args, console: Console) -> int:
     console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
     workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
     loop = ControlLoop(build, probe, features)
-    log = None
+    log = head = None
     if args.audit:
         log = _located(AuditLog, args.audit, key=key, fsync=args.fsync,
                        header={**loop.audit_header(), "workload": Path(args.workload).name,
@@ -154,15 +159,16 @@ def run_command(args, console: Console) -> int:
         rep = run_live(loop, workload, args.requests, args.background_load, args.interval)
     finally:
         if log is not None:
-            log.close()
+            head = log.close()
         probe.close()
         workload.close()
     _print_live(rep, build, console)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rep.to_json(), indent=2, sort_keys=True) + "\n")
     if args.audit:
-        console.print(f"audit log: {args.audit} (check: mi-certify audit verify {args.audit}"
-                      f"{' --key ' + args.key if args.key else ''})", highlight=False)
+        console.print(f"audit log: {args.audit}; head record {head.seq}, sha256 {head.sha256}\n"
+                      f"keep that hash elsewhere: mi-certify audit verify {args.audit}"
+                      f"{' --key ' + args.key if args.key else ''} --anchor {head.seq}:{head.sha256}", highlight=False)
     return 0
 
 
@@ -189,7 +195,7 @@ def audit_command(args, console: Console) -> int:
     key = _key(args.key)
     if not Path(args.log).is_file():
         raise RuntimeInputError("no such file", file=args.log)
-    report = _located(verify_log, args.log, key)
+    report = _located(verify_log, args.log, key, args.anchor)
     if args.audit_command == "verify":
         if args.json:
             print(json.dumps(report.to_json(), indent=2, sort_keys=True))

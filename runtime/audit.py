@@ -43,7 +43,7 @@ from typing import Iterable, NamedTuple, Sequence
 import orjson
 
 __all__ = ["AUDIT_FORMAT", "AuditError", "AuditLog", "AuditReport", "Finding", "Receipt", "encode_decision",
-           "load_key", "read_records", "verify_log", "key_id"]
+           "load_key", "parse_anchor", "read_records", "verify_log", "key_id"]
 
 AUDIT_FORMAT = "mi-certify/audit-v1"
 GENESIS = "0" * 64
@@ -362,7 +362,7 @@ class Line:
 
 @dataclass(frozen=True)
 class Finding:
-    """One integrity finding: ``kind`` edited / removed / inserted / reordered / unreadable,
+    """One integrity finding: ``kind`` edited / removed / inserted / reordered / unreadable / anchor,
     the record index ``seq`` (None if unknown) and the 1-based ``line`` (None for removed)."""
 
     kind: str
@@ -458,8 +458,23 @@ def _longest_increasing(seqs: list[int]) -> set[int]:
     return keep
 
 
-def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport:
+def parse_anchor(text: str) -> tuple[int | None, str]:
+    """``[SEQ:]SHA256`` (64 hex digits) -> (seq or None, sha). Raises AuditError."""
+    m = re.fullmatch(r"(?:(0|[1-9][0-9]{0,17}):)?([0-9a-fA-F]{64})", text.strip())
+    if not m:
+        raise AuditError(f"anchor {text!r} is not [SEQ:]SHA256 (64 hex digits), e.g. the head sha256 that "
+                         "'audit verify' or 'run' printed")
+    return (None if m.group(1) is None else int(m.group(1))), m.group(2).lower()
+
+
+def verify_log(path: str | os.PathLike, key: bytes | None = None, anchors: Sequence[str] = ()) -> AuditReport:
     """Check a log's hash chain (and MACs with ``key``) and locate every tampered record.
+
+    ``anchors``: hashes kept outside the log (``[SEQ:]SHA256``, e.g. the head hash
+    ``run`` prints at close, or a :class:`Receipt` sent to another system). Each must
+    be the SHA-256 of one intact record of the chain (at that seq, if given);
+    otherwise the finding ``anchor`` is reported. An anchor is what detects, without
+    a key, a chain rebuilt after an edit before it, and records removed from the end.
 
     Rules (docs/runtime.md): records are identified by ``seq``. A seq that no line
     carries is *removed*; a second line with a seq already present (not the one the
@@ -474,6 +489,7 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport
     Raises:
         AuditError if the file cannot be read.
     """
+    wanted = [parse_anchor(a) for a in anchors]
     lines, torn = read_records(path, key)
     rep = AuditReport(str(path), records=0, torn_tail=len(torn), authenticated=key is not None)
     if torn:
@@ -482,6 +498,8 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport
     if not lines:
         if not torn:
             rep.notes.append("the log is empty")
+        rep.findings = [Finding("anchor", seq, None, f"anchored record {sha} is not in the log")
+                        for seq, sha in wanted]
         return rep
     rep.head = lines[-1].sha256
     good = [ln for ln in lines if ln.record is not None]
@@ -567,6 +585,15 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None) -> AuditReport
     if key is None and any(_MAC_TAIL.search(ln.raw) for ln in good):
         rep.notes.append("records carry MACs: verify with --key to check them (without it, a rebuilt chain "
                          "is not detected)")
+    for seq, sha in wanted:
+        at = [ln for ln in original.values() if ln.sha256 == sha]
+        if not at:
+            findings.append(Finding("anchor", seq, None, f"no record has the anchored SHA-256 {sha}: the records "
+                                    "up to it were edited, the chain rebuilt, or the record removed"))
+        elif seq is not None and at[0].seq != seq:
+            findings.append(Finding("anchor", seq, at[0].line, f"the anchored record is seq {at[0].seq}, not {seq}"))
+        else:
+            rep.notes.append(f"anchor {sha[:16]}… matches record {at[0].seq}")
     unique: dict[tuple, Finding] = {}
     for f in findings:
         unique.setdefault((f.kind, f.seq, f.line), f)

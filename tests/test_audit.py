@@ -31,8 +31,8 @@ def write_lines(path, lines, tail=b""):
     path.write_bytes(b"\n".join(lines) + b"\n" + tail)
 
 
-def findings(path, key=None):
-    return [(f.kind, f.seq) for f in verify_log(path, key).findings]
+def findings(path, key=None, anchors=()):
+    return [(f.kind, f.seq) for f in verify_log(path, key, anchors).findings]
 
 
 @pytest.mark.parametrize("key", [None, KEY])
@@ -249,3 +249,36 @@ def test_decision_records_keep_every_value_exactly(tmp_path):
     assert recs[0]["accuracy_loss_pct"] == 0.1 + 0.7
     assert recs[0]["verdict"] == {"action": 1, "violation": True, "latency": True, "accuracy": False,
                                   "latency_ms": "inf", "accuracy_loss_pct": 0.0, "samples": 3}
+
+
+def test_an_external_anchor_catches_a_rebuilt_chain_and_a_cut_tail_without_a_key(tmp_path):
+    """The head hash kept elsewhere (what `run` prints) must be in the intact chain."""
+    import hashlib
+    import json
+    p = make_log(tmp_path / "a.log", 10)
+    lines = lines_of(p)
+    head = hashlib.sha256(lines[-1]).hexdigest()
+    mid = hashlib.sha256(lines[5]).hexdigest()
+    assert verify_log(p, anchors=[f"11:{head}", mid]).ok
+    assert findings(p, anchors=[f"3:{mid}"]) == [("anchor", 3)]  # right hash, wrong seq
+    # an editor without a key rebuilds the chain after changing record 4: consistent, but the anchor is gone
+    forged, prev = [], "0" * 64
+    for raw in lines:
+        rec = json.loads(raw)
+        if rec.get("i") == 3:
+            rec["x"] = 99.0
+        fields = {k: v for k, v in rec.items() if k not in ("seq", "kind", "prev")}
+        line = (f'{{"seq":{rec["seq"]},"kind":"{rec["kind"]}",'
+                + json.dumps(fields, sort_keys=True, separators=(",", ":"))[1:-1] + f',"prev":"{prev}"}}').encode()
+        forged.append(line)
+        prev = hashlib.sha256(line).hexdigest()
+    write_lines(p, forged)
+    assert verify_log(p).ok
+    assert findings(p, anchors=[head]) == [("anchor", None)]
+    # the tail cut off (close record and two decisions): a crash looks the same, the anchor tells
+    write_lines(p, lines[:-3])
+    rep = verify_log(p)
+    assert rep.ok and not rep.closed
+    assert findings(p, anchors=[f"11:{head}"]) == [("anchor", 11)]
+    with pytest.raises(AuditError, match="not \\[SEQ:\\]SHA256"):
+        verify_log(p, anchors=["11:abc"])

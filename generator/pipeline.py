@@ -485,15 +485,6 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     stages["emit"] = {"status": "ok", "python_runtime": py_path.name, "verilog": v_path.name, "module": spec.module_name,
                       "encoding": encoding, **({"rom": rom_file} if rom_file else {}),
                       **({"encoding_estimates": estimates} if estimates is not None else {})}
-    synth_job = None
-    if opts.skip_synth:
-        stages["hdl"] = {"status": "skipped", "reason": "--skip-synth"}
-    else:
-        missing = synth.tools_missing()
-        if missing:
-            stages["hdl"] = {"status": "skipped", "reason": f"not installed: {', '.join(missing)}"}
-        else:  # beside lint, proofs and co-simulation (subprocesses: Yosys, nextpnr)
-            synth_job = _Background(lambda: timed("hdl", lambda: _synth_numbers(spec, v_path)))
 
     if opts.skip_lint:
         stages["lint"] = {"status": "skipped", "reason": "--skip-lint"}
@@ -555,12 +546,23 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
 
     if verify_job is not None:
         record_verify()
+    # after the network verification has joined: its queries have wall-clock budgets, and
+    # Yosys / nextpnr would take a core from them
     hdl_summary = None
-    if synth_job is not None:
-        try:
-            numbers = synth_job.result()
-        except (synth.SynthError, OSError, ValueError, KeyError) as exc:  # fails closed: the stage fails
-            stages["hdl"] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:800]}
+    missing = synth.tools_missing()
+    if opts.skip_synth:
+        stages["hdl"] = {"status": "skipped", "reason": "--skip-synth"}
+    elif missing:
+        stages["hdl"] = {"status": "skipped", "reason": f"not installed: {', '.join(missing)}"}
+    else:
+        def do_synth():
+            try:
+                return _synth_numbers(spec, v_path)
+            except (synth.SynthError, OSError, ValueError, KeyError) as exc:  # fails closed: the stage fails
+                return exc
+        numbers = timed("hdl", do_synth, lambda r: "failed" if isinstance(r, Exception) else "ok")
+        if isinstance(numbers, Exception):
+            stages["hdl"] = {"status": "failed", "error": f"{type(numbers).__name__}: {numbers}"[:800]}
         else:
             hdl_summary = numbers
             stages["hdl"] = {"status": "ok", "method": "Yosys synth / synth_ice40 cell counts; nextpnr-ice40 "

@@ -209,8 +209,11 @@ def test_reset_style_and_polarity_behave_as_documented_in_icarus(small, tmp_path
 
 
 def test_spec_hdl_section_defaults_and_errors(tmp_path):
-    assert load_spec(REFERENCE_SLA).hdl.reset == HdlOptions().reset
-    text = REFERENCE_SLA.read_text()
+    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="boxtree", clock_mhz=50.0)
+    text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text)
+    assert load_spec(plain).hdl == HdlOptions() and HdlOptions().encoding == "case"  # without the section: as before
     bad = tmp_path / "sla.yaml"
     bad.write_text(text + "\nhdl: {prefix: 'module-'}\n")
     with pytest.raises(SpecError) as e:

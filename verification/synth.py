@@ -7,8 +7,10 @@ Three measurements, each a subprocess with a timeout (docs/hdl.md, "Numbers"):
 2. **iCE40 synthesis** (``synth_ice40 -top <module>``): ``SB_LUT4`` (4-input LUTs),
    ``SB_DFF*`` (every flip-flop variant), ``SB_RAM40_4K*`` (4 Kbit block RAMs),
    ``SB_CARRY``, of the controller alone.
-3. **Place and route** (``nextpnr-ice40 --hx8k --package ct256`` and ``--up5k
-   --package sg48``, ``--seed 1``, ``--report``): Fmax of the clock from nextpnr's JSON
+3. **Place and route** (``synth_ice40 -nodffe`` of the wrapper: clock enables become LUT
+   logic, which kept the enable nets off the critical path of this FSM; then
+   ``nextpnr-ice40 --hx8k --package ct256`` and ``--up5k --package sg48``, ``--seed 1``,
+   ``--report``): Fmax of the clock from nextpnr's JSON
    report (``fmax.<clock>.achieved``, MHz), measured on a wrapper
    (:func:`fmax_wrapper`) that loads every input of the controller from a shift register
    and XOR-folds its outputs into one registered pin: all inputs are registered, so the
@@ -155,7 +157,7 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                 shutil.copy(f, w / f.name)
         (w / "wrapper.v").write_text(fmax_wrapper(top, address_bits, token_bits, reason_bits, reset_port))
         t0 = time.monotonic()
-        stat = _run(["yosys", "-q", "-p", f"read_verilog {verilog.name} wrapper.v; synth_ice40 -top {WRAPPER} "
+        stat = _run(["yosys", "-q", "-p", f"read_verilog {verilog.name} wrapper.v; synth_ice40 -nodffe -top {WRAPPER} "
                      "-json wrapper.json; tee -q -o /dev/stdout stat -json"], w, timeout_s)
         counts = _ice40_counts(_stat(stat, WRAPPER)["by_type"])
         synth_s = time.monotonic() - t0

@@ -176,18 +176,47 @@ def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutati
     assert res.first_mismatch["rtl"] != res.first_mismatch["reference"]
 
 
+def _leaf_lines(src: str, address_bits: int) -> np.ndarray:
+    """Per address, the index of the box-tree line (``lut_entry = ...;``) that gives its entry."""
+    import re
+    fields = {n: (int(h), int(lo)) for n, h, lo in
+              re.findall(r"^\s*wire \[\d+:0\] q_(\w+) = addr\[(\d+):(\d+)\];", src, re.M)}
+    addrs = np.arange(1 << address_bits)
+    owner = np.full(addrs.size, -1)
+    stack, conds = [np.ones(addrs.size, dtype=bool)], []
+    for i, ln in enumerate(src.splitlines()):
+        ln = ln.strip()
+        m = re.fullmatch(r"if \(q_(\w+) < \d+'d(\d+)\) begin", ln)
+        if m:
+            hi, lo = fields[m.group(1)]
+            conds.append(((addrs >> lo) & ((1 << (hi - lo + 1)) - 1)) < int(m.group(2)))
+            stack.append(stack[-1] & conds[-1])
+        elif ln == "end else begin" and conds:
+            stack.pop()
+            stack.append(stack[-1] & ~conds[-1])
+        elif ln == "end" and conds:
+            stack.pop()
+            conds.pop()
+        elif ln.startswith("lut_entry = ") and conds:
+            owner[stack[-1]] = i
+    return owner
+
+
 def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     from mi_certify.verification.cocotb_sim import make_stimulus
     lut = _lut(reference_build)
     stim, directed = make_stimulus(_cfg(), lut, 10_000, 1, _masks())
     src = (reference_build / "meta_controller.v").read_text()
-    cases = {int(ln.split("'d")[1].split(":")[0]): ln for ln in src.splitlines() if ln.strip().startswith("16'd")}
-    addr = next(row[1] for row in stim[:directed] if row[1] in cases)  # held by the directed sequence
-    line = cases[addr]
+    assert "LUT encoding: box tree" in src  # examples/meta_controller/sla.yaml: hdl.encoding boxtree
+    owner = _leaf_lines(src, 16)
+    addr = next(row[1] for row in stim[:directed] if owner[row[1]] >= 0)  # held by the directed sequence
+    lines = src.splitlines()
+    line = lines[owner[addr]]
     entry = lut[addr] & 0x7F | (lut[addr] >> 7) << 2
-    flipped = line.replace(f"3'd{entry};", f"3'd{entry ^ 0b100};")  # clear/set the confident bit
+    assert line.endswith(f"lut_entry = 3'd{entry};")
+    lines[owner[addr]] = line.replace(f"3'd{entry};", f"3'd{entry ^ 0b100};")  # clear/set the confident bit
     mutant = tmp_path / "meta_controller.v"
-    mutant.write_text(src.replace(line, flipped, 1))
+    mutant.write_text("\n".join(lines) + "\n")
     res = run_cosim(mutant, "meta_controller", _cfg(), lut, tmp_path / "work", masks=_masks())
     assert not res.passed and res.mismatches > 0
 

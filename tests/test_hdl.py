@@ -256,3 +256,17 @@ def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_th
     assert synth._ice40_counts(synth._stat(out.stdout, synth.WRAPPER)["by_type"])["bram"] == 1  # 1024 x 3 bits
     enc, est = _auto_encoding(spec, lut, HASHES, property_masks(spec), boxes)
     assert set(est) == {"case", "rom", "boxtree"} and est[enc] == min(est.values())
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
+def test_a_prefixed_active_low_rom_design_co_simulates_through_the_adapter(small, tmp_path):
+    from mi_certify.verification import hdl_adapter
+    from mi_certify.verification.cocotb_sim import run_cosim
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path / "rtl", "rom", reset="async", reset_polarity="low", prefix="acme_")
+    sim_v, top = hdl_adapter.prepare(v, spec.module_name, spec.hdl.reset_port, spec.address_bits, spec.token_bits,
+                                     tmp_path / "work", rom_file_name(spec))
+    assert top == hdl_adapter.ADAPTER and "acme_meta_controller dut (" in sim_v.read_text()
+    res = run_cosim(sim_v, top, spec.fsm_config(), lut_bytes(lut), tmp_path / "work", random_cycles=2000,
+                    masks=tuple(property_masks(spec)))
+    assert res.passed and res.mismatches == 0 and res.cycles > 2000, res.to_json()

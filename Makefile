@@ -5,7 +5,7 @@
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-APT_PKGS := iverilog yosys verilator chromium
+APT_PKGS := iverilog yosys verilator chromium nextpnr-ice40 fpga-icestorm
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 OUT     ?= build/meta_controller
 CERTS   := certs/meta_controller
@@ -21,7 +21,7 @@ help:
 setup: tools venv
 
 tools:
-	@missing=""; for t in iverilog vvp yosys verilator chromium; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	@missing=""; for t in iverilog vvp yosys verilator chromium nextpnr-ice40 icepack; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then missing="$$missing python3-venv"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing (apt):$$missing"; \

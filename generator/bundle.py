@@ -107,6 +107,8 @@ def canonical_command(model_name: str, spec_name: str, opts) -> list[str]:
         cmd.append("--skip-lint")
     if opts.skip_rtl_proofs:
         cmd.append("--skip-rtl-proofs")
+    if getattr(opts, "skip_synth", False):
+        cmd.append("--skip-synth")
     if not opts.verify:
         cmd.append("--no-verify")
     if not opts.distill:

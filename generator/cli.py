@@ -25,6 +25,8 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
                  "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)",
                  "fsm_proofs": "prove the LUT-FSM invariants (Z3, k-induction)",
                  "rtl_proofs": "prove the Verilog (Yosys + Z3)",
+                 "hdl_encoding": "pick the LUT encoding (Yosys estimate)",
+                 "hdl": "synthesise + place and route (Yosys, nextpnr-ice40)",
                  "report": "write report.html, report.md, heatmaps",
                  "report_screenshot": "screenshot report.html (headless Chromium)"}
 
@@ -59,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--skip-lint", action="store_true", help="do not run Verilator lint")
     b.add_argument("--skip-rtl-proofs", action="store_true",
                    help="do not prove the Verilog (Yosys + Z3); the build is then incomplete")
+    b.add_argument("--skip-synth", action="store_true",
+                   help="do not synthesise / place and route the Verilog (Yosys, nextpnr-ice40: cell counts, Fmax); "
+                        "the build is then incomplete")
     b.add_argument("--no-verify", action="store_true",
                    help="do not prove the sla.yaml properties and the output domain on the network (bounds, "
                         "Marabou, Z3); the build is then incomplete")
@@ -147,7 +152,7 @@ def _run_build(args, console: Console) -> int:
         out = str(Path("build") / load_spec(args.sla).name)
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
                         skip_lint=args.skip_lint, skip_rtl_proofs=args.skip_rtl_proofs,
-                        verify=not args.no_verify, distill=not args.sample_lut,
+                        skip_synth=args.skip_synth, verify=not args.no_verify, distill=not args.sample_lut,
                         heatmap=tuple(args.heatmap.split(",", 1)) if args.heatmap else None, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not console.is_terminal)
@@ -201,6 +206,15 @@ def _run_build(args, console: Console) -> int:
             elif name == "verify" and st["status"] != "skipped":
                 detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
                 detail += f"; reachable: {', '.join(st['reachable_actions'])}"
+            elif name == "emit":
+                detail = f"{st['verilog']} ({st['encoding']} LUT)"
+            elif name == "hdl":
+                mhz = {k: "does not fit" if st.get(k) is None else f"{st[k]} MHz" for k in ("fmax_mhz_hx8k",
+                                                                                           "fmax_mhz_up5k")}
+                detail = (f"Fmax {mhz['fmax_mhz_hx8k']} HX8K, {mhz['fmax_mhz_up5k']} UP5K; {st['lut4']} LUT4, "
+                          f"{st['dff']} DFF, {st['bram']} BRAM" + ("" if st["goal_met"] else
+                                                                   " (below the 130 / 50 MHz goal)")
+                          if st["status"] == "ok" else st.get("reason", st.get("error", "")))
             elif name == "import":
                 detail = f"{st['relus']} ReLUs, max rel. diff vs onnxruntime {st['onnxruntime_check']['max_relative_difference']}"
             color = {"ok": "green", "failed": "red"}.get(st["status"], "yellow")

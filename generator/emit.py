@@ -16,8 +16,12 @@ import numpy as np
 
 from mi_certify.runtime.fsm import REASON_BITS, MaskBox, Reason
 
+from .boxtree import Leaf, build_tree, tree_size
 from .lut import Lut
 from .spec import Spec
+
+#: LUT encodings of the generated Verilog (sla.yaml ``hdl.encoding``; "auto" is resolved by the pipeline).
+ENCODINGS = ("case", "rom", "boxtree")
 
 
 @dataclass(frozen=True)
@@ -70,22 +74,92 @@ def _width(max_value: int) -> int:
     return max(1, int(max_value).bit_length())
 
 
-def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = ()) -> str:
-    """Source text of ``<name>.v`` (Verilog-2001, case-statement LUT).
+def lut_entries(spec: Spec, lut: Lut) -> np.ndarray:
+    """The RTL's LUT entries by address: ``{confident, token}`` (token_bits + 1 bits), int64."""
+    return lut.tokens.astype(np.int64) | (lut.confident.astype(np.int64) << spec.token_bits)
 
-    The case lists only entries that differ from the most common entry, which is
-    the ``default`` arm; the table is exact either way.
+
+def rom_file_name(spec: Spec) -> str:
+    """File the ``rom`` encoding reads with ``$readmemh``: ``<module>_rom.hex``, beside the ``.v``."""
+    return f"{spec.module_name}_rom.hex"
+
+
+def emit_rom_hex(spec: Spec, lut: Lut) -> str:
+    """Contents of :func:`rom_file_name`: one hex word per line (line number = address),
+    the entry ``{confident, token}`` of :func:`lut_entries`."""
+    digits = (spec.token_bits + 1 + 3) // 4
+    return "".join(f"{int(e):0{digits}x}\n" for e in lut_entries(spec, lut))
+
+
+def _tree_lines(node, fields: list[dict], ew: int) -> tuple[list[str], set[str]]:
+    """Nested if/else lines (relative indentation) assigning lut_entry; the fields used."""
+    lines: list[str] = []
+    used: set[str] = set()
+
+    def walk(nd, ind: str, prefix: str = "") -> None:
+        if isinstance(nd, Leaf):
+            lines.append(f"{ind}{prefix}lut_entry = {ew}'d{nd.entry};")
+            return
+        fld = fields[nd.field]
+        used.add(fld["name"])
+        lines.append(f"{ind}{prefix}if (q_{fld['name']} < {fld['bits']}'d{nd.threshold}) begin")
+        walk(nd.below, ind + "  ")
+        if isinstance(nd.above, Leaf):
+            lines.append(f"{ind}end else begin")
+            walk(nd.above, ind + "  ")
+            lines.append(f"{ind}end")
+        else:
+            lines.append(f"{ind}end else begin")
+            walk(nd.above, ind + "  ")
+            lines.append(f"{ind}end")
+
+    walk(node, "")
+    return lines, used
+
+
+def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = (),
+                 encoding: str | None = None, boxes: list[tuple[list[int], list[int]]] | None = None) -> str:
+    """Source text of ``<name>.v`` (Verilog-2001; options from ``spec.hdl``, docs/hdl.md).
+
+    encoding: "case" | "rom" | "boxtree" (default ``spec.hdl.encoding``; "auto" must be
+    resolved by the caller). case: only entries that differ from the most common entry
+    are listed, the ``default`` arm holds that one. rom: the design reads
+    :func:`rom_file_name` (write :func:`emit_rom_hex` beside it). boxtree: comparators
+    on the quantized fields, built from ``boxes`` (the distillation partition: inclusive
+    level ranges) by :func:`mi_certify.generator.boxtree.build_tree`. Raises ValueError
+    on an unknown encoding.
     """
+    encoding = encoding or spec.hdl.encoding
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown LUT encoding {encoding!r} (one of {', '.join(ENCODINGS)})")
     tw = spec.token_bits
-    entries = lut.tokens.astype(np.int64) | (lut.confident.astype(np.int64) << tw)
+    entries = lut_entries(spec, lut)
     values, counts = np.unique(entries, return_counts=True)
     default = int(values[int(np.argmax(counts))])
-    cases = [(int(a), int(entries[a])) for a in np.nonzero(entries != default)[0]]
+    cases = [(int(a), int(entries[a])) for a in np.nonzero(entries != default)[0]] if encoding == "case" else []
     fields, msb = [], spec.address_bits - 1
     for inp in spec.inputs:
         fields.append({"name": inp.name, "unit": inp.unit, "bits": inp.bits, "min": inp.min, "max": inp.max,
                        "msb": msb, "lsb": msb - inp.bits + 1})
         msb -= inp.bits
+    extra: dict = {"rom_file": rom_file_name(spec), "rom_sha256": "", "tree_lines": [], "tree_comparators": 0,
+                   "tree_leaves": 0}
+    tree_fields = fields
+    if encoding == "case":
+        note = f"case statement ({len(cases)} entries listed, the other {len(entries) - len(cases)} in the default arm)"
+    elif encoding == "rom":
+        import hashlib
+        extra["rom_sha256"] = hashlib.sha256(emit_rom_hex(spec, lut).encode("ascii")).hexdigest()
+        note = (f"flat ROM of {len(entries)} x {tw + 1} bits read combinationally from {rom_file_name(spec)} "
+                "($readmemh)")
+    else:
+        root = build_tree(entries, [f["bits"] for f in fields], boxes)
+        comparators, leaves = tree_size(root)
+        lines, used = _tree_lines(root, fields, tw + 1)
+        extra.update(tree_lines=lines, tree_comparators=comparators, tree_leaves=leaves)
+        tree_fields = [f for f in fields if f["name"] in used]
+        note = (f"box tree of {comparators} comparators and {leaves} leaves on the quantized input fields "
+                f"(from the {'distillation partition' if boxes else 'grid'})")
     # the cells of each mask box: comparators on the address fields (full ranges omitted)
     mask_terms = []
     for m in masks:
@@ -101,4 +175,5 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
     return _environment().get_template("verilog/fsm.v.j2").render(
         lut_cases=cases, lut_default=default, addr_fields=fields, tw=tw, mask_terms=mask_terms,
         hw=_width(f.hysteresis - 1), dw=_width(f.cooldown), vw=_width(f.violations_to_fallback - 1),
-        rw=_width(f.recovery - 1), **_common(spec, lut, hashes, version, list(masks)))
+        rw=_width(f.recovery - 1), encoding=encoding, encoding_note=note, hdl=spec.hdl, tree_fields=tree_fields,
+        **extra, **_common(spec, lut, hashes, version, list(masks)))

@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 import z3
 
-from mi_certify.verification import cocotb_sim, verilator
+from mi_certify.verification import cocotb_sim, hdl_adapter, synth, verilator
 from mi_certify.verification.fsm_proofs import entry_alphabet, prove_fsm, write_proofs
 from mi_certify.verification.rtl_formal import rtl_obligations
 from mi_certify.verification.lut_check import check_lut_properties
@@ -40,7 +40,7 @@ from mi_certify.verification.tools import tool_version
 
 from .bundle import (canonical_command, collect_obligations, obligations_status, source_commit,
                      source_identity, write_distillation)
-from .emit import SourceHashes, emit_python, emit_verilog, lut_bytes
+from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, lut_bytes, rom_file_name
 from .errors import BuildError, SpecError
 from .distill import DistillOptions, distill, fidelity
 from .lut import apply_masks, check_shapes, property_masks, sample_lut
@@ -113,6 +113,7 @@ class BuildOptions:
     distill: bool = True
     heatmap: tuple[str, str] | None = None
     skip_rtl_proofs: bool = False
+    skip_synth: bool = False
 
 
 @dataclass
@@ -188,6 +189,46 @@ def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
     if o["group"] == "lut":
         stage = "lut_properties" if o["evidence"] == "lut_properties.json" else "lut"
     return times.get(stage) if stage else None
+
+
+def _auto_encoding(spec: Spec, lut, hashes: SourceHashes, masks, boxes) -> tuple[str, dict]:
+    """The ``auto`` encoding: each of :data:`ENCODINGS` emitted and estimated by Yosys
+    (:func:`mi_certify.verification.synth.estimate`: iCE40 LUT4 + carries + BRAM x 176);
+    the smallest wins, ties in the order of ENCODINGS. Returns (encoding, {encoding: estimate})."""
+    est = {}
+    with tempfile.TemporaryDirectory(prefix="mi-certify-auto-") as work:
+        for enc in ENCODINGS:
+            sub = Path(work) / enc
+            sub.mkdir()
+            v = sub / f"{spec.module_name}.v"
+            v.write_text(emit_verilog(spec, lut, hashes, version(), masks, encoding=enc, boxes=boxes), encoding="utf-8")
+            if enc == "rom":
+                (sub / rom_file_name(spec)).write_text(emit_rom_hex(spec, lut), encoding="ascii")
+            try:
+                est[enc] = synth.estimate(v, spec.module_name)
+            except synth.SynthError as exc:
+                raise BuildError(f"hdl.encoding auto: {exc}") from None
+    return min(ENCODINGS, key=lambda e: (est[e], ENCODINGS.index(e))), est
+
+
+def _synth_numbers(spec: Spec, v_path: Path) -> dict:
+    """The ``hdl`` stage: generic and iCE40 cell counts of the controller, Fmax on HX8K and UP5K."""
+    from mi_certify.runtime.fsm import REASON_BITS
+    generic = synth.generic_stats(v_path, spec.module_name)
+    ice = synth.ice40_stats(v_path, spec.module_name)
+    pnr = synth.place_and_route(v_path, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
+                                spec.hdl.reset_port)
+    clock = spec.hdl.clock_mhz
+    return {"fmax_mhz_hx8k": pnr["hx8k"]["fmax_mhz"], "fmax_mhz_up5k": pnr["up5k"]["fmax_mhz"],
+            "lut4": ice["lut4"], "dff": ice["dff"], "bram": ice["bram"], "carry": ice["carry"],
+            "goal_met": all(p["meets_goal"] for p in pnr.values()),
+            "generic": {"cells": generic["cells"], "by_type": generic["by_type"]},
+            "ice40_by_type": ice["by_type"],
+            "wrapper": "registered inputs (shift register) around the controller; Yosys may fold the registered "
+                       "address into a ROM's block RAMs",
+            "place_and_route": {dev: {k: v for k, v in p.items() if k != "time_s"} for dev, p in pnr.items()},
+            **({"clock_mhz": clock, "meets_clock_hx8k": (pnr["hx8k"]["fmax_mhz"] or 0) >= clock,
+                "meets_clock_up5k": (pnr["up5k"]["fmax_mhz"] or 0) >= clock} if clock is not None else {})}
 
 
 def _screenshot(d: Path) -> bool:
@@ -426,18 +467,29 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                                             "rule 3a; their traces are directed co-simulation sequences"}
 
     hashes = SourceHashes(sha256_file(model_path), sha256_file(spec_path), hashlib.sha256(lb).hexdigest())
-    py_path, v_path = d / f"{spec.name}.py", d / f"{spec.name}.v"
+    py_path, v_path = d / f"{spec.name}.py", d / f"{spec.module_name}.v"
+    # the distillation partition, for the box-tree encoding (inclusive level ranges)
+    boxes = [(r["levels"][0], r["levels"][1]) for r in dres.boxes] if opts.distill else None
+    encoding, estimates = spec.hdl.encoding, None
+    if encoding == "auto":
+        encoding, estimates = timed("hdl_encoding", lambda: _auto_encoding(spec, lut, hashes, masks, boxes))
+    rom_file = rom_file_name(spec) if encoding == "rom" else None
 
     def do_emit():
         py_path.write_text(emit_python(spec, lut, hashes, version(), masks), encoding="utf-8")
-        v_path.write_text(emit_verilog(spec, lut, hashes, version(), masks), encoding="utf-8")
+        v_path.write_text(emit_verilog(spec, lut, hashes, version(), masks, encoding=encoding, boxes=boxes),
+                          encoding="utf-8")
+        if rom_file:
+            (d / rom_file).write_text(emit_rom_hex(spec, lut), encoding="ascii")
     timed("emit", do_emit)
-    stages["emit"] = {"status": "ok", "python_runtime": py_path.name, "verilog": v_path.name}
+    stages["emit"] = {"status": "ok", "python_runtime": py_path.name, "verilog": v_path.name, "module": spec.module_name,
+                      "encoding": encoding, **({"rom": rom_file} if rom_file else {}),
+                      **({"encoding_estimates": estimates} if estimates is not None else {})}
 
     if opts.skip_lint:
         stages["lint"] = {"status": "skipped", "reason": "--skip-lint"}
     else:
-        res = timed("lint", lambda: verilator.lint(v_path, spec.name), lambda r: "ok" if r.clean else "failed")
+        res = timed("lint", lambda: verilator.lint(v_path, spec.module_name), lambda r: "ok" if r.clean else "failed")
         stages["lint"] = {"status": "ok" if res.clean else "failed", **res.to_json()}
         _dump(d / "lint.json", res.to_json())
 
@@ -446,7 +498,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     else:
         def do_rtl():
             try:
-                return rtl_obligations(v_path, spec.name, cfg, masks, bits, spec.token_bits, alphabet, lb)
+                return rtl_obligations(v_path, spec.module_name, cfg, masks, bits, spec.token_bits, alphabet, lb,
+                                       reset_port=spec.hdl.reset_port,
+                                       reset_active_low=spec.hdl.reset_polarity == "low")
             except (RuntimeError, OSError, subprocess.SubprocessError, z3.Z3Exception) as exc:
                 return exc
         rtl_res = timed("rtl_proofs", do_rtl, lambda r: "ok" if not isinstance(r, Exception) and
@@ -460,7 +514,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
             entries = write_proofs(rtl_obs, d, "rtl")
             for e in entries:
                 if e["id"] == "rtl.lut_table":
-                    e.update(kind="exhaustive", evidence=f"{spec.name}.v", expect=None)
+                    e.update(kind="exhaustive", evidence=v_path.name, expect=None)
                     (d / "proofs" / "rtl" / "rtl.lut_table.smt2").unlink()
                 else:
                     e["prelude"] = "proofs/rtl/design.smt2"
@@ -476,7 +530,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         stages["cosim"] = {"status": "skipped", "reason": "--skip-cosim"}
     else:
         with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
-            res = timed("cosim", lambda: cocotb_sim.run_cosim(v_path, spec.name, cfg, lb, Path(work), runtime_py=py_path,
+            sim_v, sim_top = hdl_adapter.prepare(v_path, spec.module_name, spec.hdl.reset_port, spec.address_bits,
+                                                 spec.token_bits, Path(work), rom_file)
+            res = timed("cosim", lambda: cocotb_sim.run_cosim(sim_v, sim_top, cfg, lb, Path(work), runtime_py=py_path,
                                                              masks=masks, traces=tuple(unmasked),
                                                              random_cycles=opts.cosim_cycles, seed=opts.cosim_seed),
                         lambda r: "ok" if r.passed else "failed")
@@ -490,6 +546,27 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
 
     if verify_job is not None:
         record_verify()
+    # after the network verification has joined: its queries have wall-clock budgets, and
+    # Yosys / nextpnr would take a core from them
+    hdl_summary = None
+    missing = synth.tools_missing()
+    if opts.skip_synth:
+        stages["hdl"] = {"status": "skipped", "reason": "--skip-synth"}
+    elif missing:
+        stages["hdl"] = {"status": "skipped", "reason": f"not installed: {', '.join(missing)}"}
+    else:
+        def do_synth():
+            try:
+                return _synth_numbers(spec, v_path)
+            except (synth.SynthError, OSError, ValueError, KeyError) as exc:  # fails closed: the stage fails
+                return exc
+        numbers = timed("hdl", do_synth, lambda r: "failed" if isinstance(r, Exception) else "ok")
+        if isinstance(numbers, Exception):
+            stages["hdl"] = {"status": "failed", "error": f"{type(numbers).__name__}: {numbers}"[:800]}
+        else:
+            hdl_summary = numbers
+            stages["hdl"] = {"status": "ok", "method": "Yosys synth / synth_ice40 cell counts; nextpnr-ice40 "
+                             f"place and route (seed {synth.SEED}) of a wrapper with registered inputs", **numbers}
     failed = [k for k, v in stages.items() if v["status"] == "failed"]
     skipped = [k for k, v in stages.items() if v["status"] == "skipped"]
     status = "failed" if failed else "incomplete" if skipped else "ok"
@@ -501,6 +578,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                "cosim": cosim_summary,
                "fsm_proofs": stages["fsm_proofs"]["obligations"],
                "rtl_proofs": stages["rtl_proofs"].get("obligations", {}),
+               "hdl": {"encoding": encoding, "module": spec.module_name,
+                       **({k: hdl_summary[k] for k in ("fmax_mhz_hx8k", "fmax_mhz_up5k", "lut4", "dff", "bram",
+                                                       "goal_met")} if hdl_summary else {})},
                "artifacts": {"python_runtime": py_path.name, "verilog": v_path.name},
                "controller": spec.name, "mi_certify": version()}
     _dump(d / "summary.json", summary)

@@ -139,6 +139,32 @@ SCHEMA: dict = {
                                                       "(default max)"},
             },
         },
+        "hdl": {
+            "type": "object", "additionalProperties": False,
+            "description": "options of the generated Verilog (docs/hdl.md); without this section: synchronous "
+                           "active-high reset `rst`, no prefix, case-statement LUT",
+            "properties": {
+                "reset": {"enum": ["sync", "async"],
+                          "description": "synchronous reset (sampled at the rising clock edge; default) or "
+                                         "asynchronous reset (acts at once, released synchronously by the "
+                                         "integrator)"},
+                "reset_polarity": {"enum": ["high", "low"],
+                                   "description": "reset active high (port `rst`; default) or active low "
+                                                  "(port `rst_n`)"},
+                "prefix": {"type": "string", "pattern": r"^([A-Za-z_][A-Za-z0-9_]{0,31})?$",
+                           "description": "prepended to the Verilog module name (default none: the module "
+                                          "is controller.name)"},
+                "encoding": {"enum": ["case", "rom", "boxtree", "auto"],
+                             "description": "LUT encoding: case statement (default), flat ROM read from "
+                                            "<name>_lut.mem with $readmemh (block RAM where it fits), compressed "
+                                            "box tree of comparators on the quantized inputs, or auto: the "
+                                            "smallest by Yosys estimate (docs/hdl.md)"},
+                "clock_mhz": {"type": "number", "exclusiveMinimum": 0, "maximum": 10000,
+                              "description": "target clock of the RTL in MHz: per-action latency limits (ms) "
+                                             "become cycle limits at this clock, and the synthesis report "
+                                             "compares Fmax with it (default none)"},
+            },
+        },
         "properties": {
             "type": "array",
             "description": "safety properties over regions of the envelope",
@@ -199,6 +225,27 @@ class FsmParams:
 
 
 @dataclass(frozen=True)
+class HdlOptions:
+    """The sla.yaml ``hdl:`` section (docs/hdl.md). Defaults give the RTL of specs without it.
+
+    reset: "sync" | "async"; reset_polarity: "high" (port ``rst``) | "low" (port ``rst_n``);
+    prefix: prepended to the module name; encoding: "case" | "rom" | "boxtree" | "auto";
+    clock_mhz: target clock in MHz or None.
+    """
+
+    reset: str = "sync"
+    reset_polarity: str = "high"
+    prefix: str = ""
+    encoding: str = "case"
+    clock_mhz: float | None = None
+
+    @property
+    def reset_port(self) -> str:
+        """Name of the reset port: ``rst`` (active high) or ``rst_n`` (active low)."""
+        return "rst" if self.reset_polarity == "high" else "rst_n"
+
+
+@dataclass(frozen=True)
 class PropertySpec:
     """A property over the region ``when`` (input index -> (lo, hi)).
 
@@ -232,6 +279,7 @@ class Spec:
     confidence_threshold: float | None = None
     resolve: str = "conservative"
     monitor: MonitorConfig = MonitorConfig()
+    hdl: HdlOptions = HdlOptions()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -251,6 +299,11 @@ class Spec:
     @property
     def token_bits(self) -> int:
         return max(1, (len(self.actions) - 1).bit_length())
+
+    @property
+    def module_name(self) -> str:
+        """Name of the Verilog module: ``hdl.prefix`` + controller name."""
+        return self.hdl.prefix + self.name
 
     def action_index(self, name: str) -> int:
         return next(i for i, a in enumerate(self.actions) if a.name == name)
@@ -454,6 +507,13 @@ def _resolve(raw: dict, f: str) -> Spec:
                                   tuple(sorted(out)), d.get("description", "")))
     conf = raw.get("confidence")
     fsm = raw["fsm"]
+    hdl = raw.get("hdl", {})
+    if not is_valid_name(hdl.get("prefix", "") + name):
+        raise SpecError(f"module name '{hdl.get('prefix', '') + name}' is a reserved word", file=f,
+                        where="hdl.prefix")
+    hdl_opts = HdlOptions(hdl.get("reset", "sync"), hdl.get("reset_polarity", "high"), hdl.get("prefix", ""),
+                          hdl.get("encoding", "case"),
+                          None if hdl.get("clock_mhz") is None else float(hdl["clock_mhz"]))
     return Spec(path=f, name=name, decode=raw["controller"]["decode"], inputs=tuple(inputs),
                 actions=tuple(actions),
                 fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),
@@ -461,7 +521,7 @@ def _resolve(raw: dict, f: str) -> Spec:
                 properties=tuple(props), confidence_threshold=None if conf is None else float(conf["threshold"]),
                 resolve=raw.get("distill", {}).get("resolve", "conservative"),
                 monitor=MonitorConfig(**raw.get("monitor", {})),
-                raw=raw)
+                hdl=hdl_opts, raw=raw)
 
 
 _VERILOG_KEYWORDS = frozenset(

@@ -74,7 +74,7 @@ def test_refuse_policy_fails_the_build_when_a_cell_holds_two_actions(tmp_path):
     from mi_certify.generator.pipeline import BuildOptions, build
     model = _model(tmp_path)
     _spec(tmp_path, distill_section="distill: {resolve: refuse}")
-    res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True,
+    res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True, skip_synth=True,
                                                                              skip_cosim=True))
     assert res.status == "failed" and res.summary["failed_stages"] == ["lut"]
     assert res.summary["stages"]["lut"]["error"].startswith("distill.resolve is refuse and 2 cells")
@@ -84,11 +84,11 @@ def test_heatmap_png_marks_resolved_cells(tmp_path):
     from mi_certify.generator.pipeline import BuildOptions, build
     model = _model(tmp_path)
     _spec(tmp_path)
-    res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True,
+    res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True, skip_synth=True,
                                                                              skip_cosim=True, heatmap=("x", "z")))
     png = tmp_path / "out" / "heatmap_x_z.png"
     assert res.status == "incomplete" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    again = build(model, tmp_path / "sla.yaml", tmp_path / "out2", BuildOptions(verify=False, skip_lint=True,
+    again = build(model, tmp_path / "sla.yaml", tmp_path / "out2", BuildOptions(verify=False, skip_lint=True, skip_synth=True,
                                                                                 skip_cosim=True, heatmap=("x", "z")))
     assert (tmp_path / "out2" / "heatmap_x_z.png").read_bytes() == png.read_bytes()
     assert again.status == "incomplete"

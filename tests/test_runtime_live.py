@@ -27,7 +27,7 @@ KEY = b"k" * 32
 @pytest.fixture(scope="module")
 def quick_build(tmp_path_factory):
     out = tmp_path_factory.mktemp("rt") / "meta_controller"
-    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, skip_cosim=True, verify=False, skip_rtl_proofs=True,
+    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, skip_cosim=True, verify=False, skip_rtl_proofs=True, skip_synth=True,
                                                             distill=False))
     return out
 

@@ -523,20 +523,15 @@ def _tables(c: _Checker, ctx: dict) -> None:
     c.run("lut.tables: lut.json = lut.hex", "independent", lut_json)
 
     def verilog():
-        text = (c.d / f"{spec.name}.v").read_text(encoding="utf-8")
-        cases = re.findall(rf"^\s*{spec.address_bits}'d(\d+): lut_entry = \d+'d(\d+);", text, re.M)
-        default = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
-        _require(len(default) == 1 and cases, "no LUT case table found in the Verilog")
+        text = (c.d / f"{spec.module_name}.v").read_text(encoding="utf-8")
+        table, how = _verilog_table(c.d, spec, text)
         tw = spec.token_bits
-        table = np.full(lut.size, int(default[0]), dtype=np.int64)
-        for a, e in cases:
-            table[int(a)] = int(e)
         # Verilog entry = {confident, token}: token in the low tw bits
         as_bytes = (table & ((1 << tw) - 1)) | ((table >> tw) & 1) << 7
         bad = np.nonzero(as_bytes != lut)[0]
         _require(bad.size == 0, f"{bad.size} Verilog LUT entries differ from lut.hex, first at {bad[:1].tolist()}")
-        return f"{len(cases)} case items + default = lut.hex"
-    c.run(f"lut.tables: {spec.name}.v table = lut.hex", "independent", verilog)
+        return f"{how} = lut.hex"
+    c.run(f"lut.tables: {spec.module_name}.v table = lut.hex", "independent", verilog)
 
     def python():
         tree = ast.parse((c.d / f"{spec.name}.py").read_text(encoding="utf-8"))
@@ -602,12 +597,59 @@ def _regenerate_proofs(c: _Checker, ctx: dict, index: dict) -> None:
     def rtl():
         from mi_certify.verification.rtl_formal import rtl_obligations
         alphabet = entry_alphabet(cfg, lut & 0x7F, (lut >> 7).astype(bool), masks, bits)
-        obs, prelude = rtl_obligations(c.d / f"{spec.name}.v", spec.name, cfg, masks, bits, spec.token_bits,
-                                       alphabet, bytes(lut))
+        obs, prelude = rtl_obligations(c.d / f"{spec.module_name}.v", spec.module_name, cfg, masks, bits,
+                                       spec.token_bits, alphabet, bytes(lut), reset_port=spec.hdl.reset_port,
+                                       reset_active_low=spec.hdl.reset_polarity == "low")
         _require(prelude == (c.d / "proofs" / "rtl" / "design.smt2").read_text(encoding="utf-8"),
                  "proofs/rtl/design.smt2 differs from Yosys' reading of the Verilog")
-        return f"{same(obs, 'rtl')} RTL obligations made again from {spec.name}.v (Yosys + Z3) equal the stored ones"
+        return (f"{same(obs, 'rtl')} RTL obligations made again from {spec.module_name}.v (Yosys + Z3) equal the "
+                "stored ones")
     c.run("rtl proofs: made again from the Verilog and compared", "same code", rtl)
+
+
+def _verilog_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
+    """The LUT entries ({confident, token}) the Verilog holds, read without Yosys: case items
+    + default, the ROM file of ``$readmemh``, or the box tree's nested if/else run at every address."""
+    n = 1 << spec.address_bits
+    cases = re.findall(rf"^\s*{spec.address_bits}'d(\d+): lut_entry = \d+'d(\d+);", text, re.M)
+    default = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
+    rom = re.findall(r'^\s*initial \$readmemh\("([A-Za-z0-9_.]+)", lut_rom\);', text, re.M)
+    tree = re.search(r"^    always @\(\*\) begin\n(\s+if \(q_.*?)^    end$", text, re.M | re.S)
+    if len(default) == 1 and cases:
+        table = np.full(n, int(default[0]), dtype=np.int64)
+        for a, e in cases:
+            table[int(a)] = int(e)
+        return table, f"{len(cases)} case items + default"
+    if len(rom) == 1:
+        words = (d / rom[0]).read_text(encoding="ascii").split()
+        _require(len(words) == n, f"{rom[0]} holds {len(words)} words, the address space {n}")
+        return np.array([int(w, 16) for w in words], dtype=np.int64), f"ROM {rom[0]} ({n} words)"
+    _require(tree is not None, "no LUT (case table, ROM or box tree) found in the Verilog")
+    fields = dict(re.findall(r"^\s*wire \[\d+:0\] q_(\w+) = addr\[(\d+:\d+)\];", text, re.M))
+    addrs = np.arange(n, dtype=np.int64)
+    table = np.full(n, -1, dtype=np.int64)
+    stack = [np.ones(n, dtype=bool)]  # addresses reaching the current branch
+    conds: list[np.ndarray] = []
+    for line in tree.group(1).splitlines():
+        line = line.strip()
+        m = re.fullmatch(r"if \(q_(\w+) < \d+'d(\d+)\) begin", line)
+        if m:
+            hi, lo = map(int, fields[m.group(1)].split(":"))
+            cond = ((addrs >> lo) & ((1 << (hi - lo + 1)) - 1)) < int(m.group(2))
+            conds.append(cond)
+            stack.append(stack[-1] & cond)
+        elif line == "end else begin":
+            stack.pop()
+            stack.append(stack[-1] & ~conds[-1])
+        elif line == "end":
+            stack.pop()
+            conds.pop()
+        else:
+            m = re.fullmatch(r"lut_entry = \d+'d(\d+);", line)
+            _require(m is not None, f"unexpected line in the box tree: {line[:60]}")
+            table[stack[-1]] = int(m.group(1))
+    _require(bool(np.all(table >= 0)), "the box tree leaves addresses without an entry")
+    return table, "box tree run at every address"
 
 
 def _smt_obligations(c: _Checker, ctx: dict) -> None:
@@ -625,8 +667,8 @@ def _smt_obligations(c: _Checker, ctx: dict) -> None:
             if o.get("kind") == "exhaustive":  # the RTL's LUT, evaluated again at every address
                 from mi_certify.verification.rtl_formal import lut_table, yosys_smt2
                 spec = ctx["spec"]
-                ob = lut_table(yosys_smt2(p, spec.name), spec.name, bytes(ctx["lut"]), spec.address_bits,
-                               spec.token_bits)
+                ob = lut_table(yosys_smt2(p, spec.module_name), spec.module_name, bytes(ctx["lut"]),
+                               spec.address_bits, spec.token_bits)
                 _require(ob.verdict == o["verdict"], f"re-evaluation gives {ob.verdict}: {ob.detail}")
                 return f"{ob.detail} (recorded {o['verdict']})"
             s = z3.Solver()
@@ -653,7 +695,7 @@ def _smt_obligations(c: _Checker, ctx: dict) -> None:
 
 def _tools(c: _Checker, ctx: dict) -> None:
     spec = ctx["spec"]
-    v_path = c.d / f"{spec.name}.v"
+    v_path = c.d / f"{spec.module_name}.v"
     if (c.d / "lint.json").exists():
         if not c.opts.rerun_tools:
             c.add("rtl.lint: re-run Verilator", SKIP, "same code", "--quick")
@@ -662,7 +704,7 @@ def _tools(c: _Checker, ctx: dict) -> None:
         else:
             def lint():
                 from mi_certify.verification.verilator import lint as run_lint
-                res = run_lint(v_path, spec.name).to_json()
+                res = run_lint(v_path, spec.module_name).to_json()
                 stored = c.json("lint.json")
                 _require(res["clean"] == stored["clean"] and res["messages"] == stored["messages"],
                          f"lint now {'clean' if res['clean'] else res['messages'][:2]}, lint.json says "
@@ -683,8 +725,13 @@ def _tools(c: _Checker, ctx: dict) -> None:
                 traces = ()
                 if (c.d / "proofs" / "fsm" / "without_rule_3a.json").exists():
                     traces = tuple(c.json("proofs/fsm/without_rule_3a.json")["traces"].values())
+                from mi_certify.generator.emit import rom_file_name
+                from mi_certify.verification.hdl_adapter import prepare
+                rom = rom_file_name(spec)
                 with tempfile.TemporaryDirectory(prefix="mi-certify-check-") as work:
-                    res = run_cosim(v_path, spec.name, cfg, ctx["lut"].tobytes(), Path(work),
+                    sim_v, sim_top = prepare(v_path, spec.module_name, spec.hdl.reset_port, spec.address_bits,
+                                             spec.token_bits, Path(work), rom if (c.d / rom).exists() else None)
+                    res = run_cosim(sim_v, sim_top, cfg, ctx["lut"].tobytes(), Path(work),
                                     runtime_py=c.d / f"{spec.name}.py", masks=tuple(property_masks(spec)),
                                     traces=traces,
                                     random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"])

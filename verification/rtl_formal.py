@@ -18,6 +18,9 @@ expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/desi
 - ``rtl.invariant`` / ``rtl.property.<id>``: the ranges and the sla.yaml properties on
   the active token, stated directly on the RTL's registers (1-inductive given the
   LUT entries the table holds).
+- ``rtl.audit``: the audit port: ``audit_token``/``audit_reason`` equal ``token``/``reason``
+  in every state; a cycle with reset asserted clears ``audit_valid``; a cycle without it
+  sets ``audit_valid`` and registers ``addr`` into ``audit_addr``.
 - ``rtl.lut_table``: the RTL's ``lut_entry`` equals ``lut.hex`` at every address: the
   SMT-LIB function Yosys made of it is evaluated at every address (exhaustive).
 """
@@ -33,12 +36,15 @@ from pathlib import Path
 import numpy as np
 import z3
 
-from mi_certify.runtime.fsm import FsmConfig, MaskBox, Reason
+from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, MaskBox, Reason
 
 from .fsm_proofs import FsmModel, Obligation, canonical_smt2
 
 #: Registers of the generated RTL and the reference state variable each holds.
 REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "fb": "f", "rcnt": "r"}
+
+#: Audit port signals of the generated RTL (registers: audit_valid, audit_addr; wires: the others).
+AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
 
 
 def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
@@ -53,7 +59,10 @@ def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
         # SMT-LIB, which must not depend on where the build directory is
         script = (f"read_verilog {verilog.name}; hierarchy -check -top {top}; proc -norom; opt_expr -keepdc; "
                   "opt_clean; check; opt -noff -keepdc; wreduce -keepdc; opt_clean; memory_collect; "
-                  f"opt -noff -keepdc -fast; check -assert; write_smt2 -wires {out}")
+                  # the rom encoding: the $readmemh ROM becomes logic of its constant words; an
+                  # asynchronous reset is modelled as acting at the clock edge (async2sync)
+                  "memory_map; opt -noff -keepdc -fast; async2sync; dffunmap; "
+                  f"check -assert; write_smt2 -wires {out}")
         proc = subprocess.run(["yosys", "-q", "-p", script], capture_output=True, text=True, timeout=timeout_s,
                               cwd=verilog.resolve().parent)
         if proc.returncode != 0 or not out.exists():
@@ -98,26 +107,38 @@ def cut_lut(design: str, top: str) -> str:
 class RtlModel:
     """The Yosys SMT-LIB model of one generated controller, bound to named constants."""
 
-    def __init__(self, design: str, top: str, cfg: FsmConfig, address_bits: int, token_bits: int):
+    def __init__(self, design: str, top: str, cfg: FsmConfig, address_bits: int, token_bits: int,
+                 reset_port: str = "rst", reset_active_low: bool = False):
         self.design, self.top, self.cfg = design, top, cfg
         self.ab, self.tw = address_bits, token_bits
-        sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, "rst": 1, "lut_entry": token_bits + 1}
+        sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, reset_port: 1,
+                "lut_entry": token_bits + 1}
         widths = {}
         for line in design.splitlines():
-            if line.startswith("; yosys-smt2-register "):
+            # registers by name; with an asynchronous reset (async2sync) the named signal is the
+            # wire after the reset mux, read below with the reset deasserted
+            if line.startswith("; yosys-smt2-register ") or line.startswith("; yosys-smt2-wire "):
                 _, _, name, w = line.split()
-                widths[name] = int(w)
+                widths.setdefault(name, int(w))
         # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved
         self.missing = [r for r in list(REGISTERS) + ["reason"] if r not in widths]
         sigs.update({r: widths.get(r, 1) for r in list(REGISTERS) + ["reason"]})
+        audit = {"audit_valid": 1, "audit_token": token_bits, "audit_reason": REASON_BITS,
+                 "audit_addr": address_bits}
+        sigs.update(audit)
+        self.missing += [a for a in AUDIT_PORT if f"(define-fun |{top}_n {a}| " not in design]
         self.widths = sigs
         decl = ["(declare-const rtl_s |%s_s|)" % top, "(declare-const rtl_s2 |%s_s|)" % top,
-                "(assert (|%s_t| rtl_s rtl_s2))" % top]
+                "(assert (|%s_t| rtl_s rtl_s2))" % top,
+                # the next state is read with the reset deasserted (an asynchronous reset, modelled by
+                # async2sync, would otherwise mask the registers' contents)
+                "(assert %s(|%s_n %s| rtl_s2))" % ("" if reset_active_low else "(not ", top, reset_port)
+                + ("" if reset_active_low else ")")]
         for name, w in sigs.items():
             decl.append(f"(declare-const cur_{name} (_ BitVec {w}))")
             if name not in self.missing:
                 decl.append(f"(assert (= cur_{name} {self._bv(f'(|{top}_n {name}| rtl_s)', w)}))")
-        for name in list(REGISTERS) + ["reason"]:
+        for name in list(REGISTERS) + ["reason", "audit_valid", "audit_addr"]:
             w = sigs[name]
             decl.append(f"(declare-const nxt_{name} (_ BitVec {w}))")
             if name not in self.missing:
@@ -157,12 +178,16 @@ def _as_int(bv: z3.BitVecRef) -> z3.ArithRef:
 
 
 def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox], bits: list[int],
-                    token_bits: int, alphabet: dict[tuple, int], lut: bytes, timeout_s: float = 300.0
+                    token_bits: int, alphabet: dict[tuple, int], lut: bytes, timeout_s: float = 300.0,
+                    reset_port: str = "rst", reset_active_low: bool = False
                     ) -> tuple[list[Obligation], str]:
-    """Run every RTL obligation. Returns (obligations, the design's SMT-LIB prelude)."""
+    """Run every RTL obligation. Returns (obligations, the design's SMT-LIB prelude).
+
+    top: the module name; reset_port / reset_active_low: the reset input (sla.yaml
+    ``hdl.reset_polarity``: ``rst`` active high or ``rst_n`` active low)."""
     t0 = time.monotonic()
     design = yosys_smt2(verilog, top)
-    rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits)
+    rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits, reset_port, reset_active_low)
     ref = FsmModel(cfg, masks, alphabet)
     tw = token_bits
     cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in REGISTERS.items()}
@@ -184,7 +209,7 @@ def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox
     s.update(cur)
     ghost_free = _ghost_free_invariant(cfg, s)
     nxt_ref, why_ref = ref.step(s, inp)
-    rst = rtl.cur("rst") == 1
+    rst = rtl.cur(reset_port) == (0 if reset_active_low else 1)
     C = cfg.conservative
     obligations = []
 
@@ -215,6 +240,16 @@ def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox
         run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
             z3.And(z3.Not(rst), ghost_free, entry_ok, inp[f"in{j}"], z3.Not(inp["pf"]),
                    z3.Not(z3.Or([nxt["t"] == a for a in allowed]))))
+    if not any(a in rtl.missing for a in AUDIT_PORT):
+        run("rtl.audit", "rtl", "the audit port: audit_token = token and audit_reason = reason in every state; "
+            "a reset cycle clears audit_valid; any other cycle sets it and registers addr into audit_addr",
+            z3.Or(rtl.cur("audit_token") != rtl.cur("token"), rtl.cur("audit_reason") != rtl.cur("reason"),
+                  z3.And(rst, rtl.nxt("audit_valid") != 0),
+                  z3.And(z3.Not(rst), z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != addr))))
+    else:
+        ob = Obligation("rtl.audit", "rtl", "the RTL has the audit port", method="Yosys write_smt2")
+        ob.verdict, ob.detail = "violated", f"missing: {', '.join(a for a in AUDIT_PORT if a in rtl.missing)}"
+        obligations.append(ob)
     obligations.append(lut_table(design, top, lut, sum(bits), tw))
     for ob in obligations:
         ob.time_s = round(ob.time_s, 3)

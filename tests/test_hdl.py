@@ -1,0 +1,272 @@
+"""The sla.yaml hdl options, the LUT encodings, their proofs, and the synthesis numbers (docs/hdl.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from mi_certify.generator.boxtree import Leaf, build_tree, evaluate, tree_size
+from mi_certify.generator.emit import SourceHashes, emit_rom_hex, emit_verilog, lut_entries, rom_file_name
+from mi_certify.generator.errors import SpecError
+from mi_certify.generator.lut import apply_masks, property_masks, sample_lut
+from mi_certify.generator.emit import lut_bytes
+from mi_certify.generator.onnx_import import import_onnx
+from mi_certify.generator.spec import HdlOptions, load_spec
+from mi_certify.verification import synth
+from mi_certify.verification.bundle_check import _verilog_table
+from mi_certify.verification.fsm_proofs import entry_alphabet
+from mi_certify.verification.rtl_formal import rtl_obligations
+
+from conftest import REFERENCE_MODEL, REFERENCE_SLA
+
+HASHES = SourceHashes("m" * 64, "s" * 64, "l" * 64)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """The reference network on a 10-bit grid (2 bits per input), LUT sampled at cell centres,
+    and a partition of the grid into 16 boxes (input 0 x input 1 levels)."""
+    tmp = tmp_path_factory.mktemp("hdl")
+    sla = tmp / "sla.yaml"
+    text = REFERENCE_SLA.read_text()
+    for b in ("bits: 4", "bits: 3"):
+        text = text.replace(b, "bits: 2")
+    sla.write_text(text)
+    spec = load_spec(sla)
+    lut, _ = apply_masks(spec, sample_lut(spec, import_onnx(REFERENCE_MODEL)), property_masks(spec))
+    boxes = [([i, j, 0, 0, 0], [i, j, 3, 3, 3]) for i in range(4) for j in range(4)]
+    return spec, lut, boxes
+
+
+def _emit(spec, lut, boxes, out, encoding, **hdl):
+    spec = dataclasses.replace(spec, hdl=dataclasses.replace(spec.hdl, **hdl))
+    out.mkdir(parents=True, exist_ok=True)
+    v = out / f"{spec.module_name}.v"
+    v.write_text(emit_verilog(spec, lut, HASHES, "test", property_masks(spec), encoding=encoding, boxes=boxes))
+    if encoding == "rom":
+        (out / rom_file_name(spec)).write_text(emit_rom_hex(spec, lut))
+    return spec, v
+
+
+def _proofs(spec, v, lut):
+    lb = lut_bytes(lut)
+    a = np.frombuffer(lb, dtype=np.uint8)
+    cfg, masks, bits = spec.fsm_config(), property_masks(spec), [i.bits for i in spec.inputs]
+    obs, _ = rtl_obligations(v, spec.module_name, cfg, masks, bits, spec.token_bits,
+                             entry_alphabet(cfg, a & 0x7F, a >> 7, masks, bits), lb,
+                             reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low")
+    return {o.id: o for o in obs}
+
+
+# --- the box tree ----------------------------------------------------------------------------
+
+def test_box_tree_is_exact_and_merges_adjacent_boxes_with_the_same_entry():
+    rng = np.random.default_rng(3)
+    bits = [3, 2, 2]
+    grid = np.zeros((8, 4, 4), dtype=np.int64)
+    grid[4:, :, :] = 1          # two halves ...
+    grid[6, 1, 2] = 5           # ... and one odd cell
+    boxes = [([i, 0, 0], [i, 3, 3]) for i in range(8) if i != 6]      # eight slabs of input 0, slab 6 in cells
+    boxes += [([6, j, k], [6, j, k]) for j in range(4) for k in range(4)]
+    root = build_tree(grid.ravel(), bits, boxes)
+    levels = np.array(np.unravel_index(np.arange(grid.size), grid.shape)).T
+    assert np.array_equal(evaluate(root, levels), grid.ravel())
+    # the four slabs 0..3 (entry 0) merge into one leaf; 4..7 need the odd cell carved out
+    assert isinstance(root.below, Leaf) and root.below.entry == 0 and (root.field, root.threshold) == (0, 4)
+    # 23 boxes become 8 leaves: x<4, x<6, x<7 and y<1, y<2, z<2, z<3 isolate the odd cell (the minimum)
+    assert tree_size(root) == (7, 8)
+    # without a partition: still exact
+    noisy = rng.integers(0, 3, size=128)
+    assert np.array_equal(evaluate(build_tree(noisy, bits), levels), noisy)
+
+
+# --- every encoding is proved equal to the table ------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["case", "rom", "boxtree"])
+def test_every_encoding_is_proved_equal_to_the_table_and_read_back_independently(small, tmp_path, encoding):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, encoding)
+    obs = _proofs(spec, v, lut)
+    assert {k: o.verdict for k, o in obs.items() if o.verdict != "proved"} == {}
+    assert obs["rtl.lut_table"].detail == "1024 entries equal"
+    table, how = _verilog_table(tmp_path, spec, v.read_text())
+    assert np.array_equal(table, lut_entries(spec, lut)), how
+    assert f"LUT encoding: {'case statement' if encoding == 'case' else 'flat ROM' if encoding == 'rom' else 'box tree'}" \
+        in v.read_text()
+
+
+def test_a_mutated_rom_file_is_caught(small, tmp_path):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "rom")
+    rom = tmp_path / rom_file_name(spec)
+    words = rom.read_text().split()
+    words[77] = format(int(words[77], 16) ^ 0b001, "x")
+    rom.write_text("\n".join(words) + "\n")
+    ob = _proofs(spec, v, lut)["rtl.lut_table"]
+    assert ob.verdict == "violated" and ob.detail == "1 entries differ, first at address 77"
+    table, _ = _verilog_table(tmp_path, spec, v.read_text())
+    assert np.nonzero(table != lut_entries(spec, lut))[0].tolist() == [77]
+
+
+def test_a_mutated_box_tree_is_caught(small, tmp_path):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "boxtree")
+    src = v.read_text()
+    # one comparator moved by one level: the cells on that grid line fall to the other side
+    line = next(ln for ln in src.splitlines() if ln.strip().startswith("if (q_"))
+    t = int(line.split("'d")[1].split(")")[0])
+    mutant = src.replace(line, line.replace(f"'d{t})", f"'d{t + 1})"), 1)
+    assert mutant != src
+    v.write_text(mutant)
+    ob = _proofs(spec, v, lut)["rtl.lut_table"]
+    assert ob.verdict == "violated" and ob.counterexample
+    table, _ = _verilog_table(tmp_path, spec, mutant)  # the independent reader sees it too
+    assert not np.array_equal(table, lut_entries(spec, lut))
+
+
+# --- options ----------------------------------------------------------------------------------
+
+OPTIONS = [dict(reset=r, reset_polarity=p, prefix=x)
+           for r, p, x in itertools.product(["sync", "async"], ["high", "low"], ["", "acme_"])]
+
+
+@pytest.mark.skipif(shutil.which("verilator") is None or shutil.which("yosys") is None,
+                    reason="verilator and yosys are required (make setup)")
+@pytest.mark.parametrize("encoding", ["case", "rom", "boxtree"])
+def test_every_option_combination_is_lint_clean(small, tmp_path, encoding):
+    spec0, lut, boxes = small
+    for k, opt in enumerate(OPTIONS):
+        spec, v = _emit(spec0, lut, boxes, tmp_path / str(k), encoding, **opt)
+        lint = subprocess.run(["verilator", "--lint-only", "-Wall", v.name], cwd=v.parent, capture_output=True,
+                              text=True)
+        assert lint.returncode == 0 and not lint.stderr.strip(), (opt, lint.stderr)
+        ys = subprocess.run(["yosys", "-q", "-p", f"read_verilog {v.name}; hierarchy -check -top {spec.module_name}; "
+                             "proc; check -assert; select -assert-none t:$dlatch t:$_DLATCH_*"], cwd=v.parent,
+                            capture_output=True, text=True)
+        assert ys.returncode == 0, (opt, ys.stderr[-400:])
+        src = v.read_text()
+        assert f"module {opt['prefix']}meta_controller (" in src
+        port = "rst" if opt["reset_polarity"] == "high" else "rst_n"
+        assert f"input  wire         {port}," in src
+        edge = {"sync": "always @(posedge clk) begin",
+                "async": f"always @(posedge clk or {'posedge rst' if port == 'rst' else 'negedge rst_n'}) begin"}
+        assert edge[opt["reset"]] in src
+        assert "initial" not in src.replace("initial $readmemh", "")
+
+
+def test_options_keep_every_proof(small, tmp_path):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "boxtree", reset="async", reset_polarity="low", prefix="acme_")
+    assert {k: o.verdict for k, o in _proofs(spec, v, lut).items() if o.verdict != "proved"} == {}
+    # a reset that no longer resets is caught on the new port
+    v.write_text(v.read_text().replace("token  <= CONSERVATIVE;", "token  <= token;", 1))
+    assert _proofs(spec, v, lut)["rtl.reset"].verdict == "violated"
+
+
+TB = """
+`timescale 1ns / 1ps
+module tb;
+    reg clk = 0, {rst} = {idle}, pf = 0, sv = 0;
+    reg [9:0] addr = 0;
+    wire [1:0] token, audit_token; wire [3:0] reason, audit_reason; wire audit_valid; wire [9:0] audit_addr;
+    {top} dut (.clk(clk), .{rst}({rst}), .addr(addr), .probe_fault(pf), .sla_violation(sv), .token(token),
+        .reason(reason), .audit_valid(audit_valid), .audit_token(audit_token), .audit_reason(audit_reason),
+        .audit_addr(audit_addr));
+    always #5 clk = ~clk;
+    initial begin
+        {rst} = {active}; #12 {rst} = {idle};           // reset (edge at 5), released between edges
+        addr = 10'd5; pf = 1; #10 pf = 0;                // a probe fault at the edge at 15: PROBE_FAULT,
+                                                         // then in fallback at 25: FALLBACK
+        #1 $display("A %0d %0d %0d", reason, audit_valid, audit_addr);
+        #4 {rst} = {active};                             // t = 27: reset asserted between edges
+        #1 $display("B %0d %0d", reason, audit_valid);   // async: already reset; sync: still FALLBACK
+        #10 $display("C %0d %0d", reason, audit_valid);  // after an edge: reset either way
+        $finish;
+    end
+endmodule
+"""
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
+@pytest.mark.parametrize("reset,polarity", [("sync", "high"), ("async", "high"), ("async", "low"), ("sync", "low")])
+def test_reset_style_and_polarity_behave_as_documented_in_icarus(small, tmp_path, reset, polarity):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "case", reset=reset, reset_polarity=polarity)
+    rst = spec.hdl.reset_port
+    active, idle = ("1'b1", "1'b0") if polarity == "high" else ("1'b0", "1'b1")
+    (tmp_path / "tb.v").write_text(TB.format(rst=rst, active=active, idle=idle, top=spec.module_name))
+    subprocess.run(["iverilog", "-o", "sim", "tb.v", v.name], cwd=tmp_path, check=True)
+    out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    lines = dict(ln.split(" ", 1) for ln in out.splitlines() if ln[:1] in "ABC")
+    assert lines["A"] == "7 1 5"  # PROBE_FAULT, audit port valid with the registered address
+    assert lines["B"] == ("0 0" if reset == "async" else "5 1")
+    assert lines["C"] == "0 0"
+
+
+def test_spec_hdl_section_defaults_and_errors(tmp_path):
+    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="boxtree", clock_mhz=50.0)
+    text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text)
+    assert load_spec(plain).hdl == HdlOptions() and HdlOptions().encoding == "case"  # without the section: as before
+    bad = tmp_path / "sla.yaml"
+    bad.write_text(text + "\nhdl: {prefix: 'module-'}\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(bad)
+    assert "hdl.prefix" in str(e.value)
+    bad.write_text(text.replace("name: meta_controller", "name: ctl") + "\nhdl: {prefix: 'reg_', encoding: rom}\n")
+    assert load_spec(bad).module_name == "reg_ctl"
+    bad.write_text(text + "\nhdl: {encoding: flash}\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(bad)
+    assert "hdl.encoding" in str(e.value)
+
+
+# --- synthesis numbers ------------------------------------------------------------------------
+
+@pytest.mark.skipif(bool(synth.tools_missing()), reason="yosys and nextpnr-ice40 are required (make setup)")
+def test_place_and_route_gives_a_deterministic_fmax_on_the_registered_wrapper(small, tmp_path):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "case")
+    a = synth.place_and_route(v, spec.module_name, spec.address_bits, spec.token_bits, 4, "rst", devices=("hx8k",))
+    b = synth.place_and_route(v, spec.module_name, spec.address_bits, spec.token_bits, 4, "rst", devices=("hx8k",))
+    strip = lambda r: {k: x for k, x in r["hx8k"].items() if k != "time_s"}  # noqa: E731
+    assert strip(a) == strip(b)
+    ice = synth.ice40_stats(v, spec.module_name)
+    # the wrapper adds the input shift register (address + 3 bits) and the output flip-flop
+    assert a["hx8k"]["dff"] == ice["dff"] + spec.address_bits + 3 + 1
+    assert a["hx8k"]["lut4"] > ice["lut4"] // 2 and 20 < a["hx8k"]["fmax_mhz"] < 1000
+
+
+@pytest.mark.skipif(bool(synth.tools_missing()), reason="yosys and nextpnr-ice40 are required (make setup)")
+def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_the_smallest(small, tmp_path):
+    from mi_certify.generator.pipeline import _auto_encoding
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "rom")
+    assert synth.ice40_stats(v, spec.module_name)["bram"] == 0  # read combinationally: logic on its own
+    w = tmp_path / "wrapper.v"
+    w.write_text(synth.fmax_wrapper(spec.module_name, spec.address_bits, spec.token_bits, 4, "rst"))
+    out = subprocess.run(["yosys", "-q", "-p", f"read_verilog {v.name} wrapper.v; synth_ice40 -top {synth.WRAPPER}; "
+                          "tee -q -o /dev/stdout stat -json"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert synth._ice40_counts(synth._stat(out.stdout, synth.WRAPPER)["by_type"])["bram"] == 1  # 1024 x 3 bits
+    enc, est = _auto_encoding(spec, lut, HASHES, property_masks(spec), boxes)
+    assert set(est) == {"case", "rom", "boxtree"} and est[enc] == min(est.values())
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
+def test_a_prefixed_active_low_rom_design_co_simulates_through_the_adapter(small, tmp_path):
+    from mi_certify.verification import hdl_adapter
+    from mi_certify.verification.cocotb_sim import run_cosim
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path / "rtl", "rom", reset="async", reset_polarity="low", prefix="acme_")
+    sim_v, top = hdl_adapter.prepare(v, spec.module_name, spec.hdl.reset_port, spec.address_bits, spec.token_bits,
+                                     tmp_path / "work", rom_file_name(spec))
+    assert top == hdl_adapter.ADAPTER and "acme_meta_controller dut (" in sim_v.read_text()
+    res = run_cosim(sim_v, top, spec.fsm_config(), lut_bytes(lut), tmp_path / "work", random_cycles=2000,
+                    masks=tuple(property_masks(spec)))
+    assert res.passed and res.mismatches == 0 and res.cycles > 2000, res.to_json()

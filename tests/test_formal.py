@@ -104,6 +104,8 @@ MUTANTS = {
     "allowed-action mask dropped": ("if (!allowed[token]) begin", "if (1'b0) begin", "rtl.property.P1"),
     "hysteresis off by one": ("HYST_LAST    = 2'd2", "HYST_LAST    = 2'd1", "rtl.equivalence"),
     "one flipped LUT entry": (None, None, "rtl.lut_table"),
+    "audit address not registered": ("audit_addr  <= addr;", "audit_addr  <= audit_addr;", "rtl.audit"),
+    "audit valid during reset": ("audit_valid <= 1'b0;", "audit_valid <= 1'b1;", "rtl.audit"),
 }
 
 

@@ -18,6 +18,9 @@ expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/desi
 - ``rtl.invariant`` / ``rtl.property.<id>``: the ranges and the sla.yaml properties on
   the active token, stated directly on the RTL's registers (1-inductive given the
   LUT entries the table holds).
+- ``rtl.audit``: the audit port: ``audit_token``/``audit_reason`` equal ``token``/``reason``
+  in every state; a cycle with reset asserted clears ``audit_valid``; a cycle without it
+  sets ``audit_valid`` and registers ``addr`` into ``audit_addr``.
 - ``rtl.lut_table``: the RTL's ``lut_entry`` equals ``lut.hex`` at every address: the
   SMT-LIB function Yosys made of it is evaluated at every address (exhaustive).
 """
@@ -33,12 +36,15 @@ from pathlib import Path
 import numpy as np
 import z3
 
-from mi_certify.runtime.fsm import FsmConfig, MaskBox, Reason
+from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, MaskBox, Reason
 
 from .fsm_proofs import FsmModel, Obligation, canonical_smt2
 
 #: Registers of the generated RTL and the reference state variable each holds.
 REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "fb": "f", "rcnt": "r"}
+
+#: Audit port signals of the generated RTL (registers: audit_valid, audit_addr; wires: the others).
+AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
 
 
 def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
@@ -110,6 +116,10 @@ class RtlModel:
         # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved
         self.missing = [r for r in list(REGISTERS) + ["reason"] if r not in widths]
         sigs.update({r: widths.get(r, 1) for r in list(REGISTERS) + ["reason"]})
+        audit = {"audit_valid": 1, "audit_token": token_bits, "audit_reason": REASON_BITS,
+                 "audit_addr": address_bits}
+        sigs.update(audit)
+        self.missing += [a for a in AUDIT_PORT if f"(define-fun |{top}_n {a}| " not in design]
         self.widths = sigs
         decl = ["(declare-const rtl_s |%s_s|)" % top, "(declare-const rtl_s2 |%s_s|)" % top,
                 "(assert (|%s_t| rtl_s rtl_s2))" % top]
@@ -117,7 +127,7 @@ class RtlModel:
             decl.append(f"(declare-const cur_{name} (_ BitVec {w}))")
             if name not in self.missing:
                 decl.append(f"(assert (= cur_{name} {self._bv(f'(|{top}_n {name}| rtl_s)', w)}))")
-        for name in list(REGISTERS) + ["reason"]:
+        for name in list(REGISTERS) + ["reason", "audit_valid", "audit_addr"]:
             w = sigs[name]
             decl.append(f"(declare-const nxt_{name} (_ BitVec {w}))")
             if name not in self.missing:
@@ -215,6 +225,16 @@ def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox
         run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
             z3.And(z3.Not(rst), ghost_free, entry_ok, inp[f"in{j}"], z3.Not(inp["pf"]),
                    z3.Not(z3.Or([nxt["t"] == a for a in allowed]))))
+    if not any(a in rtl.missing for a in AUDIT_PORT):
+        run("rtl.audit", "rtl", "the audit port: audit_token = token and audit_reason = reason in every state; "
+            "a reset cycle clears audit_valid; any other cycle sets it and registers addr into audit_addr",
+            z3.Or(rtl.cur("audit_token") != rtl.cur("token"), rtl.cur("audit_reason") != rtl.cur("reason"),
+                  z3.And(rst, rtl.nxt("audit_valid") != 0),
+                  z3.And(z3.Not(rst), z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != addr))))
+    else:
+        ob = Obligation("rtl.audit", "rtl", "the RTL has the audit port", method="Yosys write_smt2")
+        ob.verdict, ob.detail = "violated", f"missing: {', '.join(a for a in AUDIT_PORT if a in rtl.missing)}"
+        obligations.append(ob)
     obligations.append(lut_table(design, top, lut, sum(bits), tw))
     for ob in obligations:
         ob.time_s = round(ob.time_s, 3)

@@ -201,10 +201,12 @@ def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmas
             replay = _Background(lambda: cov_mod.verilator_replay(v_path, spec.name, cfg, lb, work / "verilator",
                                                                   masks, tuple(unmasked), opts.cosim_cycles,
                                                                   opts.cosim_seed))
+        monitor = _Background(lambda: run_monitor_cosim(
+            [SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor, work / "monitor",
+            random_requests=spec.cosim.monitor_requests, seed=opts.cosim_seed))
         res = cocotb_sim.run_cosim(v_path, spec.name, cfg, lb, work / "icarus", runtime_py=py_path, masks=masks,
                                    traces=tuple(unmasked), random_cycles=opts.cosim_cycles, seed=opts.cosim_seed)
-        mon = run_monitor_cosim([SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor,
-                                work / "monitor", random_requests=spec.cosim.monitor_requests, seed=opts.cosim_seed)
+        mon = monitor.result()
         code = replay.result() if replay is not None else None
         for log in ("icarus/icarus.log", "verilator/verilator.log"):
             if (not res.passed or (code is not None and not code[0].ok)) and (work / log).exists():

@@ -262,7 +262,7 @@ def run_verilator_coverage(job: VectorJob, workdir: Path, timeout_s: float = 180
     (workdir / "coverage.vlt").write_text("`verilator_config\n" + "".join(
         f'coverage_off -file "*{name}" -lines {a}-{b}\n' for name, a, b in excluded), encoding="ascii")
     cmd = [exe, "--cc", "--exe", "--build", "--timing", "--coverage", "-Wno-fatal", "-Wno-lint", "-Wno-style",
-           "-O0", "-MAKEFLAGS", "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0", "-j", "2",
+           "-MAKEFLAGS", "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0", "-j", "2",
            "+define+MI_CERTIFY_STANDALONE", "--top-module", TB_TOP, "-Mdir", "obj_dir",
            "coverage.vlt", *[str(Path(s).resolve()) for s in job.sources], str(bench), "main.cpp"]
     t0 = time.perf_counter()

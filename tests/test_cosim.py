@@ -227,3 +227,34 @@ def test_small_build_measures_code_coverage_and_fails_below_a_threshold(tmp_path
         res.summary["stages"]["cosim"]["error"]
     replay = json.loads((tmp_path / "out" / "coverage.json").read_text())["verilator_replay"]
     assert replay["mismatches"] == 0 and replay["cycles"] == res.summary["cosim"]["cycles"]
+
+
+def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(tmp_path):
+    text = REFERENCE_SLA.read_text().split("\ncosim:")[0]
+    for b in ("bits: 4", "bits: 3"):
+        text = text.replace(b, "bits: 1")
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(text)
+    out = tmp_path / "out"
+    build(REFERENCE_MODEL, sla, out, BuildOptions(verify=False, distill=False, skip_rtl_proofs=True, skip_cosim=True,
+                                                  skip_lint=True))
+    spec = load_spec(sla)
+    from mi_certify.generator.lut import property_masks
+    from mi_certify.verification.cocotb_sim import AUDIT_PORTS, fsm_ports
+    _, outs, _ = fsm_ports(out / "meta_controller.v", "meta_controller")
+    assert [p.name for p in outs] == ["token", "reason", *AUDIT_PORTS]
+    lut = bytes.fromhex((out / "lut.hex").read_text().replace("\n", ""))
+    args = (out / "meta_controller.v", "meta_controller", spec.fsm_config(), lut)
+    masks = tuple(property_masks(spec))
+    good = run_cosim(*args, tmp_path / "w1", masks=masks)
+    assert good.passed and good.cycles > 10_000
+    assert all(e[2] == 1 - r[0] for e, r in zip(good.job.expected, good.job.stimulus))   # audit_valid after steps
+
+    def alter(stimulus, expected):
+        i = next(k for k, r in enumerate(stimulus) if r[0] == 0 and k > 100)
+        expected[i] = expected[i][:5] + [expected[i][5] ^ 1]                              # audit_addr
+        expected[i + 1] = expected[i + 1][:2] + [expected[i + 1][2] ^ 1] + expected[i + 1][3:]  # audit_valid
+        return expected
+    bad = run_cosim(*args, tmp_path / "w2", masks=masks, reference=alter)
+    assert not bad.passed and bad.mismatches == 2
+    assert bad.first_mismatch["rtl"]["audit_addr"] ^ 1 == bad.first_mismatch["reference"]["audit_addr"]

@@ -51,9 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                    "(docs/sla-yaml.md)")
     b.add_argument("--out", metavar="DIR", default=None,
                    help="output directory (default: build/<controller name>); a previous build there is replaced")
-    b.add_argument("--cosim-cycles", type=int, default=COSIM_RANDOM_CYCLES, metavar="N",
-                   help=f"random co-simulation cycles after the directed sequences (default {COSIM_RANDOM_CYCLES}, "
-                        "minimum 10000)")
+    b.add_argument("--cosim-cycles", type=int, default=None, metavar="N",
+                   help=f"random co-simulation cycles after the directed sequences (default: sla.yaml cosim.cycles, "
+                        f"else {COSIM_RANDOM_CYCLES}; minimum 10000)")
     b.add_argument("--seed", type=int, default=COSIM_SEED, metavar="S",
                    help=f"seed of the random co-simulation stimulus (default {COSIM_SEED})")
     b.add_argument("--skip-cosim", action="store_true",
@@ -144,7 +144,7 @@ def _run_build(args, console: Console) -> int:
     from .pipeline import BuildOptions, build
     from .spec import load_spec
 
-    if args.cosim_cycles < 10_000:
+    if args.cosim_cycles is not None and args.cosim_cycles < 10_000:
         console.print("[red]error:[/] --cosim-cycles: at least 10000 random cycles are required")
         return 2
     out = args.out

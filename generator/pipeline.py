@@ -13,6 +13,7 @@ the tool versions (no timestamps, fixed seeds); ``manifest.json`` hashes them al
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ from mi_certify.verification.tools import tool_version
 from .bundle import (canonical_command, collect_obligations, obligations_status, source_commit,
                      source_identity, write_distillation)
 from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, lut_bytes, rom_file_name
+from .emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from .errors import BuildError, SpecError
 from .distill import DistillOptions, distill, fidelity
 from .lut import apply_masks, check_shapes, property_masks, sample_lut
@@ -102,9 +104,10 @@ def _dump(path: Path, obj) -> None:
 
 @dataclass
 class BuildOptions:
-    """Options of one build. ``cosim_cycles``: random cycles after the directed ones."""
+    """Options of one build. ``cosim_cycles``: random cycles after the directed ones (None: sla.yaml
+    ``cosim.cycles``, else COSIM_RANDOM_CYCLES)."""
 
-    cosim_cycles: int = COSIM_RANDOM_CYCLES
+    cosim_cycles: int | None = None
     cosim_seed: int = COSIM_SEED
     skip_cosim: bool = False
     skip_lint: bool = False
@@ -178,6 +181,57 @@ class _Background:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmasked, opts: BuildOptions,
+           d: Path, rom_file: str | None = None) -> tuple[dict, dict]:
+    """The co-simulation stage: the FSM (Icarus, every cycle), the SLA monitor (Icarus), the
+    Verilator code-coverage replay of the FSM vectors (beside Icarus, when sla.yaml sets a line,
+    toggle or branch threshold); coverage against the sla.yaml thresholds.
+
+    Writes cosim.json (FSM), monitor_cosim.json, coverage.json; returns (stage record, summary
+    coverage)."""
+    from mi_certify.runtime.sla import SlaLimits
+    from mi_certify.verification import coverage as cov_mod
+    from mi_certify.verification.monitor_cosim import run_monitor_cosim
+
+    with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
+        work = Path(work)
+        sims = {}
+        for sim in ("icarus", "verilator"):
+            # options (reset port, polarity, prefix) adapted to the test bench's active-high rst; the
+            # ROM encoding's $readmemh file copied where the simulator runs
+            sims[sim] = hdl_adapter.prepare(v_path, spec.module_name, spec.hdl.reset_port, spec.address_bits,
+                                            spec.token_bits, work / sim, rom_file)
+        replay = None
+        if spec.cosim.code_coverage:
+            replay = _Background(lambda: cov_mod.verilator_replay(*sims["verilator"], cfg, lb, work / "verilator",
+                                                                  masks, tuple(unmasked), opts.cosim_cycles,
+                                                                  opts.cosim_seed))
+        monitor = _Background(lambda: run_monitor_cosim(
+            [SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor, work / "monitor",
+            random_requests=spec.cosim.monitor_requests, seed=opts.cosim_seed))
+        res = cocotb_sim.run_cosim(*sims["icarus"], cfg, lb, work / "icarus", runtime_py=py_path, masks=masks,
+                                   traces=tuple(unmasked), random_cycles=opts.cosim_cycles, seed=opts.cosim_seed)
+        mon = monitor.result()
+        code = replay.result() if replay is not None else None
+        for log in ("icarus/icarus.log", "verilator/verilator.log"):
+            if (not res.passed or (code is not None and not code[0].ok)) and (work / log).exists():
+                shutil.copyfile(work / log, d / Path(log).name)
+    _dump(d / "cosim.json", res.to_json())
+    _dump(d / "monitor_cosim.json", mon.to_json())
+    coverage = cov_mod.assess(cfg, lb, getattr(res, "report", None), code, dict(spec.cosim.coverage))
+    _dump(d / "coverage.json", coverage)
+    errors = [e for e in (res.error if not res.passed else None,
+                          None if mon.passed else "SLA monitor co-simulation failed (monitor_cosim.json)",
+                          *coverage["errors"]) if e]
+    record = {"status": "ok" if res.passed and mon.passed and coverage["passed"] else "failed", **res.to_json(),
+              "monitor": {"passed": mon.passed, "cycles": sum(c["cycles"] for c in mon.configs),
+                          "mismatches": sum(c["mismatches"] for c in mon.configs)},
+              "coverage": coverage["summary"]}
+    if errors:
+        record["error"] = "; ".join(errors)
+    return record, coverage["summary"]
 
 
 def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
@@ -317,6 +371,8 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         return res
 
     spec: Spec = timed("spec", lambda: load_spec(spec_path))
+    if opts.cosim_cycles is None:
+        opts = dataclasses.replace(opts, cosim_cycles=spec.cosim.cycles)
     stages["spec"] = {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
                       "address_bits": spec.address_bits, "properties": len(spec.properties)}
 
@@ -481,16 +537,22 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                           encoding="utf-8")
         if rom_file:
             (d / rom_file).write_text(emit_rom_hex(spec, lut), encoding="ascii")
+        mon_path.write_text(emit_sla_monitor(spec, hashes.spec, version()), encoding="utf-8")
+        copy_monitor_core(d)
+    mon_path = d / f"{monitor_module(spec)}.v"
     timed("emit", do_emit)
     stages["emit"] = {"status": "ok", "python_runtime": py_path.name, "verilog": v_path.name, "module": spec.module_name,
                       "encoding": encoding, **({"rom": rom_file} if rom_file else {}),
-                      **({"encoding_estimates": estimates} if estimates is not None else {})}
+                      **({"encoding_estimates": estimates} if estimates is not None else {}),
+                      "sla_monitor": [mon_path.name, "sla_monitor.v"]}
 
     if opts.skip_lint:
         stages["lint"] = {"status": "skipped", "reason": "--skip-lint"}
     else:
         res = timed("lint", lambda: verilator.lint(v_path, spec.module_name), lambda r: "ok" if r.clean else "failed")
-        stages["lint"] = {"status": "ok" if res.clean else "failed", **res.to_json()}
+        mon_lint = verilator.lint(mon_path, monitor_module(spec), extra=(d / "sla_monitor.v",))
+        stages["lint"] = {"status": "ok" if res.clean and mon_lint.clean else "failed", **res.to_json(),
+                          "sla_monitor": mon_lint.to_json()}
         _dump(d / "lint.json", res.to_json())
 
     if opts.skip_rtl_proofs:
@@ -526,23 +588,15 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     _dump(d / "proofs" / "index.json", {"obligations": proof_index})
 
     cosim_summary = {"cycles": 0, "mismatches": None}
+    coverage_summary = None
     if opts.skip_cosim:
         stages["cosim"] = {"status": "skipped", "reason": "--skip-cosim"}
     else:
-        with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
-            sim_v, sim_top = hdl_adapter.prepare(v_path, spec.module_name, spec.hdl.reset_port, spec.address_bits,
-                                                 spec.token_bits, Path(work), rom_file)
-            res = timed("cosim", lambda: cocotb_sim.run_cosim(sim_v, sim_top, cfg, lb, Path(work), runtime_py=py_path,
-                                                             masks=masks, traces=tuple(unmasked),
-                                                             random_cycles=opts.cosim_cycles, seed=opts.cosim_seed),
-                        lambda r: "ok" if r.passed else "failed")
-            if not res.passed:
-                log = Path(work) / "cosim.log"
-                if log.exists():
-                    shutil.copyfile(log, d / "cosim.log")
-        stages["cosim"] = {"status": "ok" if res.passed else "failed", **res.to_json()}
-        _dump(d / "cosim.json", res.to_json())
-        cosim_summary = {"cycles": res.cycles, "mismatches": res.mismatches}
+        res, coverage_summary = timed("cosim", lambda: _cosim(spec, cfg, lb, v_path, py_path, masks, unmasked, opts, d,
+                                                              rom_file),
+                                      lambda r: "ok" if r[0]["status"] == "ok" else "failed")
+        stages["cosim"] = res
+        cosim_summary = {"cycles": res["cycles"], "mismatches": res["mismatches"]}
 
     if verify_job is not None:
         record_verify()
@@ -576,6 +630,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                        **({"proven_share": stages["lut"]["proven_share"], "fidelity": stages["lut"]["fidelity"]}
                           if "fidelity" in stages["lut"] else {})},
                "cosim": cosim_summary,
+               **({"coverage": coverage_summary} if coverage_summary is not None else {}),
                "fsm_proofs": stages["fsm_proofs"]["obligations"],
                "rtl_proofs": stages["rtl_proofs"].get("obligations", {}),
                "hdl": {"encoding": encoding, "module": spec.module_name,

@@ -78,7 +78,7 @@ def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
                                            if a.accuracy_loss_pct is not None else "") if x)
             row(f"actions.{a.name}.sla", "actions.sla", f"{limits}: measured by the integrator's monitor (assumption "
                                                         "of use); the FSM falls back after violations_to_fallback "
-                                                        "violations", ["fsm.violations_to_fallback", "fsm"])
+                                                        "violations", ["fsm.violations_to_fallback", "fsm", "monitor"])
     fsm = spec.fsm
     for name, text in (("hysteresis", f"H = {fsm.hysteresis} confident proposals before a switch"),
                        ("cooldown", f"D = {fsm.cooldown} steps held after a switch or recovery"),

@@ -187,8 +187,48 @@ SCHEMA: dict = {
                 },
             },
         },
+        "cosim": {
+            "type": "object", "additionalProperties": False,
+            "description": "co-simulation of the RTL against the Python reference (docs/verification.md, "
+                           "'Co-simulation and coverage'); the build fails below a coverage threshold",
+            "properties": {
+                "cycles": {"type": "integer", "minimum": 10000, "maximum": 10000000,
+                           "description": "random FSM cycles after the directed sequences (default 10000; "
+                                          "--cosim-cycles overrides)"},
+                "monitor_requests": {"type": "integer", "minimum": 100, "maximum": 1000000,
+                                     "description": "random requests per SLA-monitor co-simulation (default 1000)"},
+                "coverage": {
+                    "type": "object", "additionalProperties": False,
+                    "description": "minimum shares (0 ... 1); a threshold left out is reported, not enforced; "
+                                   "line/toggle/branch need Verilator (code coverage of the FSM)",
+                    "properties": {
+                        "lut_cells": {"type": "number", "minimum": 0, "maximum": 1, "description": "share of LUT cells addressed by non-reset cycles"},
+                        "reasons": {"type": "number", "minimum": 0, "maximum": 1, "description": "share of reason codes produced"},
+                        "transitions": {"type": "number", "minimum": 0, "maximum": 1, "description": "share of possible active-action transitions taken"},
+                        "line": {"type": "number", "minimum": 0, "maximum": 1, "description": "Verilator line coverage of the FSM RTL"},
+                        "toggle": {"type": "number", "minimum": 0, "maximum": 1, "description": "Verilator toggle coverage of the FSM RTL"},
+                        "branch": {"type": "number", "minimum": 0, "maximum": 1, "description": "Verilator branch coverage of the FSM RTL"},
+                    },
+                },
+            },
+        },
     },
 }
+
+
+@dataclass(frozen=True)
+class CosimSettings:
+    """The sla.yaml ``cosim:`` section: random FSM cycles, random monitor requests, coverage
+    thresholds (name -> minimum share; names: lut_cells, reasons, transitions, line, toggle, branch)."""
+
+    cycles: int = 10_000
+    monitor_requests: int = 1000
+    coverage: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def code_coverage(self) -> bool:
+        """True when a Verilator code-coverage threshold is set (the replay is then run)."""
+        return any(k in ("line", "toggle", "branch") for k, _ in self.coverage)
 
 
 @dataclass(frozen=True)
@@ -276,6 +316,7 @@ class Spec:
     actions: tuple[ActionSpec, ...]
     fsm: FsmParams
     properties: tuple[PropertySpec, ...] = ()
+    cosim: CosimSettings = CosimSettings()
     confidence_threshold: float | None = None
     resolve: str = "conservative"
     monitor: MonitorConfig = MonitorConfig()
@@ -518,7 +559,12 @@ def _resolve(raw: dict, f: str) -> Spec:
                 actions=tuple(actions),
                 fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),
                               int(fsm["recovery"])),
-                properties=tuple(props), confidence_threshold=None if conf is None else float(conf["threshold"]),
+                properties=tuple(props),
+                cosim=CosimSettings(raw.get("cosim", {}).get("cycles", 10_000),
+                                    raw.get("cosim", {}).get("monitor_requests", 1000),
+                                    tuple(sorted((k, float(v)) for k, v in raw.get("cosim", {}).get("coverage",
+                                                                                                  {}).items()))),
+                confidence_threshold=None if conf is None else float(conf["threshold"]),
                 resolve=raw.get("distill", {}).get("resolve", "conservative"),
                 monitor=MonitorConfig(**raw.get("monitor", {})),
                 hdl=hdl_opts, raw=raw)

@@ -182,3 +182,128 @@ class SlaMonitor:
         return SlaVerdict(action, self.violation, lat_bad, acc_bad,
                           window_statistic(self._lat, cfg.latency_statistic),
                           window_statistic(self._acc, cfg.accuracy_statistic), len(self._lat))
+
+
+# --- the hardware monitor's units: cycles and fixed-point accuracy (hdl/sla_monitor.v) -----------
+
+#: Fixed-point units per percentage point of the hardware monitor's ``acc_loss`` input (0.001 pp).
+ACC_SCALE = 1000
+#: Width of ``acc_loss``: 0 ... 2^17 - 1 units covers 0 ... 131 pp (a loss is at most 100 pp).
+ACC_WIDTH = 17
+
+
+def latency_limit_cycles(latency_ms: float, clock_mhz: float) -> int:
+    """The latency limit in clock cycles: floor(latency_ms * clock_mhz * 1000), exact (Fraction).
+
+    For an integer cycle count c, c > floor(x) <=> c > x, so the hardware verdict
+    ``cycles > limit_cycles`` is the ms verdict on the exact latency c / (clock_mhz * 1000) ms
+    for ``max`` and ``pNN``; for ``mean`` it is the same when latency_ms * clock_mhz * 1000
+    is an integer, else stricter by less than one cycle (never looser).
+    """
+    return math.floor(Fraction(latency_ms) * Fraction(clock_mhz) * 1000)
+
+
+def accuracy_limit_fixed(accuracy_loss_pct: float, scale: int = ACC_SCALE) -> int:
+    """The accuracy-loss limit in 1/scale percentage points: floor(limit * scale), exact."""
+    return math.floor(Fraction(accuracy_loss_pct) * scale)
+
+
+def accuracy_to_fixed(accuracy_loss_pct, scale: int = ACC_SCALE, width: int = ACC_WIDTH) -> int | None:
+    """What the engine drives on ``acc_loss``: ceil(loss * scale), negative losses as 0, saturated at
+    2^width - 1; None (drive ``acc_unknown``) for a missing or non-finite loss. Rounding up means
+    the hardware never judges a loss smaller than the measured one."""
+    x = _measure(accuracy_loss_pct)
+    if math.isinf(x):
+        return None
+    return min(max(0, math.ceil(Fraction(x) * scale)), (1 << width) - 1)
+
+
+@dataclass(frozen=True)
+class CycleMonitorConfig:
+    """Parameters of one ``hdl/sla_monitor.v`` instance.
+
+    ``lat_limits``/``acc_limits``: per token (index), limit in cycles / in 1/ACC_SCALE pp, None =
+    not judged. ``cyc_width``: latency counter width; a count of 2^cyc_width - 1 (saturated) is
+    +infinity. ``action_width``: width of ``req_action``; tokens >= len(lat_limits) are judged
+    against limit 0 (always a violation). ``monitor``: window and statistics.
+    """
+
+    lat_limits: tuple
+    acc_limits: tuple
+    monitor: MonitorConfig
+    cyc_width: int = 32
+    acc_width: int = ACC_WIDTH
+    action_width: int = 2
+
+    @classmethod
+    def from_limits(cls, limits: Sequence[SlaLimits], monitor: MonitorConfig, clock_mhz: float,
+                    action_width: int | None = None) -> "CycleMonitorConfig":
+        """The cycle-unit configuration of ms / pp limits at ``clock_mhz``.
+
+        The counter is wide enough that one saturated value alone exceeds window * the largest
+        limit, so saturation never changes a verdict (``mean`` included).
+        """
+        lat = tuple(None if lim.latency_ms is None else latency_limit_cycles(lim.latency_ms, clock_mhz)
+                    for lim in limits)
+        acc = tuple(None if lim.accuracy_loss_pct is None else accuracy_limit_fixed(lim.accuracy_loss_pct)
+                    for lim in limits)
+        top = max([x for x in lat if x is not None] or [1])
+        width = max(2, (monitor.window * top + 1).bit_length() + 1)
+        if width > 32:
+            raise ValueError(f"latency limit {top} cycles x window {monitor.window} needs a {width}-bit counter; "
+                             "at most 32 bits (lower hdl.clock_mhz or the limit)")
+        return cls(lat, acc, monitor, width, ACC_WIDTH, action_width or max(1, (len(limits) - 1).bit_length()))
+
+
+class CycleSlaMonitor:
+    """Cycle-accurate model of ``hdl/sla_monitor.v``: request strobes, latency counter, outputs.
+
+    Only the strobe protocol lives here; windows and verdicts are :class:`SlaMonitor` on integer
+    measurements (cycles, 1/ACC_SCALE pp), so the statistic logic exists once. :meth:`clock` is one
+    rising edge: it takes the inputs sampled at that edge and returns the registered outputs after
+    it, a dict with ``violation``, ``lat_violation``, ``acc_violation``, ``verdict_valid``,
+    ``samples``, ``busy``, ``proto_error`` (ints).
+    """
+
+    OUTPUTS = ("violation", "lat_violation", "acc_violation", "verdict_valid", "samples", "busy", "proto_error")
+
+    def __init__(self, config: CycleMonitorConfig):
+        self.config = config
+        n = len(config.lat_limits)
+        extra = [SlaLimits(0, 0)] * ((1 << config.action_width) - n)   # unknown tokens: limit 0
+        self._monitor = SlaMonitor([SlaLimits(a, b) for a, b in zip(config.lat_limits, config.acc_limits)] + extra,
+                                   config.monitor)
+        self._n_actions = n
+        self.reset()
+
+    def reset(self) -> dict:
+        self._monitor.reset()
+        self.busy, self.cnt, self.act = 0, 0, 0
+        self.out = dict.fromkeys(self.OUTPUTS, 0)
+        return dict(self.out)
+
+    def clock(self, rst: int, req_start: int, req_action: int, req_done: int, acc_loss: int,
+              acc_unknown: int) -> dict:
+        if rst:
+            return self.reset()
+        cfg = self.config
+        inf = (1 << cfg.cyc_width) - 1
+        done_ok = req_done and self.busy
+        abandoned = req_start and self.busy and not req_done
+        out = self.out
+        out["verdict_valid"] = int(bool(done_ok or abandoned))
+        out["proto_error"] = int(bool(req_done and not self.busy))
+        if done_ok or abandoned:
+            lat = None if abandoned or self.cnt == inf else self.cnt
+            acc = None if abandoned or acc_unknown else acc_loss
+            v = self._monitor.observe(self.act, lat, acc)
+            out.update(violation=int(v.violation), lat_violation=int(v.latency), acc_violation=int(v.accuracy),
+                       samples=v.samples)
+            out["proto_error"] |= int(self.act >= self._n_actions)
+            self.busy = 0
+        elif self.busy and self.cnt != inf:
+            self.cnt += 1
+        if req_start:
+            self.busy, self.cnt, self.act = 1, 1, req_action
+        out["busy"] = self.busy
+        return dict(out)

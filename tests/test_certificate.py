@@ -55,7 +55,7 @@ def test_manifest_records_versions_command_and_source_without_absolute_paths(ref
     assert set(m["versions"]["tools"]) == {"iverilog", "yosys", "verilator", "nextpnr-ice40"}
     assert re.fullmatch(r"3\.\d+\.\d+", m["versions"]["python"])
     assert m["command"] == ["mi-certify", "build", "inputs/model/controller.onnx", "--sla", "inputs/spec/sla.yaml",
-                            "--out", "OUT", "--cosim-cycles", "10000", "--seed", "1", "--verify-timeout", "60"]
+                            "--out", "OUT", "--cosim-cycles", "100000", "--seed", "1", "--verify-timeout", "60"]  # sla.yaml cosim.cycles
     assert m["mi_certify"]["source"] == source_identity() and m["mi_certify"]["version"] == "0.1.0"
     prov = json.loads((reference_build / "provenance.json").read_text())["mi_certify_source_commit"]
     assert prov["commit"] is None or re.fullmatch(r"[0-9a-f]{40}", prov["commit"])

@@ -2,11 +2,12 @@
 
 Flow: :func:`make_stimulus` builds a deterministic sequence of (rst, addr,
 probe_fault, sla_violation) — directed sequences for every reason code, reset,
-probe fault, fallback and recovery, reset in the middle of cooldown, then random
-cycles; :func:`expected_trace` runs it through the reference LUT-FSM
-(``mi_certify.runtime.fsm``) and through the emitted Python runtime, which must
-agree; the RTL is then simulated by cocotb in a child process and compared every
-cycle (:mod:`mi_certify.verification.cocotb_tb`).
+probe fault, fallback and recovery, reset in the middle of cooldown, the proofs'
+counterexample traces, then random cycles; :func:`expected_trace` runs it through the
+reference LUT-FSM (``mi_certify.runtime.fsm``) and through the emitted Python runtime,
+which must agree; the expected token, reason and audit port of every cycle go into a
+vector file that a generated Verilog bench replays and compares under Icarus, with
+cocotb orchestrating (:mod:`mi_certify.verification.vector_sim`).
 
 cocotb's runner returns normally when tests fail, so the verdict comes from the
 results XML (``cocotb_tools.runner.get_results``) *and* from the test bench's own
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -173,11 +175,80 @@ def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtim
     return out, first
 
 
+def fsm_ports(verilog: Path, toplevel: str) -> tuple[list, list, bool]:
+    """(inputs, outputs, reset active low) of the generated FSM, read from its module header.
+
+    Inputs in bench order: reset, addr, probe_fault, sla_violation; outputs: token, reason and,
+    when the RTL has the audit port, audit_valid, audit_token, audit_reason, audit_addr."""
+    from .vector_sim import Port
+
+    text = verilog.read_text(encoding="utf-8", errors="replace")
+    m = re.search(r"module\s+" + re.escape(toplevel) + r"\b[^;]*?\((.*?)\);", text, re.S)
+    if m is None:
+        raise ValueError(f"module {toplevel} not found in {verilog.name}")
+    ports = {}
+    for d, hi, name in re.findall(r"(input|output)\s+(?:wire|reg)?\s*(?:\[(\d+):0\])?\s*(\w+)", m.group(1)):
+        ports[name] = (d, int(hi) + 1 if hi else 1)
+    rst = next(n for n, (d, _) in ports.items() if d == "input" and n.startswith("rst"))
+    ins = [Port(n, ports[n][1]) for n in (rst, "addr", "probe_fault", "sla_violation")]
+    outs = [Port(n, ports[n][1]) for n in ("token", "reason", *AUDIT_PORTS) if n in ports]
+    return ins, outs, rst.endswith("_n")
+
+
+#: The audit port of the generated FSM (docs/hdl.md): compared every cycle when present.
+AUDIT_PORTS = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
+
+
+def expected_outputs(stimulus: list[list[int]], trace: list[list[int]], audit: bool) -> list[list[int]]:
+    """Per cycle: token, reason and (``audit``) audit_valid, audit_token, audit_reason, audit_addr
+    after the edge that consumed the stimulus row: the audit port is valid after every non-reset
+    step with that step's token, reason and addr; after a reset it is 0 with addr 0."""
+    if not audit:
+        return [list(t) for t in trace]
+    return [[tok, rea, 0 if rst else 1, tok, rea, 0 if rst else addr]
+            for (rst, addr, _, _), (tok, rea) in zip(stimulus, trace)]
+
+
+def fsm_job(verilog: Path, toplevel: str, stimulus: list[list[int]], trace: list[list[int]], cfg: FsmConfig):
+    """The vector job of one FSM co-simulation (inputs, expected outputs, coverage ports)."""
+    from .vector_sim import VectorJob
+
+    ins, outs, active_low = fsm_ports(verilog, toplevel)
+    audit = any(p.name == "audit_valid" for p in outs)
+    rows = [[r ^ active_low, a, f, v] for r, a, f, v in stimulus]
+    return VectorJob([verilog], toplevel, ins, outs, rows, expected_outputs(stimulus, trace, audit),
+                     fsm={"rst": ins[0].name, "addr": "addr", "token": "token", "reason": "reason",
+                          "reason_bits": outs[1].width, "token_bits": outs[0].width, "addr_bits": ins[1].width})
+
+
+def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, ...] = ()) -> dict:
+    """Functional coverage sampled by the bench: LUT cells addressed, reason codes, token transitions.
+
+    Transitions: every ordered pair (a, b), a != b, of actions the machine can move between:
+    to the conservative action (fallback, probe fault, mask) from any action, and to b by SWITCH
+    when some LUT cell proposes b confidently."""
+    n = cfg.n_actions
+    proposable = {e & 0x7F for e in lut if e >> 7}
+    tw = max(1, (n - 1).bit_length())
+    possible = [(a, b) for a in range(n) for b in range(n) if a != b and (b == cfg.conservative or b in proposable)]
+    seen = {(k >> tw, k & ((1 << tw) - 1)): c for k, c in rep.transitions.items()}
+    reasons = {r.name: rep.reasons.get(int(r), 0) for r in Reason}
+    return {"lut_cells": {"addressed": rep.cells, "total": len(lut), "share": round(rep.cells / len(lut), 6)},
+            "reasons": {"seen": sum(1 for c in reasons.values() if c), "total": len(reasons),
+                        "share": round(sum(1 for c in reasons.values() if c) / len(reasons), 6), "counts": reasons},
+            "transitions": {"seen": sum(1 for p in possible if seen.get(p)), "total": len(possible),
+                            "share": round(sum(1 for p in possible if seen.get(p)) / len(possible), 6) if possible
+                            else 1.0, "missing": [list(p) for p in possible if not seen.get(p)]}}
+
+
 def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir: Path,
               runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1,
               timeout_s: float = 3600.0, masks: tuple[MaskBox, ...] = (),
-              traces: tuple[list[dict], ...] = ()) -> CosimResult:
-    """Co-simulate ``verilog`` (top ``toplevel``) against the reference.
+              traces: tuple[list[dict], ...] = (), reference=None) -> CosimResult:
+    """Co-simulate ``verilog`` (top ``toplevel``) against the reference, every cycle.
+
+    The expected outputs are computed first (reference LUT-FSM, cross-checked with the emitted
+    runtime), then Icarus runs the vector bench under cocotb (:mod:`.vector_sim`).
 
     Args:
         lut: one byte per address (token | confident << 7), the LUT the RTL encodes.
@@ -186,12 +257,18 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
             same stimulus.
         masks: the allowed-action boxes of the sla.yaml properties (rule 3a).
         traces: counterexample traces of the proofs, replayed as directed sequences.
+        reference: optional callable(stimulus, expected) -> expected, applied to the reference
+            outputs before simulation (tests use it to show that a wrong expectation fails).
     Returns:
         CosimResult; ``error`` says why a run could not complete (tool missing,
-        simulator crash), which counts as failed.
+        simulator crash), which counts as failed. ``job``/``report`` (attributes) keep the
+        vectors and the bench report for coverage and a Verilator replay.
     """
+    from .vector_sim import run_icarus
+
+    sim = f"icarus {tool_version('iverilog')}" if shutil.which("iverilog") else "icarus"
     if shutil.which("iverilog") is None or shutil.which("vvp") is None:
-        return CosimResult(False, 0, 0, None, seed, "icarus", error="iverilog/vvp not found on PATH")
+        return CosimResult(False, 0, 0, None, seed, sim, error="iverilog/vvp not found on PATH")
     workdir.mkdir(parents=True, exist_ok=True)
     masks = tuple(masks)
     stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks, tuple(traces))
@@ -199,41 +276,36 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
     reasons_seen = {r.name: 0 for r in Reason}
     for _, reason in expected:
         reasons_seen[Reason(reason).name] += 1
-    sim = f"icarus {tool_version('iverilog')}"
     if runtime_diff is not None:
         return CosimResult(False, len(stimulus), 1, runtime_diff, seed, sim,
                            error="emitted Python runtime disagrees with the reference", directed_cycles=directed,
                            reasons_seen=reasons_seen)
+    job = fsm_job(verilog, toplevel, stimulus, expected, cfg)
+    if reference is not None:
+        job.expected = reference(stimulus, job.expected)
+    rep = run_icarus(job, workdir, timeout_s=timeout_s)
+    res = CosimResult(rep.ok, rep.cycles, rep.mismatches, rep.first_mismatch, seed, sim,
+                      error=None if rep.ok else rep.error, directed_cycles=directed, reasons_seen=reasons_seen)
+    object.__setattr__(res, "job", job)
+    object.__setattr__(res, "report", rep)
+    return res
+
+
+def run_cosim_per_cycle(verilog: Path, toplevel: str, stimulus: list[list[int]], expected: list[list[int]],
+                        workdir: Path, timeout_s: float = 3600.0) -> dict:
+    """The per-cycle cocotb bench (Python drives and checks every cycle); for bench/cosim.py.
+    Returns the bench's report dict (cycles, mismatches, first_mismatch)."""
+    workdir.mkdir(parents=True, exist_ok=True)
     report = workdir / "tb_report.json"
-    if report.exists():
-        report.unlink()
+    report.unlink(missing_ok=True)
     cfg_path = workdir / "cosim_input.json"
     cfg_path.write_text(json.dumps({"stimulus": stimulus, "expected": expected, "report": str(report)}))
     job = {"verilog": str(verilog.resolve()), "toplevel": toplevel, "build_dir": str((workdir / "sim_build").resolve()),
            "config": str(cfg_path.resolve()), "results": str((workdir / "results.xml").resolve())}
-    log = workdir / "cosim.log"
-    with open(log, "w", encoding="utf-8") as fh:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
-                                  stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return CosimResult(False, 0, 0, None, seed, sim, error=f"simulation did not finish within {timeout_s:.0f} s",
-                               directed_cycles=directed, reasons_seen=reasons_seen)
-    n_tests = n_failed = None
-    results = Path(job["results"])
-    if results.exists():
-        from cocotb_tools.runner import get_results
-        n_tests, n_failed = get_results(results)
-    if not report.exists():
-        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
-        return CosimResult(False, 0, 0, None, seed, sim, error=f"simulation did not complete (exit {proc.returncode}): "
-                           + " | ".join(tail), directed_cycles=directed, reasons_seen=reasons_seen)
-    rep = json.loads(report.read_text())
-    ok = proc.returncode == 0 and n_tests == 1 and n_failed == 0 and rep["mismatches"] == 0 \
-        and rep["cycles"] == len(stimulus)
-    err = None if ok else (f"results.xml: {n_tests} test(s), {n_failed} failed" if rep["mismatches"] == 0 else None)
-    return CosimResult(ok, rep["cycles"], rep["mismatches"], rep["first_mismatch"], seed, sim, error=err,
-                       directed_cycles=directed, reasons_seen=reasons_seen)
+    with open(workdir / "cosim.log", "w", encoding="utf-8") as fh:
+        subprocess.run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
+                       stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s)
+    return json.loads(report.read_text()) if report.exists() else {"cycles": 0, "mismatches": None}
 
 
 def _child(job: dict) -> int:
@@ -244,7 +316,7 @@ def _child(job: dict) -> int:
     runner.build(sources=[job["verilog"]], hdl_toplevel=job["toplevel"], build_dir=job["build_dir"], always=True,
                  timescale=("1ns", "1ps"))
     runner.test(hdl_toplevel=job["toplevel"], test_module="mi_certify.verification.cocotb_tb",
-                build_dir=job["build_dir"], results_xml=job["results"], extra_env={"MI_CERTIFY_COSIM": job["config"]},
+                testcase="cosim_against_reference", build_dir=job["build_dir"], results_xml=job["results"], extra_env={"MI_CERTIFY_COSIM": job["config"]},
                 timescale=("1ns", "1ps"))
     return 0
 

@@ -23,12 +23,14 @@ def prepare(verilog: Path, module: str, reset_port: str, address_bits: int, toke
     """(Verilog file, top module) to co-simulate; ``workdir`` is run_cosim's scratch directory.
 
     rom_file: the ``$readmemh`` file beside ``verilog`` (the ``rom`` encoding), copied to
-    ``workdir/sim_build`` (the simulator's working directory).
+    ``workdir`` and ``workdir/sim_build`` (the working directories of the vector bench and of
+    the per-cycle cocotb bench).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     if rom_file:
         (workdir / "sim_build").mkdir(exist_ok=True)
-        shutil.copyfile(verilog.parent / rom_file, workdir / "sim_build" / rom_file)
+        for where in (workdir, workdir / "sim_build"):
+            shutil.copyfile(verilog.parent / rom_file, where / rom_file)
     if reset_port == "rst":
         return verilog, module
     rst = "!rst" if reset_port == "rst_n" else "rst"

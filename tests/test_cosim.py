@@ -1,0 +1,260 @@
+"""Hardware SLA monitor, vector co-simulation, coverage: values asserted, and failures that must happen."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from conftest import REFERENCE_MODEL, REFERENCE_SLA
+from mi_certify.generator.errors import SpecError
+from mi_certify.generator.pipeline import BuildOptions, build
+from mi_certify.generator.spec import load_spec
+from mi_certify.runtime.fsm import FsmConfig
+from mi_certify.runtime.sla import (CycleMonitorConfig, CycleSlaMonitor, MonitorConfig, SlaLimits, SlaMonitor,
+                                    accuracy_limit_fixed, accuracy_to_fixed, latency_limit_cycles)
+from mi_certify.verification import monitor_cosim
+from mi_certify.verification.cocotb_sim import run_cosim
+from mi_certify.verification.coverage import assess
+from mi_certify.verification.vector_sim import SimReport, parse_coverage
+
+ROOT = Path(__file__).resolve().parents[1]
+MONITOR = ROOT / "hdl" / "sla_monitor.v"
+REF_LIMITS = [SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in load_spec(REFERENCE_SLA).actions]
+
+
+# --- the monitor's units ------------------------------------------------------------------------
+
+def test_cycle_limits_are_exact_floors():
+    assert latency_limit_cycles(50, 100) == 5_000_000
+    assert latency_limit_cycles(0.1, 3) == 300            # 0.1 (binary) * 3000 = 300.0000000000000166...
+    assert latency_limit_cycles(1, 33.333) == 33_332       # the binary 33.333 is 33.3329999...: floor is exact
+    assert accuracy_limit_fixed(0.1) == 100 and accuracy_limit_fixed(1.5) == 1500 and accuracy_limit_fixed(0) == 0
+    assert accuracy_to_fixed(0.1001) == 101 and accuracy_to_fixed(-3) == 0 and accuracy_to_fixed(float("nan")) is None
+    assert accuracy_to_fixed(500) == (1 << 17) - 1
+
+
+def test_cycle_verdicts_equal_the_ms_verdicts_on_the_exact_latency():
+    # max / pNN depend only on "value > limit" per request: c > floor(limit_ms * f * 1000) <=> c / (f * 1000) > limit_ms
+    rng = random.Random(7)
+    for _ in range(2000):
+        clock, limit_ms = rng.choice([12.5, 48, 100, 33.3, 27.0]), rng.choice([0.05, 0.1, 0.2, 0.37, 1.1])
+        lim_cyc = latency_limit_cycles(limit_ms, clock)
+        c = lim_cyc + rng.randint(-2, 2)
+        assert (c > lim_cyc) == (Fraction(c) / (Fraction(clock) * 1000) > Fraction(limit_ms))
+    # mean: exact when limit_ms * f * 1000 is an integer, else never looser than the exact ms verdict
+    exact = Fraction(0.37) * Fraction(33.3) * 1000           # 12320.99999999999... cycles (binary floats)
+    lim = latency_limit_cycles(0.37, 33.3)
+    assert lim == 12320
+    mon = SlaMonitor([SlaLimits(lim, None)], MonitorConfig(2, "mean", "max"))
+    assert mon.observe(0, 12320, 0).violation is False
+    assert mon.observe(0, 12321, 0).violation is True       # 24641 > 2 * 12320 ...
+    assert 24641 < 2 * exact                                 # ... where the exact ms mean is compliant: stricter
+
+
+def test_cycle_model_follows_the_strobe_protocol():
+    cfg = CycleMonitorConfig((5, None), (100, None), MonitorConfig(2, "max", "max"), cyc_width=4, action_width=1)
+    m = CycleSlaMonitor(cfg)
+    seq = [(1, 0, 0, 0, 0, 0), (0, 1, 0, 0, 0, 0)] + [(0, 0, 0, 0, 0, 0)] * 4 + [(0, 0, 0, 1, 100, 0)]
+    outs = [m.clock(*r) for r in seq]
+    assert outs[-1] == {"violation": 0, "lat_violation": 0, "acc_violation": 0, "verdict_valid": 1, "samples": 1,
+                        "busy": 0, "proto_error": 0}                          # 5 cycles = limit: compliant
+    for r in [(0, 1, 0, 0, 0, 0)] + [(0, 0, 0, 0, 0, 0)] * 5 + [(0, 0, 0, 1, 101, 0)]:
+        out = m.clock(*r)
+    assert out["violation"] == out["lat_violation"] == out["acc_violation"] == 1 and out["samples"] == 2
+    assert m.clock(0, 0, 0, 0, 0, 0)["verdict_valid"] == 0 and m.out["violation"] == 1   # the verdict holds
+    assert m.clock(0, 0, 0, 1, 0, 0)["proto_error"] == 1                      # done without a request
+    m.clock(0, 1, 1, 0, 0, 0)
+    out = m.clock(0, 0, 0, 1, 0, 1)                                           # action 1: not judged
+    assert out["violation"] == 0 and out["samples"] == 1                     # another action: window emptied
+    m.clock(0, 1, 0, 0, 0, 0)
+    for _ in range(20):
+        m.clock(0, 0, 0, 0, 0, 0)
+    assert m.cnt == 15                                                        # saturated: +infinity
+    assert m.clock(0, 0, 0, 1, 0, 0)["lat_violation"] == 1
+    assert m.clock(1, 0, 0, 0, 0, 0) == dict.fromkeys(CycleSlaMonitor.OUTPUTS, 0)
+
+
+# --- RTL quality -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("params", [
+    {}, {"WINDOW": 20, "LAT_STAT": 90, "ACC_STAT": 0}, {"WINDOW": 1, "LAT_STAT": 0, "RST_ASYNC": 1, "RST_ACTIVE_LOW": 1},
+    {"N_ACTIONS": 3, "WINDOW": 3, "LAT_STAT": 100, "ACC_STAT": 50},
+])
+def test_sla_monitor_is_lint_clean_and_synthesises_without_latches(tmp_path, params):
+    g = [f"-G{k}={v}" for k, v in params.items()]
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", *g, "--top-module", "sla_monitor", str(MONITOR)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout + proc.stderr == ""
+    chparam = " ".join(f"-set {k} {v}" for k, v in params.items())
+    script = (f"read_verilog {MONITOR}; " + (f"chparam {chparam} sla_monitor; " if params else "") +
+              "hierarchy -top sla_monitor; proc; flatten; opt; check -assert; "
+              "select -assert-none t:$dlatch t:$_DLATCH_*; synth -top sla_monitor")
+    proc = subprocess.run(["yosys", "-q", "-p", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    code = "\n".join(line.split("//")[0] for line in MONITOR.read_text().splitlines())
+    assert "initial" not in code
+
+
+# --- co-simulation of the monitor -----------------------------------------------------------------
+
+def test_monitor_rtl_agrees_with_the_python_monitor_every_cycle(tmp_path):
+    res = monitor_cosim.run_monitor_cosim(REF_LIMITS, load_spec(REFERENCE_SLA).monitor, tmp_path, random_requests=400)
+    assert res.passed, res.to_json()
+    spec_cfg, stress = res.configs
+    assert (spec_cfg["window"], spec_cfg["latency_statistic"], spec_cfg["accuracy_statistic"]) == (20, "p90", "mean")
+    for c in res.configs:
+        assert c["cycles"] > 3000 and c["mismatches"] == 0
+        assert 0 < c["violations"] < c["verdicts"]          # both verdicts occur
+
+
+def test_monitor_cosimulation_fails_when_the_expectation_is_altered(tmp_path):
+    def alter(exp):
+        i = next(k for k, e in enumerate(exp) if e[3])       # first verdict: flip its violation bit
+        exp[i] = [exp[i][0] ^ 1] + exp[i][1:]
+        return exp
+    res = monitor_cosim.run_monitor_cosim(REF_LIMITS, MonitorConfig(4, "p50", "mean"), tmp_path, random_requests=100,
+                                          alter=alter)
+    assert not res.passed and all(c["mismatches"] >= 1 for c in res.configs)
+    assert all(c["first_mismatch"]["rtl"]["violation"] != c["first_mismatch"]["reference"]["violation"]
+               for c in res.configs)
+
+
+@pytest.mark.parametrize("mutation", [
+    ("violate_next = judged & ({{(32 - NW){1'b0}}, c1} >= thr);", "violate_next = judged & ({{(32 - NW){1'b0}}, c1} > thr);"),
+    ("(sum1 > lim_ext * n_ext)", "(sum1 >= lim_ext * n_ext)"),
+    ("wire clear     = ~win_any | (act != win_act);", "wire clear     = ~win_any;"),
+    ("wire lat_inf   = abandoned | (cnt == CYC_INF);", "wire lat_inf   = (cnt == CYC_INF);"),
+])
+def test_mutated_monitor_rtl_is_caught(tmp_path, monkeypatch, mutation):
+    src = MONITOR.read_text()
+    assert mutation[0] in src
+    mutant = tmp_path / "sla_monitor.v"
+    mutant.write_text(src.replace(mutation[0], mutation[1], 1))
+    monkeypatch.setattr(monitor_cosim, "monitor_source", lambda: mutant)
+    res = monitor_cosim.run_monitor_cosim(REF_LIMITS, load_spec(REFERENCE_SLA).monitor, tmp_path / "w",
+                                          random_requests=300)
+    assert not res.passed and sum(c["mismatches"] for c in res.configs) > 0
+
+
+# --- the FSM co-simulation can fail ------------------------------------------------------------------
+
+def test_fsm_cosimulation_fails_when_the_reference_expectation_is_altered(reference_build, tmp_path):
+    from mi_certify.generator.lut import property_masks
+    lut = bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
+    cfg = FsmConfig(4, 0, 3, 10, 3, 8)
+
+    def alter(stimulus, expected):
+        expected[5000] = [expected[5000][0], expected[5000][1] ^ 1] + expected[5000][2:]   # one reason code
+        return expected
+    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", cfg, lut, tmp_path,
+                    masks=tuple(property_masks(load_spec(REFERENCE_SLA))), reference=alter)
+    assert not res.passed and res.mismatches == 1 and res.first_mismatch["cycle"] == 5000
+    assert res.first_mismatch["rtl"]["reason"] ^ 1 == res.first_mismatch["reference"]["reason"]
+
+
+def test_reference_build_reports_deep_cosimulation_and_coverage(reference_build):
+    s = json.loads((reference_build / "summary.json").read_text())
+    assert s["cosim"]["cycles"] >= 100_000 and s["cosim"]["mismatches"] == 0
+    cov = s["coverage"]
+    assert cov["passed"] is True and cov["reasons"] == 1.0
+    assert set(cov["thresholds"]) == {"lut_cells", "reasons", "transitions", "line", "toggle", "branch"}
+    for kind, minimum in cov["thresholds"].items():
+        assert cov[kind] >= minimum, kind
+    mon = json.loads((reference_build / "monitor_cosim.json").read_text())
+    assert mon["passed"] and all(c["mismatches"] == 0 for c in mon["configs"])
+    assert (reference_build / "sla_monitor.v").read_bytes() == MONITOR.read_bytes()
+    assert "5000000" in (reference_build / "meta_controller_sla_monitor.v").read_text()   # 50 ms at 100 MHz
+
+
+# --- coverage: parsing, thresholds ---------------------------------------------------------------
+
+def test_coverage_file_is_parsed_per_kind_and_hierarchy(tmp_path):
+    f = tmp_path / "coverage.dat"
+    pt = lambda page, h, n: f"C '\x01f\x02x.v\x01l\x021\x01page\x02{page}\x01h\x02{h}' {n}\n"  # noqa: E731
+    f.write_text("# SystemC::Coverage-3\n" + pt("v_line/m", "TOP.mi_certify_tb.dut", 3) + pt("v_line/m", "TOP.mi_certify_tb.dut", 0)
+                 + pt("v_toggle/m", "TOP.mi_certify_tb.dut", 1) + pt("v_branch/m", "TOP.mi_certify_tb.dut.sub", 0)
+                 + pt("v_line/tb", "TOP.mi_certify_tb", 0))
+    assert parse_coverage(f, "TOP.mi_certify_tb.dut") == {"line": {"points": 2, "hit": 1, "share": 0.5},
+                                                          "toggle": {"points": 1, "hit": 1, "share": 1.0},
+                                                          "branch": {"points": 1, "hit": 0, "share": 0.0}}
+
+
+def test_coverage_below_a_threshold_or_not_measured_fails_with_a_clear_message():
+    cfg = FsmConfig(2, 0, 1, 0, 1, 1)
+    lut = bytes([0x80, 0x81, 0x01, 0x00])
+    rep = SimReport(True, cycles=10, reasons={0: 5, 1: 0, 2: 3}, transitions={1: 2}, cells=3)
+    code = (SimReport(True, cycles=10), {"line": {"points": 4, "hit": 3, "share": 0.75},
+                                         "toggle": {"points": 2, "hit": 2, "share": 1.0},
+                                         "branch": {"points": 2, "hit": 1, "share": 0.5}})
+    out = assess(cfg, lut, rep, code, {"lut_cells": 0.7, "line": 0.8, "transitions": 0.5})
+    assert out["summary"]["lut_cells"] == 0.75 and out["summary"]["transitions"] == 0.5
+    assert out["errors"] == ["line coverage 0.7500 is below the threshold 0.8 (sla.yaml cosim.coverage.line)"]
+    assert not out["passed"]
+    out = assess(cfg, lut, rep, None, {"toggle": 0.1})
+    assert out["errors"] == ["toggle coverage was not measured but sla.yaml cosim.coverage.toggle requires >= 0.1"]
+
+
+def test_cosim_section_of_the_spec_is_validated(tmp_path):
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(REFERENCE_SLA.read_text().split("\ncosim:")[0] + "\ncosim: {cycles: 500}\n")
+    with pytest.raises(SpecError, match=r"cosim.cycles: 500 is less than the minimum of 10000"):
+        load_spec(sla)
+    sla.write_text(REFERENCE_SLA.read_text().split("\ncosim:")[0] + "\ncosim: {coverage: {lines: 0.5}}\n")
+    with pytest.raises(SpecError, match=r"cosim.coverage.lines: unknown field"):
+        load_spec(sla)
+    assert load_spec(REFERENCE_SLA).cosim.cycles == 100_000
+
+
+@pytest.mark.skipif(shutil.which("verilator") is None, reason="verilator is installed by make setup")
+def test_small_build_measures_code_coverage_and_fails_below_a_threshold(tmp_path):
+    text = REFERENCE_SLA.read_text().split("\ncosim:")[0]
+    for b in ("bits: 4", "bits: 3"):
+        text = text.replace(b, "bits: 1")
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(text + "\ncosim: {cycles: 10000, monitor_requests: 100, coverage: {reasons: 1.0, line: 0.99, "
+                          "toggle: 0.5, branch: 0.5}}\n")
+    res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(verify=False, distill=False, skip_rtl_proofs=True))
+    cov = res.summary["coverage"]
+    assert 0 < cov["line"] < 0.99 and cov["toggle"] > 0.5 and cov["branch"] > 0.5
+    assert res.status == "failed" and res.summary["failed_stages"] == ["cosim"]
+    assert "line coverage" in res.summary["stages"]["cosim"]["error"] and "cosim.coverage.line" in \
+        res.summary["stages"]["cosim"]["error"]
+    replay = json.loads((tmp_path / "out" / "coverage.json").read_text())["verilator_replay"]
+    assert replay["mismatches"] == 0 and replay["cycles"] == res.summary["cosim"]["cycles"]
+
+
+def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(tmp_path):
+    text = REFERENCE_SLA.read_text().split("\ncosim:")[0]
+    for b in ("bits: 4", "bits: 3"):
+        text = text.replace(b, "bits: 1")
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(text)
+    out = tmp_path / "out"
+    build(REFERENCE_MODEL, sla, out, BuildOptions(verify=False, distill=False, skip_rtl_proofs=True, skip_cosim=True,
+                                                  skip_lint=True))
+    spec = load_spec(sla)
+    from mi_certify.generator.lut import property_masks
+    from mi_certify.verification.cocotb_sim import AUDIT_PORTS, fsm_ports
+    _, outs, _ = fsm_ports(out / "meta_controller.v", "meta_controller")
+    assert [p.name for p in outs] == ["token", "reason", *AUDIT_PORTS]
+    lut = bytes.fromhex((out / "lut.hex").read_text().replace("\n", ""))
+    args = (out / "meta_controller.v", "meta_controller", spec.fsm_config(), lut)
+    masks = tuple(property_masks(spec))
+    good = run_cosim(*args, tmp_path / "w1", masks=masks)
+    assert good.passed and good.cycles > 10_000
+    assert all(e[2] == 1 - r[0] for e, r in zip(good.job.expected, good.job.stimulus))   # audit_valid after steps
+
+    def alter(stimulus, expected):
+        i = next(k for k, r in enumerate(stimulus) if r[0] == 0 and k > 100)
+        expected[i] = expected[i][:5] + [expected[i][5] ^ 1]                              # audit_addr
+        expected[i + 1] = expected[i + 1][:2] + [expected[i + 1][2] ^ 1] + expected[i + 1][3:]  # audit_valid
+        return expected
+    bad = run_cosim(*args, tmp_path / "w2", masks=masks, reference=alter)
+    assert not bad.passed and bad.mismatches == 2
+    assert bad.first_mismatch["rtl"]["audit_addr"] ^ 1 == bad.first_mismatch["reference"]["audit_addr"]

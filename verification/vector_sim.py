@@ -231,11 +231,23 @@ def table_case_lines(verilog: Path) -> list[tuple[int, int]]:
     """Line ranges (1-based, inclusive) of the items of case statements with more than
     TABLE_CASE_ITEMS lines: the LUT of a case-encoded FSM. Their cells are covered by the
     functional ``lut_cells`` share and proved entry by entry (``rtl.lut_table``); as line
-    coverage points they would only multiply the Verilator build time (one counter per cell)."""
-    ranges, start = [], None
+    coverage points they would only multiply the Verilator build time (one counter per cell).
+    The generated FSM marks its LUT logic (any encoding: case table, ROM read, box tree)
+    between the comments ``// LUT logic begin`` and ``// LUT logic end``; those lines are
+    left out too.
+    """
+    ranges, start, lut_start = [], None, None
     for no, line in enumerate(verilog.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         text = line.strip()
-        if re.match(r"case[zx]?\s*\(", text):
+        if text.startswith("// LUT logic begin"):
+            lut_start = no + 1
+        elif text.startswith("// LUT logic end") and lut_start is not None:
+            if no - 1 >= lut_start:
+                ranges.append((lut_start, no - 1))
+            lut_start = None
+        elif lut_start is not None:
+            continue
+        elif re.match(r"case[zx]?\s*\(", text):
             start = no + 1
         elif text.startswith("endcase") and start is not None:
             if no - start > TABLE_CASE_ITEMS:

@@ -87,7 +87,7 @@ def test_distillation_json_is_compact_and_complete(reference_build):
     assert size < 6_000_000, size  # 16.8 MB in the indented form, 5.1 MB now
     dist = read_distillation(reference_build / "distillation.json")
     cells = sum(int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1)) for b in dist["boxes"])
-    assert cells == 65536 and len(dist["resolved_cells"]) == 14152
+    assert cells == 65536 and len(dist["resolved_cells"]) == 6429
 
 
 # --- reproducible ---------------------------------------------------------------------------

@@ -31,9 +31,8 @@ import json
 import math
 import os
 import platform
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -168,19 +167,19 @@ def profile(workload_path: str | os.PathLike, out_csv: str | os.PathLike, action
                 raise ValueError(f"input '{n}' is unavailable on this machine ({e}); give --map {n}=EXPR "
                                  f"(a quantity, an assumed constant) or --map {n}=uniform")
         free = (0,) + (tuple(range(2, 8)) if config.input_sizes else ())
-        probe_ranks = None
+        rank = None
         try:
             import onnx
             m = onnx.load(str(workload_path), load_external_data=False)
             inits = {i.name for i in m.graph.initializer}
             first_in = [v for v in m.graph.input if v.name not in inits][0]
-            probe_ranks = len(first_in.type.tensor_type.shape.dim)
+            rank = len(first_in.type.tensor_type.shape.dim)
         except Exception as exc:  # noqa: BLE001
             raise ValueError(f"{workload_path}: cannot read the workload model: {exc}") from None
-        if config.input_sizes and probe_ranks < 3:
-            raise ValueError(f"{workload_path}: the first input has {probe_ranks} dimensions; input sizes apply to "
+        if config.input_sizes and rank < 3:
+            raise ValueError(f"{workload_path}: the first input has {rank} dimensions; input sizes apply to "
                              "dimensions 3 and up (give no input sizes)")
-        free = tuple(d for d in free if d < probe_ranks)
+        free = tuple(d for d in free if d < rank)
         base = [plans[a] for a in actions]
         workload = Workload(workload_path, base, n_inputs=1, seed=config.seed, free_dims=free)
         model_shape = workload.input_shape()

@@ -392,7 +392,11 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
     idx = np.arange(len(y))
     counts = np.bincount(y, minlength=n_act)
     strat = y if counts[counts > 0].min() >= 2 and len(np.unique(y)) > 1 else None
-    tr, te = train_test_split(idx, test_size=opts.holdout, random_state=opts.seed, stratify=strat)
+    try:
+        tr, te = train_test_split(idx, test_size=opts.holdout, random_state=opts.seed, stratify=strat)
+    except ValueError:  # too few rows to hold out every label: plain seeded split
+        strat = None
+        tr, te = train_test_split(idx, test_size=opts.holdout, random_state=opts.seed)
     tr, te = np.sort(tr), np.sort(te)
     rng = np.random.default_rng(opts.seed)
     n_aug = len(tr) if opts.augment is None else opts.augment
@@ -420,6 +424,9 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
         ax, ay = np.zeros((0, data.x.shape[1])), np.zeros(0, dtype=np.int64)
     x_fit = np.vstack([data.x[tr], ax])
     y_fit = np.concatenate([y[tr], ay])
+    if len(np.unique(y_fit)) < 2:
+        raise TrainError(f"every training row has the label {actions[int(y_fit[0])]}: there is nothing to learn "
+                         "(profile more varied conditions)", file=data.path)
     clf = _fit((x_fit - lo) / (hi - lo), y_fit, opts)
 
     def predict(x):

@@ -149,6 +149,9 @@ def profile(workload_path: str | os.PathLike, out_csv: str | os.PathLike, action
     names = [i[0] for i in inputs]
     overrides = dict(overrides or {})
     uniform = {n for n, v in overrides.items() if v.strip().lower() == UNIFORM}
+    unknown = sorted(uniform - set(names))
+    if unknown:
+        raise ValueError(f"unknown controller input {unknown[0]!r} (inputs: {', '.join(names)})")
     fmap = FeatureMap.build(names, {n: v for n, v in overrides.items() if n not in uniform})
     own_probe = probe is None
     if own_probe:

@@ -224,3 +224,19 @@ def test_shipped_controller_is_the_one_trained_from_the_shipped_profile(tmp_path
     side = json.loads(PROFILE.with_suffix(".json").read_text())
     assert side["samples"] == shipped["profile"]["rows_used"] + sum(shipped["profile"]["rows_dropped"].values())
     assert side["command"].startswith("mi-certify profile --workload examples/workload/convnet.onnx")
+
+
+def test_a_profile_where_one_action_always_wins_is_refused(spec, tmp_path):
+    src = _fixed_csv(tmp_path / "fixed.csv", n=20)
+    rows = [r.split(",") for r in src.read_text().splitlines()]
+    for r in rows[1:]:
+        r[11] = "1.0000"  # keep always fastest: every label is keep, nothing to learn
+    src.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    with pytest.raises(TrainError, match="every training row has the label keep"):
+        train_controller(read_profile(src, spec), spec, TrainOptions(augment=10))
+
+
+def test_profile_refuses_an_unknown_input_before_measuring(tmp_path):
+    with pytest.raises(ValueError, match="unknown controller input 'fan'"):
+        profile(WORKLOAD, tmp_path / "p.csv", ACTIONS, DEFAULT_PLANS, overrides={**UNIFORM, "fan": "uniform"})
+    assert not list(tmp_path.iterdir())

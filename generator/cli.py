@@ -136,7 +136,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Validate SLA.yaml against the mi-certify/v1 schema and its semantic rules.")
     c.add_argument("sla", metavar="SLA.yaml", help="the spec to validate")
     from .cli_runtime import add_parsers
-    p.set_defaults(runtime_handlers=add_parsers(sub))
+    from .cli_train import add_parsers as add_train_parsers
+    p.set_defaults(runtime_handlers={**add_parsers(sub), **add_train_parsers(sub)})
     return p
 
 

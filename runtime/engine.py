@@ -35,7 +35,8 @@ import numpy as np
 
 from .live import ControlLoop
 
-__all__ = ["DEFAULT_PLANS", "LiveReport", "Plan", "Workload", "parse_plan", "run_live"]
+__all__ = ["DEFAULT_PLANS", "LiveReport", "Plan", "Workload", "parse_plan", "run_live", "start_background_load",
+           "stop_background_load"]
 
 _LEVELS = ("disable", "basic", "extended", "all")
 
@@ -78,19 +79,25 @@ class Workload:
         plans: plan per action token.
         n_inputs: number of distinct random inputs, cycled (seeded, standard normal).
         seed: seed of the inputs.
+        free_dims: dimensions of the first input to make symbolic (on a private copy of the model),
+            so :meth:`set_inputs` can change batch size or image size; () runs the model as shipped.
     Raises:
         ValueError if the model cannot be loaded or quantized.
     """
 
-    def __init__(self, model: str | os.PathLike, plans: list[Plan], n_inputs: int = 32, seed: int = 0):
+    def __init__(self, model: str | os.PathLike, plans: list[Plan], n_inputs: int = 32, seed: int = 0,
+                 free_dims: tuple[int, ...] = ()):
         import onnxruntime as ort
 
         self._ort = ort
+        self.source = Path(model)
         self.model = Path(model)
         self.plans = list(plans)
         self._tmp = tempfile.TemporaryDirectory(prefix="mi-certify-workload-")
         self._quantized: Path | None = None
         self._sessions: dict[Plan, object] = {}
+        if free_dims:
+            self.model = self._free_dims(free_dims)
         try:
             ref = self._session(Plan("disable", False, 0))
         except Exception as exc:  # onnxruntime raises its own exception types
@@ -99,6 +106,8 @@ class Workload:
         if "float" not in inp.type:
             raise ValueError(f"{model}: the workload's first input must be float, not {inp.type}")
         shape = [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape]
+        if free_dims:  # the dimensions made symbolic keep the model's own sizes for the first inputs
+            shape = [s if j in free_dims else d for j, (d, s) in enumerate(zip(shape, self._static_shape))]
         self.input_name = inp.name
         rng = np.random.default_rng(seed)
         self.inputs = [rng.standard_normal(shape).astype(np.float32) for _ in range(n_inputs)]
@@ -109,6 +118,70 @@ class Workload:
                 s.run(None, {self.input_name: self.inputs[0]})  # warm-up
             except Exception as exc:  # noqa: BLE001
                 raise ValueError(f"{model}: plan '{p.describe()}' cannot run: {exc}") from None
+
+    def _free_dims(self, dims: tuple[int, ...]) -> Path:
+        """A copy of the model whose first input has symbolic dimensions ``dims`` (e.g. batch 0,
+        height 2, width 3) and whose outputs are fully symbolic, so other shapes can run.
+        Raises ValueError if the model cannot be read or the input has fewer dimensions."""
+        import onnx
+        try:
+            m = onnx.load(str(self.model))
+        except Exception as exc:  # noqa: BLE001 - onnx raises several types
+            raise ValueError(f"{self.model}: cannot read the workload model: {exc}") from None
+        inits = {i.name for i in m.graph.initializer}
+        graph_inputs = [v for v in m.graph.input if v.name not in inits]
+        if not graph_inputs:
+            raise ValueError(f"{self.model}: the workload model has no input")
+        shape = graph_inputs[0].type.tensor_type.shape
+        if any(d >= len(shape.dim) for d in dims):
+            raise ValueError(f"{self.model}: input '{graph_inputs[0].name}' has {len(shape.dim)} dimensions; "
+                             f"cannot free dimension {max(dims)}")
+        self._static_shape = [d.dim_value if d.HasField("dim_value") else 1 for d in shape.dim]
+        for j in dims:
+            shape.dim[j].ClearField("dim_value")
+            shape.dim[j].dim_param = f"mi_certify_d{j}"
+        for out in m.graph.output:
+            for j, d in enumerate(out.type.tensor_type.shape.dim):
+                d.ClearField("dim_value")
+                d.dim_param = f"mi_certify_out{j}"
+        del m.graph.value_info[:]  # intermediate shapes were inferred for the old input shape
+        path = Path(self._tmp.name) / "dynamic.onnx"
+        onnx.save(m, str(path))
+        return path
+
+    def input_shape(self) -> list[int]:
+        """Shape of the current inputs."""
+        return list(self.inputs[0].shape)
+
+    def set_inputs(self, shape: list[int], n_inputs: int, seed: int = 0) -> None:
+        """Replace the inputs by ``n_inputs`` seeded standard-normal tensors of ``shape`` and recompute
+        their fp32 reference outputs. Raises ValueError if the model cannot run that shape."""
+        rng = np.random.default_rng(seed)
+        inputs = [rng.standard_normal(shape).astype(np.float32) for _ in range(n_inputs)]
+        ref = self._session(Plan("disable", False, 0))
+        try:
+            reference = [ref.run(None, {self.input_name: x})[0] for x in inputs]
+        except Exception as exc:  # noqa: BLE001
+            raise ValueError(f"{self.source}: the workload cannot run an input of shape {shape}: {exc}") from None
+        self.inputs, self.reference = inputs, reference
+
+    def measure(self, plan: Plan, i: int) -> tuple[float | None, float | None]:
+        """Run input ``i`` (mod n) under ``plan`` (its session is made on first use):
+        (latency ms, accuracy loss pp vs the fp32 reference), or (None, None) if the run fails."""
+        x = self.inputs[i % len(self.inputs)]
+        try:
+            s = self._session(plan)
+            t0 = time.perf_counter()
+            y = s.run(None, {self.input_name: x})[0]
+            dt = (time.perf_counter() - t0) * 1e3
+        except Exception:  # noqa: BLE001 - a failed request is a measurement, not a crash
+            return None, None
+        ref = self.reference[i % len(self.inputs)]
+        if y.shape != ref.shape:
+            return dt, 100.0
+        # per batch element: top-1 differs from fp32 -> 100 pp; the request's loss is the mean over the batch
+        y2, r2 = y.reshape(y.shape[0], -1), ref.reshape(ref.shape[0], -1)
+        return dt, float(np.mean(np.argmax(y2, axis=1) != np.argmax(r2, axis=1)) * 100.0)
 
     def _session(self, plan: Plan):
         if plan in self._sessions:
@@ -141,16 +214,7 @@ class Workload:
     def run(self, token: int, i: int) -> tuple[float | None, float | None]:
         """Run input ``i`` (mod n) under the plan of ``token``: (latency ms, accuracy loss pp).
         A failing run gives (None, None): the SLA monitor counts it as a violation."""
-        x = self.inputs[i % len(self.inputs)]
-        s = self._sessions[self.plans[token]]
-        try:
-            t0 = time.perf_counter()
-            y = s.run(None, {self.input_name: x})[0]
-            dt = (time.perf_counter() - t0) * 1e3
-        except Exception:  # noqa: BLE001 - a failed request is a measurement, not a crash
-            return None, None
-        ref = self.reference[i % len(self.inputs)]
-        return dt, 0.0 if int(np.argmax(y)) == int(np.argmax(ref)) else 100.0
+        return self.measure(self.plans[token], i)
 
     def close(self):
         self._sessions.clear()
@@ -180,13 +244,14 @@ class LiveReport:
                 "latency": lat, "phases": [{"phase": p, "from_request": i, "tokens": dict(c)} for p, i, c in self.phases]}
 
 
-def _start_load(n: int) -> list[subprocess.Popen]:
-    """n busy-loop processes (background CPU load)."""
+def start_background_load(n: int) -> list[subprocess.Popen]:
+    """Start n busy-loop processes (background CPU load); stop them with :func:`stop_background_load`."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
 
 
-def _stop_load(procs: list[subprocess.Popen]) -> None:
+def stop_background_load(procs: list[subprocess.Popen]) -> None:
+    """Kill and reap the processes of :func:`start_background_load`."""
     for p in procs:
         p.kill()
     for p in procs:
@@ -212,9 +277,9 @@ def run_live(loop: ControlLoop, workload: Workload, requests: int, background_lo
             want = "loaded" if edges[0] <= i < edges[1] else "quiet"
             if want != phase:
                 if want == "loaded":
-                    load = _start_load(background_load)
+                    load = start_background_load(background_load)
                 elif load:
-                    _stop_load(load)
+                    stop_background_load(load)
                     load = []
                 phase = want
                 rep.phases.append((phase, i, Counter()))
@@ -243,5 +308,5 @@ def run_live(loop: ControlLoop, workload: Workload, requests: int, background_lo
                 time.sleep(interval_s)
     finally:
         if load:
-            _stop_load(load)
+            stop_background_load(load)
     return rep

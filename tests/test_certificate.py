@@ -87,7 +87,7 @@ def test_distillation_json_is_compact_and_complete(reference_build):
     assert size < 6_000_000, size  # 16.8 MB in the indented form, 5.1 MB now
     dist = read_distillation(reference_build / "distillation.json")
     cells = sum(int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1)) for b in dist["boxes"])
-    assert cells == 65536 and len(dist["resolved_cells"]) == 14152
+    assert cells == 65536 and len(dist["resolved_cells"]) == 6429
 
 
 # --- reproducible ---------------------------------------------------------------------------
@@ -187,13 +187,13 @@ def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agr
 
 def test_check_catches_a_forged_witness(bundle_copy):
     ver = json.loads((bundle_copy / "verification.json").read_text())
-    w = ver["output_domain"]["actions"][2]["witness"]  # int4 reachable
+    w = ver["output_domain"]["actions"][1]["witness"]  # merge_conv reachable
     w["x_float32"] = ver["output_domain"]["actions"][0]["witness"]["x_float32"]  # a point where keep wins
     (bundle_copy / "verification.json").write_text(json.dumps(ver, indent=2, sort_keys=True) + "\n")
     _rehash(bundle_copy)
     proc, items = _check(bundle_copy, "--quick")
     assert proc.returncode == 1
-    assert items["network.unreachable.int4: reachability witness replays on onnxruntime"] == "FAIL"
+    assert items["network.unreachable.merge_conv: reachability witness replays on onnxruntime"] == "FAIL"
 
 
 def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy):

@@ -137,10 +137,10 @@ def test_linux_probe_reads_every_quantity_with_units_or_a_reason():
 
 
 class _FakeWorkload:
-    """Deterministic stand-in for onnxruntime: int4 is slow (100 ms > 30 ms), the rest fast."""
+    """Deterministic stand-in for onnxruntime: merge_conv is slow (100 ms > 40 ms), the rest fast."""
 
     def run(self, token, i):
-        return (100.0 if token == 2 else 5.0), 0.0
+        return (100.0 if token == 1 else 5.0), 0.0
 
 
 def _run_incident(build_dir, log_path, key=None, n=300):
@@ -159,11 +159,12 @@ def test_incident_trace_switches_falls_back_and_replays_exactly(quick_build, tmp
     assert verify_log(log, KEY).ok
     rep = replay(log, load_build(quick_build), KEY)
     assert rep.ok and rep.decisions == 300 and rep.sessions == 1 and rep.mismatches == []
-    # what the incident shows: switches to every action, int4 too slow -> fallback, sensor dropout
-    assert set(rep.switches) >= {"keep->merge_conv", "keep->offload_cpu"}
-    assert any(k.endswith("->int4") for k in rep.switches)
-    assert rep.probe_faults == 3 and rep.fallbacks >= 1 and rep.recoveries >= 1
-    assert rep.per_action["int4"]["met_latency"] == 0 and rep.per_action["keep"]["attainment"] == 1.0
+    # what the incident shows: busy -> merge_conv, too slow -> fallback to keep, sensor dropout
+    # (the shipped controller proposes only keep and merge_conv: docs/training.md)
+    assert set(rep.switches) == {"keep->merge_conv"} and rep.switches["keep->merge_conv"] >= 2
+    assert rep.probe_faults == 3 and rep.fallbacks >= 2 and rep.recoveries >= 2
+    assert rep.per_action["merge_conv"]["met_latency"] == 0 and rep.per_action["keep"]["attainment"] == 1.0
+    assert rep.per_action["int4"]["requests"] == rep.per_action["offload_cpu"]["requests"] == 0
     assert rep.switches == live.switches and rep.fallbacks == live.fallbacks and rep.recoveries == live.recoveries
     assert rep.reasons == live.reasons
 

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ANCHORS, CASES, REFERENCE_MODEL, REFERENCE_SLA
 from mi_certify.generator.onnx_import import evaluate_onnxruntime, import_onnx
+from mi_certify.generator.spec import load_spec
 from mi_certify.verification.bounds import (LOWER_SLOPES, crown_bounds, interval_bounds, output_bounds,
                                              output_matrix_lower)
 from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
@@ -99,6 +100,10 @@ def test_batched_crown_equals_one_box_at_a_time_and_every_lower_relaxation_is_so
         ir = import_onnx(path)
         lo = rng.uniform(0, 0.5, (6, ir.n_inputs))
         hi = lo + rng.uniform(0, 0.2, lo.shape)
+        if path == REFERENCE_MODEL:  # physical units: the same boxes as shares of its envelope
+            env = load_spec(REFERENCE_SLA).inputs
+            base, span = np.array([i.min for i in env]), np.array([i.max - i.min for i in env])
+            lo, hi = base + lo * span, base + hi * span
         C = rng.standard_normal((3, ir.n_outputs))
         low_b, lin_b = output_matrix_lower(ir, C, lo, hi)
         for k in range(len(lo)):

@@ -1,0 +1,170 @@
+"""CLI glue of ``mi-certify profile`` and ``mi-certify train`` (docs/training.md).
+
+``profile`` measures (:mod:`mi_certify.runtime.profile`); ``train`` labels, trains and
+exports (:mod:`mi_certify.generator.train`). Exit codes: 0 done, 2 bad input (one line
+naming file, field and reason; nothing is written).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from .errors import MiCertifyError
+
+
+class ProfileInputError(MiCertifyError):
+    """A workload, spec or option of ``mi-certify profile`` is unusable."""
+
+
+def _ints(text: str, opt: str) -> tuple[int, ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise ProfileInputError(f"{opt} {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
+
+
+def add_parsers(sub) -> dict:
+    """Add ``profile`` and ``train``; returns {command: handler}."""
+    from mi_certify.runtime.profile import ProfileConfig
+
+    d = ProfileConfig()
+    p = sub.add_parser("profile", help="measure every action of a workload on onnxruntime under varied conditions",
+                       description="For each sample: set a condition (background CPU load, batch size, intra-op "
+                                   "threads, input size), read the probes, run the request under every action in "
+                                   "a random order (warm-up discarded) and record latency (ms) and accuracy loss "
+                                   "(pp vs fp32). Writes DATA.csv and DATA.json (command line, machine, feature "
+                                   "sources). Format: docs/training.md.")
+    p.add_argument("--workload", required=True, metavar="MODEL.onnx", help="the model the engine runs")
+    p.add_argument("--out", required=True, metavar="DATA.csv", help="the profile to write (and DATA.json beside it)")
+    p.add_argument("--samples", type=int, default=d.samples, metavar="N", help=f"rows (default {d.samples})")
+    p.add_argument("--sla", metavar="SLA.yaml", help="take input names, envelope and actions from this spec "
+                   "(default: the reference controller's five inputs and four actions)")
+    p.add_argument("--map", action="append", default=[], metavar="INPUT=EXPR",
+                   help="source of an input: as for `run` (NUMBER, QUANTITY, QUANTITY*NUMBER, QUANTITY/NUMBER, "
+                        "Q1/Q2), or 'uniform' = drawn uniformly over the envelope (the probe cannot read it)")
+    p.add_argument("--mem-bw-peak", type=float, default=None, metavar="B/s", help="peak memory bandwidth")
+    p.add_argument("--plan", action="append", default=[], metavar="ACTION=LEVEL[,quantized][,threads=N]",
+                   help="execution plan of an action (defaults for keep, merge_conv, int4, offload_cpu)")
+    p.add_argument("--load-levels", default=",".join(map(str, d.load_levels)), metavar="K,..",
+                   help=f"background busy-loop processes to draw from (default {','.join(map(str, d.load_levels))})")
+    p.add_argument("--batch-sizes", default=",".join(map(str, d.batch_sizes)), metavar="B,..",
+                   help=f"batch sizes (default {','.join(map(str, d.batch_sizes))})")
+    p.add_argument("--threads", default=",".join(map(str, d.threads)), metavar="T,..",
+                   help=f"intra-op threads of plans without fixed threads (default {','.join(map(str, d.threads))})")
+    p.add_argument("--input-sizes", default=",".join(map(str, d.input_sizes)), metavar="S,..",
+                   help="size of the input's spatial dimensions (default "
+                        f"{','.join(map(str, d.input_sizes))}; 'none' = the model's own)")
+    p.add_argument("--repeats", type=int, default=d.repeats, metavar="R",
+                   help=f"requests per action per sample: median latency, mean accuracy loss (default {d.repeats})")
+    p.add_argument("--settle", type=float, default=d.settle_s, metavar="S",
+                   help=f"pause before the probe reading, seconds (default {d.settle_s})")
+    p.add_argument("--seed", type=int, default=d.seed, metavar="S", help=f"seed (default {d.seed})")
+
+    t = sub.add_parser("train", help="train a meta controller (ONNX) from a profile",
+                       description="Label each row with the action of least latency that meets its SLA (ties and "
+                                   "'none meets it': the conservative action; forbid/require properties applied over "
+                                   "their guard boxes), add property-box rows, train a ReLU MLP (scikit-learn, fixed "
+                                   "seed), export ONNX in physical units (onnx.checker, onnxruntime == scikit-learn) "
+                                   "and write OUT.train.json / OUT.train.md. Details: docs/training.md.")
+    t.add_argument("data", metavar="DATA.csv", help="a profile (mi-certify profile)")
+    t.add_argument("--sla", required=True, metavar="SLA.yaml", help="inputs, envelope, actions, SLAs, properties")
+    t.add_argument("--out", required=True, metavar="controller.onnx", help="the model to write")
+    t.add_argument("--hidden", default="16,16", metavar="H1,H2", help="hidden layer sizes (default 16,16)")
+    t.add_argument("--alpha", type=float, default=1.0, metavar="A", help="L2 penalty (default 1.0)")
+    t.add_argument("--max-iter", type=int, default=3000, metavar="N", help="L-BFGS iterations (default 3000)")
+    t.add_argument("--holdout", type=float, default=0.25, metavar="F", help="held-out share (default 0.25)")
+    t.add_argument("--augment", type=int, default=None, metavar="N",
+                   help="synthetic rows per forbid/require property (default: as many as training rows)")
+    t.add_argument("--tie-ms", type=float, default=0.0, metavar="MS",
+                   help="latencies within this of the least are a tie -> conservative (default 0)")
+    t.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
+    return {"profile": profile_command, "train": train_command}
+
+
+def _spec_inputs(path):
+    from .spec import load_spec
+    spec = load_spec(path)
+    return spec, [(i.name, i.unit, i.min, i.max) for i in spec.inputs], [a.name for a in spec.actions]
+
+
+def profile_command(args, console: Console) -> int:
+    from mi_certify.runtime.engine import DEFAULT_PLANS, parse_plan
+    from mi_certify.runtime.profile import REFERENCE_INPUTS, ProfileConfig, profile
+
+    if not Path(args.workload).is_file():
+        raise ProfileInputError("no such file", file=args.workload)
+    if args.sla:
+        _, inputs, actions = _spec_inputs(args.sla)
+    else:
+        inputs, actions = list(REFERENCE_INPUTS), list(DEFAULT_PLANS)
+    plans = dict(DEFAULT_PLANS)
+    for text in args.plan:
+        try:
+            name, plan = parse_plan(text)
+        except ValueError as exc:
+            raise ProfileInputError(f"--plan: {exc}") from None
+        plans[name] = plan
+    overrides = {}
+    for text in args.map:
+        if "=" not in text:
+            raise ProfileInputError(f"--map {text!r}: expected INPUT=EXPR")
+        k, v = text.split("=", 1)
+        overrides[k.strip()] = v.strip()
+    cfg = ProfileConfig(samples=args.samples, load_levels=_ints(args.load_levels, "--load-levels"),
+                        batch_sizes=_ints(args.batch_sizes, "--batch-sizes"), threads=_ints(args.threads, "--threads"),
+                        input_sizes=_ints(args.input_sizes, "--input-sizes"), repeats=args.repeats,
+                        settle_s=args.settle, seed=args.seed)
+    command = "mi-certify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
+
+    def on_sample(i, row):
+        if i % 20 == 0 or i == cfg.samples - 1:
+            lat = " ".join(f"{a}={row[f'latency_ms.{a}']:.1f}" if row[f'latency_ms.{a}'] is not None else f"{a}=-"
+                           for a in actions)
+            console.print(f"sample {i + 1}/{cfg.samples}: load {row['load_procs']}, batch {row['batch']}, "
+                          f"size {row['input_size']}, threads {row['threads']}, {inputs[0][0]}="
+                          f"{row[inputs[0][0]]}; ms {lat}", highlight=False)
+
+    console.print(f"profiling {args.workload}: {cfg.samples} samples × {len(actions)} actions × {cfg.repeats} "
+                  "requests …", highlight=False)
+    try:
+        meta = profile(args.workload, args.out, actions, plans, inputs, overrides, cfg,
+                       command=command or f"mi-certify profile --workload {args.workload} --out {args.out}",
+                       on_sample=on_sample)
+    except ValueError as exc:
+        raise ProfileInputError(str(exc)) from None
+    console.print(f"wrote {args.out} ({meta['samples']} rows, {meta['duration_s']} s) and "
+                  f"{Path(args.out).with_suffix('.json')}; load average {meta['loadavg_start'][0]:.2f} → "
+                  f"{meta['loadavg_end'][0]:.2f}", highlight=False)
+    return 0
+
+
+def train_command(args, console: Console) -> int:
+    from .spec import load_spec
+    from .train import TrainError, TrainOptions, read_profile, train_controller, write_outputs
+
+    spec = load_spec(args.sla)
+    try:
+        hidden = tuple(int(h) for h in args.hidden.split(","))
+    except ValueError:
+        raise TrainError(f"--hidden {args.hidden!r}: expected two integers, e.g. 16,16") from None
+    opts = TrainOptions(hidden=hidden, alpha=args.alpha, max_iter=args.max_iter, holdout=args.holdout,
+                        augment=args.augment, tie_ms=args.tie_ms, seed=args.seed)
+    opts.check()
+    if not Path(args.out).resolve().parent.is_dir():
+        raise TrainError("the folder of this output file does not exist", file=args.out)
+    data = read_profile(args.data, spec)
+    res = train_controller(data, spec, opts)
+    js, md = write_outputs(res, args.out)
+    r = res.report
+    h = r["held_out"]
+    console.print(f"labels {r['label_distribution']}; held-out accuracy {h['accuracy']}; regret {h['regret']}",
+                  highlight=False)
+    console.print(f"wrote {args.out} (sha256 {r['export']['onnx_sha256'][:16]}…), {js}, {md}", highlight=False)
+    console.print(f"next: mi-certify build {args.out} --sla {args.sla}", highlight=False)
+    return 0

@@ -1,0 +1,242 @@
+"""mi-certify profile / train: measured profile -> labels -> MLP -> ONNX (docs/training.md)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+from mi_certify.generator.onnx_import import import_onnx
+from mi_certify.generator.spec import load_spec
+from mi_certify.generator.train import (TrainError, TrainOptions, guard_boxes, label_rows, read_profile,
+                                        train_controller)
+from mi_certify.runtime.engine import DEFAULT_PLANS
+from mi_certify.runtime.profile import REFERENCE_INPUTS, ProfileConfig, profile, profile_columns
+
+WORKLOAD = EXAMPLES / "workload" / "convnet.onnx"
+PROFILE = EXAMPLES / "meta_controller" / "profile.csv"
+ACTIONS = ["keep", "merge_conv", "int4", "offload_cpu"]
+INPUTS = [i[0] for i in REFERENCE_INPUTS]
+UNIFORM = {"cache_miss_rate": "uniform", "mem_bw_util": "uniform", "free_sram_kb": "uniform",
+           "temperature_c": "uniform"}
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_spec(REFERENCE_SLA)
+
+
+# --- profile ------------------------------------------------------------------------------
+
+def test_tiny_profile_measures_every_action_under_each_condition(tmp_path):
+    out = tmp_path / "p.csv"
+    cfg = ProfileConfig(samples=3, load_levels=(0, 1), batch_sizes=(1, 2), threads=(1,), input_sizes=(32,),
+                        repeats=2, settle_s=0.1, seed=4)
+    meta = profile(WORKLOAD, out, ACTIONS, DEFAULT_PLANS, overrides=UNIFORM, config=cfg, command="test")
+    with open(out, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == profile_columns(INPUTS, ACTIONS) == meta["columns"]
+    assert len(rows) == 4 and not (tmp_path / "p.csv.partial").exists()
+    for r in rows[1:]:
+        d = dict(zip(rows[0], r))
+        assert d["load_procs"] in ("0", "1") and d["batch"] in ("1", "2") and d["input_size"] == "32"
+        assert sorted(d["order"].split("-")) == sorted(ACTIONS)  # every action ran, in a per-sample order
+        assert 0.0 <= float(d["compute_util"]) <= 1.0 and 20.0 <= float(d["temperature_c"]) <= 110.0
+        for a in ACTIONS:
+            assert 0.0 < float(d[f"latency_ms.{a}"]) < 10_000
+            assert float(d[f"accuracy_loss_pct.{a}"]) in (0.0, 25.0, 50.0, 75.0, 100.0)
+        assert float(d["accuracy_loss_pct.keep"]) == 0.0  # keep is the fp32 reference itself
+    side = json.loads((tmp_path / "p.json").read_text())
+    assert side["command"] == "test" and side["samples"] == 3 and side["machine"]["cpus"] >= 1
+    kinds = {i["name"]: i["kind"] for i in side["inputs"]}
+    assert kinds["compute_util"].startswith("measured") and kinds["temperature_c"].startswith("assumed: drawn")
+    assert side["plans"]["offload_cpu"] == DEFAULT_PLANS["offload_cpu"].describe()
+
+
+def test_profile_refuses_bad_input_with_one_line(tmp_path):
+    proc = cli("profile", "--workload", tmp_path / "missing.onnx", "--out", tmp_path / "p.csv")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "missing.onnx: no such file" in proc.stderr
+    # free_sram_kb has no source on any CPU probe: the profile must say so, not record garbage
+    proc = cli("profile", "--workload", WORKLOAD, "--out", tmp_path / "p.csv", "--samples", "1",
+               *[f"--map={k}=uniform" for k in ("cache_miss_rate", "mem_bw_util", "temperature_c")])
+    assert proc.returncode == 2 and "input 'free_sram_kb' is unavailable" in proc.stderr
+    assert "--map free_sram_kb=" in proc.stderr and not (tmp_path / "p.csv").exists()
+    proc = cli("profile", "--workload", WORKLOAD, "--out", tmp_path / "p.csv", "--batch-sizes", "1,x")
+    assert proc.returncode == 2 and "--batch-sizes '1,x'" in proc.stderr
+
+
+# --- labels -------------------------------------------------------------------------------
+
+def test_guard_boxes_widen_properties_to_their_quantization_cells(spec):
+    boxes = {pid: (lo, hi, ok) for pid, lo, hi, ok in guard_boxes(spec)}
+    assert set(boxes) == {"P1", "P2"}  # P3 bounds an output: no label constraint
+    lo, hi, ok = boxes["P1"]
+    assert (lo[4], hi[4]) == (87.5, 110.0) and ok == {0, 1, 3}  # 3-bit cells of [20, 110]: 95 lies in [87.5, 98.75)
+    lo, hi, ok = boxes["P2"]
+    assert (lo[0], hi[0]) == (0.0, 0.125) and ok == {0}  # 4-bit cells: 0.1 lies in [0.0625, 0.125)
+    assert (lo[1:].tolist(), hi[1:].tolist()) == ([0, 0, 0, 20], [1, 1, 1024, 110])
+
+
+def test_label_rule_on_hand_made_rows(spec):
+    x = np.tile([0.5, 0.5, 0.5, 512.0, 60.0], (8, 1))
+    nan = np.nan
+    lat = np.array([[45, 30, 20, 100],    # int4 fastest and within 30 ms -> int4
+                    [45, 30, 31, 100],    # int4 over its 30 ms -> merge_conv
+                    [45, 30, 30, 100],    # merge_conv and int4 tie -> conservative
+                    [60, 41, 31, 121],    # nobody meets its SLA -> conservative
+                    [45, 39, 20, 100],    # int4 fastest but loses 2 pp (> 1.5) -> merge_conv
+                    [45, nan, 25, 100],   # merge_conv not measured -> fails; int4
+                    [45, 30, 20, 100],    # same as row 0 but hot (P1 guard box): int4 forbidden -> merge_conv
+                    [45, 30, 20, 100]],   # same but idle (P2 guard box): keep required -> keep
+                   dtype=float)
+    acc = np.zeros_like(lat)
+    acc[4, 2] = 2.0
+    x[6, 4] = 90.0   # inside [87.5, 110] although below P1's 95: the guard band
+    x[7, 0] = 0.12   # inside [0, 0.125] although above P2's 0.1
+    y, why = label_rows(x, lat, acc, spec)
+    assert [ACTIONS[t] for t in y] == ["int4", "merge_conv", "keep", "keep", "merge_conv", "int4", "merge_conv",
+                                       "keep"]
+    assert why == {"least latency": 6, "tie": 1, "none meets its SLA": 1, "inside a property guard box": 2}
+    near = np.array([[45, 30, 29, 100], [45, 30, 20, 100]], dtype=float)  # int4 29 vs merge_conv 30: a tie at 1.5 ms
+    y, why = label_rows(x[:2], near, np.zeros_like(near), spec, tie_ms=1.5)
+    assert [ACTIONS[t] for t in y] == ["keep", "int4"] and why["tie"] == 1
+
+
+# --- train --------------------------------------------------------------------------------
+
+def _fixed_csv(path, n=160, seed=7):
+    """A small fixed profile: merge_conv wins when busy and cool, int4 when cache misses are low."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(profile_columns(INPUTS, ACTIONS))
+        for i in range(n):
+            x = [rng.random(), rng.random(), rng.random(), 1024 * rng.random(), 20 + 90 * rng.random()]
+            lat = [35.0, 25.0 if x[0] > 0.5 else 45.0, 20.0 if x[1] < 0.3 else 60.0, 80.0]
+            w.writerow([i, 0, 1, 64, 1, "-".join(ACTIONS), *[f"{v:.6f}" for v in x], *[f"{v:.4f}" for v in lat],
+                        0, 0, 0, 0])
+    return path
+
+
+def test_training_is_deterministic_and_the_onnx_decides_like_scikit_learn(spec, tmp_path):
+    data = read_profile(_fixed_csv(tmp_path / "fixed.csv"), spec)
+    opts = TrainOptions(augment=80, max_iter=500)
+    a = train_controller(data, spec, opts)
+    b = train_controller(data, spec, opts)
+    assert a.model_bytes == b.model_bytes and a.report == b.report
+    model = onnx.load_from_string(a.model_bytes)
+    onnx.checker.check_model(model, full_check=True)
+    lo, hi = np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs])
+    xs = (lo + (hi - lo) * np.random.default_rng(3).random((3000, 5))).astype(np.float32)
+    s = ort.InferenceSession(a.model_bytes, providers=["CPUExecutionProvider"])
+    logits = np.concatenate([s.run(None, {"probes": x[None]})[0] for x in xs])
+    sk = a.classifier.predict((xs.astype(np.float64) - lo) / (hi - lo))
+    assert np.array_equal(logits.argmax(axis=1), sk)
+    # the importer takes it and evaluates it like onnxruntime (physical units in, 4 logits out)
+    ir = import_onnx_bytes(a.model_bytes, tmp_path)
+    np.testing.assert_allclose(ir.evaluate(xs.astype(np.float64)), logits, rtol=1e-4, atol=1e-4)
+    rep = a.report
+    assert rep["profile"]["sha256"] == hashlib.sha256((tmp_path / "fixed.csv").read_bytes()).hexdigest()
+    assert rep["model"]["seed"] == 0 and rep["model"]["layers"] == [5, 16, 16, 4]
+    assert sum(rep["label_distribution"].values()) == 160 and rep["label_distribution"]["offload_cpu"] == 0
+    # offload_cpu never wins: it gets keep's logit minus the margin, so it can never be decoded
+    assert rep["model"]["absent_actions"] == ["offload_cpu"] and not np.any(logits.argmax(axis=1) == 3)
+    np.testing.assert_allclose(logits[:, 0] - logits[:, 3], 16.0, atol=1e-3)
+    h = rep["held_out"]
+    assert h["accuracy"] >= 0.85 and np.sum(h["confusion_matrix"]["counts"]) == rep["split"]["held_out_rows"] == 40
+    reg = h["regret"]
+    assert set(reg) == {"rows", "chosen_not_a_candidate", "rows_without_candidate", "mean_ms", "p95_ms", "max_ms"}
+    assert reg["rows"] + reg["chosen_not_a_candidate"] + reg["rows_without_candidate"] == 40
+    assert reg["max_ms"] >= reg["p95_ms"] >= 0 and reg["max_ms"] >= reg["mean_ms"] >= 0
+    # every held-out row's best action is known here (no SLA miss), and always-keep costs 10 ms when merge_conv wins
+    assert h["regret_always_conservative"]["max_ms"] in (10.0, 15.0)
+    aug = {r["property"]: r for r in rep["augmentation"]}
+    assert aug["P1"]["rows"] == 80 and "int4" not in aug["P1"]["labels"]
+    assert aug["P2"]["labels"] == {"keep": 80}
+    c = train_controller(data, spec, TrainOptions(augment=80, max_iter=500, seed=1))
+    assert c.model_bytes != a.model_bytes  # the seed matters (initial weights and split)
+
+
+def import_onnx_bytes(data: bytes, tmp_path):
+    p = tmp_path / "m.onnx"
+    p.write_bytes(data)
+    return import_onnx(p)
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda rows: [rows[0][:-1]] + rows[1:], "no column 'accuracy_loss_pct.offload_cpu'"),
+    (lambda rows: rows[:3] + [rows[3][:6] + ["x"] + rows[3][7:]] + rows[4:], "line 4, column 'compute_util': 'x' is not a number"),
+    (lambda rows: rows[:2] + [rows[2][:-2]] + rows[3:], "line 3: 17 cells, the header has 19"),
+    (lambda rows: rows[:2] + [rows[2][:11] + ["-3"] + rows[2][12:]] + rows[3:], "line 3, column 'latency_ms.keep': -3 is negative"),
+    (lambda rows: [], "empty file"),
+])
+def test_bad_csv_is_one_located_error_and_nothing_is_written(tmp_path, edit, where):
+    src = _fixed_csv(tmp_path / "fixed.csv", n=10)
+    with open(src, newline="") as fh:
+        rows = list(csv.reader(fh))
+    bad = tmp_path / "bad.csv"
+    with open(bad, "w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(edit(rows))
+    proc = cli("train", bad, "--sla", REFERENCE_SLA, "--out", tmp_path / "c.onnx")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and f"{bad}" in proc.stderr and where in proc.stderr, proc.stderr
+    assert not (tmp_path / "c.onnx").exists() and not (tmp_path / "c.train.json").exists()
+
+
+def test_rows_with_unreadable_or_out_of_envelope_inputs_are_dropped_and_counted(spec, tmp_path):
+    src = _fixed_csv(tmp_path / "fixed.csv", n=12)
+    text = src.read_text().splitlines()
+    cells = text[2].split(",")
+    cells[10] = ""          # temperature_c unavailable
+    text[2] = ",".join(cells)
+    cells = text[3].split(",")
+    cells[10] = "150.0"     # above the 110 degC envelope: a probe fault at run time
+    text[3] = ",".join(cells)
+    src.write_text("\n".join(text) + "\n")
+    data = read_profile(src, spec)
+    assert len(data.x) == 10 and data.dropped == {"unavailable input": 1, "input outside the envelope": 1}
+    with pytest.raises(TrainError, match="at least 4"):
+        read_profile(_fixed_csv(tmp_path / "tiny.csv", n=3), spec)
+
+
+def test_shipped_controller_is_the_one_trained_from_the_shipped_profile(tmp_path):
+    """examples/meta_controller/README.md: one command retrains controller.onnx byte for byte."""
+    out = tmp_path / "controller.onnx"
+    proc = cli("train", PROFILE, "--sla", REFERENCE_SLA, "--out", out, "--alpha", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == REFERENCE_MODEL.read_bytes()
+    shipped = json.loads((EXAMPLES / "meta_controller" / "controller.train.json").read_text())
+    assert json.loads((tmp_path / "controller.train.json").read_text()) == shipped
+    side = json.loads(PROFILE.with_suffix(".json").read_text())
+    assert side["samples"] == shipped["profile"]["rows_used"] + sum(shipped["profile"]["rows_dropped"].values())
+    assert side["command"].startswith("mi-certify profile --workload examples/workload/convnet.onnx")
+
+
+def test_a_profile_where_one_action_always_wins_is_refused(spec, tmp_path):
+    src = _fixed_csv(tmp_path / "fixed.csv", n=20)
+    rows = [r.split(",") for r in src.read_text().splitlines()]
+    for r in rows[1:]:
+        r[11] = "1.0000"  # keep always fastest: every label is keep, nothing to learn
+    src.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    with pytest.raises(TrainError, match="every training row has the label keep"):
+        train_controller(read_profile(src, spec), spec, TrainOptions(augment=10))
+
+
+def test_profile_refuses_an_unknown_input_before_measuring(tmp_path):
+    with pytest.raises(ValueError, match="unknown controller input 'fan'"):
+        profile(WORKLOAD, tmp_path / "p.csv", ACTIONS, DEFAULT_PLANS, overrides={**UNIFORM, "fan": "uniform"})
+    assert not list(tmp_path.iterdir())

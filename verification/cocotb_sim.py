@@ -224,13 +224,14 @@ def fsm_job(verilog: Path, toplevel: str, stimulus: list[list[int]], trace: list
 def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, ...] = ()) -> dict:
     """Functional coverage sampled by the bench: LUT cells addressed, reason codes, token transitions.
 
-    Transitions: every ordered pair (a, b), a != b, of actions the machine can move between:
-    to the conservative action (fallback, probe fault, mask) from any action, and to b by SWITCH
-    when some LUT cell proposes b confidently."""
+    Transitions: every ordered pair (a, b), a != b, of actions the machine can be active in — the
+    conservative action (reset, fallback, probe fault, mask) and every action some LUT cell
+    proposes confidently (reached by SWITCH). An action no cell proposes confidently is never
+    active, so no transition from or to it is counted."""
     n = cfg.n_actions
-    proposable = {e & 0x7F for e in lut if e >> 7}
+    active = sorted({cfg.conservative} | {e & 0x7F for e in lut if e >> 7})
     tw = max(1, (n - 1).bit_length())
-    possible = [(a, b) for a in range(n) for b in range(n) if a != b and (b == cfg.conservative or b in proposable)]
+    possible = [(a, b) for a in active for b in active if a != b]
     seen = {(k >> tw, k & ((1 << tw) - 1)): c for k, c in rep.transitions.items()}
     reasons = {r.name: rep.reasons.get(int(r), 0) for r in Reason}
     return {"lut_cells": {"addressed": rep.cells, "total": len(lut), "share": round(rep.cells / len(lut), 6)},

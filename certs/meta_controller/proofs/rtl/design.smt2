@@ -7,43 +7,59 @@
 ; yosys-smt2-wire addr 16
 ; yosys-smt2-witness {"offset": 0, "path": ["\\addr"], "smtname": "addr", "smtoffset": 0, "type": "input", "width": 16}
 ; yosys-smt2-wire allowed 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 7, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#7| (|meta_controller_s|) (_ BitVec 2)) ; \cand
+; yosys-smt2-witness {"offset": 0, "path": ["\\audit_addr"], "smtname": 7, "smtoffset": 0, "type": "reg", "width": 16}
+(declare-fun |meta_controller#7| (|meta_controller_s|) (_ BitVec 16)) ; \audit_addr
+; yosys-smt2-output audit_addr 16
+; yosys-smt2-register audit_addr 16
+; yosys-smt2-wire audit_addr 16
+; yosys-smt2-witness {"offset": 0, "path": ["\\reason"], "smtname": 8, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#8| (|meta_controller_s|) (_ BitVec 4)) ; \reason
+; yosys-smt2-output audit_reason 4
+; yosys-smt2-wire audit_reason 4
+; yosys-smt2-witness {"offset": 0, "path": ["\\token"], "smtname": 9, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#9| (|meta_controller_s|) (_ BitVec 2)) ; \token
+; yosys-smt2-output audit_token 2
+; yosys-smt2-wire audit_token 2
+; yosys-smt2-witness {"offset": 0, "path": ["\\audit_valid"], "smtname": 10, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#10| (|meta_controller_s|) (_ BitVec 1)) ; \audit_valid
+; yosys-smt2-output audit_valid 1
+; yosys-smt2-register audit_valid 1
+; yosys-smt2-wire audit_valid 1
+; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 11, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#11| (|meta_controller_s|) (_ BitVec 2)) ; \cand
 ; yosys-smt2-register cand 2
 ; yosys-smt2-wire cand 2
-(declare-fun |meta_controller#8| (|meta_controller_s|) Bool) ; \clk
+(declare-fun |meta_controller#12| (|meta_controller_s|) Bool) ; \clk
 ; yosys-smt2-input clk 1
 ; yosys-smt2-wire clk 1
 ; yosys-smt2-clock clk posedge
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "posedge", "width": 1}
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 9, "smtoffset": 0, "type": "reg", "width": 4}
-(declare-fun |meta_controller#9| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 13, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#13| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
 ; yosys-smt2-register dcnt 4
 ; yosys-smt2-wire dcnt 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 10, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#10| (|meta_controller_s|) (_ BitVec 1)) ; \fb
+; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 14, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#14| (|meta_controller_s|) (_ BitVec 1)) ; \fb
 ; yosys-smt2-register fb 1
 ; yosys-smt2-wire fb 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 11, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#11| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 15, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#15| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
 ; yosys-smt2-register hcnt 2
 ; yosys-smt2-wire hcnt 2
 ; yosys-smt2-wire in_0 1
 ; yosys-smt2-wire in_1 1
-(declare-fun |meta_controller#12893| (|meta_controller_s|) (_ BitVec 3))
+(declare-fun |meta_controller#2627| (|meta_controller_s|) (_ BitVec 3))
 ; yosys-smt2-wire lut_c 1
 ; yosys-smt2-wire lut_entry 3
 ; yosys-smt2-wire lut_p 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\token"], "smtname": 12896, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#12896| (|meta_controller_s|) (_ BitVec 2)) ; \token
-(declare-fun |meta_controller#12904| (|meta_controller_s|) Bool) ; \sla_violation
-; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 12905, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#12905| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
-(declare-fun |meta_controller#12910| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault
+(declare-fun |meta_controller#2637| (|meta_controller_s|) Bool) ; \sla_violation
+; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 2638, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#2638| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
+(declare-fun |meta_controller#2643| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault
 ; yosys-smt2-wire n_cand 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 12922, "smtoffset": 0, "type": "reg", "width": 3}
-(declare-fun |meta_controller#12922| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 2655, "smtoffset": 0, "type": "reg", "width": 3}
+(declare-fun |meta_controller#2655| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
 ; yosys-smt2-wire n_dcnt 4
 ; yosys-smt2-wire n_fb 1
 ; yosys-smt2-wire n_hcnt 2
@@ -54,14 +70,17 @@
 ; yosys-smt2-input probe_fault 1
 ; yosys-smt2-wire probe_fault 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault"], "smtname": "probe_fault", "smtoffset": 0, "type": "input", "width": 1}
+; yosys-smt2-wire q_cache_miss_rate 3
+; yosys-smt2-wire q_compute_util 4
+; yosys-smt2-wire q_free_sram_kb 3
+; yosys-smt2-wire q_mem_bw_util 3
+; yosys-smt2-wire q_temperature_c 3
 ; yosys-smt2-register rcnt 3
 ; yosys-smt2-wire rcnt 3
-; yosys-smt2-witness {"offset": 0, "path": ["\\reason"], "smtname": 12973, "smtoffset": 0, "type": "reg", "width": 4}
-(declare-fun |meta_controller#12973| (|meta_controller_s|) (_ BitVec 4)) ; \reason
 ; yosys-smt2-output reason 4
 ; yosys-smt2-register reason 4
 ; yosys-smt2-wire reason 4
-(declare-fun |meta_controller#12974| (|meta_controller_s|) Bool) ; \rst
+(declare-fun |meta_controller#2706| (|meta_controller_s|) Bool) ; \rst
 ; yosys-smt2-input rst 1
 ; yosys-smt2-wire rst 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\rst"], "smtname": "rst", "smtoffset": 0, "type": "input", "width": 1}
@@ -76,138 +95,152 @@
 ; yosys-smt2-topmod meta_controller
 ; end of yosys output
 (define-fun |meta_controller#1| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#0| state)) #b110)) ; \in_0
-(define-fun |meta_controller#2| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#1| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$13650 [2:0]
-(define-fun |meta_controller#3| ((state |meta_controller_s|)) (_ BitVec 4) (bvand #b1111 (concat #b1 (|meta_controller#2| state)))) ; $and$meta_controller.v:12952$5_Y
+(define-fun |meta_controller#2| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#1| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$183824 [2:0]
+(define-fun |meta_controller#3| ((state |meta_controller_s|)) (_ BitVec 4) (bvand #b1111 (concat #b1 (|meta_controller#2| state)))) ; $and$meta_controller.v:16163$4021_Y
 (define-fun |meta_controller#4| ((state |meta_controller_s|)) Bool (bvule ((_ extract 15 12) (|meta_controller#0| state)) #b0001)) ; \in_1
-(define-fun |meta_controller#5| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#4| state) #b0001 #b1111)) ; $ternary$meta_controller.v:12954$6_Y
+(define-fun |meta_controller#5| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#4| state) #b0001 #b1111)) ; $ternary$meta_controller.v:16165$4022_Y
 (define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (|meta_controller#3| state) (|meta_controller#5| state))) ; \allowed
-(define-fun |meta_controller#12894| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $ne$meta_controller.v:13025$21_Y
-(define-fun |meta_controller#12895| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12894| state) ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $8\n_cand[1:0]
-(define-fun |meta_controller#12897| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#12896| state))) ; $eq$meta_controller.v:13021$20_Y
-(define-fun |meta_controller#12898| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12897| state) (|meta_controller#7| state) (|meta_controller#12895| state))) ; $7\n_cand[1:0]
-(define-fun |meta_controller#12899| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (|meta_controller#12898| state) (|meta_controller#7| state))) ; $6\n_cand[1:0]
-(define-fun |meta_controller#12900| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#9| state) #b0000)) ; $ne$meta_controller.v:13015$17_Y
-(define-fun |meta_controller#12901| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12900| state) (|meta_controller#7| state) (|meta_controller#12899| state))) ; $5\n_cand[1:0]
-(define-fun |meta_controller#12902| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#6| state) (concat #b00 (|meta_controller#12896| state))))) ; $shiftx$meta_controller.v:0$15_Y
-(define-fun |meta_controller#12903| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12901| state) #b00)) ; $4\n_cand[1:0]
-(define-fun |meta_controller#12906| ((state |meta_controller_s|)) Bool (= (|meta_controller#12905| state) #b10)) ; $eq$meta_controller.v:12997$11_Y
-(define-fun |meta_controller#12907| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#12904| state) false) (or  (|meta_controller#12906| state) false))) ; $logic_and$meta_controller.v:12997$12_Y
-(define-fun |meta_controller#12908| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12907| state) #b00 (|meta_controller#12903| state))) ; $3\n_cand[1:0]
-(define-fun |meta_controller#12909| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#7| state) (|meta_controller#12908| state))) ; $2\n_cand[1:0]
-(define-fun |meta_controller#12911| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12909| state))) ; \n_cand
-(define-fun |meta_controller#12912| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#7| state))) ; $eq$meta_controller.v:13028$22_Y
-(define-fun |meta_controller#12913| ((state |meta_controller_s|)) Bool (= (|meta_controller#11| state) #b10)) ; $eq$meta_controller.v:13028$23_Y
-(define-fun |meta_controller#12914| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#12912| state) false) (or  (|meta_controller#12913| state) false))) ; $logic_and$meta_controller.v:13028$24_Y
-(define-fun |meta_controller#12915| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12914| state) #b1010 (|meta_controller#9| state))) ; $10\n_dcnt[3:0]
-(define-fun |meta_controller#12916| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12897| state) (|meta_controller#9| state) (|meta_controller#12915| state))) ; $9\n_dcnt[3:0]
-(define-fun |meta_controller#12917| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (|meta_controller#12916| state) (|meta_controller#9| state))) ; $8\n_dcnt[3:0]
-(define-fun |meta_controller#12918| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#9| state) #b0001)) ; $sub$meta_controller.v:13016$18_Y
-(define-fun |meta_controller#12919| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12900| state) (|meta_controller#12918| state) (|meta_controller#12917| state))) ; $7\n_dcnt[3:0]
-(define-fun |meta_controller#12920| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12919| state) #b1010)) ; $6\n_dcnt[3:0]
-(define-fun |meta_controller#12921| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12907| state) #b0000 (|meta_controller#12920| state))) ; $5\n_dcnt[3:0]
-(define-fun |meta_controller#12923| ((state |meta_controller_s|)) Bool (= (|meta_controller#12922| state) #b111)) ; $eq$meta_controller.v:12988$9_Y
-(define-fun |meta_controller#12924| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12923| state) #b1010 (|meta_controller#9| state))) ; $4\n_dcnt[3:0]
-(define-fun |meta_controller#12925| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12904| state) (|meta_controller#9| state) (|meta_controller#12924| state))) ; $3\n_dcnt[3:0]
-(define-fun |meta_controller#12926| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12925| state) (|meta_controller#12921| state))) ; $2\n_dcnt[3:0]
-(define-fun |meta_controller#12927| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b0000 (|meta_controller#12926| state))) ; \n_dcnt
-(define-fun |meta_controller#12928| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#12907| state) #b1 #b0)) ; $5\n_fb[0:0]
-(define-fun |meta_controller#12929| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#12923| state) #b0 #b1)) ; $4\n_fb[0:0]
-(define-fun |meta_controller#12930| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#12904| state) #b1 (|meta_controller#12929| state))) ; $3\n_fb[0:0]
-(define-fun |meta_controller#12931| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12930| state) (|meta_controller#12928| state))) ; $2\n_fb[0:0]
-(define-fun |meta_controller#12932| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b1 (|meta_controller#12931| state))) ; \n_fb
-(define-fun |meta_controller#12933| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#11| state) #b01)) ; $add$meta_controller.v:13034$29_Y
-(define-fun |meta_controller#12934| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12912| state) (|meta_controller#12933| state) #b01)) ; $ternary$meta_controller.v:13034$30_Y
-(define-fun |meta_controller#12935| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12914| state) #b00 (|meta_controller#12934| state))) ; $8\n_hcnt[1:0]
-(define-fun |meta_controller#12936| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12897| state) #b00 (|meta_controller#12935| state))) ; $7\n_hcnt[1:0]
-(define-fun |meta_controller#12937| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (|meta_controller#12936| state) #b00)) ; $6\n_hcnt[1:0]
-(define-fun |meta_controller#12938| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12900| state) (|meta_controller#11| state) (|meta_controller#12937| state))) ; $5\n_hcnt[1:0]
-(define-fun |meta_controller#12939| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12938| state) #b00)) ; $4\n_hcnt[1:0]
-(define-fun |meta_controller#12940| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12907| state) #b00 (|meta_controller#12939| state))) ; $3\n_hcnt[1:0]
-(define-fun |meta_controller#12941| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#11| state) (|meta_controller#12940| state))) ; $2\n_hcnt[1:0]
-(define-fun |meta_controller#12942| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12941| state))) ; \n_hcnt
-(define-fun |meta_controller#12943| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12922| state) #b000)) ; $6\n_rcnt[2:0]
-(define-fun |meta_controller#12944| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12907| state) #b000 (|meta_controller#12943| state))) ; $5\n_rcnt[2:0]
-(define-fun |meta_controller#12945| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#12922| state) #b001)) ; $add$meta_controller.v:12994$10_Y
-(define-fun |meta_controller#12946| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12923| state) #b000 (|meta_controller#12945| state))) ; $4\n_rcnt[2:0]
-(define-fun |meta_controller#12947| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12904| state) #b000 (|meta_controller#12946| state))) ; $3\n_rcnt[2:0]
-(define-fun |meta_controller#12948| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12947| state) (|meta_controller#12944| state))) ; $2\n_rcnt[2:0]
-(define-fun |meta_controller#12949| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b000 (|meta_controller#12948| state))) ; \n_rcnt
-(define-fun |meta_controller#12950| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12914| state) #b10 #b01)) ; $10\n_reason[3:0]
-(define-fun |meta_controller#12951| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12897| state) #b00 (|meta_controller#12950| state))) ; $9\n_reason[3:0]
-(define-fun |meta_controller#12952| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (concat #b0 (|meta_controller#12951| state)) #b100)) ; $8\n_reason[3:0]
-(define-fun |meta_controller#12953| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12900| state) #b011 (|meta_controller#12952| state))) ; $7\n_reason[3:0]
-(define-fun |meta_controller#12954| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (concat #b0 (|meta_controller#12953| state)) #b1000)) ; $6\n_reason[3:0]
-(define-fun |meta_controller#12955| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12907| state) #b0101 (|meta_controller#12954| state))) ; $5\n_reason[3:0]
-(define-fun |meta_controller#12956| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12923| state) #b10 #b01)) ; $4\n_reason[3:0]
-(define-fun |meta_controller#12957| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12904| state) #b01 (|meta_controller#12956| state))) ; $3\n_reason[3:0]
-(define-fun |meta_controller#12958| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (concat #b01 (|meta_controller#12957| state)) (|meta_controller#12955| state))) ; $2\n_reason[3:0]
-(define-fun |meta_controller#12959| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b0111 (|meta_controller#12958| state))) ; \n_reason
-(define-fun |meta_controller#12960| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12914| state) ((_ extract 1 0) (|meta_controller#12893| state)) (|meta_controller#12896| state))) ; $8\n_token[1:0]
-(define-fun |meta_controller#12961| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12897| state) (|meta_controller#12896| state) (|meta_controller#12960| state))) ; $7\n_token[1:0]
-(define-fun |meta_controller#12962| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1) (|meta_controller#12961| state) (|meta_controller#12896| state))) ; $6\n_token[1:0]
-(define-fun |meta_controller#12963| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12900| state) (|meta_controller#12896| state) (|meta_controller#12962| state))) ; $5\n_token[1:0]
-(define-fun |meta_controller#12964| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12902| state)) #b1) (|meta_controller#12963| state) #b00)) ; $4\n_token[1:0]
-(define-fun |meta_controller#12965| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12907| state) #b00 (|meta_controller#12964| state))) ; $3\n_token[1:0]
-(define-fun |meta_controller#12966| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12896| state) (|meta_controller#12965| state))) ; $2\n_token[1:0]
-(define-fun |meta_controller#12967| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12966| state))) ; \n_token
-(define-fun |meta_controller#12968| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#12905| state) #b01)) ; $add$meta_controller.v:13007$13_Y
-(define-fun |meta_controller#12969| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12904| state) (|meta_controller#12968| state) #b00)) ; $ternary$meta_controller.v:13007$14_Y
-(define-fun |meta_controller#12970| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12907| state) #b00 (|meta_controller#12969| state))) ; $3\n_vcnt[1:0]
-(define-fun |meta_controller#12971| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#10| state)) #b1) (|meta_controller#12905| state) (|meta_controller#12970| state))) ; $2\n_vcnt[1:0]
-(define-fun |meta_controller#12972| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1) #b00 (|meta_controller#12971| state))) ; \n_vcnt
-(define-fun |meta_controller#12975| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12974| state) #b0000 (|meta_controller#12959| state))) ; $0\reason[3:0]
-(define-fun |meta_controller#12976| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#12974| state) #b000 (|meta_controller#12949| state))) ; $0\rcnt[2:0]
-(define-fun |meta_controller#12977| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12974| state) #b00 (|meta_controller#12972| state))) ; $0\vcnt[1:0]
-(define-fun |meta_controller#12978| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12974| state) #b00 (|meta_controller#12967| state))) ; $0\token[1:0]
-(define-fun |meta_controller#12979| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12974| state) #b00 (|meta_controller#12942| state))) ; $0\hcnt[1:0]
-(define-fun |meta_controller#12980| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#12974| state) #b0 (|meta_controller#12932| state))) ; $0\fb[0:0]
-(define-fun |meta_controller#12981| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#12974| state) #b0000 (|meta_controller#12927| state))) ; $0\dcnt[3:0]
-(define-fun |meta_controller#12982| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#12974| state) #b00 (|meta_controller#12911| state))) ; $0\cand[1:0]
+(define-fun |meta_controller#2628| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#2627| state)) (|meta_controller#11| state))) ; $ne$meta_controller.v:16236$4037_Y
+(define-fun |meta_controller#2629| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2628| state) ((_ extract 1 0) (|meta_controller#2627| state)) (|meta_controller#11| state))) ; $8\n_cand[1:0]
+(define-fun |meta_controller#2630| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#2627| state)) (|meta_controller#9| state))) ; $eq$meta_controller.v:16232$4036_Y
+(define-fun |meta_controller#2631| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2630| state) (|meta_controller#11| state) (|meta_controller#2629| state))) ; $7\n_cand[1:0]
+(define-fun |meta_controller#2632| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#2627| state)) #b1) (|meta_controller#2631| state) (|meta_controller#11| state))) ; $6\n_cand[1:0]
+(define-fun |meta_controller#2633| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#13| state) #b0000)) ; $ne$meta_controller.v:16226$4033_Y
+(define-fun |meta_controller#2634| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2633| state) (|meta_controller#11| state) (|meta_controller#2632| state))) ; $5\n_cand[1:0]
+(define-fun |meta_controller#2635| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#6| state) (concat #b00 (|meta_controller#9| state))))) ; $shiftx$meta_controller.v:0$4031_Y
+(define-fun |meta_controller#2636| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#2635| state)) #b1) (|meta_controller#2634| state) #b00)) ; $4\n_cand[1:0]
+(define-fun |meta_controller#2639| ((state |meta_controller_s|)) Bool (= (|meta_controller#2638| state) #b10)) ; $eq$meta_controller.v:16208$4027_Y
+(define-fun |meta_controller#2640| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#2637| state) false) (or  (|meta_controller#2639| state) false))) ; $logic_and$meta_controller.v:16208$4028_Y
+(define-fun |meta_controller#2641| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2640| state) #b00 (|meta_controller#2636| state))) ; $3\n_cand[1:0]
+(define-fun |meta_controller#2642| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#11| state) (|meta_controller#2641| state))) ; $2\n_cand[1:0]
+(define-fun |meta_controller#2644| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b00 (|meta_controller#2642| state))) ; \n_cand
+(define-fun |meta_controller#2645| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#2627| state)) (|meta_controller#11| state))) ; $eq$meta_controller.v:16239$4038_Y
+(define-fun |meta_controller#2646| ((state |meta_controller_s|)) Bool (= (|meta_controller#15| state) #b10)) ; $eq$meta_controller.v:16239$4039_Y
+(define-fun |meta_controller#2647| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#2645| state) false) (or  (|meta_controller#2646| state) false))) ; $logic_and$meta_controller.v:16239$4040_Y
+(define-fun |meta_controller#2648| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2647| state) #b1010 (|meta_controller#13| state))) ; $10\n_dcnt[3:0]
+(define-fun |meta_controller#2649| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2630| state) (|meta_controller#13| state) (|meta_controller#2648| state))) ; $9\n_dcnt[3:0]
+(define-fun |meta_controller#2650| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#2627| state)) #b1) (|meta_controller#2649| state) (|meta_controller#13| state))) ; $8\n_dcnt[3:0]
+(define-fun |meta_controller#2651| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#13| state) #b0001)) ; $sub$meta_controller.v:16227$4034_Y
+(define-fun |meta_controller#2652| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2633| state) (|meta_controller#2651| state) (|meta_controller#2650| state))) ; $7\n_dcnt[3:0]
+(define-fun |meta_controller#2653| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#2635| state)) #b1) (|meta_controller#2652| state) #b1010)) ; $6\n_dcnt[3:0]
+(define-fun |meta_controller#2654| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2640| state) #b0000 (|meta_controller#2653| state))) ; $5\n_dcnt[3:0]
+(define-fun |meta_controller#2656| ((state |meta_controller_s|)) Bool (= (|meta_controller#2655| state) #b111)) ; $eq$meta_controller.v:16199$4025_Y
+(define-fun |meta_controller#2657| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2656| state) #b1010 (|meta_controller#13| state))) ; $4\n_dcnt[3:0]
+(define-fun |meta_controller#2658| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2637| state) (|meta_controller#13| state) (|meta_controller#2657| state))) ; $3\n_dcnt[3:0]
+(define-fun |meta_controller#2659| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#2658| state) (|meta_controller#2654| state))) ; $2\n_dcnt[3:0]
+(define-fun |meta_controller#2660| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b0000 (|meta_controller#2659| state))) ; \n_dcnt
+(define-fun |meta_controller#2661| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#2640| state) #b1 #b0)) ; $5\n_fb[0:0]
+(define-fun |meta_controller#2662| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#2656| state) #b0 #b1)) ; $4\n_fb[0:0]
+(define-fun |meta_controller#2663| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#2637| state) #b1 (|meta_controller#2662| state))) ; $3\n_fb[0:0]
+(define-fun |meta_controller#2664| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#2663| state) (|meta_controller#2661| state))) ; $2\n_fb[0:0]
+(define-fun |meta_controller#2665| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b1 (|meta_controller#2664| state))) ; \n_fb
+(define-fun |meta_controller#2666| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#15| state) #b01)) ; $add$meta_controller.v:16245$4045_Y
+(define-fun |meta_controller#2667| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2645| state) (|meta_controller#2666| state) #b01)) ; $ternary$meta_controller.v:16245$4046_Y
+(define-fun |meta_controller#2668| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2647| state) #b00 (|meta_controller#2667| state))) ; $8\n_hcnt[1:0]
+(define-fun |meta_controller#2669| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2630| state) #b00 (|meta_controller#2668| state))) ; $7\n_hcnt[1:0]
+(define-fun |meta_controller#2670| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#2627| state)) #b1) (|meta_controller#2669| state) #b00)) ; $6\n_hcnt[1:0]
+(define-fun |meta_controller#2671| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2633| state) (|meta_controller#15| state) (|meta_controller#2670| state))) ; $5\n_hcnt[1:0]
+(define-fun |meta_controller#2672| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#2635| state)) #b1) (|meta_controller#2671| state) #b00)) ; $4\n_hcnt[1:0]
+(define-fun |meta_controller#2673| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2640| state) #b00 (|meta_controller#2672| state))) ; $3\n_hcnt[1:0]
+(define-fun |meta_controller#2674| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#15| state) (|meta_controller#2673| state))) ; $2\n_hcnt[1:0]
+(define-fun |meta_controller#2675| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b00 (|meta_controller#2674| state))) ; \n_hcnt
+(define-fun |meta_controller#2676| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#2635| state)) #b1) (|meta_controller#2655| state) #b000)) ; $6\n_rcnt[2:0]
+(define-fun |meta_controller#2677| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#2640| state) #b000 (|meta_controller#2676| state))) ; $5\n_rcnt[2:0]
+(define-fun |meta_controller#2678| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#2655| state) #b001)) ; $add$meta_controller.v:16205$4026_Y
+(define-fun |meta_controller#2679| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#2656| state) #b000 (|meta_controller#2678| state))) ; $4\n_rcnt[2:0]
+(define-fun |meta_controller#2680| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#2637| state) #b000 (|meta_controller#2679| state))) ; $3\n_rcnt[2:0]
+(define-fun |meta_controller#2681| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#2680| state) (|meta_controller#2677| state))) ; $2\n_rcnt[2:0]
+(define-fun |meta_controller#2682| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b000 (|meta_controller#2681| state))) ; \n_rcnt
+(define-fun |meta_controller#2683| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2647| state) #b10 #b01)) ; $10\n_reason[3:0]
+(define-fun |meta_controller#2684| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2630| state) #b00 (|meta_controller#2683| state))) ; $9\n_reason[3:0]
+(define-fun |meta_controller#2685| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#2627| state)) #b1) (concat #b0 (|meta_controller#2684| state)) #b100)) ; $8\n_reason[3:0]
+(define-fun |meta_controller#2686| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#2633| state) #b011 (|meta_controller#2685| state))) ; $7\n_reason[3:0]
+(define-fun |meta_controller#2687| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#2635| state)) #b1) (concat #b0 (|meta_controller#2686| state)) #b1000)) ; $6\n_reason[3:0]
+(define-fun |meta_controller#2688| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2640| state) #b0101 (|meta_controller#2687| state))) ; $5\n_reason[3:0]
+(define-fun |meta_controller#2689| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2656| state) #b10 #b01)) ; $4\n_reason[3:0]
+(define-fun |meta_controller#2690| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2637| state) #b01 (|meta_controller#2689| state))) ; $3\n_reason[3:0]
+(define-fun |meta_controller#2691| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (concat #b01 (|meta_controller#2690| state)) (|meta_controller#2688| state))) ; $2\n_reason[3:0]
+(define-fun |meta_controller#2692| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b0111 (|meta_controller#2691| state))) ; \n_reason
+(define-fun |meta_controller#2693| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2647| state) ((_ extract 1 0) (|meta_controller#2627| state)) (|meta_controller#9| state))) ; $8\n_token[1:0]
+(define-fun |meta_controller#2694| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2630| state) (|meta_controller#9| state) (|meta_controller#2693| state))) ; $7\n_token[1:0]
+(define-fun |meta_controller#2695| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#2627| state)) #b1) (|meta_controller#2694| state) (|meta_controller#9| state))) ; $6\n_token[1:0]
+(define-fun |meta_controller#2696| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2633| state) (|meta_controller#9| state) (|meta_controller#2695| state))) ; $5\n_token[1:0]
+(define-fun |meta_controller#2697| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#2635| state)) #b1) (|meta_controller#2696| state) #b00)) ; $4\n_token[1:0]
+(define-fun |meta_controller#2698| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2640| state) #b00 (|meta_controller#2697| state))) ; $3\n_token[1:0]
+(define-fun |meta_controller#2699| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#9| state) (|meta_controller#2698| state))) ; $2\n_token[1:0]
+(define-fun |meta_controller#2700| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b00 (|meta_controller#2699| state))) ; \n_token
+(define-fun |meta_controller#2701| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#2638| state) #b01)) ; $add$meta_controller.v:16218$4029_Y
+(define-fun |meta_controller#2702| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2637| state) (|meta_controller#2701| state) #b00)) ; $ternary$meta_controller.v:16218$4030_Y
+(define-fun |meta_controller#2703| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2640| state) #b00 (|meta_controller#2702| state))) ; $3\n_vcnt[1:0]
+(define-fun |meta_controller#2704| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#2638| state) (|meta_controller#2703| state))) ; $2\n_vcnt[1:0]
+(define-fun |meta_controller#2705| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1) #b00 (|meta_controller#2704| state))) ; \n_vcnt
+(define-fun |meta_controller#2707| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#2706| state) #b000 (|meta_controller#2682| state))) ; $0\rcnt[2:0]
+(define-fun |meta_controller#2708| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2706| state) #b00 (|meta_controller#2705| state))) ; $0\vcnt[1:0]
+(define-fun |meta_controller#2709| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2706| state) #b00 (|meta_controller#2675| state))) ; $0\hcnt[1:0]
+(define-fun |meta_controller#2710| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#2706| state) #b0 (|meta_controller#2665| state))) ; $0\fb[0:0]
+(define-fun |meta_controller#2711| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2706| state) #b0000 (|meta_controller#2660| state))) ; $0\dcnt[3:0]
+(define-fun |meta_controller#2712| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2706| state) #b00 (|meta_controller#2644| state))) ; $0\cand[1:0]
+(define-fun |meta_controller#2713| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#2706| state) #b0 #b1)) ; $0\audit_valid[0:0]
+(define-fun |meta_controller#2714| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#2706| state) #b00 (|meta_controller#2700| state))) ; $0\token[1:0]
+(define-fun |meta_controller#2715| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#2706| state) #b0000 (|meta_controller#2692| state))) ; $0\reason[3:0]
+(define-fun |meta_controller#2716| ((state |meta_controller_s|)) (_ BitVec 16) (ite (|meta_controller#2706| state) #b0000000000000000 (|meta_controller#0| state))) ; $0\audit_addr[15:0]
 (define-fun |meta_controller_n addr| ((state |meta_controller_s|)) (_ BitVec 16) (|meta_controller#0| state))
 (define-fun |meta_controller_n allowed| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#6| state))
-(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#7| state))
-(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#8| state))
-(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#9| state))
-(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#10| state)) #b1))
-(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#11| state))
+(define-fun |meta_controller_n audit_addr| ((state |meta_controller_s|)) (_ BitVec 16) (|meta_controller#7| state))
+(define-fun |meta_controller_n audit_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#8| state))
+(define-fun |meta_controller_n audit_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#9| state))
+(define-fun |meta_controller_n audit_valid| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#10| state)) #b1))
+(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#11| state))
+(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#12| state))
+(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#13| state))
+(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#14| state)) #b1))
+(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#15| state))
 (define-fun |meta_controller_n in_0| ((state |meta_controller_s|)) Bool (|meta_controller#1| state))
 (define-fun |meta_controller_n in_1| ((state |meta_controller_s|)) Bool (|meta_controller#4| state))
-(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#12893| state)) #b1))
-(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#12893| state))
-(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#12893| state)))
-(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12911| state))
-(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#12927| state))
-(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#12932| state)) #b1))
-(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12942| state))
-(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#12949| state))
-(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#12959| state))
-(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12967| state))
-(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12972| state))
-(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#12910| state)) #b1))
-(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#12922| state))
-(define-fun |meta_controller_n reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#12973| state))
-(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#12974| state))
-(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#12904| state))
-(define-fun |meta_controller_n token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12896| state))
-(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12905| state))
+(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#2627| state)) #b1))
+(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#2627| state))
+(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#2627| state)))
+(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#2644| state))
+(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#2660| state))
+(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#2665| state)) #b1))
+(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#2675| state))
+(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#2682| state))
+(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#2692| state))
+(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#2700| state))
+(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#2705| state))
+(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#2643| state)) #b1))
+(define-fun |meta_controller_n q_cache_miss_rate| ((state |meta_controller_s|)) (_ BitVec 3) ((_ extract 11 9) (|meta_controller#0| state)))
+(define-fun |meta_controller_n q_compute_util| ((state |meta_controller_s|)) (_ BitVec 4) ((_ extract 15 12) (|meta_controller#0| state)))
+(define-fun |meta_controller_n q_free_sram_kb| ((state |meta_controller_s|)) (_ BitVec 3) ((_ extract 5 3) (|meta_controller#0| state)))
+(define-fun |meta_controller_n q_mem_bw_util| ((state |meta_controller_s|)) (_ BitVec 3) ((_ extract 8 6) (|meta_controller#0| state)))
+(define-fun |meta_controller_n q_temperature_c| ((state |meta_controller_s|)) (_ BitVec 3) ((_ extract 2 0) (|meta_controller#0| state)))
+(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#2655| state))
+(define-fun |meta_controller_n reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#8| state))
+(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#2706| state))
+(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#2637| state))
+(define-fun |meta_controller_n token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#9| state))
+(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#2638| state))
 (define-fun |meta_controller_a| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_u| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_i| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_h| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_t| ((state |meta_controller_s|) (next_state |meta_controller_s|)) Bool (and
-  (= (|meta_controller#12975| state) (|meta_controller#12973| next_state)) ; $procdff$13623 \reason
-  (= (|meta_controller#12976| state) (|meta_controller#12922| next_state)) ; $procdff$13629 \rcnt
-  (= (|meta_controller#12977| state) (|meta_controller#12905| next_state)) ; $procdff$13627 \vcnt
-  (= (|meta_controller#12978| state) (|meta_controller#12896| next_state)) ; $procdff$13622 \token
-  (= (|meta_controller#12979| state) (|meta_controller#11| next_state)) ; $procdff$13625 \hcnt
-  (= (|meta_controller#12980| state) (|meta_controller#10| next_state)) ; $procdff$13628 \fb
-  (= (|meta_controller#12981| state) (|meta_controller#9| next_state)) ; $procdff$13626 \dcnt
-  (= (|meta_controller#12982| state) (|meta_controller#7| next_state)) ; $procdff$13624 \cand
+  (= (|meta_controller#2707| state) (|meta_controller#2655| next_state)) ; $procdff$183817 \rcnt
+  (= (|meta_controller#2708| state) (|meta_controller#2638| next_state)) ; $procdff$183815 \vcnt
+  (= (|meta_controller#2709| state) (|meta_controller#15| next_state)) ; $procdff$183813 \hcnt
+  (= (|meta_controller#2710| state) (|meta_controller#14| next_state)) ; $procdff$183816 \fb
+  (= (|meta_controller#2711| state) (|meta_controller#13| next_state)) ; $procdff$183814 \dcnt
+  (= (|meta_controller#2712| state) (|meta_controller#11| next_state)) ; $procdff$183812 \cand
+  (= (|meta_controller#2713| state) (|meta_controller#10| next_state)) ; $procdff$183810 \audit_valid
+  (= (|meta_controller#2714| state) (|meta_controller#9| next_state)) ; $procdff$183808 \token
+  (= (|meta_controller#2715| state) (|meta_controller#8| next_state)) ; $procdff$183809 \reason
+  (= (|meta_controller#2716| state) (|meta_controller#7| next_state)) ; $procdff$183811 \audit_addr
 )) ; end of module meta_controller
 
 (declare-const rtl_s |meta_controller_s|)
 (declare-const rtl_s2 |meta_controller_s|)
 (assert (|meta_controller_t| rtl_s rtl_s2))
+(assert (not (|meta_controller_n rst| rtl_s2)))
 (declare-const cur_addr (_ BitVec 16))
 (assert (= cur_addr (|meta_controller_n addr| rtl_s)))
 (declare-const cur_probe_fault (_ BitVec 1))
@@ -234,6 +267,14 @@
 (assert (= cur_rcnt (|meta_controller_n rcnt| rtl_s)))
 (declare-const cur_reason (_ BitVec 4))
 (assert (= cur_reason (|meta_controller_n reason| rtl_s)))
+(declare-const cur_audit_valid (_ BitVec 1))
+(assert (= cur_audit_valid (ite (|meta_controller_n audit_valid| rtl_s) #b1 #b0)))
+(declare-const cur_audit_token (_ BitVec 2))
+(assert (= cur_audit_token (|meta_controller_n audit_token| rtl_s)))
+(declare-const cur_audit_reason (_ BitVec 4))
+(assert (= cur_audit_reason (|meta_controller_n audit_reason| rtl_s)))
+(declare-const cur_audit_addr (_ BitVec 16))
+(assert (= cur_audit_addr (|meta_controller_n audit_addr| rtl_s)))
 (declare-const nxt_token (_ BitVec 2))
 (assert (= nxt_token (|meta_controller_n token| rtl_s2)))
 (declare-const nxt_cand (_ BitVec 2))
@@ -250,3 +291,7 @@
 (assert (= nxt_rcnt (|meta_controller_n rcnt| rtl_s2)))
 (declare-const nxt_reason (_ BitVec 4))
 (assert (= nxt_reason (|meta_controller_n reason| rtl_s2)))
+(declare-const nxt_audit_valid (_ BitVec 1))
+(assert (= nxt_audit_valid (ite (|meta_controller_n audit_valid| rtl_s2) #b1 #b0)))
+(declare-const nxt_audit_addr (_ BitVec 16))
+(assert (= nxt_audit_addr (|meta_controller_n audit_addr| rtl_s2)))

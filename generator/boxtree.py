@@ -100,8 +100,10 @@ def build_tree(entries: np.ndarray, bits: list[int], boxes: list[tuple[list[int]
                 cand = cand[(cand > lo[f]) & (cand <= hi[f])]
             else:
                 cand = np.arange(lo[f] + 1, hi[f] + 1)
-            if cand.size == 0:  # no box boundary: any grid line where the entries change
+            if cand.size == 0:  # no box boundary: any grid line where the slab entries change
                 cand = lo[f] + 1 + np.nonzero((smin[1:] != smin[:-1]) | (smax[1:] != smax[:-1]))[0]
+            if cand.size == 0:  # slab minima and maxima all equal (e.g. a checkerboard): every grid line
+                cand = np.arange(lo[f] + 1, hi[f] + 1)
             for t in cand.tolist():
                 k = t - lo[f]  # slabs 0..k-1 below
                 const = size * (k * (lmin[k - 1] == lmax[k - 1]) + (hi[f] + 1 - t) * (rmin[k] == rmax[k]))
@@ -110,7 +112,7 @@ def build_tree(entries: np.ndarray, bits: list[int], boxes: list[tuple[list[int]
                 key = (-int(const), cut, balance, f, t)
                 if best_key is None or key < best_key:
                     best_key, best = key, (f, t)
-        if best is None:  # cannot happen: a non-constant region has a line where entries change
+        if best is None:  # cannot happen: a non-constant region spans at least two levels of some input
             raise AssertionError("box tree: no split for a non-constant region")  # pragma: no cover
         f, t = best
         hi_b, lo_a = list(hi), list(lo)

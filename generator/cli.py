@@ -212,9 +212,12 @@ def _run_build(args, console: Console) -> int:
             elif name == "hdl":
                 mhz = {k: "does not fit" if st.get(k) is None else f"{st[k]} MHz" for k in ("fmax_mhz_hx8k",
                                                                                            "fmax_mhz_up5k")}
-                detail = (f"Fmax {mhz['fmax_mhz_hx8k']} HX8K, {mhz['fmax_mhz_up5k']} UP5K; {st['lut4']} LUT4, "
-                          f"{st['dff']} DFF, {st['bram']} BRAM" + ("" if st["goal_met"] else
-                                                                   " (below the 130 / 50 MHz goal)")
+                detail = (f"Fmax {mhz['fmax_mhz_hx8k']} HX8K, {mhz['fmax_mhz_up5k']} UP5K (registered-input "
+                          f"wrapper)" + ("" if st["goal_met"] else " below the 130 / 50 MHz goal") +
+                          f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM"
+                          + ("" if st.get("meets_clock_hx8k", True) and st.get("meets_clock_up5k", True) else
+                             f"; misses hdl.clock_mhz {st.get('clock_mhz'):g} MHz on "
+                             + " and ".join(d for d in ("hx8k", "up5k") if not st.get(f"meets_clock_{d}", True)).upper())
                           if st["status"] == "ok" else st.get("reason", st.get("error", "")))
             elif name == "import":
                 detail = f"{st['relus']} ReLUs, max rel. diff vs onnxruntime {st['onnxruntime_check']['max_relative_difference']}"

@@ -116,12 +116,10 @@ def run_command(args, console: Console) -> int:
     if missing:
         raise RuntimeInputError(f"action '{missing[0]}' has no execution plan; give --plan "
                                 f"{missing[0]}=LEVEL[,quantized][,threads=N]", file=args.build)
-    overrides = {}
-    for text in args.map:
-        if "=" not in text:
-            raise RuntimeInputError(f"--map {text!r}: expected INPUT=EXPR")
-        k, v = text.split("=", 1)
-        overrides[k.strip()] = v.strip()
+    try:
+        overrides = FeatureMap.parse_overrides(args.map)
+    except ValueError as exc:
+        raise RuntimeInputError(str(exc)) from None
     if not Path(args.workload).is_file():
         raise RuntimeInputError("no such file", file=args.workload)
     if args.probe == "linux":

@@ -95,6 +95,7 @@ def _spec_inputs(path):
 
 def profile_command(args, console: Console) -> int:
     from mi_certify.runtime.engine import DEFAULT_PLANS, parse_plan
+    from mi_certify.runtime.probes import FeatureMap
     from mi_certify.runtime.profile import REFERENCE_INPUTS, ProfileConfig, profile
 
     if not Path(args.workload).is_file():
@@ -110,12 +111,10 @@ def profile_command(args, console: Console) -> int:
         except ValueError as exc:
             raise ProfileInputError(f"--plan: {exc}") from None
         plans[name] = plan
-    overrides = {}
-    for text in args.map:
-        if "=" not in text:
-            raise ProfileInputError(f"--map {text!r}: expected INPUT=EXPR")
-        k, v = text.split("=", 1)
-        overrides[k.strip()] = v.strip()
+    try:
+        overrides = FeatureMap.parse_overrides(args.map)
+    except ValueError as exc:
+        raise ProfileInputError(str(exc)) from None
     cfg = ProfileConfig(samples=args.samples, load_levels=_ints(args.load_levels, "--load-levels"),
                         batch_sizes=_ints(args.batch_sizes, "--batch-sizes"), threads=_ints(args.threads, "--threads"),
                         input_sizes=_ints(args.input_sizes, "--input-sizes"), repeats=args.repeats,

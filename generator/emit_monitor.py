@@ -16,10 +16,8 @@ from mi_certify.verification.monitor_cosim import param_text, params
 
 from .emit import _environment
 from .errors import SpecError
+from .spec import DEFAULT_MONITOR_CLOCK_MHZ as DEFAULT_CLOCK_MHZ
 from .spec import Spec
-
-#: Clock assumed for the cycle limits when sla.yaml has no ``hdl.clock_mhz``.
-DEFAULT_CLOCK_MHZ = 100.0
 
 
 def _hdl(spec: Spec, key: str, default):

@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from mi_certify.runtime.fsm import FsmConfig
-from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig
+from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig, latency_limit_cycles
 
 from .errors import SpecError
 
@@ -156,7 +156,7 @@ SCHEMA: dict = {
                                           "is controller.name)"},
                 "encoding": {"enum": ["case", "rom", "boxtree", "auto"],
                              "description": "LUT encoding: case statement (default), flat ROM read from "
-                                            "<name>_lut.mem with $readmemh (block RAM where it fits), compressed "
+                                            "<module>_rom.hex with $readmemh (block RAM behind a registered address), compressed "
                                             "box tree of comparators on the quantized inputs, or auto: the "
                                             "smallest by Yosys estimate (docs/hdl.md)"},
                 "clock_mhz": {"type": "number", "exclusiveMinimum": 0, "maximum": 10000,
@@ -189,8 +189,8 @@ SCHEMA: dict = {
         },
         "cosim": {
             "type": "object", "additionalProperties": False,
-            "description": "co-simulation of the RTL against the Python reference (docs/verification.md, "
-                           "'Co-simulation and coverage'); the build fails below a coverage threshold",
+            "description": "co-simulation of the RTL against the Python reference (docs/hdl-cosim.md); "
+                           "the build fails below a coverage threshold",
             "properties": {
                 "cycles": {"type": "integer", "minimum": 10000, "maximum": 10000000,
                            "description": "random FSM cycles after the directed sequences (default 10000; "
@@ -552,9 +552,21 @@ def _resolve(raw: dict, f: str) -> Spec:
     if not is_valid_name(hdl.get("prefix", "") + name):
         raise SpecError(f"module name '{hdl.get('prefix', '') + name}' is a reserved word", file=f,
                         where="hdl.prefix")
+    module = hdl.get("prefix", "") + name
+    if module in RESERVED_MODULES or module.startswith("mi_certify_"):
+        raise SpecError(f"module name '{module}' clashes with a module every build ships or uses "
+                        f"({', '.join(sorted(RESERVED_MODULES))}, mi_certify_*); choose another name or prefix",
+                        file=f, where="hdl.prefix" if hdl.get("prefix") else "controller.name")
     hdl_opts = HdlOptions(hdl.get("reset", "sync"), hdl.get("reset_polarity", "high"), hdl.get("prefix", ""),
                           hdl.get("encoding", "case"),
                           None if hdl.get("clock_mhz") is None else float(hdl["clock_mhz"]))
+    clock = hdl_opts.clock_mhz if hdl_opts.clock_mhz is not None else DEFAULT_MONITOR_CLOCK_MHZ
+    for i, a in enumerate(actions):
+        if a.latency_ms is not None and latency_limit_cycles(a.latency_ms, clock) < 1:
+            raise SpecError(f"the latency limit of '{a.name}' ({a.latency_ms:g} ms) is less than one clock cycle at "
+                            f"{clock:g} MHz: the hardware SLA monitor would judge every request a violation",
+                            file=f, where="hdl.clock_mhz" if hdl_opts.clock_mhz is not None
+                            else f"actions[{i}].sla.latency_ms")
     return Spec(path=f, name=name, decode=raw["controller"]["decode"], inputs=tuple(inputs),
                 actions=tuple(actions),
                 fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),
@@ -569,6 +581,11 @@ def _resolve(raw: dict, f: str) -> Spec:
                 monitor=MonitorConfig(**raw.get("monitor", {})),
                 hdl=hdl_opts, raw=raw)
 
+
+#: Verilog modules every build ships (hdl/sla_monitor.v) or generates around the controller.
+RESERVED_MODULES = frozenset({"sla_monitor", "sla_monitor_window", "sla_monitor_reg"})
+#: Clock of the hardware SLA monitor's cycle limits when sla.yaml sets no ``hdl.clock_mhz``.
+DEFAULT_MONITOR_CLOCK_MHZ = 100.0
 
 _VERILOG_KEYWORDS = frozenset(
     "always and assign begin buf case casex casez cmos deassign default defparam disable edge else end endcase "

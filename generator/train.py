@@ -135,6 +135,9 @@ def read_profile(path: str | Path, spec: Spec) -> ProfileData:
     if not rows or not any(c.strip() for c in rows[0]):
         raise TrainError("empty file: expected a header row (docs/training.md)", file=p)
     header = [c.strip() for c in rows[0]]
+    dup = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if dup is not None:
+        raise TrainError(f"duplicate column '{dup}'", file=p, where="line 1")
     inputs = [i.name for i in spec.inputs]
     actions = [a.name for a in spec.actions]
     need = inputs + [f"latency_ms.{a}" for a in actions] + [f"accuracy_loss_pct.{a}" for a in actions]

@@ -364,6 +364,18 @@ class FeatureMap:
     sources: tuple[str, ...]
     _parsed: tuple = field(default=(), compare=False, repr=False)
 
+    @staticmethod
+    def parse_overrides(texts: Sequence[str]) -> dict[str, str]:
+        """``["INPUT=EXPR", ...]`` (the ``--map`` options) -> {input: expression}, later ones
+        winning. Raises ValueError naming the malformed text."""
+        out = {}
+        for text in texts:
+            if "=" not in text:
+                raise ValueError(f"--map {text!r}: expected INPUT=EXPR")
+            k, v = text.split("=", 1)
+            out[k.strip()] = v.strip()
+        return out
+
     @classmethod
     def build(cls, inputs: Sequence[str], overrides: dict[str, str] | None = None,
               offered: Sequence[str] = ()) -> "FeatureMap":

@@ -83,6 +83,14 @@ def test_box_tree_is_exact_and_merges_adjacent_boxes_with_the_same_entry():
     # without a partition: still exact
     noisy = rng.integers(0, 3, size=128)
     assert np.array_equal(evaluate(build_tree(noisy, bits), levels), noisy)
+    # a checkerboard inside one box: every slab has the same minimum and maximum along each input,
+    # so no "entries change here" line exists; the tree must still split (found by the retrained
+    # reference controller's 10-bit grid)
+    xor = (np.arange(4)[:, None] ^ np.arange(4)[None, :]) & 1
+    for part in (None, [([0, 0], [3, 3])]):
+        tree = build_tree(xor.ravel(), [2, 2], part)
+        lv = np.array(np.unravel_index(np.arange(16), (4, 4))).T
+        assert np.array_equal(evaluate(tree, lv), xor.ravel()) and tree_size(tree)[1] == 16
 
 
 # --- every encoding is proved equal to the table ------------------------------------------------

@@ -72,6 +72,13 @@ def test_valid_spec_resolves_names_to_indices(tmp_path):
     (lambda d: d.update(schema="mi-certify/v2"), "schema", "'mi-certify/v1' was expected"),
     (lambda d: d["inputs"].extend({"name": f"x{i}", "min": 0, "max": 1, "bits": 8} for i in range(3)), "inputs",
      "31 bits wide; at most 24"),
+    # module names the build ships (hdl/sla_monitor.v) or uses around the controller
+    (lambda d: d["controller"].update(name="sla_monitor"), "controller.name", "clashes with a module"),
+    (lambda d: (d["controller"].update(name="monitor_window"), d.update(hdl={"prefix": "sla_"})), "hdl.prefix",
+     "'sla_monitor_window' clashes"),
+    (lambda d: d.update(hdl={"prefix": "mi_certify_"}), "hdl.prefix", "clashes with a module"),
+    # a latency limit below one clock cycle: the hardware monitor would flag every request
+    (lambda d: d.update(hdl={"clock_mhz": 0.00001}), "hdl.clock_mhz", "less than one clock cycle at 1e-05 MHz"),
 ])
 def test_bad_spec_is_refused_naming_file_and_field(tmp_path, mutate, where, reason):
     path = write(tmp_path, BASE, mutate)

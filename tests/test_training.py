@@ -182,6 +182,8 @@ def import_onnx_bytes(data: bytes, tmp_path):
     (lambda rows: rows[:3] + [rows[3][:6] + ["x"] + rows[3][7:]] + rows[4:], "line 4, column 'compute_util': 'x' is not a number"),
     (lambda rows: rows[:2] + [rows[2][:-2]] + rows[3:], "line 3: 17 cells, the header has 19"),
     (lambda rows: rows[:2] + [rows[2][:11] + ["-3"] + rows[2][12:]] + rows[3:], "line 3, column 'latency_ms.keep': -3 is negative"),
+    (lambda rows: [[("compute_util" if c == "batch" else c) for c in rows[0]]] + rows[1:],
+     "line 1: duplicate column 'compute_util'"),
     (lambda rows: [], "empty file"),
 ])
 def test_bad_csv_is_one_located_error_and_nothing_is_written(tmp_path, edit, where):

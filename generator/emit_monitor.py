@@ -20,17 +20,10 @@ from .spec import DEFAULT_MONITOR_CLOCK_MHZ as DEFAULT_CLOCK_MHZ
 from .spec import Spec
 
 
-def _hdl(spec: Spec, key: str, default):
-    opts = getattr(spec, "hdl", None)
-    if opts is not None and getattr(opts, key, None) is not None:
-        return getattr(opts, key)
-    return spec.raw.get("hdl", {}).get(key, default) if isinstance(spec.raw, dict) else default
-
-
 def monitor_config(spec: Spec) -> tuple[CycleMonitorConfig, float, bool]:
     """(cycle configuration, clock in MHz, clock is the default) of the spec's SLA monitor.
     Raises SpecError when a limit does not fit a 32-bit counter."""
-    clock = _hdl(spec, "clock_mhz", None)
+    clock = spec.hdl.clock_mhz
     try:
         cfg = CycleMonitorConfig.from_limits([SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions],
                                              spec.monitor, float(clock or DEFAULT_CLOCK_MHZ), spec.token_bits)
@@ -40,15 +33,15 @@ def monitor_config(spec: Spec) -> tuple[CycleMonitorConfig, float, bool]:
 
 
 def module_name(spec: Spec) -> str:
-    return f"{_hdl(spec, 'prefix', '') or ''}{spec.name}_sla_monitor"
+    return f"{spec.module_name}_sla_monitor"
 
 
 def emit_sla_monitor(spec: Spec, spec_hash: str, version: str) -> str:
     """Source text of ``<module>_sla_monitor.v``."""
     cfg, clock, default = monitor_config(spec)
     p = params(cfg, len(spec.actions))
-    low = _hdl(spec, "reset_polarity", "high") == "low"
-    asyn = _hdl(spec, "reset", "sync") == "async"
+    low = spec.hdl.reset_polarity == "low"
+    asyn = spec.hdl.reset == "async"
     p.update(RST_ASYNC=int(asyn), RST_ACTIVE_LOW=int(low))
     rows = [{"name": a.name, "lat_ms": "-" if a.latency_ms is None else repr(float(a.latency_ms)),
              "lat_cyc": "not judged" if lat is None else str(lat),

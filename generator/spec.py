@@ -549,10 +549,9 @@ def _resolve(raw: dict, f: str) -> Spec:
     conf = raw.get("confidence")
     fsm = raw["fsm"]
     hdl = raw.get("hdl", {})
-    if not is_valid_name(hdl.get("prefix", "") + name):
-        raise SpecError(f"module name '{hdl.get('prefix', '') + name}' is a reserved word", file=f,
-                        where="hdl.prefix")
     module = hdl.get("prefix", "") + name
+    if not is_valid_name(module):
+        raise SpecError(f"module name '{module}' is a reserved word", file=f, where="hdl.prefix")
     if module in RESERVED_MODULES or module.startswith("mi_certify_"):
         raise SpecError(f"module name '{module}' clashes with a module every build ships or uses "
                         f"({', '.join(sorted(RESERVED_MODULES))}, mi_certify_*); choose another name or prefix",

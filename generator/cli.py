@@ -215,6 +215,8 @@ def _run_build(args, console: Console) -> int:
                 detail = (f"Fmax {mhz['fmax_mhz_hx8k']} HX8K, {mhz['fmax_mhz_up5k']} UP5K (registered-input "
                           f"wrapper)" + ("" if st["goal_met"] else " below the 130 / 50 MHz goal") +
                           f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM"
+                          + (f"; wrapper {w['lut4']} LUT4, {w['dff']} DFF, {w['bram']} BRAM"
+                             if (w := st.get("place_and_route", {}).get("hx8k")) else "")
                           + ("" if st.get("meets_clock_hx8k", True) and st.get("meets_clock_up5k", True) else
                              f"; misses hdl.clock_mhz {st.get('clock_mhz'):g} MHz on "
                              + " and ".join(d for d in ("hx8k", "up5k") if not st.get(f"meets_clock_{d}", True)).upper())

@@ -7,6 +7,7 @@ hashes, so the same inputs give byte-identical files.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
@@ -21,7 +22,10 @@ from .lut import Lut
 from .spec import Spec
 
 #: LUT encodings of the generated Verilog (sla.yaml ``hdl.encoding``; "auto" is resolved by the pipeline).
-ENCODINGS = ("case", "rom", "boxtree")
+ENCODINGS = ("case", "rom", "boxtree", "sliced_rom")
+
+#: Most slice-select bits the ``sliced_rom`` encoding uses (at most 32 slices: a short multiplexer).
+SLICE_SELECT_MAX = 5
 
 
 @dataclass(frozen=True)
@@ -80,13 +84,110 @@ def lut_entries(spec: Spec, lut: Lut) -> np.ndarray:
 
 
 def rom_file_name(spec: Spec) -> str:
-    """File the ``rom`` encoding reads with ``$readmemh``: ``<module>_rom.hex``, beside the ``.v``."""
+    """File the ``rom`` and ``sliced_rom`` encodings read with ``$readmemh``: ``<module>_rom.hex``, beside the ``.v``."""
     return f"{spec.module_name}_rom.hex"
 
 
-def emit_rom_hex(spec: Spec, lut: Lut) -> str:
-    """Contents of :func:`rom_file_name`: one hex word per line (line number = address),
-    the entry ``{confident, token}`` of :func:`lut_entries`."""
+@dataclass(frozen=True)
+class SlicedRom:
+    """The ``sliced_rom`` encoding of a LUT (docs/hdl.md).
+
+    Entries are coded by their rank in ``dictionary`` (``code_bits`` bits). The address
+    space is cut into ``2**(address_bits - low_bits)`` slices of ``2**low_bits`` cells
+    (slice = ``addr >> low_bits``). Code bit ``b`` of slice ``s`` is ``select[s][b]``:
+    ``("c", 0|1)`` (the same in every cell of the slice) or ``("m", i)``: stored column
+    ``i``, an array of ``2**low_bits`` bits indexed by ``addr & (2**low_bits - 1)``;
+    identical columns are stored once. The columns form the words of one ROM (bit ``i``
+    of word ``a`` = column ``i`` at ``a``) read at ``addr[low_bits-1:0]``, a plain slice of
+    the address, so a register in front of ``addr`` folds into block RAM read ports.
+    """
+
+    dictionary: tuple[int, ...]
+    code_bits: int
+    address_bits: int
+    low_bits: int
+    columns: tuple[np.ndarray, ...]
+    select: tuple[tuple[tuple[str, int], ...], ...]
+
+    @property
+    def high_bits(self) -> int:
+        return self.address_bits - self.low_bits
+
+    def table(self) -> np.ndarray:
+        """The entries at every address (int64, length 2**address_bits): the inverse of :func:`sliced_rom`."""
+        n_low = 1 << self.low_bits
+        codes = np.zeros((len(self.select), n_low), dtype=np.int64)
+        for s, bits in enumerate(self.select):
+            for b, (kind, x) in enumerate(bits):
+                codes[s] |= (np.full(n_low, x, dtype=np.int64) if kind == "c" else self.columns[x].astype(np.int64)) << b
+        return np.asarray(self.dictionary, dtype=np.int64)[codes.reshape(-1)]
+
+
+def _ice40_brams(depth: int, width: int) -> int:
+    """4 Kbit block RAMs (iCE40 SB_RAM40_4K: 256x16, 512x8, 1024x4, 2048x2) a depth x width ROM needs."""
+    if width == 0:
+        return 0
+    per = 16 if depth <= 256 else 8 if depth <= 512 else 4 if depth <= 1024 else 2
+    return -(-width // per) * max(1, -(-depth // 2048))
+
+
+def sliced_rom(entries: np.ndarray, address_bits: int, low_bits: int | None = None) -> SlicedRom:
+    """Dictionary-code ``entries`` (one per address) and slice them (:class:`SlicedRom`).
+
+    ``low_bits`` None: the slicing with the fewest 4 Kbit block RAMs (:func:`_ice40_brams`
+    of the stored columns), at most :data:`SLICE_SELECT_MAX` slice-select bits; ties go to
+    more low bits (fewer slices, a shorter multiplexer). Sources: dictionary coding and
+    constant/duplicate elimination as in ROM compression for FPGA look-up tables; the
+    column sharing is Ashenhurst-Curtis decomposition restricted to a slice boundary.
+    """
+    values = tuple(int(x) for x in np.unique(entries))
+    cw = max(1, (len(values) - 1).bit_length())
+    codes = np.searchsorted(np.asarray(values), entries).astype(np.int64)
+
+    def layout(lb: int) -> SlicedRom:
+        cols: dict[bytes, int] = {}
+        col_arrays: list[np.ndarray] = []
+        select = []
+        for sl in codes.reshape(1 << (address_bits - lb), 1 << lb):
+            bits = []
+            for b in range(cw):
+                col = ((sl >> b) & 1).astype(np.uint8)
+                if col.min() == col.max():
+                    bits.append(("c", int(col[0])))
+                    continue
+                key = col.tobytes()
+                if key not in cols:
+                    cols[key] = len(col_arrays)
+                    col_arrays.append(col)
+                bits.append(("m", cols[key]))
+            select.append(tuple(bits))
+        return SlicedRom(values, cw, address_bits, lb, tuple(col_arrays), tuple(select))
+
+    if low_bits is not None:
+        return layout(low_bits)
+    best = None
+    for lb in range(address_bits, max(1, address_bits - SLICE_SELECT_MAX) - 1, -1):
+        cand = layout(lb)
+        cost = _ice40_brams(1 << lb, len(cand.columns))
+        if best is None or cost < best[0]:
+            best = (cost, cand)
+    return best[1]
+
+
+def emit_rom_hex(spec: Spec, lut: Lut, encoding: str = "rom") -> str:
+    """Contents of :func:`rom_file_name`: one hex word per line (line number = ROM address).
+    ``rom``: the entry ``{confident, token}`` of :func:`lut_entries` at every address;
+    ``sliced_rom``: the stored columns of :func:`sliced_rom` (bit i = column i), empty
+    when no column is stored (no ROM then)."""
+    if encoding == "sliced_rom":
+        sr = sliced_rom(lut_entries(spec, lut), spec.address_bits)
+        if not sr.columns:
+            return ""
+        digits = (len(sr.columns) + 3) // 4
+        words = np.zeros(1 << sr.low_bits, dtype=object)
+        for i, col in enumerate(sr.columns):
+            words = words + (col.astype(object) << i)
+        return "".join(f"{int(w):0{digits}x}\n" for w in words)
     digits = (spec.token_bits + 1 + 3) // 4
     return "".join(f"{int(e):0{digits}x}\n" for e in lut_entries(spec, lut))
 
@@ -121,10 +222,11 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
                  encoding: str | None = None, boxes: list[tuple[list[int], list[int]]] | None = None) -> str:
     """Source text of ``<name>.v`` (Verilog-2001; options from ``spec.hdl``, docs/hdl.md).
 
-    encoding: "case" | "rom" | "boxtree" (default ``spec.hdl.encoding``; "auto" must be
-    resolved by the caller). case: only entries that differ from the most common entry
-    are listed, the ``default`` arm holds that one. rom: the design reads
-    :func:`rom_file_name` (write :func:`emit_rom_hex` beside it). boxtree: comparators
+    encoding: "case" | "rom" | "boxtree" | "sliced_rom" (default ``spec.hdl.encoding``; "auto"
+    must be resolved by the caller). case: only entries that differ from the most common
+    entry are listed, the ``default`` arm holds that one. rom, sliced_rom: the design reads
+    :func:`rom_file_name` (write :func:`emit_rom_hex` beside it; sliced_rom: see
+    :func:`sliced_rom`). boxtree: comparators
     on the quantized fields, built from ``boxes`` (the distillation partition: inclusive
     level ranges) by :func:`mi_certify.generator.boxtree.build_tree`. Raises ValueError
     on an unknown encoding.
@@ -143,15 +245,27 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
                        "msb": msb, "lsb": msb - inp.bits + 1})
         msb -= inp.bits
     extra: dict = {"rom_file": rom_file_name(spec), "rom_sha256": "", "tree_lines": [], "tree_comparators": 0,
-                   "tree_leaves": 0}
+                   "tree_leaves": 0, "sliced": None}
     tree_fields = fields
     if encoding == "case":
         note = f"case statement ({len(cases)} entries listed, the other {len(entries) - len(cases)} in the default arm)"
     elif encoding == "rom":
-        import hashlib
         extra["rom_sha256"] = hashlib.sha256(emit_rom_hex(spec, lut).encode("ascii")).hexdigest()
         note = (f"flat ROM of {len(entries)} x {tw + 1} bits read combinationally from {rom_file_name(spec)} "
                 "($readmemh)")
+    elif encoding == "sliced_rom":
+        sr = sliced_rom(entries, spec.address_bits)
+        extra["rom_sha256"] = hashlib.sha256(emit_rom_hex(spec, lut, encoding).encode("ascii")).hexdigest()
+
+        def code(bits):
+            terms = [f"1'b{x}" if kind == "c" else f"lut_col[{x}]" for kind, x in reversed(bits)]
+            return terms[0] if len(terms) == 1 else "{" + ", ".join(terms) + "}"
+        extra["sliced"] = {"dictionary": list(enumerate(sr.dictionary)), "cw": sr.code_bits, "lb": sr.low_bits,
+                           "hb": sr.high_bits, "ncols": len(sr.columns),
+                           "slices": [(s, code(bits)) for s, bits in enumerate(sr.select)]}
+        note = (f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bits, "
+                f"{1 << sr.high_bits} slices of {1 << sr.low_bits} cells, {len(sr.columns)} stored columns of "
+                f"{1 << sr.low_bits} bits read combinationally from {rom_file_name(spec)} ($readmemh)")
     else:
         root = build_tree(entries, [f["bits"] for f in fields], boxes)
         comparators, leaves = tree_size(root)

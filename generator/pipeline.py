@@ -247,8 +247,10 @@ def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
 
 def _auto_encoding(spec: Spec, lut, hashes: SourceHashes, masks, boxes) -> tuple[str, dict]:
     """The ``auto`` encoding: each of :data:`ENCODINGS` emitted and estimated by Yosys
-    (:func:`mi_certify.verification.synth.estimate`: iCE40 LUT4 + carries + BRAM x 176);
+    (:func:`mi_certify.verification.synth.estimate`: iCE40 LUT4 + carries + BRAM x 176 behind
+    registered inputs);
     the smallest wins, ties in the order of ENCODINGS. Returns (encoding, {encoding: estimate})."""
+    from mi_certify.runtime.fsm import REASON_BITS
     est = {}
     with tempfile.TemporaryDirectory(prefix="mi-certify-auto-") as work:
         for enc in ENCODINGS:
@@ -256,10 +258,12 @@ def _auto_encoding(spec: Spec, lut, hashes: SourceHashes, masks, boxes) -> tuple
             sub.mkdir()
             v = sub / f"{spec.module_name}.v"
             v.write_text(emit_verilog(spec, lut, hashes, version(), masks, encoding=enc, boxes=boxes), encoding="utf-8")
-            if enc == "rom":
-                (sub / rom_file_name(spec)).write_text(emit_rom_hex(spec, lut), encoding="ascii")
+            rom_text = emit_rom_hex(spec, lut, enc) if enc in ("rom", "sliced_rom") else ""
+            if rom_text:
+                (sub / rom_file_name(spec)).write_text(rom_text, encoding="ascii")
             try:
-                est[enc] = synth.estimate(v, spec.module_name)
+                est[enc] = synth.estimate(v, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
+                                          spec.hdl.reset_port)
             except synth.SynthError as exc:
                 raise BuildError(f"hdl.encoding auto: {exc}") from None
     return min(ENCODINGS, key=lambda e: (est[e], ENCODINGS.index(e))), est
@@ -529,14 +533,15 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     encoding, estimates = spec.hdl.encoding, None
     if encoding == "auto":
         encoding, estimates = timed("hdl_encoding", lambda: _auto_encoding(spec, lut, hashes, masks, boxes))
-    rom_file = rom_file_name(spec) if encoding == "rom" else None
+    rom_text = emit_rom_hex(spec, lut, encoding) if encoding in ("rom", "sliced_rom") else ""
+    rom_file = rom_file_name(spec) if rom_text else None
 
     def do_emit():
         py_path.write_text(emit_python(spec, lut, hashes, version(), masks), encoding="utf-8")
         v_path.write_text(emit_verilog(spec, lut, hashes, version(), masks, encoding=encoding, boxes=boxes),
                           encoding="utf-8")
         if rom_file:
-            (d / rom_file).write_text(emit_rom_hex(spec, lut), encoding="ascii")
+            (d / rom_file).write_text(rom_text, encoding="ascii")
         mon_path.write_text(emit_sla_monitor(spec, hashes.spec, version()), encoding="utf-8")
         copy_monitor_core(d)
     mon_path = d / f"{monitor_module(spec)}.v"

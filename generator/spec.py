@@ -154,11 +154,12 @@ SCHEMA: dict = {
                 "prefix": {"type": "string", "pattern": r"^([A-Za-z_][A-Za-z0-9_]{0,31})?$",
                            "description": "prepended to the Verilog module name (default none: the module "
                                           "is controller.name)"},
-                "encoding": {"enum": ["case", "rom", "boxtree", "auto"],
+                "encoding": {"enum": ["case", "rom", "boxtree", "sliced_rom", "auto"],
                              "description": "LUT encoding: case statement (default), flat ROM read from "
                                             "<module>_rom.hex with $readmemh (block RAM behind a registered address), compressed "
-                                            "box tree of comparators on the quantized inputs, or auto: the "
-                                            "smallest by Yosys estimate (docs/hdl.md)"},
+                                            "box tree of comparators on the quantized inputs, sliced ROM (entries "
+                                            "dictionary-coded, constant and duplicate slice columns removed, the rest "
+                                            "in <module>_rom.hex), or auto: the smallest by Yosys estimate (docs/hdl.md)"},
                 "clock_mhz": {"type": "number", "exclusiveMinimum": 0, "maximum": 10000,
                               "description": "target clock of the RTL in MHz: per-action latency limits (ms) "
                                              "become cycle limits at this clock, and the synthesis report "
@@ -269,7 +270,7 @@ class HdlOptions:
     """The sla.yaml ``hdl:`` section (docs/hdl.md). Defaults give the RTL of specs without it.
 
     reset: "sync" | "async"; reset_polarity: "high" (port ``rst``) | "low" (port ``rst_n``);
-    prefix: prepended to the module name; encoding: "case" | "rom" | "boxtree" | "auto";
+    prefix: prepended to the module name; encoding: "case" | "rom" | "boxtree" | "sliced_rom" | "auto";
     clock_mhz: target clock in MHz or None.
     """
 

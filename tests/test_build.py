@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import random
 import subprocess
 import sys
@@ -45,8 +46,12 @@ def test_reference_controller_builds_end_to_end(reference_build):
                                 "rtl_proofs", "cosim", "hdl"}
     # synthesis numbers (docs/hdl.md); the goal is reported, not assumed
     hdl = s["hdl"]
-    assert hdl["encoding"] == "boxtree" and s["stages"]["hdl"]["status"] == "ok"
-    assert hdl["lut4"] > 100 and hdl["dff"] >= 30 and hdl["bram"] == 0
+    assert hdl["encoding"] == "sliced_rom" and s["stages"]["hdl"]["status"] == "ok"
+    # the controller alone reads its sliced ROM combinationally: logic; the block RAMs appear behind the
+    # wrapper's registered address (measured: 13 SB_RAM40_4K, 91 LUT4 on the wrapper)
+    assert hdl["dff"] >= 30 and hdl["bram"] == 0
+    pnr = s["stages"]["hdl"]["place_and_route"]
+    assert 8 <= pnr["hx8k"]["bram"] <= 16 and pnr["hx8k"]["lut4"] < 300 and pnr["up5k"]["fits"]
     assert hdl["fmax_mhz_hx8k"] > hdl["fmax_mhz_up5k"] > 5
     assert hdl["goal_met"] == (hdl["fmax_mhz_hx8k"] >= 130 and hdl["fmax_mhz_up5k"] >= 50)
     assert s["stages"]["verify"]["status"] == "ok"
@@ -169,58 +174,49 @@ def _masks():
     ("n_reason = R_RECOVER;", "n_reason = R_FALLBACK;"),                   # wrong reason code
     ("end else if (sla_violation && vcnt == VIOL_LAST)", "end else if (sla_violation && vcnt == VIOL_LAST && 1'b0)"),
 ])
+def _sim(reference_build, verilog, tmp_path):
+    """(Verilog, top) for run_cosim: the build's ROM file ($readmemh) beside ``verilog`` (unless a
+    mutant is already there) and copied where the simulators run."""
+    from mi_certify.verification import hdl_adapter
+    rom = reference_build / "meta_controller_rom.hex"
+    if rom.exists() and not (verilog.parent / rom.name).exists():
+        shutil.copyfile(rom, verilog.parent / rom.name)
+    return hdl_adapter.prepare(verilog, "meta_controller", "rst", 16, 2, tmp_path / "work",
+                               rom.name if rom.exists() else None)
+
+
 def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutation):
     src = (reference_build / "meta_controller.v").read_text()
     assert mutation[0] in src
     mutant = tmp_path / "meta_controller.v"
     mutant.write_text(src.replace(mutation[0], mutation[1], 1))
-    res = run_cosim(mutant, "meta_controller", _cfg(), _lut(reference_build), tmp_path / "work", masks=_masks())
+    res = run_cosim(*_sim(reference_build, mutant, tmp_path), _cfg(), _lut(reference_build), tmp_path / "work",
+                    masks=_masks())
     assert not res.passed and res.mismatches > 0
     assert res.first_mismatch["rtl"] != res.first_mismatch["reference"]
 
 
-def _leaf_lines(src: str, address_bits: int) -> np.ndarray:
-    """Per address, the index of the box-tree line (``lut_entry = ...;``) that gives its entry."""
-    import re
-    fields = {n: (int(h), int(lo)) for n, h, lo in
-              re.findall(r"^\s*wire \[\d+:0\] q_(\w+) = addr\[(\d+):(\d+)\];", src, re.M)}
-    addrs = np.arange(1 << address_bits)
-    owner = np.full(addrs.size, -1)
-    stack, conds = [np.ones(addrs.size, dtype=bool)], []
-    for i, ln in enumerate(src.splitlines()):
-        ln = ln.strip()
-        m = re.fullmatch(r"if \(q_(\w+) < \d+'d(\d+)\) begin", ln)
-        if m:
-            hi, lo = fields[m.group(1)]
-            conds.append(((addrs >> lo) & ((1 << (hi - lo + 1)) - 1)) < int(m.group(2)))
-            stack.append(stack[-1] & conds[-1])
-        elif ln == "end else begin" and conds:
-            stack.pop()
-            stack.append(stack[-1] & ~conds[-1])
-        elif ln == "end" and conds:
-            stack.pop()
-            conds.pop()
-        elif ln.startswith("lut_entry = ") and conds:
-            owner[stack[-1]] = i
-    return owner
-
-
 def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
+    """One bit of the sliced ROM file flipped (the confident bit of an address the directed
+    sequence holds, and of the cells of other slices that share that column there)."""
+    import re
     from mi_certify.verification.cocotb_sim import make_stimulus
     lut = _lut(reference_build)
     stim, directed = make_stimulus(_cfg(), lut, 10_000, 1, _masks())
     src = (reference_build / "meta_controller.v").read_text()
-    assert "LUT encoding: box tree" in src  # examples/meta_controller/sla.yaml: hdl.encoding boxtree
-    owner = _leaf_lines(src, 16)
-    addr = next(row[1] for row in stim[:directed] if owner[row[1]] >= 0)  # held by the directed sequence
-    lines = src.splitlines()
-    line = lines[owner[addr]]
-    entry = lut[addr] & 0x7F | (lut[addr] >> 7) << 2
-    assert line.endswith(f"lut_entry = 3'd{entry};")
-    lines[owner[addr]] = line.replace(f"3'd{entry};", f"3'd{entry ^ 0b100};")  # clear/set the confident bit
-    mutant = tmp_path / "meta_controller.v"
-    mutant.write_text("\n".join(lines) + "\n")
-    res = run_cosim(mutant, "meta_controller", _cfg(), lut, tmp_path / "work", masks=_masks())
+    assert "LUT encoding: sliced ROM" in src  # examples/meta_controller/sla.yaml: hdl.encoding sliced_rom
+    low = int(re.search(r"lut_cols\[addr\[(\d+):0\]\]", src).group(1)) + 1
+    # per slice, the stored column that gives code bit 1 (the confident bit: dictionary 00, 01, 80, 81)
+    column = {int(sl): int(m.group(1)) for sl, code in re.findall(r"^\s*\d+'d(\d+): lut_code = (.+);", src, re.M)
+              if (m := re.match(r"\{lut_col\[(\d+)\]", code))}
+    addr = next(row[1] for row in stim[:directed] if (row[1] >> low) in column)
+    (tmp_path / "meta_controller.v").write_text(src)
+    words = (reference_build / "meta_controller_rom.hex").read_text().split()
+    a = addr & ((1 << low) - 1)
+    words[a] = format(int(words[a], 16) ^ (1 << column[addr >> low]), f"0{len(words[a])}x")
+    (tmp_path / "meta_controller_rom.hex").write_text("\n".join(words) + "\n")
+    res = run_cosim(*_sim(reference_build, tmp_path / "meta_controller.v", tmp_path), _cfg(), lut, tmp_path / "work",
+                    masks=_masks())
     assert not res.passed and res.mismatches > 0
 
 
@@ -228,7 +224,10 @@ def test_mutated_python_runtime_is_caught(reference_build, tmp_path):
     src = (reference_build / "meta_controller.py").read_text()
     mutant = tmp_path / "meta_controller.py"
     mutant.write_text(src.replace("if self.h == HYSTERESIS:", "if self.h == HYSTERESIS - 1:", 1))
-    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
+    (tmp_path / "rtl").mkdir()
+    v = tmp_path / "rtl" / "meta_controller.v"
+    shutil.copyfile(reference_build / "meta_controller.v", v)
+    res = run_cosim(*_sim(reference_build, v, tmp_path), _cfg(), _lut(reference_build),
                     tmp_path / "work", runtime_py=mutant, masks=_masks())
     assert not res.passed and res.error == "emitted Python runtime disagrees with the reference"
     assert res.first_mismatch["python_runtime"] != res.first_mismatch["reference"]
@@ -331,7 +330,6 @@ def test_skipped_stages_make_the_build_incomplete(tmp_path):
 
 
 def test_a_directory_with_a_foreign_file_is_not_taken_for_a_previous_build(tmp_path, reference_build):
-    import shutil
     out = tmp_path / "proj"
     shutil.copytree(reference_build, out)
     (out / "thesis.tex").write_text("mine")

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mi_certify.generator.boxtree import Leaf, build_tree, evaluate, tree_size
-from mi_certify.generator.emit import SourceHashes, emit_rom_hex, emit_verilog, lut_entries, rom_file_name
+from mi_certify.generator.emit import (SourceHashes, emit_rom_hex, emit_verilog, lut_entries, rom_file_name,
+                                       sliced_rom)
 from mi_certify.generator.errors import SpecError
 from mi_certify.generator.lut import apply_masks, property_masks, sample_lut
 from mi_certify.generator.emit import lut_bytes
@@ -48,8 +49,8 @@ def _emit(spec, lut, boxes, out, encoding, **hdl):
     out.mkdir(parents=True, exist_ok=True)
     v = out / f"{spec.module_name}.v"
     v.write_text(emit_verilog(spec, lut, HASHES, "test", property_masks(spec), encoding=encoding, boxes=boxes))
-    if encoding == "rom":
-        (out / rom_file_name(spec)).write_text(emit_rom_hex(spec, lut))
+    if encoding in ("rom", "sliced_rom") and emit_rom_hex(spec, lut, encoding):
+        (out / rom_file_name(spec)).write_text(emit_rom_hex(spec, lut, encoding))
     return spec, v
 
 
@@ -95,7 +96,7 @@ def test_box_tree_is_exact_and_merges_adjacent_boxes_with_the_same_entry():
 
 # --- every encoding is proved equal to the table ------------------------------------------------
 
-@pytest.mark.parametrize("encoding", ["case", "rom", "boxtree"])
+@pytest.mark.parametrize("encoding", ["case", "rom", "boxtree", "sliced_rom"])
 def test_every_encoding_is_proved_equal_to_the_table_and_read_back_independently(small, tmp_path, encoding):
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, encoding)
@@ -104,8 +105,8 @@ def test_every_encoding_is_proved_equal_to_the_table_and_read_back_independently
     assert obs["rtl.lut_table"].detail == "1024 entries equal"
     table, how = _verilog_table(tmp_path, spec, v.read_text())
     assert np.array_equal(table, lut_entries(spec, lut)), how
-    assert f"LUT encoding: {'case statement' if encoding == 'case' else 'flat ROM' if encoding == 'rom' else 'box tree'}" \
-        in v.read_text()
+    title = {"case": "case statement", "rom": "flat ROM", "boxtree": "box tree", "sliced_rom": "sliced ROM"}
+    assert f"LUT encoding: {title[encoding]}" in v.read_text()
 
 
 def test_a_mutated_rom_file_is_caught(small, tmp_path):
@@ -119,6 +120,39 @@ def test_a_mutated_rom_file_is_caught(small, tmp_path):
     assert ob.verdict == "violated" and ob.detail == "1 entries differ, first at address 77"
     table, _ = _verilog_table(tmp_path, spec, v.read_text())
     assert np.nonzero(table != lut_entries(spec, lut))[0].tolist() == [77]
+
+
+def test_the_sliced_rom_codes_slices_and_shares_columns():
+    # 4 address bits; entries 5 (most), 9 and 12: codes 0, 1, 2 (2 bits)
+    entries = np.array([5] * 4 + [5, 9, 5, 9] + [12, 12, 5, 5] + [5, 9, 5, 9], dtype=np.int64)
+    sr = sliced_rom(entries, 4, low_bits=2)
+    assert sr.dictionary == (5, 9, 12) and sr.code_bits == 2 and sr.high_bits == 2
+    # slice 0 constant; slices 1 and 3 identical (one column for code bit 0, bit 1 constant 0);
+    # slice 2: both code bits vary (bit 0 never set: constant 0; bit 1 is its own column)
+    assert [[int(c) for c in col] for col in sr.columns] == [[0, 1, 0, 1], [1, 1, 0, 0]]
+    assert sr.select == ((("c", 0), ("c", 0)), (("m", 0), ("c", 0)), (("c", 0), ("m", 1)), (("m", 0), ("c", 0)))
+    assert np.array_equal(sr.table(), entries)
+    # chosen slicing: fewest iCE40 block RAMs, then fewest slices: a 2^16 table of 3 entries whose
+    # upper half is constant stores only the lower half (2 columns x 2^15 bits: 16 BRAMs, not 32)
+    rng = np.random.default_rng(0)
+    big = np.concatenate([rng.integers(0, 3, 1 << 13).repeat(4), np.full(1 << 15, 2)])
+    sr = sliced_rom(big, 16)
+    assert (sr.low_bits, len(sr.columns)) == (15, 2) and np.array_equal(sr.table(), big)
+
+
+def test_a_mutated_sliced_rom_file_is_caught(small, tmp_path):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "sliced_rom")
+    rom = tmp_path / rom_file_name(spec)
+    words = rom.read_text().split()
+    words[5] = format(int(words[5], 16) ^ 0b1, "x")  # column 0 at ROM address 5: every slice that reads it
+    rom.write_text("\n".join(words) + "\n")
+    ob = _proofs(spec, v, lut)["rtl.lut_table"]
+    table, _ = _verilog_table(tmp_path, spec, v.read_text())
+    bad = np.nonzero(table != lut_entries(spec, lut))[0]
+    low = sliced_rom(lut_entries(spec, lut), spec.address_bits).low_bits
+    assert ob.verdict == "violated" and len(bad) >= 1 and {int(a) & ((1 << low) - 1) for a in bad} == {5}
+    assert ob.detail == f"{len(bad)} entries differ, first at address {bad[0]}"
 
 
 def test_a_mutated_box_tree_is_caught(small, tmp_path):
@@ -145,7 +179,7 @@ OPTIONS = [dict(reset=r, reset_polarity=p, prefix=x)
 
 @pytest.mark.skipif(shutil.which("verilator") is None or shutil.which("yosys") is None,
                     reason="verilator and yosys are required (make setup)")
-@pytest.mark.parametrize("encoding", ["case", "rom", "boxtree"])
+@pytest.mark.parametrize("encoding", ["case", "rom", "boxtree", "sliced_rom"])
 def test_every_option_combination_is_lint_clean(small, tmp_path, encoding):
     spec0, lut, boxes = small
     for k, opt in enumerate(OPTIONS):
@@ -217,7 +251,7 @@ def test_reset_style_and_polarity_behave_as_documented_in_icarus(small, tmp_path
 
 
 def test_spec_hdl_section_defaults_and_errors(tmp_path):
-    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="boxtree", clock_mhz=50.0)
+    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="sliced_rom", clock_mhz=50.0)
     text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
     plain = tmp_path / "plain.yaml"
     plain.write_text(text)
@@ -263,7 +297,7 @@ def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_th
                           "tee -q -o /dev/stdout stat -json"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert synth._ice40_counts(synth._stat(out.stdout, synth.WRAPPER)["by_type"])["bram"] == 1  # 1024 x 3 bits
     enc, est = _auto_encoding(spec, lut, HASHES, property_masks(spec), boxes)
-    assert set(est) == {"case", "rom", "boxtree"} and est[enc] == min(est.values())
+    assert set(est) == {"case", "rom", "boxtree", "sliced_rom"} and est[enc] == min(est.values())
 
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")

@@ -607,14 +607,60 @@ def _regenerate_proofs(c: _Checker, ctx: dict, index: dict) -> None:
     c.run("rtl proofs: made again from the Verilog and compared", "same code", rtl)
 
 
+def _sliced_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
+    """The ``sliced_rom`` encoding read back: the ROM file's columns, the slice case items
+    (constants and column bits) and the code dictionary, evaluated at every address."""
+    n = 1 << spec.address_bits
+    cw = int(re.search(r"^\s*reg \[(\d+):0\] lut_code;", text, re.M).group(1)) + 1
+    dictionary = {int(k): int(e) for k, e in
+                  re.findall(rf"^\s*{cw}'d(\d+): lut_entry = \d+'d(\d+);", text, re.M)}
+    dflt = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
+    _require(bool(dictionary) and len(dflt) == 1, "sliced ROM: no code dictionary (case on lut_code) found")
+    rom = re.findall(r'^\s*initial \$readmemh\("([A-Za-z0-9_.]+)", lut_cols\);', text, re.M)
+    low = re.search(r"^\s*wire \[(\d+):0\] lut_col = lut_cols\[addr\[(\d+):0\]\];", text, re.M)
+    sel = re.search(rf"^\s*case \(addr\[{spec.address_bits - 1}:(\d+)\]\)", text, re.M)
+    lb = int(sel.group(1)) if sel else spec.address_bits
+    words = np.zeros(1 << lb, dtype=object)
+    if rom:
+        _require(low is not None and int(low.group(2)) + 1 == lb, "sliced ROM: the column read and the slice select "
+                 "do not split the address at the same bit")
+        words = [int(w, 16) for w in (d / rom[0]).read_text(encoding="ascii").split()]
+        _require(len(words) == 1 << lb, f"{rom[0]} holds {len(words)} words, the slice {1 << lb}")
+        words = np.array(words, dtype=object)
+    if sel:
+        items = re.findall(rf"^\s*{spec.address_bits - lb}'d(\d+): lut_code = (.+);", text, re.M)
+    else:
+        items = [("0", m) for m in re.findall(r"^\s*lut_code = (.+);", text, re.M)]
+    _require(len(items) == 1 << (spec.address_bits - lb), f"sliced ROM: {len(items)} slice items, expected "
+             f"{1 << (spec.address_bits - lb)}")
+    codes = np.zeros((1 << (spec.address_bits - lb), 1 << lb), dtype=np.int64)
+    for s_, expr in items:
+        terms = [t.strip() for t in expr.strip().strip("{}").split(",")]
+        _require(len(terms) == cw, f"sliced ROM: slice {s_} gives {len(terms)} code bits, lut_code has {cw}")
+        for b, t in enumerate(reversed(terms)):
+            m = re.fullmatch(r"1'b([01])|lut_col\[(\d+)\]", t)
+            _require(m is not None, f"sliced ROM: unexpected code bit {t[:40]}")
+            col = (np.full(1 << lb, int(m.group(1))) if m.group(1) is not None
+                   else np.array([(int(w) >> int(m.group(2))) & 1 for w in words], dtype=np.int64))
+            codes[int(s_)] |= col.astype(np.int64) << b
+    flat = codes.reshape(-1)
+    table = np.array([dictionary.get(int(c), int(dflt[0])) for c in range(1 << cw)], dtype=np.int64)[flat]
+    _require(len(table) == n, "sliced ROM: the slices do not cover the address space")
+    return table, (f"sliced ROM: {len(dictionary)} dictionary entries, {len(items)} slices"
+                   + (f", columns from {rom[0]}" if rom else ""))
+
+
 def _verilog_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
     """The LUT entries ({confident, token}) the Verilog holds, read without Yosys: case items
-    + default, the ROM file of ``$readmemh``, or the box tree's nested if/else run at every address."""
+    + default, the ROM file of ``$readmemh``, the sliced ROM (:func:`_sliced_table`), or the box
+    tree's nested if/else run at every address."""
     n = 1 << spec.address_bits
     cases = re.findall(rf"^\s*{spec.address_bits}'d(\d+): lut_entry = \d+'d(\d+);", text, re.M)
     default = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
     rom = re.findall(r'^\s*initial \$readmemh\("([A-Za-z0-9_.]+)", lut_rom\);', text, re.M)
     tree = re.search(r"^    always @\(\*\) begin\n(\s+if \(q_.*?)^    end$", text, re.M | re.S)
+    if re.search(r"^\s*reg \[\d+:0\] lut_code;", text, re.M):
+        return _sliced_table(d, spec, text)
     if len(default) == 1 and cases:
         table = np.full(n, int(default[0]), dtype=np.int64)
         for a, e in cases:

@@ -21,9 +21,10 @@ Three measurements, each a subprocess with a timeout (docs/hdl.md, "Numbers"):
 Place and route is deterministic for a fixed seed and inputs; the Fmax figure is still
 kept out of hashed build outputs (it depends on the nextpnr version and its timing model).
 
-:func:`estimate` is the ``auto`` encoding's metric: iCE40 logic cells after
-``synth_ice40`` = ``SB_LUT4`` + ``SB_CARRY`` + :data:`BRAM_LUT4_COST` x ``SB_RAM40_4K`` (a
-block RAM charged as the LUT4 share of one BRAM on the UP5K, 5280 / 30; docs/hdl.md).
+:func:`estimate` is the ``auto`` encoding's metric: iCE40 logic cells after ``synth_ice40``
+of the registered-input wrapper = ``SB_LUT4`` + ``SB_CARRY`` + :data:`BRAM_LUT4_COST` x
+``SB_RAM40_4K`` (a block RAM charged as the LUT4 share of one BRAM on the UP5K, 5280 / 30;
+docs/hdl.md).
 """
 
 from __future__ import annotations
@@ -132,10 +133,33 @@ def ice40_stats(verilog: Path, top: str, timeout_s: float = 900.0) -> dict:
     return {**_ice40_counts(st["by_type"]), "by_type": st["by_type"]}
 
 
-def estimate(verilog: Path, top: str, timeout_s: float = 900.0) -> int:
-    """The ``auto`` encoding's size metric: SB_LUT4 + SB_CARRY + BRAM_LUT4_COST x SB_RAM40_4K after synth_ice40."""
-    s = ice40_stats(verilog, top, timeout_s)
-    return s["lut4"] + s["carry"] + BRAM_LUT4_COST * s["bram"]
+def _copy_design(verilog: Path, work: Path) -> None:
+    """The design and any ``$readmemh`` file beside it, copied to ``work``."""
+    for f in verilog.resolve().parent.iterdir():
+        if f.is_file() and f.suffix in (".v", ".hex"):
+            shutil.copy(f, work / f.name)
+
+
+def _wrapper_counts(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int, reset_port: str,
+                    work: Path, timeout_s: float) -> dict:
+    """``synth_ice40 -nodffe`` of :func:`fmax_wrapper` around ``top`` in ``work`` (writes wrapper.json):
+    {"lut4", "dff", "bram", "carry"}."""
+    (work / "wrapper.v").write_text(fmax_wrapper(top, address_bits, token_bits, reason_bits, reset_port))
+    stat = _run(["yosys", "-q", "-p", f"read_verilog {verilog.name} wrapper.v; synth_ice40 -nodffe -top {WRAPPER} "
+                 "-json wrapper.json; tee -q -o /dev/stdout stat -json"], work, timeout_s)
+    return _ice40_counts(_stat(stat, WRAPPER)["by_type"])
+
+
+def estimate(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int, reset_port: str,
+             timeout_s: float = 900.0) -> int:
+    """The ``auto`` encoding's size metric: SB_LUT4 + SB_CARRY + BRAM_LUT4_COST x SB_RAM40_4K after
+    ``synth_ice40`` of the registered-input wrapper (:func:`fmax_wrapper`: how an integrator
+    instantiates the controller; a ROM then maps to block RAM). The wrapper's own cells are the
+    same for every encoding of one spec, so the comparison is between the encodings."""
+    with tempfile.TemporaryDirectory(prefix="mi-certify-estimate-") as work:
+        _copy_design(verilog, Path(work))
+        c = _wrapper_counts(verilog, top, address_bits, token_bits, reason_bits, reset_port, Path(work), timeout_s)
+    return c["lut4"] + c["carry"] + BRAM_LUT4_COST * c["bram"]
 
 
 def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int,
@@ -148,18 +172,12 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
     RAMs). A design the device cannot hold gets ``fits`` false, ``fmax_mhz`` None and a
     ``detail``. Raises SynthError on any other tool failure.
     """
-    src = verilog.resolve().parent
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="mi-certify-pnr-") as work:
         w = Path(work)
-        for f in src.iterdir():  # the design and any $readmemh file beside it
-            if f.is_file() and f.suffix in (".v", ".hex"):
-                shutil.copy(f, w / f.name)
-        (w / "wrapper.v").write_text(fmax_wrapper(top, address_bits, token_bits, reason_bits, reset_port))
+        _copy_design(verilog, w)
         t0 = time.monotonic()
-        stat = _run(["yosys", "-q", "-p", f"read_verilog {verilog.name} wrapper.v; synth_ice40 -nodffe -top {WRAPPER} "
-                     "-json wrapper.json; tee -q -o /dev/stdout stat -json"], w, timeout_s)
-        counts = _ice40_counts(_stat(stat, WRAPPER)["by_type"])
+        counts = _wrapper_counts(verilog, top, address_bits, token_bits, reason_bits, reset_port, w, timeout_s)
         synth_s = time.monotonic() - t0
         for dev in devices:
             flag, package, goal = DEVICES[dev]

@@ -5,7 +5,7 @@ arithmetic after quantization (quantization itself is exact, with fractions.Frac
 
 Sources (sha256):
     model  6ff0124a7e7fa67adec2093ce0bc630a09bc3310b890cb72fb718f13f5bba1e2
-    spec   20b269e3ef09389c3a799d3ba08e1f3a15f372688b039efa1d2fc7121bf5cbbb
+    spec   a072f7bf71cb754ab3d20b2a69500b5ceacfb5b4290dfd491b55d09d3b2640c2
     LUT    b2f94bbe0c152428749f60e019f3e19512c82d9b0664bf186b74d4d1fe2fb02e
 
 Inputs, in ONNX order (physical units; outside [min, max] or NaN = probe fault):

@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   20b269e3ef09389c3a799d3ba08e1f3a15f372688b039efa1d2fc7121bf5cbbb
+//   spec   a072f7bf71cb754ab3d20b2a69500b5ceacfb5b4290dfd491b55d09d3b2640c2
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

@@ -177,6 +177,21 @@ def _lut_from_bundle(spec: Spec, d: Path) -> Lut:
     return Lut(arr & 0x7F, (arr >> 7).astype(bool), status)
 
 
+def _hdl_rows(summary: dict) -> dict:
+    """The synthesis numbers for the report: {"status", "note", "alone", "devices": [...]}
+    from summary.json (stage ``hdl``; docs/hdl.md)."""
+    st = summary.get("stages", {}).get("hdl", {})
+    if st.get("status") != "ok":
+        return {"status": st.get("status", "skipped"), "note": st.get("reason", st.get("error", "not run")),
+                "alone": None, "devices": []}
+    h = summary["hdl"]
+    devices = [{"device": dev.upper(), "fits": p["fits"], "fmax_mhz": p["fmax_mhz"], "goal_mhz": p["goal_mhz"],
+                "meets_goal": p["meets_goal"], "lut4": p["lut4"], "dff": p["dff"], "bram": p["bram"],
+                "package": p["package"], "seed": p["seed"]} for dev, p in sorted(st["place_and_route"].items())]
+    return {"status": "ok", "note": "", "alone": {"lut4": h["lut4"], "dff": h["dff"], "bram": h["bram"]},
+            "goal_met": h["goal_met"], "devices": devices}
+
+
 def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
     summary = _json(d / "summary.json")
     ver = _json(d / "verification.json")
@@ -185,8 +200,8 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
     cosim = _json(d / "cosim.json")
     lint = _json(d / "lint.json")
     lut_props = (_json(d / "lut_properties.json") or {}).get("properties", [])
-    vtext = (d / f"{spec.name}.v").read_text(encoding="utf-8") if (d / f"{spec.name}.v").exists() else ""
-    case_items = sum(1 for ln in vtext.splitlines() if ln.strip().startswith(f"{spec.address_bits}'d"))
+    vfile = d / f"{spec.module_name}.v"
+    vtext = vfile.read_text(encoding="utf-8") if vfile.exists() else ""
     methods = Counter((b["verdict"], b["method"]) for b in dist["boxes"]) if dist else Counter()
     required = [o for o in obligations if o["required"]]
     open_obs = [o for o in required if o["verdict"] not in GOOD_VERDICTS]
@@ -198,9 +213,11 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
         "obligations": obligations, "open": open_obs, "requirements": _requirements(spec, obligations),
         "verification": ver, "distillation": dist, "box_methods": sorted(methods.items()),
         "lut": lut_json, "lut_properties": lut_props, "cosim": cosim, "lint": lint,
-        "rtl": {"file": f"{spec.name}.v", "lines": vtext.count("\n"), "case_items": case_items,
+        "rtl": {"file": vfile.name, "lines": vtext.count("\n"),
                 "cells": 1 << spec.address_bits, "address_bits": spec.address_bits, "token_bits": spec.token_bits,
-                "proof_index": (d / PROOF_INDEX).exists()},
+                "proof_index": (d / PROOF_INDEX).exists(),
+                "encoding": summary.get("stages", {}).get("emit", {}).get("encoding", "")},
+        "hdl": _hdl_rows(summary),
         "heatmaps": _heatmaps(spec, _lut_from_bundle(spec, d), d) if lut_json else [],
         "fsm_svg": _fsm_svg(spec), "assumptions": _assumptions(spec),
         "files": files, "actions": [a.name for a in spec.actions],

@@ -401,6 +401,14 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 (PyYAML) reads 1e-3 and 1.5e3 as strings (its floats need a dot and a signed
+# exponent); YAML 1.2 and every user read them as numbers: the 1.2 exponent forms are added.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def load_spec(path: str | Path) -> Spec:
     """Read, validate and resolve sla.yaml.
 

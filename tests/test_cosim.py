@@ -101,6 +101,22 @@ def test_sla_monitor_is_lint_clean_and_synthesises_without_latches(tmp_path, par
     assert "initial" not in code
 
 
+@pytest.mark.parametrize("params", [{"WINDOW": 20, "NW": 4}, {"WINDOW": 0}, {"CYC_W": 33}, {"LAT_STAT": 101}])
+def test_illegal_monitor_parameters_fail_elaboration_in_every_tool(tmp_path, params):
+    # NW 4 cannot count 20 samples: without the check the window count would wrap silently
+    g = [f"-G{k}={v}" for k, v in params.items()]
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", *g, "--top-module", "sla_monitor", str(MONITOR)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode != 0 and "sla_monitor_illegal_parameters" in proc.stdout + proc.stderr
+    chparam = " ".join(f"-set {k} {v}" for k, v in params.items())
+    proc = subprocess.run(["yosys", "-q", "-p", f"read_verilog {MONITOR}; chparam {chparam} sla_monitor; "
+                           "hierarchy -check -top sla_monitor"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "sla_monitor_illegal_parameters" in proc.stdout + proc.stderr
+    proc = subprocess.run(["iverilog", *[f"-Psla_monitor.{k}={v}" for k, v in params.items()], "-o", "sim",
+                           str(MONITOR)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode != 0 and "sla_monitor_illegal_parameters" in proc.stdout + proc.stderr
+
+
 # --- co-simulation of the monitor -----------------------------------------------------------------
 
 def test_monitor_rtl_agrees_with_the_python_monitor_every_cycle(tmp_path):

@@ -46,6 +46,17 @@ def test_valid_spec_resolves_names_to_indices(tmp_path):
     assert s.confidence_threshold == 0.6 and s.fsm.cooldown == 10
 
 
+def test_exponent_floats_are_numbers_as_in_yaml_1_2(tmp_path):
+    # PyYAML (YAML 1.1) alone reads 5e1 and 1.5e+2 as strings; the spec loader reads numbers
+    text = BASE.replace("latency_ms: 50,", "latency_ms: 5e1,").replace("max: 110,", "max: 1.1e+2,") + \
+        "hdl: {clock_mhz: 1.25e2}\n"
+    assert yaml.safe_load(text)["hdl"]["clock_mhz"] == "1.25e2"
+    p = tmp_path / "sla.yaml"
+    p.write_text(text)
+    s = load_spec(p)
+    assert (s.actions[0].latency_ms, s.inputs[0].max, s.hdl.clock_mhz) == (50.0, 110.0, 125.0)
+
+
 @pytest.mark.parametrize("mutate,where,reason", [
     (lambda d: d.update(extra=1), "extra", "unknown field"),
     (lambda d: d["inputs"][1].update(bits=9), "inputs[1].bits", "9 is greater than the maximum of 8"),

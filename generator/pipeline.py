@@ -269,26 +269,6 @@ def _auto_encoding(spec: Spec, lut, hashes: SourceHashes, masks, boxes) -> tuple
     return min(ENCODINGS, key=lambda e: (est[e], ENCODINGS.index(e))), est
 
 
-def _synth_numbers(spec: Spec, v_path: Path) -> dict:
-    """The ``hdl`` stage: generic and iCE40 cell counts of the controller, Fmax on HX8K and UP5K."""
-    from mi_certify.runtime.fsm import REASON_BITS
-    generic = synth.generic_stats(v_path, spec.module_name)
-    ice = synth.ice40_stats(v_path, spec.module_name)
-    pnr = synth.place_and_route(v_path, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
-                                spec.hdl.reset_port)
-    clock = spec.hdl.clock_mhz
-    return {"fmax_mhz_hx8k": pnr["hx8k"]["fmax_mhz"], "fmax_mhz_up5k": pnr["up5k"]["fmax_mhz"],
-            "lut4": ice["lut4"], "dff": ice["dff"], "bram": ice["bram"], "carry": ice["carry"],
-            "goal_met": all(p["meets_goal"] for p in pnr.values()),
-            "generic": {"cells": generic["cells"], "by_type": generic["by_type"]},
-            "ice40_by_type": ice["by_type"],
-            "wrapper": "registered inputs (shift register) around the controller; Yosys may fold the registered "
-                       "address into a ROM's block RAMs",
-            "place_and_route": {dev: {k: v for k, v in p.items() if k != "time_s"} for dev, p in pnr.items()},
-            **({"clock_mhz": clock, "meets_clock_hx8k": (pnr["hx8k"]["fmax_mhz"] or 0) >= clock,
-                "meets_clock_up5k": (pnr["up5k"]["fmax_mhz"] or 0) >= clock} if clock is not None else {})}
-
-
 def _screenshot(d: Path) -> bool:
     """Load report.html in headless Chromium and save report.png (not hashed); True when taken.
     Console errors are the report test's business (tests/test_certificate.py)."""
@@ -616,7 +596,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     else:
         def do_synth():
             try:
-                return _synth_numbers(spec, v_path)
+                return synth.hdl_numbers(spec, v_path)
             except (synth.SynthError, OSError, ValueError, KeyError) as exc:  # fails closed: the stage fails
                 return exc
         numbers = timed("hdl", do_synth, lambda r: "failed" if isinstance(r, Exception) else "ok")

@@ -16,6 +16,7 @@ import pytest
 from conftest import CARTPOLE, EXAMPLES, ROOT
 from mi_certify.generator.bundle import collect_obligations, read_distillation, source_identity
 from mi_certify.generator.pipeline import UNHASHED, BuildOptions, build
+from mi_certify.verification import synth
 from test_build import cli
 
 CERTS = ROOT / "certs" / "meta_controller"
@@ -125,7 +126,8 @@ def test_check_passes_on_the_reference_bundle_re_running_everything(reference_bu
     for name in ("network: re-run every query from inputs/ (same verdicts)", "lut.partition: boxes partition the grid",
                  "lut.tables: LUT = distillation boxes", "lut.proven_cells: onnxruntime agrees in every proven cell",
                  "lut.resolved_cells: witnesses replay, policy applied", "cosim: re-run co-simulation",
-                 "rtl.lint: re-run Verilator", "certificate verdict", "hash lut.hex"):
+                 "rtl.lint: re-run Verilator", "certificate verdict", "hash lut.hex",
+                 "hdl: synthesis and place and route made again"):
         assert items[name] == "PASS", name
     kinds = {i["kind"] for i in json.loads((tmp_path / "check.json").read_text())}
     assert kinds == {"integrity", "independent", "same code"}
@@ -158,6 +160,22 @@ def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_
     assert items["lut.tables: meta_controller.py table = lut.hex"] == "FAIL"
     assert items["lut.tables: lut.json = lut.hex"] == "FAIL"
     assert items["certificate verdict"] == "FAIL"
+
+
+@pytest.mark.skipif(bool(synth.tools_missing()),
+                    reason="yosys and nextpnr-ice40 are required (make setup)")
+def test_check_re_derives_the_synthesis_numbers(bundle_copy):
+    """A forged Fmax in summary.json (manifest rehashed) is caught by making the hdl stage again."""
+    from mi_certify.generator.spec import load_spec
+    from mi_certify.verification.bundle_check import CheckOptions, _Checker, _hdl_numbers
+    summary = json.loads((bundle_copy / "summary.json").read_text())
+    summary["hdl"]["fmax_mhz_hx8k"] = 131.0
+    summary["stages"]["hdl"]["place_and_route"]["hx8k"]["fmax_mhz"] = 131.0
+    items = []
+    c = _Checker(bundle_copy, CheckOptions(), items.append)
+    _hdl_numbers(c, {"spec": load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml"), "summary": summary})
+    assert [(i.name, i.status) for i in items] == [("hdl: synthesis and place and route made again", "FAIL")]
+    assert "131.0" in items[0].detail and "90.78" in items[0].detail
 
 
 def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agrees(bundle_copy):

@@ -148,6 +148,7 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
     _lut_properties(c, ctx)
     _smt_obligations(c, ctx)
     _tools(c, ctx)
+    _hdl_numbers(c, ctx)
     c.run("obligations.json matches the evidence", "same code", lambda: _obligations(c, ctx))
     c.run("certificate verdict", "integrity", lambda: _verdict(c))
     return c.items
@@ -786,6 +787,41 @@ def _tools(c: _Checker, ctx: dict) -> None:
                                           "cosim.json differs")
                 return f"{again['cycles']} cycles, {again['mismatches']} mismatches, identical to cosim.json"
             c.run("cosim: re-run co-simulation", "same code", cosim)
+
+
+def _hdl_numbers(c: _Checker, ctx: dict) -> None:
+    """The ``hdl`` stage made again (Yosys + nextpnr-ice40, same seed): cell counts and Fmax
+    must equal summary.json. Skipped with --quick, without the tools, or when the tool
+    versions differ from the manifest's (the numbers depend on them; docs/hdl.md)."""
+    name = "hdl: synthesis and place and route made again"
+    stage = ctx["summary"].get("stages", {}).get("hdl", {})
+    if stage.get("status") != "ok":
+        return
+    if not c.opts.rerun_tools:
+        c.add(name, SKIP, "same code", "--quick")
+        return
+    from mi_certify.verification import synth
+    from mi_certify.verification.tools import tool_version
+    if synth.tools_missing():
+        c.add(name, SKIP, "same code", f"not installed: {', '.join(synth.tools_missing())}")
+        return
+    recorded = c.json("manifest.json").get("versions", {}).get("tools", {})
+    changed = [t for t in ("yosys", "nextpnr-ice40") if recorded.get(t) != tool_version(t)]
+    if changed:
+        c.add(name, SKIP, "same code", f"{', '.join(changed)} differ from the build's (manifest.json versions.tools)")
+        return
+
+    def again():
+        spec = ctx["spec"]
+        fresh = synth.hdl_numbers(spec, c.d / f"{spec.module_name}.v")
+        stored = {k: ctx["summary"]["hdl"][k] for k in ("fmax_mhz_hx8k", "fmax_mhz_up5k", "lut4", "dff", "bram")}
+        mine = {k: fresh[k] for k in stored}
+        _require(mine == stored, f"made again: {mine}; summary.json hdl: {stored}")
+        _require(fresh["place_and_route"] == stage["place_and_route"],
+                 "place-and-route cell counts or Fmax differ from summary.json stages.hdl")
+        return (f"Fmax {mine['fmax_mhz_hx8k']} / {mine['fmax_mhz_up5k']} MHz (HX8K / UP5K), {mine['lut4']} LUT4, "
+                f"{mine['dff']} DFF, {mine['bram']} BRAM: equal to summary.json")
+    c.run(name, "same code", again)
 
 
 def _obligations(c: _Checker, ctx: dict) -> str:

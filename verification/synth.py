@@ -205,3 +205,25 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                         **counts, "seed": SEED, "package": package,
                         "time_s": round(time.monotonic() - t1 + synth_s, 1)}
     return out
+
+
+def hdl_numbers(spec, v_path: Path) -> dict:
+    """The build's ``hdl`` stage record for ``v_path`` (the controller of ``spec``, a
+    :class:`mi_certify.generator.spec.Spec`): generic and iCE40 cell counts of the controller
+    alone, Fmax and cells per device on the wrapper, the goal, ``hdl.clock_mhz``. Raises SynthError."""
+    from mi_certify.runtime.fsm import REASON_BITS
+    generic = generic_stats(v_path, spec.module_name)
+    ice = ice40_stats(v_path, spec.module_name)
+    pnr = place_and_route(v_path, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
+                                spec.hdl.reset_port)
+    clock = spec.hdl.clock_mhz
+    return {"fmax_mhz_hx8k": pnr["hx8k"]["fmax_mhz"], "fmax_mhz_up5k": pnr["up5k"]["fmax_mhz"],
+            "lut4": ice["lut4"], "dff": ice["dff"], "bram": ice["bram"], "carry": ice["carry"],
+            "goal_met": all(p["meets_goal"] for p in pnr.values()),
+            "generic": {"cells": generic["cells"], "by_type": generic["by_type"]},
+            "ice40_by_type": ice["by_type"],
+            "wrapper": "registered inputs (shift register) around the controller; Yosys may fold the registered "
+                       "address into a ROM's block RAMs",
+            "place_and_route": {dev: {k: v for k, v in p.items() if k != "time_s"} for dev, p in pnr.items()},
+            **({"clock_mhz": clock, "meets_clock_hx8k": (pnr["hx8k"]["fmax_mhz"] or 0) >= clock,
+                "meets_clock_up5k": (pnr["up5k"]["fmax_mhz"] or 0) >= clock} if clock is not None else {})}

@@ -263,9 +263,12 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
         extra["sliced"] = {"dictionary": list(enumerate(sr.dictionary)), "cw": sr.code_bits, "lb": sr.low_bits,
                            "hb": sr.high_bits, "ncols": len(sr.columns),
                            "slices": [(s, code(bits)) for s, bits in enumerate(sr.select)]}
-        note = (f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bits, "
-                f"{1 << sr.high_bits} slices of {1 << sr.low_bits} cells, {len(sr.columns)} stored columns of "
-                f"{1 << sr.low_bits} bits read combinationally from {rom_file_name(spec)} ($readmemh)")
+        note = ("sliced ROM: every cell holds the same entry (no ROM)" if len(sr.dictionary) == 1 else
+                f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bit"
+                f"{'s' if sr.code_bits > 1 else ''}, {1 << sr.high_bits} slice{'s' if sr.high_bits else ''} of "
+                f"{1 << sr.low_bits} cells, {len(sr.columns)} stored column{'s' if len(sr.columns) != 1 else ''} of "
+                f"{1 << sr.low_bits} bits" + (f" read combinationally from {rom_file_name(spec)} ($readmemh)"
+                                               if sr.columns else ""))
     else:
         root = build_tree(entries, [f["bits"] for f in fields], boxes)
         comparators, leaves = tree_size(root)

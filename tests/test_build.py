@@ -168,12 +168,6 @@ def _masks():
     return tuple(property_masks(load_spec(REFERENCE_SLA)))
 
 
-@pytest.mark.parametrize("mutation", [
-    ("COOLDOWN     = 4'd10", "COOLDOWN     = 4'd9"),                       # cooldown off by one
-    ("token  <= CONSERVATIVE;", "token  <= token;"),                       # dropped reset term
-    ("n_reason = R_RECOVER;", "n_reason = R_FALLBACK;"),                   # wrong reason code
-    ("end else if (sla_violation && vcnt == VIOL_LAST)", "end else if (sla_violation && vcnt == VIOL_LAST && 1'b0)"),
-])
 def _sim(reference_build, verilog, tmp_path):
     """(Verilog, top) for run_cosim: the build's ROM file ($readmemh) beside ``verilog`` (unless a
     mutant is already there) and copied where the simulators run."""
@@ -185,6 +179,12 @@ def _sim(reference_build, verilog, tmp_path):
                                rom.name if rom.exists() else None)
 
 
+@pytest.mark.parametrize("mutation", [
+    ("COOLDOWN     = 4'd10", "COOLDOWN     = 4'd9"),                       # cooldown off by one
+    ("token  <= CONSERVATIVE;", "token  <= token;"),                       # dropped reset term
+    ("n_reason = R_RECOVER;", "n_reason = R_FALLBACK;"),                   # wrong reason code
+    ("end else if (sla_violation && vcnt == VIOL_LAST)", "end else if (sla_violation && vcnt == VIOL_LAST && 1'b0)"),
+])
 def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutation):
     src = (reference_build / "meta_controller.v").read_text()
     assert mutation[0] in src

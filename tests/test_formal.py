@@ -71,7 +71,9 @@ def small_build(tmp_path_factory):
     text = REFERENCE_SLA.read_text()
     for b in ("bits: 4", "bits: 3"):
         text = text.replace(b, "bits: 2")
-    sla.write_text(text.replace("encoding: boxtree", "encoding: case"))  # the mutants edit case items
+    text = text.replace("encoding: sliced_rom", "encoding: case")  # the mutants edit case items
+    assert "encoding: case" in text
+    sla.write_text(text)
     out = tmp / "out"
     res = build(REFERENCE_MODEL, sla, out, BuildOptions(verify=False, distill=False, skip_cosim=True, skip_synth=True))
     assert res.status == "incomplete" and res.summary["rtl_proofs"] and \

@@ -612,11 +612,12 @@ def _sliced_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
     """The ``sliced_rom`` encoding read back: the ROM file's columns, the slice case items
     (constants and column bits) and the code dictionary, evaluated at every address."""
     n = 1 << spec.address_bits
-    cw = int(re.search(r"^\s*reg \[(\d+):0\] lut_code;", text, re.M).group(1)) + 1
-    dictionary = {int(k): int(e) for k, e in
-                  re.findall(rf"^\s*{cw}'d(\d+): lut_entry = \d+'d(\d+);", text, re.M)}
-    dflt = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
-    _require(bool(dictionary) and len(dflt) == 1, "sliced ROM: no code dictionary (case on lut_code) found")
+    cw = int(re.search(r"^\s*(?:reg|wire) \[(\d+):0\] lut_code\b", text, re.M).group(1)) + 1
+    dec = re.search(r"^\s*wire \[\d+:0\] lut_entry =((?: \(lut_code == \d+'d\d+\) \? \d+'d\d+ :)+) \d+'d(\d+);$",
+                    text, re.M)
+    _require(dec is not None, "sliced ROM: no code dictionary (lut_entry from lut_code) found")
+    dictionary = {int(k): int(e) for k, e in re.findall(r"\(lut_code == \d+'d(\d+)\) \? \d+'d(\d+) :", dec.group(1))}
+    last = int(dec.group(2))
     rom = re.findall(r'^\s*initial \$readmemh\("([A-Za-z0-9_.]+)", lut_cols\);', text, re.M)
     low = re.search(r"^\s*wire \[(\d+):0\] lut_col = lut_cols\[addr\[(\d+):0\]\];", text, re.M)
     sel = re.search(rf"^\s*case \(addr\[{spec.address_bits - 1}:(\d+)\]\)", text, re.M)
@@ -631,7 +632,7 @@ def _sliced_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
     if sel:
         items = re.findall(rf"^\s*{spec.address_bits - lb}'d(\d+): lut_code = (.+);", text, re.M)
     else:
-        items = [("0", m) for m in re.findall(r"^\s*lut_code = (.+);", text, re.M)]
+        items = [("0", m) for m in re.findall(r"^\s*wire \[\d+:0\] lut_code = (.+);", text, re.M)]
     _require(len(items) == 1 << (spec.address_bits - lb), f"sliced ROM: {len(items)} slice items, expected "
              f"{1 << (spec.address_bits - lb)}")
     codes = np.zeros((1 << (spec.address_bits - lb), 1 << lb), dtype=np.int64)
@@ -644,10 +645,9 @@ def _sliced_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
             col = (np.full(1 << lb, int(m.group(1))) if m.group(1) is not None
                    else np.array([(int(w) >> int(m.group(2))) & 1 for w in words], dtype=np.int64))
             codes[int(s_)] |= col.astype(np.int64) << b
-    flat = codes.reshape(-1)
-    table = np.array([dictionary.get(int(c), int(dflt[0])) for c in range(1 << cw)], dtype=np.int64)[flat]
+    table = np.array([dictionary.get(c, last) for c in range(1 << cw)], dtype=np.int64)[codes.reshape(-1)]
     _require(len(table) == n, "sliced ROM: the slices do not cover the address space")
-    return table, (f"sliced ROM: {len(dictionary)} dictionary entries, {len(items)} slices"
+    return table, (f"sliced ROM: {len(dictionary) + 1} dictionary entries, {len(items)} slices"
                    + (f", columns from {rom[0]}" if rom else ""))
 
 
@@ -660,9 +660,12 @@ def _verilog_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
     default = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
     rom = re.findall(r'^\s*initial \$readmemh\("([A-Za-z0-9_.]+)", lut_rom\);', text, re.M)
     tree = re.search(r"^    always @\(\*\) begin\n(\s+if \(q_.*?)^    end$", text, re.M | re.S)
-    if re.search(r"^\s*reg \[\d+:0\] lut_code;", text, re.M):
+    const = re.findall(r"^\s*wire \[\d+:0\] lut_entry = \d+'d(\d+);$", text, re.M)
+    if len(const) == 1:
+        return np.full(n, int(const[0]), dtype=np.int64), "one entry for every address (continuous assignment)"
+    if re.search(r"^\s*(?:reg|wire) \[\d+:0\] lut_code\b", text, re.M):
         return _sliced_table(d, spec, text)
-    if len(default) == 1 and cases:
+    if len(default) == 1 and re.search(r"^\s*case \(addr\)$", text, re.M):
         table = np.full(n, int(default[0]), dtype=np.int64)
         for a, e in cases:
             table[int(a)] = int(e)

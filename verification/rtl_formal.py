@@ -73,13 +73,19 @@ def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
 def cut_lut(design: str, top: str) -> str:
     """The design with the LUT read as a cut point: ``lut_entry`` becomes a free function
     of the state (so proofs hold for every LUT content), and definitions no longer
-    reachable from the transition relation or the bound signals are dropped."""
+    reachable from the transition relation or the bound signals are dropped. A constant
+    LUT has no read to cut: the design is returned unchanged."""
     import re
 
     ref = re.compile(r"\|%s#\d+\|" % re.escape(top))
     lines = design.splitlines()
     acc = next(ln for ln in lines if ln.startswith("(define-fun |%s_n lut_entry|" % top))
-    target = ref.search(acc.split(")) ", 1)[1]).group(0)
+    found = ref.search(acc.split(")) ", 1)[1])
+    if found is None:
+        # a constant LUT (every cell the same entry): Yosys folds it into the logic, there is no
+        # read to cut; the proofs then hold for this LUT, the only content the design can have
+        return design
+    target = found.group(0)
     out, deps, order = [], {}, []
     for ln in lines:
         if ln.startswith(f"(define-fun {target} "):

@@ -164,18 +164,31 @@ def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_
 
 @pytest.mark.skipif(bool(synth.tools_missing()),
                     reason="yosys and nextpnr-ice40 are required (make setup)")
-def test_check_re_derives_the_synthesis_numbers(bundle_copy):
-    """A forged Fmax in summary.json (manifest rehashed) is caught by making the hdl stage again."""
+def test_check_re_derives_the_synthesis_numbers(bundle_copy, monkeypatch):
+    """A forged Fmax or verdict in summary.json (manifest rehashed) is caught by making the hdl stage again."""
     from mi_certify.generator.spec import load_spec
     from mi_certify.verification.bundle_check import CheckOptions, _Checker, _hdl_numbers
-    summary = json.loads((bundle_copy / "summary.json").read_text())
-    summary["hdl"]["fmax_mhz_hx8k"] = 131.0
-    summary["stages"]["hdl"]["place_and_route"]["hx8k"]["fmax_mhz"] = 131.0
-    items = []
-    c = _Checker(bundle_copy, CheckOptions(), items.append)
-    _hdl_numbers(c, {"spec": load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml"), "summary": summary})
-    assert [(i.name, i.status) for i in items] == [("hdl: synthesis and place and route made again", "FAIL")]
-    assert "131.0" in items[0].detail and "90.78" in items[0].detail
+    spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
+    made, real = [], synth.hdl_numbers   # synthesised and placed once, compared three times
+    monkeypatch.setattr(synth, "hdl_numbers", lambda s, v: made[0] if made else made.append(real(s, v)) or made[0])
+
+    def check(summary):
+        items = []
+        _hdl_numbers(_Checker(bundle_copy, CheckOptions(), items.append), {"spec": spec, "summary": summary})
+        assert [i.name for i in items] == ["hdl: synthesis and place and route made again"]
+        return items[0]
+    honest = json.loads((bundle_copy / "summary.json").read_text())
+    assert check(honest).status == "PASS"
+    forged = json.loads(json.dumps(honest))
+    forged["hdl"]["fmax_mhz_hx8k"] = 131.0
+    forged["stages"]["hdl"]["place_and_route"]["hx8k"]["fmax_mhz"] = 131.0
+    item = check(forged)
+    assert item.status == "FAIL" and "131.0" in item.detail and "90.78" in item.detail
+    forged = json.loads(json.dumps(honest))  # only verdicts and a generic count in the stage record
+    forged["stages"]["hdl"]["meets_clock_up5k"] = True
+    forged["stages"]["hdl"]["generic"]["cells"] = 1
+    item = check(forged)
+    assert item.status == "FAIL" and item.detail.endswith("in: generic, meets_clock_up5k")
 
 
 def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agrees(bundle_copy):

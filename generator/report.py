@@ -149,7 +149,22 @@ def _assumptions(spec: Spec) -> list[str]:
         "and RTL proofs, where the build made them, are listed in the traceability matrix.",
         "Tool versions are those in manifest.json; a different version is a different tool and needs a new build "
         "and check (docs/tool-qualification.md).",
+        _clock_assumption(spec),
     ]
+
+
+def _clock_assumption(spec: Spec) -> str:
+    """The hardware SLA monitor counts cycles of one clock: the integrator must run it at that clock."""
+    from .emit_monitor import module_name
+    from .spec import DEFAULT_MONITOR_CLOCK_MHZ, latency_limit_cycles
+    clock = spec.hdl.clock_mhz if spec.hdl.clock_mhz is not None else DEFAULT_MONITOR_CLOCK_MHZ
+    limits = ", ".join(f"{a.name} {a.latency_ms:g} ms = {latency_limit_cycles(a.latency_ms, clock):,} cycles"
+                       for a in spec.actions if a.latency_ms is not None)
+    src = "hdl.clock_mhz" if spec.hdl.clock_mhz is not None else "hdl.clock_mhz not set: the default"
+    return (f"The hardware SLA monitor ({module_name(spec)}.v) measures latency in cycles of a "
+            f"{clock:g} MHz clock ({src}): {limits or 'no latency limits'}. Clock it at exactly {clock:g} MHz: "
+            "slower, it accepts latencies above the SLA (fails open); faster, it flags compliant requests. The "
+            "controller must also meet that clock on the integrator's device (Synthesis, under RTL).")
 
 
 def _heatmaps(spec: Spec, lut: Lut, d: Path) -> list[dict]:
@@ -187,9 +202,10 @@ def _hdl_rows(summary: dict) -> dict:
     h = summary["hdl"]
     devices = [{"device": dev.upper(), "fits": p["fits"], "fmax_mhz": p["fmax_mhz"], "goal_mhz": p["goal_mhz"],
                 "meets_goal": p["meets_goal"], "lut4": p["lut4"], "dff": p["dff"], "bram": p["bram"],
-                "package": p["package"], "seed": p["seed"]} for dev, p in sorted(st["place_and_route"].items())]
+                "package": p["package"], "seed": p["seed"], "meets_clock": st.get(f"meets_clock_{dev}")}
+               for dev, p in sorted(st["place_and_route"].items())]
     return {"status": "ok", "note": "", "alone": {"lut4": h["lut4"], "dff": h["dff"], "bram": h["bram"]},
-            "goal_met": h["goal_met"], "devices": devices}
+            "goal_met": h["goal_met"], "devices": devices, "clock_mhz": st.get("clock_mhz")}
 
 
 def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:

@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from mi_certify.runtime.fsm import FsmConfig
-from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig, latency_limit_cycles
+from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig, latency_counter_width, latency_limit_cycles
 
 from .errors import SpecError
 
@@ -575,6 +575,14 @@ def _resolve(raw: dict, f: str) -> Spec:
                             f"{clock:g} MHz: the hardware SLA monitor would judge every request a violation",
                             file=f, where="hdl.clock_mhz" if hdl_opts.clock_mhz is not None
                             else f"actions[{i}].sla.latency_ms")
+    window = MonitorConfig(**raw.get("monitor", {})).window
+    limits = [(latency_limit_cycles(a.latency_ms, clock), i) for i, a in enumerate(actions) if a.latency_ms is not None]
+    if limits and latency_counter_width(max(limits)[0], window) > 32:
+        top, i = max(limits)
+        raise SpecError(f"the hardware SLA monitor needs a {latency_counter_width(top, window)}-bit latency counter "
+                        f"for '{actions[i].name}' ({actions[i].latency_ms:g} ms = {top} cycles at {clock:g} MHz, "
+                        f"window {window}); at most 32 bits: lower the limit, hdl.clock_mhz or monitor.window",
+                        file=f, where=f"actions[{i}].sla.latency_ms")
     return Spec(path=f, name=name, decode=raw["controller"]["decode"], inputs=tuple(inputs),
                 actions=tuple(actions),
                 fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),

@@ -218,6 +218,13 @@ def accuracy_to_fixed(accuracy_loss_pct, scale: int = ACC_SCALE, width: int = AC
     return min(max(0, math.ceil(Fraction(x) * scale)), (1 << width) - 1)
 
 
+def latency_counter_width(top_cycles: int, window: int) -> int:
+    """Bits of the hardware monitor's latency counter for a largest limit of ``top_cycles``
+    cycles and a window of ``window`` requests: one saturated value alone exceeds window x
+    the limit, so saturation never changes a verdict (``mean`` included). At most 32 are built."""
+    return max(2, (window * top_cycles + 1).bit_length() + 1)
+
+
 @dataclass(frozen=True)
 class CycleMonitorConfig:
     """Parameters of one ``hdl/sla_monitor.v`` instance.
@@ -248,7 +255,7 @@ class CycleMonitorConfig:
         acc = tuple(None if lim.accuracy_loss_pct is None else accuracy_limit_fixed(lim.accuracy_loss_pct)
                     for lim in limits)
         top = max([x for x in lat if x is not None] or [1])
-        width = max(2, (monitor.window * top + 1).bit_length() + 1)
+        width = latency_counter_width(top, monitor.window)
         if width > 32:
             raise ValueError(f"latency limit {top} cycles x window {monitor.window} needs a {width}-bit counter; "
                              "at most 32 bits (lower hdl.clock_mhz or the limit)")

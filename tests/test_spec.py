@@ -59,6 +59,8 @@ def test_exponent_floats_are_numbers_as_in_yaml_1_2(tmp_path):
 
 @pytest.mark.parametrize("mutate,where,reason", [
     (lambda d: d.update(extra=1), "extra", "unknown field"),
+    (lambda d: d["actions"][1]["sla"].update(latency_ms=1e9), "actions[1].sla.latency_ms",
+     "the hardware SLA monitor needs a 48-bit latency counter for 'int4'"),
     (lambda d: d["inputs"][1].update(bits=9), "inputs[1].bits", "9 is greater than the maximum of 8"),
     (lambda d: d["inputs"][1].update(bits=0), "inputs[1].bits", "0 is less than the minimum of 1"),
     (lambda d: d["inputs"][0].update(min=110), "inputs[0].max", "empty or inverted range"),

@@ -80,7 +80,9 @@ module sla_monitor #(
     generate
         if (N_ACTIONS < 1 || ACTION_W < 1 || WINDOW < 1 || CYC_W < 2 || CYC_W > 32 || ACC_W < 1 || ACC_W > 32
             || LAT_STAT < 0 || LAT_STAT > 100 || ACC_STAT < 0 || ACC_STAT > 100 || NW < 1 || NW > 31
-            || (1 << NW) <= WINDOW) begin : illegal_parameters
+            || (NW < 31 && (1 << NW) <= WINDOW)                   // samples counts 0 .. WINDOW
+            || (ACTION_W < 31 && (1 << ACTION_W) < N_ACTIONS))     // req_action holds every token
+        begin : illegal_parameters
             sla_monitor_illegal_parameters_see_the_header_comment u_illegal ();
         end
     endgenerate

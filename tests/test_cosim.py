@@ -101,7 +101,8 @@ def test_sla_monitor_is_lint_clean_and_synthesises_without_latches(tmp_path, par
     assert "initial" not in code
 
 
-@pytest.mark.parametrize("params", [{"WINDOW": 20, "NW": 4}, {"WINDOW": 0}, {"CYC_W": 33}, {"LAT_STAT": 101}])
+@pytest.mark.parametrize("params", [{"WINDOW": 20, "NW": 4}, {"WINDOW": 0}, {"CYC_W": 33}, {"LAT_STAT": 101},
+                                    {"N_ACTIONS": 5, "ACTION_W": 2}])
 def test_illegal_monitor_parameters_fail_elaboration_in_every_tool(tmp_path, params):
     # NW 4 cannot count 20 samples: without the check the window count would wrap silently
     g = [f"-G{k}={v}" for k, v in params.items()]
@@ -115,6 +116,13 @@ def test_illegal_monitor_parameters_fail_elaboration_in_every_tool(tmp_path, par
     proc = subprocess.run(["iverilog", *[f"-Psla_monitor.{k}={v}" for k, v in params.items()], "-o", "sim",
                            str(MONITOR)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode != 0 and "sla_monitor_illegal_parameters" in proc.stdout + proc.stderr
+
+
+def test_the_widest_sample_count_is_legal(tmp_path):
+    # NW 31: 1 << 31 overflows a 32-bit integer; the check must not refuse it
+    proc = subprocess.run(["iverilog", "-Psla_monitor.NW=31", "-Psla_monitor.WINDOW=1000", "-o", "sim", str(MONITOR)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 # --- co-simulation of the monitor -----------------------------------------------------------------

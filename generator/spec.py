@@ -401,12 +401,27 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.1 (PyYAML) reads 1e-3 and 1.5e3 as strings (its floats need a dot and a signed
-# exponent); YAML 1.2 and every user read them as numbers: the 1.2 exponent forms are added.
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
+# The YAML 1.2 core schema for plain scalars (https://yaml.org/spec/1.2.2/#1032-tag-resolution):
+# PyYAML implements YAML 1.1, where 1e-3 is a string, 017 is 15 (octal), 1:20 is 80 (base 60),
+# 1_000 is 1000 and yes/no/on/off are booleans. A spec means what a reader of YAML 1.2 (and of
+# JSON) sees; anything else stays a string and the schema names it.
+_StrictLoader.yaml_implicit_resolvers = {}
+for _tag, _regex, _first in (
+        ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+        ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+        ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
+        ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", list("-+0123456789.")),
+):
+    _StrictLoader.add_implicit_resolver(_tag, re.compile(_regex), _first)
+
+
+def _yaml12_int(loader, node) -> int:
+    text = loader.construct_scalar(node)
+    return int(text[2:], 8) if text.startswith("0o") else int(text[2:], 16) if text.startswith("0x") else int(text, 10)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _yaml12_int)
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -19,6 +19,12 @@ behaves, and what must be proved. It is validated with a JSON Schema (Draft 2020
 and then with the semantic rules below; every error names the file, the field
 (`inputs[2].bits`) and the reason, and the build stops with exit code 2.
 
+Plain scalars are read by the YAML 1.2 core schema (as JSON reads numbers): `1e-3`
+and `1.5e3` are numbers, `017` is seventeen, `true`/`false` are the only booleans;
+YAML 1.1 forms (`1:20`, `1_000`, `yes`, `on`) stay strings and the schema refuses
+them where a number or a boolean is required. YAML aliases and duplicate keys are
+refused.
+
 ## Semantic rules (checked after the schema)
 
 - names of inputs and actions are unique identifiers (not Python or Verilog keywords);

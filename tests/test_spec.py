@@ -57,6 +57,23 @@ def test_exponent_floats_are_numbers_as_in_yaml_1_2(tmp_path):
     assert (s.actions[0].latency_ms, s.inputs[0].max, s.hdl.clock_mhz) == (50.0, 110.0, 125.0)
 
 
+@pytest.mark.parametrize("edit,where,reason", [
+    (("cooldown: 10", "cooldown: 1:20"), "fsm.cooldown", "'1:20' is not of type 'integer'"),   # 1.1: 80
+    (("recovery: 8", "recovery: 010"), None, None),                                           # 1.1: 8 (octal)
+    (("bits: 4}", "bits: 1_0}"), "inputs[1].bits", "'1_0' is not of type 'integer'"),          # 1.1: 10
+    (("conservative: true", "conservative: yes"), "actions[0].conservative", "'yes' is not of type 'boolean'"),
+])
+def test_plain_scalars_follow_the_yaml_1_2_core_schema(tmp_path, edit, where, reason):
+    p = tmp_path / "sla.yaml"
+    p.write_text(BASE.replace(*edit))
+    if where is None:
+        assert load_spec(p).fsm.recovery == 10   # decimal, not octal 8
+        return
+    with pytest.raises(SpecError) as exc:
+        load_spec(p)
+    assert str(exc.value).startswith(f"{p}: {where}: ") and reason in str(exc.value), str(exc.value)
+
+
 @pytest.mark.parametrize("mutate,where,reason", [
     (lambda d: d.update(extra=1), "extra", "unknown field"),
     (lambda d: d["actions"][1]["sla"].update(latency_ms=1e9), "actions[1].sla.latency_ms",

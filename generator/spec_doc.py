@@ -36,6 +36,11 @@ refused.
 - `forbid`/`require`/`output` name declared actions; `forbid` may not list every
   action nor the conservative one, `require` must include the conservative one
   (the fallback must always be allowed); `output` bounds have `min <= max`;
+- the module name (`hdl.prefix` + `controller.name`) is a legal identifier that clashes
+  with no shipped module (`sla_monitor`, `mi_certify_*`);
+- every `latency_ms` is at least one clock cycle at `hdl.clock_mhz` (100 MHz when not
+  set), and the largest, times `monitor.window`, fits the hardware SLA monitor's 32-bit
+  latency counter (with a bit of headroom: docs/hdl-cosim.md);
 - the number of inputs and actions must match the ONNX model's flattened inputs
   and outputs (checked when the model is read).
 

@@ -163,7 +163,8 @@ def estimate(verilog: Path, top: str, address_bits: int, token_bits: int, reason
 
 
 def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int,
-                    reset_port: str, devices: tuple[str, ...] = tuple(DEVICES), timeout_s: float = 1800.0) -> dict:
+                    reset_port: str, devices: tuple[str, ...] = tuple(DEVICES), timeout_s: float = 1800.0,
+                    seed: int = SEED) -> dict:
     """Fmax per device on the wrapper (:func:`fmax_wrapper`).
 
     Returns {device: {"fits", "fmax_mhz", "goal_mhz", "meets_goal", "lut4", "dff", "bram", "carry",
@@ -183,7 +184,7 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
             flag, package, goal = DEVICES[dev]
             t1 = time.monotonic()
             try:
-                _run(["nextpnr-ice40", flag, "--package", package, "--json", "wrapper.json", "--seed", str(SEED),
+                _run(["nextpnr-ice40", flag, "--package", package, "--json", "wrapper.json", "--seed", str(seed),
                       "--freq", str(goal), "--timing-allow-fail", "--pcf-allow-unconstrained",
                       "--report", f"report_{dev}.json", "--quiet"], w, timeout_s)
             except SynthError as exc:
@@ -193,7 +194,7 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                     raise
                 # a measurement, not a tool failure: the design needs more of a resource than the device has
                 out[dev] = {"fits": False, "fmax_mhz": None, "goal_mhz": goal, "meets_goal": False, **counts,
-                            "seed": SEED, "package": package, "detail": f"does not fit: not enough {full.group(1)} "
+                            "seed": seed, "package": package, "detail": f"does not fit: not enough {full.group(1)} "
                             f"for {counts['bram']} block RAMs / {counts['lut4']} LUT4",
                             "time_s": round(time.monotonic() - t1 + synth_s, 1)}
                 continue
@@ -202,7 +203,7 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
             if not fmax:
                 raise SynthError(f"nextpnr-ice40 ({dev}): no clock in the timing report")
             out[dev] = {"fits": True, "fmax_mhz": round(min(fmax), 2), "goal_mhz": goal, "meets_goal": min(fmax) >= goal,
-                        **counts, "seed": SEED, "package": package,
+                        **counts, "seed": seed, "package": package,
                         "time_s": round(time.monotonic() - t1 + synth_s, 1)}
     return out
 

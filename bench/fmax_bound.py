@@ -1,0 +1,131 @@
+"""Where the Fmax of a build's LUT-FSM goes: the shipped design against bounds, in one run.
+
+    python bench/fmax_bound.py [--build DIR] [--seeds N]
+
+Every variant is placed and routed with the build's own flow
+(:func:`mi_certify.verification.synth.place_and_route`: the registered-input wrapper,
+``synth_ice40 -nodffe``, nextpnr-ice40 HX8K ct256 / UP5K sg48), on seeds 1..N:
+
+- **shipped**: the build's ``<module>.v`` as it is;
+- **table read alone**: the same file with the FSM's next-state logic replaced by
+  "token <= the LUT entry's token, reason <= its confident bit" (no FSM logic behind
+  the LUT read: an upper bound for any one-cycle design that reads this LUT);
+- **FSM alone**: the same file with the LUT replaced by a one-level function of the
+  address (``addr[2:0] ^ addr[5:3]``): what the FSM costs on its own.
+- with ``--slices LOW_BITS`` (``sliced_rom`` builds): the table read alone with that
+  slicing instead of the chosen one (e.g. 13 = 8 slices of 8,192 cells).
+
+Prints Fmax per device (min / max over the seeds) and the ratio to the goal
+(130 MHz HX8K, 50 MHz UP5K; docs/hdl.md). Takes about 10 s per variant and seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TABLE_ONLY = """    // bench: the FSM removed; the registers take the LUT entry directly
+    reg [TW:0] n_token; reg [CW:0] n_cand; reg [HW:0] n_hcnt; reg [DW:0] n_dcnt; reg [VW:0] n_vcnt; reg n_fb;
+    reg [RW:0] n_rcnt; reg [3:0] n_reason;
+    always @(*) begin
+        n_token = lut_p; n_reason = {3'd0, lut_c}; n_cand = cand; n_hcnt = hcnt; n_dcnt = dcnt; n_vcnt = vcnt;
+        n_fb = fb; n_rcnt = rcnt;
+    end
+"""
+
+
+def _width(src: str, name: str) -> str:
+    m = re.search(rf"reg \[(\d+):0\] {name};", src)
+    return m.group(1) if m else "0"
+
+
+def table_only(src: str) -> str:
+    """``src`` with the next-state block replaced by a direct register of the LUT entry."""
+    a, b = src.index("    // ---- next state"), src.index("    // ---- registers")
+    body = TABLE_ONLY
+    for key, name in (("TW", "token"), ("CW", "cand"), ("HW", "hcnt"), ("DW", "dcnt"), ("VW", "vcnt"),
+                      ("RW", "rcnt")):
+        body = body.replace(f"[{key}:0]", f"[{_width(src, name) if name != 'token' else _width_out(src)}:0]")
+    return src[:a] + body + src[b:]
+
+
+def _width_out(src: str) -> str:
+    return re.search(r"output reg  \[(\d+):0\]\s+token,", src).group(1)
+
+
+def fsm_only(src: str) -> str:
+    """``src`` with the LUT replaced by one LUT level on the address."""
+    a = src.index("    // ---- LUT:")
+    b = src.index("    // LUT logic end")
+    tw = int(_width_out(src)) + 1
+    one = f"    wire [{tw}:0] lut_entry = addr[{tw}:0] ^ addr[{2 * tw + 1}:{tw + 1}];\n"
+    return src[:a] + one + src[b:]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=str(ROOT / "certs" / "meta_controller"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--slices", type=int, default=None, help="low bits of an alternative sliced_rom layout")
+    args = ap.parse_args(argv)
+
+    from mi_certify.generator import emit as emit_mod
+    from mi_certify.generator.spec import load_spec
+    from mi_certify.runtime.fsm import REASON_BITS
+    from mi_certify.verification import synth
+
+    build = Path(args.build)
+    spec = load_spec(build / "inputs" / "spec" / "sla.yaml")
+    src = (build / f"{spec.module_name}.v").read_text(encoding="utf-8")
+    variants = {"shipped": (src, None), "table read alone": (table_only(src), None), "FSM alone": (fsm_only(src), None)}
+    if args.slices is not None:
+        import numpy as np
+        from mi_certify.generator.emit import SourceHashes, emit_verilog, rom_file_name
+        from mi_certify.generator.lut import Lut, property_masks
+        raw = np.frombuffer(bytes.fromhex((build / "lut.hex").read_text().replace("\n", "")), dtype=np.uint8)
+        lut = Lut((raw & 0x7F).astype(np.uint8), (raw >> 7).astype(bool), np.full(raw.size, "proven", dtype=object))
+        real = emit_mod.sliced_rom
+        emit_mod.sliced_rom = lambda e, a, low_bits=None: real(e, a, args.slices)
+        try:
+            alt = emit_verilog(spec, lut, SourceHashes("0" * 64, "0" * 64, "0" * 64), "bench", property_masks(spec),
+                               encoding="sliced_rom")
+            hexes = emit_mod.emit_rom_hex(spec, lut, "sliced_rom")
+        finally:
+            emit_mod.sliced_rom = real
+        variants[f"table read alone, {args.slices} low bits"] = (table_only(alt), {rom_file_name(spec): hexes})
+
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="mi-certify-fmax-") as work:
+        for k, (name, (text, files)) in enumerate(variants.items()):
+            d = Path(work) / str(k)
+            d.mkdir()
+            (d / f"{spec.module_name}.v").write_text(text, encoding="utf-8")
+            if files is None:
+                for f in build.glob("*.hex"):
+                    if f.name != "lut.hex":
+                        shutil.copy(f, d / f.name)
+            else:
+                for fname, body in files.items():
+                    (d / fname).write_text(body, encoding="ascii")
+            res = [synth.place_and_route(d / f"{spec.module_name}.v", spec.module_name, spec.address_bits,
+                                         spec.token_bits, REASON_BITS, spec.hdl.reset_port, seed=s)
+                   for s in range(1, args.seeds + 1)]
+            rows[name] = {dev: [r[dev]["fmax_mhz"] for r in res] for dev in synth.DEVICES}
+            rows[name]["cells"] = {x: res[0]["hx8k"][x] for x in ("lut4", "dff", "bram")}
+            print(f"{name:36s} " + "   ".join(
+                f"{dev.upper()} {min(v):7.2f}-{max(v):7.2f} MHz ({min(v) / synth.DEVICES[dev][2]:.2f}-"
+                f"{max(v) / synth.DEVICES[dev][2]:.2f}x goal)" for dev, v in rows[name].items() if dev != "cells")
+                + f"   {rows[name]['cells']}", flush=True)
+    print(json.dumps({"build": str(build), "seeds": list(range(1, args.seeds + 1)), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -77,10 +77,9 @@ module meta_controller (
     reg [2:0] rcnt;       // consecutive compliant steps in fallback r, 0..7
 
     // ---- LUT: 65536 entries; entry = {confident, proposed token} ------------
-    reg [2:0] lut_entry;
     // LUT logic begin: left out of code coverage (proved entry by entry at every address: rtl.lut_table)
-    // sliced ROM: the 4 distinct entries coded in 2 bit(s) (lut_code, decoded
-    // below); 32 slice(s) of 2048 cells, addr[15:11] selects the slice; each code bit of
+    // sliced ROM: the 4 distinct entries coded in 2 bits (lut_code, decoded
+    // below); 32 slices of 2048 cells, addr[15:11] selects the slice; each code bit of
     // a slice is a constant or one of 25 stored columns (identical columns stored once), the
     // columns read at addr[10:0] from meta_controller_rom.hex (one hex word per line, line number =
     // addr[10:0], bit i = column i; sha256 93051a88e571b787331325212bb4acf3412f4db4cc5b028d274d84519846ac56)
@@ -125,15 +124,7 @@ module meta_controller (
             default: lut_code = 2'd0;
         endcase
     end
-    always @(*) begin
-        case (lut_code)
-            2'd0: lut_entry = 3'd0;
-            2'd1: lut_entry = 3'd1;
-            2'd2: lut_entry = 3'd4;
-            2'd3: lut_entry = 3'd5;
-            default: lut_entry = 3'd0;
-        endcase
-    end
+    wire [2:0] lut_entry = (lut_code == 2'd0) ? 3'd0 : (lut_code == 2'd1) ? 3'd1 : (lut_code == 2'd2) ? 3'd4 : 3'd5;
     // LUT logic end
 
     wire [1:0] lut_p = lut_entry[1:0];

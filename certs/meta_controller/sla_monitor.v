@@ -75,6 +75,18 @@ module sla_monitor #(
     output reg                 proto_error     // done without start, or an unknown action (pulse)
 );
 
+    // Parameter check: an illegal combination fails elaboration here (the instantiated module
+    // does not exist) instead of simulating or synthesising something other than documented.
+    generate
+        if (N_ACTIONS < 1 || ACTION_W < 1 || WINDOW < 1 || CYC_W < 2 || CYC_W > 32 || ACC_W < 1 || ACC_W > 32
+            || LAT_STAT < 0 || LAT_STAT > 100 || ACC_STAT < 0 || ACC_STAT > 100 || NW < 1 || NW > 31
+            || (NW < 31 && (1 << NW) <= WINDOW)                   // samples counts 0 .. WINDOW
+            || (ACTION_W < 31 && (1 << ACTION_W) < N_ACTIONS))     // req_action holds every token
+        begin : illegal_parameters
+            sla_monitor_illegal_parameters_see_the_header_comment u_illegal ();
+        end
+    endgenerate
+
     wire rst_hi = (RST_ACTIVE_LOW != 0) ? ~rst : rst;
 
     localparam [CYC_W-1:0] CYC_INF = {CYC_W{1'b1}};

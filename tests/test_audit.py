@@ -282,3 +282,52 @@ def test_an_external_anchor_catches_a_rebuilt_chain_and_a_cut_tail_without_a_key
     assert findings(p, anchors=[f"11:{head}"]) == [("anchor", 11)]
     with pytest.raises(AuditError, match="not \\[SEQ:\\]SHA256"):
         verify_log(p, anchors=["11:abc"])
+
+
+def test_encode_step_writes_the_bytes_of_encode_decision(monkeypatch):
+    """The positional fast path (a step_record tuple) and the keyword API give the same
+    bytes, for a step with a LUT entry, a probe fault and mixed values; and they are the
+    bytes of the previous release's encoder (one template with every field formatted)."""
+    import itertools
+    import json
+    import math
+
+    import numpy as np
+
+    from mi_certify.runtime import audit
+    from mi_certify.runtime.sla import SlaVerdict
+
+    monkeypatch.setattr(audit, "_mono_ns", lambda: 123)
+    monkeypatch.setattr(audit, "_wall_ns", lambda: 1700000000000000000)
+    old = (b'"t_mono_ns":%d,"t_wall_ns":%d,"readings":%s%s,"addr":%s,"probe_fault":%s,"proposal":%s,'
+           b'"confident":%s,"sla_violation":%s,"before":%s,"after":%s,"token":%d,"action":"%s","reason":"%s",'
+           b'"latency_ms":%s,"accuracy_loss_pct":%s')
+    js = {None: b"null", True: b"true", False: b"false"}
+    n = 0
+    for readings, (addr, fault, prop, conf), sla, lat, verdict, extra in itertools.product(
+            ([0.1 + 0.2, 1e-05, 1e22, -0.0, 5e-324], [None, math.nan, math.inf, 0.5, 7]),
+            ((1234, False, 2, True), (0, False, 0, False), (None, True, None, None), (None, True, 3, None),
+             (7, False, None, 1)),
+            (False, True), (5.0, math.nan, None, 3), (None, SlaVerdict(1, True, False, True, 5.0, math.inf, 3)),
+            (None, '{"request":1}')):
+        before, after = (0, 0, 0, 0, 0, 0, 0), (1, 1, 0, 10, 0, 0, 0)
+        kw = dict(readings=readings, addr=addr, probe_fault=fault, proposal=prop, confident=conf,
+                  sla_violation=sla, before=before, after=after, token=1, action="merge_conv", reason="SWITCH",
+                  latency_ms=lat, accuracy_loss_pct=0.25, verdict=verdict, probes_json='{"p":[1,"u"]}',
+                  extra_json=extra)
+        text = audit.encode_decision(**kw)
+        assert audit.encode_step((addr, fault, prop, conf, before, after, 1, 2), readings, sla, "merge_conv",
+                                 "SWITCH", lat, 0.25, verdict, '{"p":[1,"u"]}', extra) == text
+        want = old % (123, 1700000000000000000, audit._readings(readings), b',"probes":{"p":[1,"u"]}',
+                      js[None] if addr is None else b"%d" % addr, js[fault],
+                      js[None] if prop is None else b"%d" % prop, js[None if conf is None else bool(conf)],
+                      js[sla], b"[0,0,0,0,0,0,0]", b"[1,1,0,10,0,0,0]", 1, b"merge_conv", b"SWITCH",
+                      audit._number(lat), b"0.25")
+        assert text.startswith(want)
+        rec = json.loads(b"{" + text + b"}")
+        assert rec["addr"] == addr and rec["proposal"] == prop and rec["confident"] == (None if conf is None
+                                                                                        else bool(conf))
+        n += 1
+    assert n == 2 * 5 * 2 * 4 * 2 * 2
+    assert audit.encode_step((5, False, 1, True, np.array([0, 1, 2, 3, 4, 5, 6]), (0,) * 7, 1, 2), [0.5], False,
+                             "a", "b").count(b'"before":[0,1,2,3,4,5,6]') == 1

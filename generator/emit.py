@@ -93,7 +93,7 @@ def emit_python(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks:
     allowed-action boxes of the sla.yaml properties (rule 3a of docs/fsm.md)."""
     hexs = lut_bytes(lut).hex()
     lines = [hexs[i:i + 96] for i in range(0, len(hexs), 96)]
-    trees = [_level_tree(k, level_thresholds(i.min, i.max, i.bits), 0, (1 << i.bits) - 1, " " * 12)
+    trees = [_level_tree(k, level_thresholds(i.min, i.max, i.bits), 0, (1 << i.bits) - 1, "")
              for k, i in enumerate(spec.inputs)]
     return _environment().get_template("python/runtime.py.j2").render(
         lut_hex=lines, level_trees=trees, **_common(spec, lut, hashes, version, list(masks)))

@@ -7,9 +7,9 @@ hashes, so the same inputs give byte-identical files.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
-import math
 from importlib import resources
 
 import jinja2
@@ -84,8 +84,9 @@ def _level_tree(k: int, thresholds: tuple[float, ...], first: int, last: int, in
     if first == last:
         return [f"{indent}q{k} = {first}"]
     mid = (first + last + 1) // 2
-    return ([f"{indent}if x{k} < {thresholds[mid - 1]!r}:"] + _level_tree(k, thresholds, first, mid - 1, indent + "    ")
-            + [f"{indent}else:"] + _level_tree(k, thresholds, mid, last, indent + "    "))
+    deeper = indent + "    "
+    return ([f"{indent}if x{k} < {thresholds[mid - 1]!r}:"] + _level_tree(k, thresholds, first, mid - 1, deeper)
+            + [f"{indent}else:"] + _level_tree(k, thresholds, mid, last, deeper))
 
 
 def emit_python(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = ()) -> str:

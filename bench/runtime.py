@@ -10,9 +10,13 @@ the same for every variant. Printed as ratios measured in this run:
 
 - bare step: ``Controller.step(readings, sla_violation)`` (exact quantization + FSM)
 - step from an address: ``Controller.step_addr`` (FSM only)
-- step + audit record (fsync never / every:64 / always), through ``ControlLoop.complete``'s
-  encoder (``encode_decision``: a byte template, numbers by orjson) and ``AuditLog.append_fields``
-  (one ``write(2)``, SHA-256 chain)
+- ``Controller.step_record`` (the step and what its audit record needs, one call) and
+  ``encode_step`` on top of it (no write): the parts of an audited step
+- step + audit record (fsync never / every:64 / always): ``step_record`` and
+  ``AuditLog.append_step`` (the whole line one byte template, numbers by orjson; one
+  ``write(2)``, SHA-256 chain); with fsync never also as two log calls
+  (``append_fields(encode_step(...))``, the same bytes) and through the keyword API
+  (``quantize``, ``lut_entry``, ``state``, ``step_addr``, ``encode_decision``)
 - onnxruntime: ``InferenceSession.run`` of controller.onnx on one reading (the network
   the LUT-FSM replaces), one intra-op thread, optimisation all
 
@@ -52,7 +56,7 @@ def main(argv=None) -> int:
 
     import onnxruntime as ort
 
-    from mi_certify.runtime.audit import AuditLog, encode_decision
+    from mi_certify.runtime.audit import AuditLog, encode_decision, encode_step
     from mi_certify.runtime.live import load_build
 
     tmp = tempfile.TemporaryDirectory(prefix="mi-certify-bench-")
@@ -64,6 +68,9 @@ def main(argv=None) -> int:
         args.build = out
     b = load_build(args.build)
     m = b.module
+    if not hasattr(m.Controller, "step_record"):
+        sys.exit(f"{b.dir}: {b.name}.py was generated before Controller.step_record existed; rebuild it "
+                 "(or run without --build)")
     model = b.dir / "inputs" / "model" / "controller.onnx"
     rng = np.random.default_rng(0)
     lo = np.array([float(i[2]) for i in m.INPUTS])
@@ -83,26 +90,50 @@ def main(argv=None) -> int:
         for i in range(k):
             ctl.step_addr(addrs[i % n], False, False)
 
-    def with_audit(policy):
-        path = Path(tmp.name) / f"bench-{policy.replace(':', '_')}.log"
+    def with_audit(policy, api="step_record"):
+        path = Path(tmp.name) / f"bench-{policy.replace(':', '_')}-{api}.log"
 
         def run(k):
             path.unlink(missing_ok=True)
             ctl = m.Controller()
             log = AuditLog(path, fsync=policy, header=b.identity())
-            actions, reasons = m.ACTIONS, m.REASONS
-            for i in range(k):
-                r = readings[i % n]
-                before = ctl.state
-                addr, fault = m.quantize(r)
-                p, c = m.lut_entry(addr)
-                t, why = ctl.step_addr(addr, fault, False)
-                log.append_fields("decision", encode_decision(
-                    readings=r, addr=addr, probe_fault=fault, proposal=p, confident=bool(c), sla_violation=False,
-                    before=before, after=ctl.state, token=t, action=actions[t], reason=reasons[why],
-                    latency_ms=5.0, accuracy_loss_pct=0.0))
+            actions, reasons, append, append_step = m.ACTIONS, m.REASONS, log.append_fields, log.append_step
+            if api == "step_record":  # the fast path: one runtime call, one log call
+                for i in range(k):
+                    r = readings[i % n]
+                    rec = ctl.step_record(r, False)
+                    append_step(rec, r, False, actions[rec[6]], reasons[rec[7]], 5.0, 0.0)
+            elif api == "two calls":  # step_record, encode_step, append_fields
+                for i in range(k):
+                    r = readings[i % n]
+                    rec = ctl.step_record(r, False)
+                    append("decision", encode_step(rec, r, False, actions[rec[6]], reasons[rec[7]], 5.0, 0.0))
+            else:  # the keyword API, separate runtime calls (what callers wrote before step_record)
+                for i in range(k):
+                    r = readings[i % n]
+                    before = ctl.state
+                    addr, fault = m.quantize(r)
+                    p, c = m.lut_entry(addr)
+                    t, why = ctl.step_addr(addr, fault, False)
+                    append("decision", encode_decision(
+                        readings=r, addr=addr, probe_fault=fault, proposal=p, confident=bool(c), sla_violation=False,
+                        before=before, after=ctl.state, token=t, action=actions[t], reason=reasons[why],
+                        latency_ms=5.0, accuracy_loss_pct=0.0))
             log.close()
         return run
+
+    def encode_only(k):
+        ctl = m.Controller()
+        actions, reasons = m.ACTIONS, m.REASONS
+        for i in range(k):
+            r = readings[i % n]
+            rec = ctl.step_record(r, False)
+            encode_step(rec, r, False, actions[rec[6]], reasons[rec[7]], 5.0, 0.0)
+
+    def record_only(k):
+        ctl = m.Controller()
+        for i in range(k):
+            ctl.step_record(readings[i % n], False)
 
     o = ort.SessionOptions()
     o.intra_op_num_threads = 1
@@ -117,7 +148,9 @@ def main(argv=None) -> int:
             sess.run(None, {in_name: feeds[i % len(feeds)]})
 
     k = args.steps
-    variants = {"bare": (bare, k), "addr": (from_addr, k), "never": (with_audit("never"), k),
+    variants = {"bare": (bare, k), "addr": (from_addr, k), "record": (record_only, k), "encode": (encode_only, k),
+                "never": (with_audit("never"), k), "never_2": (with_audit("never", "two calls"), k),
+                "never_kw": (with_audit("never", "keywords"), k),
                 "every": (with_audit("every:64"), k), "always": (with_audit("always"), min(k, 1000)),
                 "ort": (onnx, min(k, 10000))}
     # interleaved rounds, best per variant: the machine is shared, so load drifts between variants
@@ -125,23 +158,36 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         for name, (fn, steps) in variants.items():
             best[name] = min(best[name], _best_of(fn, steps, repeats=1))
-    t_bare, t_addr, t_never, t_every, t_always, t_ort = (best[x] for x in variants)
+    t_bare, t_addr, t_rec, t_enc, t_never, t_never_2, t_never_kw, t_every, t_always, t_ort = (best[x] for x in variants)
 
     def row(label, t):
-        print(f"{label:48s} {t * 1e6:9.2f} us   {1 / t:12,.0f} decisions/s")
+        print(f"{label:58s} {t * 1e6:9.2f} us   {1 / t:12,.0f} decisions/s")
 
-    print(f"build: {b.dir} ({b.name}, {len(b.lut)} LUT cells); {k} steps; best of interleaved rounds")
+    print(f"build: {b.dir} ({b.name}, {len(b.lut)} LUT cells); {k} steps; best of {args.rounds} interleaved rounds")
     row("LUT-FSM step (quantize + FSM), no audit", t_bare)
     row("LUT-FSM step_addr (FSM only)", t_addr)
-    row("step + audit record, fsync never", t_never)
+    row("step_record (step + what the record needs)", t_rec)
+    row("step_record + encode_step (no write)", t_enc)
+    row("step + audit record, fsync never (step_record, append_step)", t_never)
+    row("  the same, append_fields(encode_step(...))", t_never_2)
+    row("  the same, keyword API (quantize ... encode_decision)", t_never_kw)
     row("step + audit record, fsync every:64", t_every)
     row("step + audit record, fsync always", t_always)
     row("onnxruntime run of controller.onnx", t_ort)
+    print()
+    print("where an audit record's time goes (fsync never):")
+    print(f"  step_record - step (states, LUT entry)  {(t_rec - t_bare) * 1e6:6.2f} us")
+    print(f"  encode_step (the record's fields)       {(t_enc - t_rec) * 1e6:6.2f} us")
+    print(f"  the rest of append_step (seq/prev, write(2), SHA-256) {(t_never - t_enc) * 1e6:6.2f} us")
     print()
     print(f"network / LUT-FSM step            = {t_ort / t_bare:6.1f}x   (goal >= 20x)")
     print(f"network / LUT-FSM step_addr       = {t_ort / t_addr:6.1f}x")
     print(f"step+audit (fsync never) / step   = {t_never / t_bare:6.2f}x   (goal <= 3x, read as the whole audited step)")
     print(f"audit record alone (never) / step = {(t_never - t_bare) / t_bare:6.2f}x   (goal <= 3x, read as the added cost)")
+    print(f"  two calls (encode_step, append_fields) = {t_never_2 / t_bare:6.2f}x whole, "
+          f"{(t_never_2 - t_bare) / t_bare:.2f}x added")
+    print(f"  keyword API                     = {t_never_kw / t_bare:6.2f}x whole, "
+          f"{(t_never_kw - t_bare) / t_bare:.2f}x added")
     print(f"step+audit (every:64) / step      = {t_every / t_bare:6.2f}x")
     print(f"step+audit (fsync always) / step  = {t_always / t_bare:6.1f}x   (one fsync per decision)")
     tmp.cleanup()

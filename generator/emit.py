@@ -8,6 +8,7 @@ hashes, so the same inputs give byte-identical files.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
@@ -66,12 +67,41 @@ def _common(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: lis
             "mask_bits": [format(m.allowed, f"0{len(spec.actions)}b") for m in masks]}
 
 
+def level_thresholds(lo: float, hi: float, bits: int) -> tuple[float, ...]:
+    """The floats at which the level of a reading in [lo, hi] quantized to ``bits`` bits
+    steps up (2^bits - 1 of them, ascending): the smallest float >= each exact cell edge
+    lo + (hi - lo) * j / 2^bits, j = 1 .. 2^bits - 1, so that for a float x,
+    x >= threshold exactly when x >= edge (docs/fsm.md, quantization)."""
+    flo, fhi = Fraction(lo), Fraction(hi)
+    out = []
+    for j in range(1, 1 << bits):
+        edge = flo + (fhi - flo) * j / (1 << bits)
+        f = float(edge)
+        out.append(f if Fraction(f) >= edge else math.nextafter(f, math.inf))
+    return tuple(out)
+
+
+def _level_tree(k: int, thresholds: tuple[float, ...], first: int, last: int, indent: str) -> list[str]:
+    """Lines of a straight-line binary search: ``q<k>`` = the level of ``x<k>`` among
+    levels first..last, by comparisons with the float thresholds (exact, see
+    :func:`level_thresholds`)."""
+    if first == last:
+        return [f"{indent}q{k} = {first}"]
+    mid = (first + last + 1) // 2
+    deeper = indent + "    "
+    return ([f"{indent}if x{k} < {thresholds[mid - 1]!r}:"] + _level_tree(k, thresholds, first, mid - 1, deeper)
+            + [f"{indent}else:"] + _level_tree(k, thresholds, mid, last, deeper))
+
+
 def emit_python(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = ()) -> str:
     """Source text of ``<name>.py`` (stdlib only, integer LUT-FSM); ``masks``: the
     allowed-action boxes of the sla.yaml properties (rule 3a of docs/fsm.md)."""
     hexs = lut_bytes(lut).hex()
     lines = [hexs[i:i + 96] for i in range(0, len(hexs), 96)]
-    return _environment().get_template("python/runtime.py.j2").render(lut_hex=lines, **_common(spec, lut, hashes, version, list(masks)))
+    trees = [_level_tree(k, level_thresholds(i.min, i.max, i.bits), 0, (1 << i.bits) - 1, "")
+             for k, i in enumerate(spec.inputs)]
+    return _environment().get_template("python/runtime.py.j2").render(
+        lut_hex=lines, level_trees=trees, **_common(spec, lut, hashes, version, list(masks)))
 
 
 def _width(max_value: int) -> int:

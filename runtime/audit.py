@@ -23,8 +23,10 @@ Format ``mi-certify/audit-v1`` (normative text: docs/runtime.md, "Audit log"):
   verifier reports it and ignores it; a writer that reopens the log cuts it off
   and records its length and SHA-256 in the new ``open`` record.
 
-Public surface: :class:`AuditLog` (writer), :func:`verify_log` (checker),
-:func:`read_records` (parser used by replay), :func:`load_key`, :func:`encode_decision`.
+Public surface: :class:`AuditLog` (writer; ``AuditLog.append_step`` is the fast path for
+the generated runtime's ``Controller.step_record``), :func:`verify_log` (checker),
+:func:`read_records` (parser used by replay), :func:`load_key`, :func:`encode_decision`,
+:func:`encode_step`.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Iterable, NamedTuple, Sequence
 import orjson
 
 __all__ = ["AUDIT_FORMAT", "AuditError", "AuditLog", "AuditReport", "Finding", "Receipt", "encode_decision",
-           "load_key", "parse_anchor", "read_records", "verify_log", "key_id"]
+           "encode_step", "load_key", "parse_anchor", "read_records", "verify_log", "key_id"]
 
 AUDIT_FORMAT = "mi-certify/audit-v1"
 GENESIS = "0" * 64
@@ -121,7 +123,7 @@ def _readings(values) -> bytes:
         text = orjson.dumps(values)  # no numpy option: it would print float32 values in float32 digits
     except (TypeError, orjson.JSONEncodeError):  # numpy scalars, Fractions ...: the exact slow path
         text = b"null"
-    if b"null" in text:
+    if 110 in text and b"null" in text:  # 110 = "n": a one-byte memchr first (orjson numbers have no "n")
         text = ("[" + ",".join(map(_num, values)) + "]").encode("ascii")
     return text
 
@@ -137,11 +139,66 @@ def _number(x) -> bytes:
 _JSON_BOOL = {True: b"true", False: b"false", None: b"null"}
 _dumps = orjson.dumps
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
-_DECISION = (b'"t_mono_ns":%d,"t_wall_ns":%d,"readings":%s%s,"addr":%s,"probe_fault":%s,"proposal":%s,'
+_mono_ns = time.monotonic_ns
+_wall_ns = time.time_ns
+# One template per case, so that no field is formatted twice: a step with a LUT
+# address, and a probe fault (no address, no LUT entry).
+_DECISION = (b'"t_mono_ns":%d,"t_wall_ns":%d,"readings":%s%s,"addr":%d,"probe_fault":%s,"proposal":%d,'
              b'"confident":%s,"sla_violation":%s,"before":%s,"after":%s,"token":%d,"action":"%s","reason":"%s",'
              b'"latency_ms":%s,"accuracy_loss_pct":%s')
+_DECISION_FAULT = (b'"t_mono_ns":%d,"t_wall_ns":%d,"readings":%s%s,"addr":null,"probe_fault":%s,"proposal":null,'
+                   b'"confident":null,"sla_violation":%s,"before":%s,"after":%s,"token":%d,"action":"%s",'
+                   b'"reason":"%s","latency_ms":%s,"accuracy_loss_pct":%s')
+_DECISION_ANY = _DECISION.replace(b'"addr":%d', b'"addr":%s').replace(b'"proposal":%d', b'"proposal":%s')
 _VERDICT = (b',"verdict":{"action":%d,"violation":%s,"latency":%s,"accuracy":%s,"latency_ms":%s,'
             b'"accuracy_loss_pct":%s,"samples":%d}')
+_ASCII: dict = {}  # action and reason names as bytes (a handful of identifiers)
+
+
+def _ascii(name: str) -> bytes:
+    b = _ASCII.get(name)
+    if b is None:
+        b = name.encode("ascii")
+        if len(_ASCII) < 1024:
+            _ASCII[name] = b
+    return b
+
+
+def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, before, after, token, action, reason,
+            latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json) -> bytes:
+    """:func:`encode_decision` with positional arguments (the hot path)."""
+    lat = (_dumps(latency_ms) if type(latency_ms) is float and -_INF < latency_ms < _INF
+           else _number(latency_ms))
+    acc = (_dumps(accuracy_loss_pct) if type(accuracy_loss_pct) is float and -_INF < accuracy_loss_pct < _INF
+           else _number(accuracy_loss_pct))
+    probes = b"" if probes_json is None else b',"probes":' + probes_json.encode("ascii")
+    if addr is not None and proposal is not None:
+        text = _DECISION % (
+            _mono_ns(), _wall_ns(), _readings(readings), probes, addr, b"true" if probe_fault else b"false",
+            proposal, b"null" if confident is None else b"true" if confident else b"false",
+            b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY),
+            token, _ascii(action), _ascii(reason), lat, acc)
+    elif addr is None and proposal is None and confident is None:
+        text = _DECISION_FAULT % (
+            _mono_ns(), _wall_ns(), _readings(readings), probes,
+            b"true" if probe_fault else b"false", b"true" if sla_violation else b"false",
+            _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY), token, _ascii(action), _ascii(reason),
+            lat, acc)
+    else:  # mixed (not produced by the runtime): every field on its own
+        text = _DECISION_ANY % (
+            _mono_ns(), _wall_ns(), _readings(readings), probes,
+            b"null" if addr is None else b"%d" % addr, b"true" if probe_fault else b"false",
+            b"null" if proposal is None else b"%d" % proposal,
+            b"null" if confident is None else b"true" if confident else b"false",
+            b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY),
+            token, _ascii(action), _ascii(reason), lat, acc)
+    if verdict is not None:
+        text += _VERDICT % (verdict.action, _JSON_BOOL[bool(verdict.violation)], _JSON_BOOL[bool(verdict.latency)],
+                            _JSON_BOOL[bool(verdict.accuracy)], _number(verdict.latency_ms),
+                            _number(verdict.accuracy_loss_pct), verdict.samples)
+    if extra_json is not None:
+        text += b',"extra":' + extra_json.encode("ascii")
+    return text
 
 
 def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, proposal: int | None,
@@ -157,23 +214,36 @@ def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, 
     identifiers (the spec guarantees it). ``verdict`` is a
     :class:`mi_certify.runtime.sla.SlaVerdict` or None; ``probes_json``/``extra_json``
     are JSON texts placed as the values of ``"probes"``/``"extra"``. Times:
-    ``time.monotonic_ns()`` and ``time.time_ns()``.
+    ``time.monotonic_ns()`` and ``time.time_ns()``. :func:`encode_step` is the same
+    with positional arguments taken from the generated runtime's ``step_record``.
     """
-    text = _DECISION % (
-        time.monotonic_ns(), time.time_ns(), _readings(readings),
-        b"" if probes_json is None else b',"probes":' + probes_json.encode("ascii"),
-        b"null" if addr is None else b"%d" % addr, b"true" if probe_fault else b"false",
-        b"null" if proposal is None else b"%d" % proposal,
-        b"null" if confident is None else b"true" if confident else b"false",
-        b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY), token,
-        action.encode("ascii"), reason.encode("ascii"), _number(latency_ms), _number(accuracy_loss_pct))
-    if verdict is not None:
-        text += _VERDICT % (verdict.action, _JSON_BOOL[bool(verdict.violation)], _JSON_BOOL[bool(verdict.latency)],
-                            _JSON_BOOL[bool(verdict.accuracy)], _number(verdict.latency_ms),
-                            _number(verdict.accuracy_loss_pct), verdict.samples)
-    if extra_json is not None:
-        text += b',"extra":' + extra_json.encode("ascii")
-    return text
+    return _encode(readings, addr, probe_fault, proposal, confident, sla_violation, before, after, token, action,
+                   reason, latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json)
+
+
+def encode_step(step: tuple, readings: Sequence, sla_violation: bool, action: str, reason: str, latency_ms=None,
+                accuracy_loss_pct=None, verdict=None, probes_json: str | None = None,
+                extra_json: str | None = None) -> bytes:
+    """:func:`encode_decision` of one step of the generated runtime, positional (the fastest path).
+
+    ``step``: the tuple ``Controller.step_record(readings, sla_violation)`` returned,
+    ``(addr, probe_fault, proposal, confident, before, after, token, reason)`` (its reason
+    is the index; ``action``/``reason`` are the names, ``ACTIONS[token]`` and
+    ``REASONS[reason]``). ``readings``: the values that were quantized. Other arguments
+    and the result as for :func:`encode_decision`; the bytes are the same.
+    """
+    addr, probe_fault, proposal, confident, before, after, token, _reason = step
+    if (verdict is None and probes_json is None and extra_json is None and addr is not None and proposal is not None
+            and type(latency_ms) is float and -_INF < latency_ms < _INF
+            and type(accuracy_loss_pct) is float and -_INF < accuracy_loss_pct < _INF):
+        # the common step, written out (one call less); the same template and bytes as _encode
+        return _DECISION % (
+            _mono_ns(), _wall_ns(), _readings(readings), b"", addr, b"true" if probe_fault else b"false", proposal,
+            b"null" if confident is None else b"true" if confident else b"false",
+            b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY),
+            token, _ascii(action), _ascii(reason), _dumps(latency_ms), _dumps(accuracy_loss_pct))
+    return _encode(readings, addr, probe_fault, proposal, confident, sla_violation, before, after, token, action,
+                   reason, latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json)
 
 
 def _parse_fsync(policy: str) -> int:
@@ -194,6 +264,12 @@ class Receipt(NamedTuple):
     seq: int
     sha256: str
     synced: bool
+
+
+#: A whole decision line without key (append_step): the head, the record template, the prev tail.
+_DECISION_LINE = b'{"seq":%d,"kind":"decision",' + _DECISION + b',"prev":"%s"}\n'
+_new_tuple = tuple.__new__
+_sha256 = hashlib.sha256
 
 
 class AuditLog:
@@ -294,7 +370,7 @@ class AuditLog:
         seq = self.seq
         if self._key is None:
             line = (b'{"seq":%d,"kind":"%s",%s,"prev":"%s"}\n' if fields_json else
-                    b'{"seq":%d,"kind":"%s"%s,"prev":"%s"}\n') % (seq, kind.encode("ascii"), fields_json, self._prev)
+                    b'{"seq":%d,"kind":"%s"%s,"prev":"%s"}\n') % (seq, _ascii(kind), fields_json, self._prev)
         else:
             body = (b'{"seq":%d,"kind":"%s",%s,"prev":"%s"' if fields_json else
                     b'{"seq":%d,"kind":"%s"%s,"prev":"%s"') % (seq, kind.encode("ascii"), fields_json, self._prev)
@@ -310,10 +386,49 @@ class AuditLog:
                 os.fsync(self._fd)
                 self._unsynced = 0
                 synced = True
-        digest = hashlib.sha256(line[:-1]).hexdigest()
+        digest = _sha256(line[:-1]).hexdigest()
         self._prev = digest.encode("ascii")
         self.seq = seq + 1
-        return Receipt(seq, digest, synced)
+        return _new_tuple(Receipt, (seq, digest, synced))  # = Receipt(seq, digest, synced), without its Python __new__
+
+    def append_step(self, step: tuple, readings: Sequence, sla_violation: bool, action: str, reason: str,
+                    latency_ms=None, accuracy_loss_pct=None, verdict=None, probes_json: str | None = None,
+                    extra_json: str | None = None) -> Receipt:
+        """Append the ``decision`` record of one step of the generated runtime: the same
+        record as ``append_fields("decision", encode_step(step, readings, ...))`` (arguments
+        as for :func:`encode_step`), in one call; the fastest path. Without a key, for a
+        step with a LUT address and finite measurements and nothing else, the whole line
+        is one byte template (the record template between the seq/kind head and the prev
+        tail), else it takes that two-call path. Returns when acknowledged."""
+        addr, probe_fault, proposal, confident, before, after, token, _reason = step
+        if (self._key is not None or self.closed or verdict is not None or probes_json is not None
+                or extra_json is not None or addr is None or proposal is None
+                or type(latency_ms) is not float or not -_INF < latency_ms < _INF
+                or type(accuracy_loss_pct) is not float or not -_INF < accuracy_loss_pct < _INF):
+            return self.append_fields("decision", encode_step(step, readings, sla_violation, action, reason,
+                                                              latency_ms, accuracy_loss_pct, verdict, probes_json,
+                                                              extra_json))
+        seq = self.seq
+        line = _DECISION_LINE % (
+            seq, _mono_ns(), _wall_ns(), _readings(readings), b"", addr, b"true" if probe_fault else b"false",
+            proposal, b"null" if confident is None else b"true" if confident else b"false",
+            b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY),
+            token, _ascii(action), _ascii(reason), _dumps(latency_ms), _dumps(accuracy_loss_pct), self._prev)
+        # from here as in append_fields
+        n = os.write(self._fd, line)
+        if n != len(line):
+            self._write(line[n:])
+        synced = False
+        if self._period:
+            self._unsynced += 1
+            if self._unsynced >= self._period:
+                os.fsync(self._fd)
+                self._unsynced = 0
+                synced = True
+        digest = _sha256(line[:-1]).hexdigest()
+        self._prev = digest.encode("ascii")
+        self.seq = seq + 1
+        return _new_tuple(Receipt, (seq, digest, synced))
 
     @property
     def prev(self) -> str:

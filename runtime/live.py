@@ -164,13 +164,17 @@ class ControlLoop:
         m = self.build.module
         sample = self.probe.read()
         values, errors = self.features(sample)
-        addr, fault = m.quantize(values)
+        sla = self.monitor.violation
+        if hasattr(self.ctl, "step_record"):  # one call: quantize, LUT entry, states around the step
+            addr, fault, proposal, confident, before, after, token, reason = self.ctl.step_record(values, sla)
+            return Decision(sample, tuple(values), tuple(errors), addr, fault, proposal, confident, sla, before,
+                            after, token, m.REASONS[reason])
+        addr, fault = m.quantize(values)  # a runtime generated before step_record existed
         proposal = confident = None
         if not fault:
             proposal, c = m.lut_entry(addr)
             confident = bool(c)
         before = self.ctl.state
-        sla = self.monitor.violation
         token, reason = self.ctl.step_addr(addr, fault, sla)
         return Decision(sample, tuple(values), tuple(errors), None if fault else addr, fault, proposal, confident,
                         sla, before, self.ctl.state, token, m.REASONS[reason])

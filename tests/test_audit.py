@@ -163,7 +163,11 @@ log = AuditLog(path, key=key, fsync=policy, header={"controller": "crash"})
 out = sys.stdout
 i = 0
 while True:
-    r = log.append("decision", {"i": i, "pad": "x" * (i % 300)})
+    if i % 2:  # the generated runtime's path: a step_record tuple (one template; with a key, two calls)
+        r = log.append_step((i % 4096, False, i % 4, bool(i % 3), (0, 0, 0, 0, 0, 0, 0), (i % 4, 0, i % 3, 0, 0, 0, 0),
+                             i % 4, 0), [0.5, i * 0.25, 1e22], bool(i % 5 == 0), "keep", "HOLD", i / 7, 0.0)
+    else:
+        r = log.append("decision", {"i": i, "pad": "x" * (i % 300)})
     out.write(f"{r.seq}\n")
     out.flush()
     i += 1
@@ -282,3 +286,92 @@ def test_an_external_anchor_catches_a_rebuilt_chain_and_a_cut_tail_without_a_key
     assert findings(p, anchors=[f"11:{head}"]) == [("anchor", 11)]
     with pytest.raises(AuditError, match="not \\[SEQ:\\]SHA256"):
         verify_log(p, anchors=["11:abc"])
+
+
+def test_encode_step_writes_the_bytes_of_encode_decision(monkeypatch):
+    """The positional fast path (a step_record tuple) and the keyword API give the same
+    bytes, for a step with a LUT entry, a probe fault and mixed values; and they are the
+    bytes of the previous release's encoder (one template with every field formatted)."""
+    import itertools
+    import json
+    import math
+
+    import numpy as np
+
+    from mi_certify.runtime import audit
+    from mi_certify.runtime.sla import SlaVerdict
+
+    monkeypatch.setattr(audit, "_mono_ns", lambda: 123)
+    monkeypatch.setattr(audit, "_wall_ns", lambda: 1700000000000000000)
+    old = (b'"t_mono_ns":%d,"t_wall_ns":%d,"readings":%s%s,"addr":%s,"probe_fault":%s,"proposal":%s,'
+           b'"confident":%s,"sla_violation":%s,"before":%s,"after":%s,"token":%d,"action":"%s","reason":"%s",'
+           b'"latency_ms":%s,"accuracy_loss_pct":%s')
+    js = {None: b"null", True: b"true", False: b"false"}
+    n = 0
+    for readings, (addr, fault, prop, conf), sla, lat, verdict, extra, probes in itertools.product(
+            ([0.1 + 0.2, 1e-05, 1e22, -0.0, 5e-324], [None, math.nan, math.inf, 0.5, 7]),
+            ((1234, False, 2, True), (0, False, 0, False), (None, True, None, None), (None, True, 3, None),
+             (7, False, None, 1)),
+            (False, True), (5.0, math.nan, None, 3), (None, SlaVerdict(1, True, False, True, 5.0, math.inf, 3)),
+            (None, '{"request":1}'), (None, '{"p":[1,"u"]}')):
+        before, after = (0, 0, 0, 0, 0, 0, 0), (1, 1, 0, 10, 0, 0, 0)
+        kw = dict(readings=readings, addr=addr, probe_fault=fault, proposal=prop, confident=conf,
+                  sla_violation=sla, before=before, after=after, token=1, action="merge_conv", reason="SWITCH",
+                  latency_ms=lat, accuracy_loss_pct=0.25, verdict=verdict, probes_json=probes, extra_json=extra)
+        text = audit.encode_decision(**kw)
+        assert audit.encode_step((addr, fault, prop, conf, before, after, 1, 2), readings, sla, "merge_conv",
+                                 "SWITCH", lat, 0.25, verdict, probes, extra) == text
+        want = old % (123, 1700000000000000000, audit._readings(readings),
+                      b"" if probes is None else b',"probes":' + probes.encode(),
+                      js[None] if addr is None else b"%d" % addr, js[fault],
+                      js[None] if prop is None else b"%d" % prop, js[None if conf is None else bool(conf)],
+                      js[sla], b"[0,0,0,0,0,0,0]", b"[1,1,0,10,0,0,0]", 1, b"merge_conv", b"SWITCH",
+                      audit._number(lat), b"0.25")
+        assert text.startswith(want)
+        rec = json.loads(b"{" + text + b"}")
+        assert rec["addr"] == addr and rec["proposal"] == prop and rec["confident"] == (None if conf is None
+                                                                                        else bool(conf))
+        n += 1
+    assert n == 2 * 5 * 2 * 4 * 2 * 2 * 2
+    assert audit.encode_step((5, False, 1, True, np.array([0, 1, 2, 3, 4, 5, 6]), (0,) * 7, 1, 2), [0.5], False,
+                             "a", "b").count(b'"before":[0,1,2,3,4,5,6]') == 1
+
+
+@pytest.mark.parametrize("key, fsync", [(None, "never"), (None, "every:3"), (KEY, "always")])
+def test_append_step_writes_the_records_of_append_fields_and_encode_step(tmp_path, monkeypatch, key, fsync):
+    """append_step (one template for the whole line) against the two-call path, record by
+    record: steps with a LUT entry, probe faults, non-finite and missing measurements,
+    verdicts, probes and extra fields; the files are byte-identical and verify."""
+    import math
+
+    from mi_certify.runtime import audit
+    from mi_certify.runtime.sla import SlaVerdict
+
+    monkeypatch.setattr(audit, "_mono_ns", lambda: 42)
+    monkeypatch.setattr(audit, "_wall_ns", lambda: 1700000000123456789)
+    st0, st1 = (0, 0, 0, 0, 0, 0, 0), (1, 1, 0, 10, 0, 0, 0)
+    cases = [((1234, False, 1, True, st0, st1, 1, 2), [0.1 + 0.2, 1e-05, 60.0], False, 5.25, 0.0, {}),
+             ((7, False, 0, False, st1, st1, 1, 3), [0.5, 0.5, 0.5], True, 0.1 + 0.7, 2.5, {}),
+             ((None, True, None, None, st1, st0, 0, 7), [None, math.nan, 0.5], False, 5.0, 0.0, {}),
+             ((3, False, 2, True, st0, st0, 0, 0), [0.5], False, math.inf, None, {}),
+             ((3, False, 2, True, st0, st0, 0, 0), [0.5], False, 4, 0.0, {}),
+             ((3, False, 2, True, st0, st0, 0, 0), [0.5], False, 5.0, 0.0,
+              {"verdict": SlaVerdict(0, False, False, False, 5.0, 0.0, 1)}),
+             ((3, False, 2, True, st0, st0, 0, 0), [0.5], False, 5.0, 0.0, {"probes_json": '{"a":[1,"u"]}'}),
+             ((3, False, 2, True, st0, st0, 0, 0), [0.5], False, 5.0, 0.0, {"extra_json": '{"request":3}'})]
+    paths = [tmp_path / "fields.log", tmp_path / "step.log"]
+    receipts = [[], []]
+    for which, path in enumerate(paths):
+        with AuditLog(path, key=key, fsync=fsync, header={"controller": "t"}) as log:
+            for step, readings, sla, lat, acc, kw in cases * 2:
+                if which == 0:
+                    r = log.append_fields("decision", audit.encode_step(step, readings, sla, "int4", "SWITCH", lat,
+                                                                        acc, **kw))
+                else:
+                    r = log.append_step(step, readings, sla, "int4", "SWITCH", lat, acc, **kw)
+                receipts[which].append(r)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    assert receipts[0] == receipts[1] and [r.seq for r in receipts[1]] == list(range(1, 17))
+    # every:3 counts the open record (seq 0) too
+    assert all(r.synced == (fsync == "always" or (fsync == "every:3" and (r.seq + 1) % 3 == 0)) for r in receipts[1])
+    assert verify_log(paths[1], key).ok and len(lines_of(paths[1])) == 18

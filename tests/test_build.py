@@ -220,17 +220,33 @@ def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     assert not res.passed and res.mismatches > 0
 
 
-def test_mutated_python_runtime_is_caught(reference_build, tmp_path):
+@pytest.mark.parametrize("copy, method", [(0, "step"), (1, "step_addr")])
+def test_mutated_python_runtime_is_caught(reference_build, tmp_path, copy, method):
+    """The FSM body is written out in step (after quantize) and in step_addr: the build's
+    check drives both (and step_record), so a change in either copy fails it."""
     src = (reference_build / "meta_controller.py").read_text()
+    assert src.count("if self.h == HYSTERESIS:") == 2
+    at = [i for i in range(len(src)) if src.startswith("if self.h == HYSTERESIS:", i)][copy]
     mutant = tmp_path / "meta_controller.py"
-    mutant.write_text(src.replace("if self.h == HYSTERESIS:", "if self.h == HYSTERESIS - 1:", 1))
-    (tmp_path / "rtl").mkdir()
-    v = tmp_path / "rtl" / "meta_controller.v"
-    shutil.copyfile(reference_build / "meta_controller.v", v)
-    res = run_cosim(*_sim(reference_build, v, tmp_path), _cfg(), _lut(reference_build),
+    mutant.write_text(src[:at] + "if self.h == HYSTERESIS - 1:" + src[at + len("if self.h == HYSTERESIS:"):])
+    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
                     tmp_path / "work", runtime_py=mutant, masks=_masks())
     assert not res.passed and res.error == "emitted Python runtime disagrees with the reference"
-    assert res.first_mismatch["python_runtime"] != res.first_mismatch["reference"]
+    got, ref = res.first_mismatch["python_runtime"], res.first_mismatch["reference"]
+    assert got["method"] == method and (got["token"], got["reason"]) != (ref["token"], ref["reason"])
+
+
+def test_a_quantizer_constant_off_by_one_float_is_caught(reference_build, tmp_path):
+    """step_record must return the address of the readings the check feeds (each cell's
+    lower edge): a threshold of the straight-line quantizer one float too high is caught."""
+    import math
+    src = (reference_build / "meta_controller.py").read_text()
+    assert "if x0 < 0.5:" in src
+    mutant = tmp_path / "meta_controller.py"
+    mutant.write_text(src.replace("if x0 < 0.5:", f"if x0 < {math.nextafter(0.5, 1)!r}:", 1))
+    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
+                    tmp_path / "work", runtime_py=mutant, masks=_masks())
+    assert not res.passed and res.first_mismatch["python_runtime"]["method"] in ("step", "step_record")
 
 
 def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):

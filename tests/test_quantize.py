@@ -48,3 +48,30 @@ def test_numpy_scalars_fractions_and_ints_are_readings_like_floats():
     q = Quantizer.from_floats(0.0, 1.0, 4)
     assert q.level(np.float32(0.5)) == q.level(np.float64(0.5)) == q.level(Fraction(1, 2)) == 8
     assert q.level(np.int64(1)) == 15 and q.level(np.float32("nan")) is None
+
+
+@pytest.mark.parametrize("lo, hi", [(0.0, 1.0), (20.0, 110.0), (-3.7, 0.1), (1e-300, 3e-300), (-1e6, 1e6 + 0.3)])
+def test_straight_line_level_search_is_the_exact_level_for_every_width(lo, hi):
+    """The emitted if-tree (generator.emit) for 1..8 bits against the exact rational level,
+    at every cell edge and its float neighbours and at random floats of the envelope."""
+    import random
+
+    from mi_certify.generator.emit import _level_tree, level_thresholds
+
+    rng = random.Random(5)
+    for bits in range(1, 9):
+        q = Quantizer.from_floats(lo, hi, bits)
+        th = level_thresholds(lo, hi, bits)
+        assert len(th) == (1 << bits) - 1 and list(th) == sorted(th)
+        src = "def level(x0):\n" + "\n".join(_level_tree(0, th, 0, (1 << bits) - 1, "    ")) + "\n    return q0\n"
+        ns: dict = {}
+        exec(compile(src, "<tree>", "exec"), ns)
+        edges = [float(q.cell_bounds(j)[0]) for j in range(1 << bits)] + [hi]
+        xs = [y for e in edges for y in (e, math.nextafter(e, -math.inf), math.nextafter(e, math.inf))]
+        xs += [rng.uniform(lo, hi) for _ in range(300)] + list(th)
+        checked = 0
+        for x in xs:
+            if lo <= x <= hi:
+                assert ns["level"](x) == q.level(x), (bits, x)
+                checked += 1
+        assert checked > 300

@@ -243,3 +243,117 @@ def test_runtime_package_imports_neither_generator_nor_verification():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "['runtime']"
+
+
+def _bisect_quantize(inputs, values):
+    """The generated quantize of the previous release (bisect over float thresholds), kept
+    verbatim as the oracle of the straight-line quantizer that replaced it."""
+    import bisect
+    import numbers
+
+    def ceil_float(x):
+        f = float(x)
+        return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+    thresholds_all = tuple(tuple(ceil_float(lo + (hi - lo) * j / (1 << bits)) for j in range(1, 1 << bits))
+                           for _n, _u, lo, hi, bits in inputs)
+    ranges = tuple((float(lo), float(hi)) for _n, _u, lo, hi, _b in inputs)
+    values = list(values)
+    if len(values) != len(inputs):
+        raise ValueError(f"expected {len(inputs)} readings, got {len(values)}")
+    addr, fault = 0, False
+    for x, (_n, _u, lo, hi, bits), (flo, fhi), thresholds in zip(values, inputs, ranges, thresholds_all):
+        if type(x) is float:
+            if not flo <= x <= fhi:
+                fault = True
+                continue
+            level = bisect.bisect_right(thresholds, x)
+        else:
+            if isinstance(x, bool) or not isinstance(x, numbers.Real):
+                fault = True
+                continue
+            fx = Fraction(x) if isinstance(x, numbers.Rational) else Fraction(float(x)) if math.isfinite(x) else None
+            if fx is None or fx < lo or fx > hi:
+                fault = True
+                continue
+            level = min(math.floor((fx - lo) * (1 << bits) / (hi - lo)), (1 << bits) - 1)
+        addr = (addr << bits) | level
+    return (0, True) if fault else (addr, False)
+
+
+def _near(x, ulps=3):
+    """x and its float neighbours up to ``ulps`` steps away on both sides."""
+    out, lo, hi = [x], x, x
+    for _ in range(ulps):
+        lo, hi = math.nextafter(lo, -math.inf), math.nextafter(hi, math.inf)
+        out += [lo, hi]
+    return out
+
+
+def test_straight_line_quantizer_equals_the_bisect_quantizer_on_every_edge(quick_build):
+    """Every cell edge, the envelope ends, their float neighbours (3 ulps), NaN, +-inf, -0.0,
+    subnormals and values outside the envelope, one input at a time (the others in the
+    middle of their envelope) and mixed at random; plus tuples, arrays, iterators, ints,
+    Fractions and wrong lengths, which take the general path."""
+    m = load_build(quick_build).module
+    mid = [float((lo + hi) / 2) for _, _, lo, hi, _ in m.INPUTS]
+    columns = []
+    for _, _, lo, hi, b in m.INPUTS:
+        edges = [float(lo + (hi - lo) * Fraction(j, 1 << b)) for j in range((1 << b) + 1)]
+        col = [y for e in edges for y in _near(e)] + [float(x) for x in m._THRESHOLDS[len(columns)]]
+        col += [math.nan, -math.nan, math.inf, -math.inf, -0.0, 5e-324, -5e-324, float(lo) - 1, float(hi) + 1,
+                float(hi) * 2 + 1e300, -1e308]
+        columns.append(col)
+    checked = 0
+    for i, col in enumerate(columns):
+        for x in col:
+            v = list(mid)
+            v[i] = x
+            assert m.quantize(v) == _bisect_quantize(m.INPUTS, v), (i, x)
+            assert m.quantize(tuple(v)) == m.quantize(v)
+            checked += 1
+    rng = np.random.default_rng(7)
+    for _ in range(20000):
+        v = [float(rng.choice(c)) for c in columns]
+        assert m.quantize(v) == _bisect_quantize(m.INPUTS, v), v
+        checked += 1
+    assert checked > 20000 + 5 * 40
+    general = [lambda: np.array(mid), lambda: iter(mid), lambda: [Fraction(1, 2), 0.5, 0.5, 512, 60],
+               lambda: [0.5, 0.5, 0.5, 512, np.float32(60.5)], lambda: [True, 0.5, 0.5, 512.0, 60.0],
+               lambda: (0.5, 0.5, 0.5, 512.0, None), lambda: [0.5, "0.5", 0.5, 512.0, 60.0],
+               lambda: [np.float64(0.5), 0.5, 0.5, 512.0, 60.0], lambda: [0.5, 0.5, 0.5, 2000, 60.0]]
+    for make in general:
+        assert m.quantize(make()) == _bisect_quantize(m.INPUTS, make()), make()
+    assert m.quantize(np.array(mid)) == m.quantize(mid) and m.quantize(iter(mid)) == m.quantize(mid)
+    for bad in ([0.5] * 4, (0.5,) * 6, iter([0.5] * 6), []):
+        with pytest.raises(ValueError, match=r"expected 5 readings, got \d"):
+            m.quantize(bad)
+
+
+def test_step_and_step_record_take_the_same_steps_as_step_addr(quick_build):
+    """Controller.step (FSM body written out after quantize) and step_record against
+    quantize + step_addr, over random readings with probe faults and SLA violations
+    that visit every reason; step_record returns the address, LUT entry and states."""
+    m = load_build(quick_build).module
+    a, b, c = m.Controller(), m.Controller(), m.Controller()
+    rng = np.random.default_rng(11)
+    lo = np.array([float(i[2]) for i in m.INPUTS])
+    hi = np.array([float(i[3]) for i in m.INPUTS])
+    reasons = set()
+    for n in range(30000):
+        v = list(map(float, lo + rng.random(len(lo)) * (hi - lo)))
+        if n % 97 == 0:
+            v[n % len(v)] = [math.nan, None, math.inf, float(hi[n % len(v)]) + 1][n % 4]
+        sla = bool(rng.random() < (0.7 if (n // 200) % 5 == 0 else 0.05))
+        addr, fault = m.quantize(v)
+        before = a.state
+        want = a.step_addr(addr, fault, sla)
+        assert b.step(v, sla) == want
+        rec = c.step_record(v, sla)
+        entry = None if fault else m.lut_entry(addr)
+        assert rec == (None if fault else addr, fault, None if fault else entry[0],
+                       None if fault else bool(entry[1]), before, a.state, *want)
+        assert a.state == b.state == c.state
+        reasons.add(want[1])
+    assert {m.REASONS[r] for r in reasons} >= {"HOLD", "PENDING", "SWITCH", "COOLDOWN", "FALLBACK", "RECOVER",
+                                               "PROBE_FAULT"}

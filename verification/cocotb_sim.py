@@ -148,28 +148,67 @@ def load_runtime_module(path: Path):
     return mod
 
 
+def _cell_readings(mod, addr: int, fault: bool) -> list:
+    """Readings that the emitted runtime ``mod`` quantizes to ``addr`` (each input at the
+    smallest float of its level: the cell's lower edge), or a probe fault (input 0
+    unavailable)."""
+    out, shift = [], sum(bits for *_x, bits in mod.INPUTS)
+    for (_name, _unit, lo, _hi, bits), thresholds in zip(mod.INPUTS, mod._THRESHOLDS):
+        shift -= bits
+        q = (addr >> shift) & ((1 << bits) - 1)
+        out.append(thresholds[q - 1] if q else float(lo))
+    if fault:
+        out[0] = None
+    return out
+
+
 def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtime_py: Path | None = None,
                    masks: tuple[MaskBox, ...] = ()) -> tuple[list[list[int]], dict | None]:
     """Reference (token, reason) per stimulus row; and the first disagreement of the
-    emitted runtime with the reference, if any (None when they agree)."""
+    emitted runtime with the reference, if any (None when they agree).
+
+    The emitted runtime is driven three ways, each on its own Controller: ``step_addr``
+    (the address), and, when the module has them, ``step`` and ``step_record`` on
+    readings of the address's cell (a probe fault as an unavailable reading); the
+    three must give the reference's token and reason, ``step_record`` its address, LUT
+    entry and states, and all three the same state.
+    """
     ref = LutFsm(cfg, [e & 0x7F for e in lut], [e >> 7 for e in lut], masks)
-    emitted = load_runtime_module(runtime_py).Controller() if runtime_py else None
+    mod = load_runtime_module(runtime_py) if runtime_py else None
+    emitted = mod.Controller() if mod else None
+    via_values = mod.Controller() if mod and hasattr(mod.Controller, "step_record") else None
+    via_record = mod.Controller() if via_values else None
     out, first = [], None
     for i, (rst, addr, fault, viol) in enumerate(stimulus):
+        path = "step_addr"
         if rst:
             ref.reset()
             exp = [cfg.conservative, int(Reason.HOLD)]
             if emitted:
                 emitted.reset()
                 got = exp
+                if via_values:
+                    via_values.reset()
+                    via_record.reset()
         else:
             res = ref.step(addr, bool(fault), bool(viol))
             exp = [res.token, int(res.reason)]
             if emitted:
+                before = emitted.state
                 got = list(emitted.step_addr(addr, bool(fault), bool(viol)))
+                if via_values and got == exp:
+                    readings = _cell_readings(mod, addr, bool(fault))
+                    path, got = "step", list(via_values.step(readings, bool(viol)))
+                    if got == exp:
+                        rec = via_record.step_record(readings, bool(viol))
+                        entry = None if fault else (lut[addr] & 0x7F, bool(lut[addr] >> 7))
+                        ok = (rec[0] == (None if fault else addr) and rec[1] == bool(fault)
+                              and (None if fault else (rec[2], rec[3])) == entry and rec[4] == before
+                              and rec[5] == emitted.state == via_values.state == via_record.state)
+                        path, got = "step_record", list(rec[6:8]) if ok else [None, None]
         if emitted and got != exp and first is None:
             first = {"cycle": i, "inputs": {"rst": rst, "addr": addr, "probe_fault": fault, "sla_violation": viol},
-                     "python_runtime": {"token": got[0], "reason": got[1]},
+                     "python_runtime": {"token": got[0], "reason": got[1], "method": path},
                      "reference": {"token": exp[0], "reason": exp[1]}}
         out.append(exp)
     return out, first

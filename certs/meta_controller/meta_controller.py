@@ -1470,6 +1470,8 @@ _THRESHOLDS = tuple(
 _FLOAT_RANGES = tuple((float(lo), float(hi)) for _name, _unit, lo, hi, _bits in INPUTS)
 
 
+
+
 def quantize(values):
     """Quantize physical values to (address, probe_fault).
 
@@ -1477,7 +1479,159 @@ def quantize(values):
     None (sensor unavailable), not a finite real number, or outside [min, max] is a
     probe fault. Level q = min(floor((x - min) * 2^bits / (max - min)), 2^bits - 1),
     exact. Raises ValueError if the number of readings is wrong.
+
+    Fast path (a list or tuple of 5 floats, all inside the envelope): per
+    input, a straight-line binary search over the float thresholds of _THRESHOLDS
+    (the same constants, written out); it gives the same level as the general path
+    (:func:`_quantize_exact`), which takes everything else.
     """
+    if (type(values) is list or type(values) is tuple) and len(values) == 5:
+        x0, x1, x2, x3, x4, = values
+        if (type(x0) is float and 0.0 <= x0 <= 1.0
+                and type(x1) is float and 0.0 <= x1 <= 1.0
+                and type(x2) is float and 0.0 <= x2 <= 1.0
+                and type(x3) is float and 0.0 <= x3 <= 1024.0
+                and type(x4) is float and 20.0 <= x4 <= 110.0):
+            if x0 < 0.5:
+                if x0 < 0.25:
+                    if x0 < 0.125:
+                        if x0 < 0.0625:
+                            q0 = 0
+                        else:
+                            q0 = 1
+                    else:
+                        if x0 < 0.1875:
+                            q0 = 2
+                        else:
+                            q0 = 3
+                else:
+                    if x0 < 0.375:
+                        if x0 < 0.3125:
+                            q0 = 4
+                        else:
+                            q0 = 5
+                    else:
+                        if x0 < 0.4375:
+                            q0 = 6
+                        else:
+                            q0 = 7
+            else:
+                if x0 < 0.75:
+                    if x0 < 0.625:
+                        if x0 < 0.5625:
+                            q0 = 8
+                        else:
+                            q0 = 9
+                    else:
+                        if x0 < 0.6875:
+                            q0 = 10
+                        else:
+                            q0 = 11
+                else:
+                    if x0 < 0.875:
+                        if x0 < 0.8125:
+                            q0 = 12
+                        else:
+                            q0 = 13
+                    else:
+                        if x0 < 0.9375:
+                            q0 = 14
+                        else:
+                            q0 = 15
+            if x1 < 0.5:
+                if x1 < 0.25:
+                    if x1 < 0.125:
+                        q1 = 0
+                    else:
+                        q1 = 1
+                else:
+                    if x1 < 0.375:
+                        q1 = 2
+                    else:
+                        q1 = 3
+            else:
+                if x1 < 0.75:
+                    if x1 < 0.625:
+                        q1 = 4
+                    else:
+                        q1 = 5
+                else:
+                    if x1 < 0.875:
+                        q1 = 6
+                    else:
+                        q1 = 7
+            if x2 < 0.5:
+                if x2 < 0.25:
+                    if x2 < 0.125:
+                        q2 = 0
+                    else:
+                        q2 = 1
+                else:
+                    if x2 < 0.375:
+                        q2 = 2
+                    else:
+                        q2 = 3
+            else:
+                if x2 < 0.75:
+                    if x2 < 0.625:
+                        q2 = 4
+                    else:
+                        q2 = 5
+                else:
+                    if x2 < 0.875:
+                        q2 = 6
+                    else:
+                        q2 = 7
+            if x3 < 512.0:
+                if x3 < 256.0:
+                    if x3 < 128.0:
+                        q3 = 0
+                    else:
+                        q3 = 1
+                else:
+                    if x3 < 384.0:
+                        q3 = 2
+                    else:
+                        q3 = 3
+            else:
+                if x3 < 768.0:
+                    if x3 < 640.0:
+                        q3 = 4
+                    else:
+                        q3 = 5
+                else:
+                    if x3 < 896.0:
+                        q3 = 6
+                    else:
+                        q3 = 7
+            if x4 < 65.0:
+                if x4 < 42.5:
+                    if x4 < 31.25:
+                        q4 = 0
+                    else:
+                        q4 = 1
+                else:
+                    if x4 < 53.75:
+                        q4 = 2
+                    else:
+                        q4 = 3
+            else:
+                if x4 < 87.5:
+                    if x4 < 76.25:
+                        q4 = 4
+                    else:
+                        q4 = 5
+                else:
+                    if x4 < 98.75:
+                        q4 = 6
+                    else:
+                        q4 = 7
+            return (q0 << 12 | q1 << 9 | q2 << 6 | q3 << 3 | q4), False
+    return _quantize_exact(values)
+
+
+def _quantize_exact(values):
+    """:func:`quantize` for any readings (floats, ints, Fractions, numpy scalars, None, ...)."""
     values = list(values)
     if len(values) != len(INPUTS):
         raise ValueError(f"expected {len(INPUTS)} readings, got {len(values)}")
@@ -1564,8 +1718,70 @@ class Controller:
 
     def step(self, values, sla_violation=False):
         """Quantize physical probe values and advance one step; returns (token, reason)."""
+        addr, probe_fault = quantize(values)
+        # the body of step_addr (one source in the template), without its address check:
+        # quantize returns a valid address or a probe fault
+        if probe_fault:
+            self.reset()
+            self.f = 1
+            return self.t, R_PROBE_FAULT
+        if self.f:
+            self.r = 0 if sla_violation else self.r + 1
+            if self.r == RECOVERY:
+                self.reset()
+                self.d = COOLDOWN
+                return self.t, R_RECOVER
+            return self.t, R_FALLBACK
+        self.v = self.v + 1 if sla_violation else 0
+        if self.v == VIOLATIONS_TO_FALLBACK:
+            self.reset()
+            self.f = 1
+            return self.t, R_FALLBACK
+        if not (_ALLOWED_EVERYWHERE >> self.t) & 1 and not (allowed(addr) >> self.t) & 1:
+            v = self.v
+            self.reset()
+            self.v = v
+            self.d = COOLDOWN
+            return self.t, R_MASKED
+        if self.d > 0:
+            self.d -= 1
+            return self.t, R_COOLDOWN
+        entry = _LUT[addr]
+        p = entry & 0x7F
+        if not entry >> 7:
+            self.h = 0
+            return self.t, R_LOW_CONFIDENCE
+        if p == self.t:
+            self.h = 0
+            return self.t, R_HOLD
+        if p == self.k:
+            self.h += 1
+        else:
+            self.k = p
+            self.h = 1
+        if self.h == HYSTERESIS:
+            self.t = p
+            self.d = COOLDOWN
+            self.h = 0
+            return self.t, R_SWITCH
+        return self.t, R_PENDING
+
+    def step_record(self, values, sla_violation=False):
+        """Quantize, advance one step and return what the step's audit record needs:
+        (addr, probe_fault, proposal, confident, before, after, token, reason).
+
+        addr, proposal (token) and confident (bool) are None on a probe fault;
+        before/after are the states (t, k, h, d, v, f, r) around the step; token and
+        reason as :meth:`step` returns them. The same step as :meth:`step`.
+        """
         addr, fault = quantize(values)
-        return self.step_addr(addr, fault, sla_violation)
+        before = (self.t, self.k, self.h, self.d, self.v, self.f, self.r)
+        token, reason = self.step_addr(addr, fault, sla_violation)
+        after = (self.t, self.k, self.h, self.d, self.v, self.f, self.r)
+        if fault:
+            return None, True, None, None, before, after, token, reason
+        entry = _LUT[addr]
+        return addr, False, entry & 0x7F, entry > 0x7F, before, after, token, reason
 
     def step_addr(self, addr, probe_fault=False, sla_violation=False):
         """Advance one step from a LUT address; returns (token, reason)."""

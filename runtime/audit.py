@@ -376,6 +376,11 @@ class AuditLog:
                     b'{"seq":%d,"kind":"%s"%s,"prev":"%s"') % (seq, kind.encode("ascii"), fields_json, self._prev)
             mac = hmac.new(self._key, body + b"}", hashlib.sha256).hexdigest()
             line = body + b',"mac":"%s"}\n' % mac.encode("ascii")
+        return self._commit(seq, line)
+
+    def _commit(self, seq: int, line: bytes) -> Receipt:
+        """Write record ``seq`` (one whole line) with one write(2), fsync as the policy says,
+        advance the chain; the acknowledgement."""
         n = os.write(self._fd, line)
         if n != len(line):
             self._write(line[n:])
@@ -414,21 +419,7 @@ class AuditLog:
             proposal, b"null" if confident is None else b"true" if confident else b"false",
             b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY),
             token, _ascii(action), _ascii(reason), _dumps(latency_ms), _dumps(accuracy_loss_pct), self._prev)
-        # from here as in append_fields
-        n = os.write(self._fd, line)
-        if n != len(line):
-            self._write(line[n:])
-        synced = False
-        if self._period:
-            self._unsynced += 1
-            if self._unsynced >= self._period:
-                os.fsync(self._fd)
-                self._unsynced = 0
-                synced = True
-        digest = _sha256(line[:-1]).hexdigest()
-        self._prev = digest.encode("ascii")
-        self.seq = seq + 1
-        return _new_tuple(Receipt, (seq, digest, synced))
+        return self._commit(seq, line)
 
     @property
     def prev(self) -> str:

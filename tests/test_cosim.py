@@ -125,6 +125,15 @@ def test_the_widest_sample_count_is_legal(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_an_emitted_runtime_that_does_not_import_fails_the_cosimulation(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("class Controller:\n    def step_addr(self\n")   # a syntax error
+    cfg = FsmConfig(2, 0, 1, 0, 1, 1)
+    res = run_cosim(MONITOR, "sla_monitor", cfg, bytes([0x80, 0x81]), tmp_path / "w", runtime_py=broken,
+                    random_cycles=10)
+    assert not res.passed and res.error.startswith("emitted Python runtime raised SyntaxError")
+
+
 # --- co-simulation of the monitor -----------------------------------------------------------------
 
 def test_monitor_rtl_agrees_with_the_python_monitor_every_cycle(tmp_path):

@@ -328,7 +328,11 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
     copy_memory_files(verilog, workdir)
     masks = tuple(masks)
     stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks, tuple(traces))
-    expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py, masks)
+    try:
+        expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py, masks)
+    except Exception as exc:  # noqa: BLE001 -- an emitted runtime that does not import or raises fails closed
+        return CosimResult(False, len(stimulus), 1, None, seed, sim, directed_cycles=directed,
+                           error=f"emitted Python runtime raised {type(exc).__name__}: {exc}"[:400])
     reasons_seen = {r.name: 0 for r in Reason}
     for _, reason in expected:
         reasons_seen[Reason(reason).name] += 1

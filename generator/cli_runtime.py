@@ -226,6 +226,8 @@ def audit_command(args, console: Console) -> int:
                       "address, SLA verdict) by the generated runtime and the reference FSM")
     else:
         console.print("[yellow]the log holds no decision[/]")
+    if not report.ok:  # the last line says the verdict: replayed decisions of a tampered log prove nothing
+        console.print(f"[red]the log is tampered: {len(report.findings)} finding(s) (above); not confirmed[/]")
     return 0 if rep.ok and report.ok else 1
 
 

@@ -454,7 +454,20 @@ def load_spec(path: str | Path) -> Spec:
         best = jsonschema.exceptions.best_match(errors)
         where, reason = _schema_message(best)
         raise SpecError(reason, file=f, where=where)
-    return _resolve(raw, f)
+    return _resolve(_integers(raw, SCHEMA), f)
+
+
+def _integers(value, schema: dict):
+    """``value`` with every integral float where ``schema`` says integer made an int (JSON
+    Schema's "integer" accepts 20.0 and 2e1; the rest of the program wants ints)."""
+    if schema.get("type") == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties")
+        return {k: _integers(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_integers(v, schema["items"]) for v in value]
+    return value
 
 
 def _unique(items, what: str, f: str, key: str = "name"):

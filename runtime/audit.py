@@ -35,14 +35,18 @@ import hashlib
 import hmac
 import json
 import math
+import numbers
 import os
 import re
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 import orjson
+
+from .quantize import exact_value
 
 __all__ = ["AUDIT_FORMAT", "AuditError", "AuditLog", "AuditReport", "Finding", "Receipt", "encode_decision",
            "encode_step", "load_key", "parse_anchor", "read_records", "verify_log", "key_id"]
@@ -84,17 +88,29 @@ def key_id(key: bytes) -> str:
 
 
 def _num(x) -> str:
-    """A number as JSON text: finite floats by repr, non-finite as strings, None as null."""
+    """A number as JSON text: integers (numpy's too) exactly, floats by repr (shortest
+    round trip), non-finite as strings, None as null. A real that is no binary64 value (a
+    Fraction, a longdouble with more precision) is written exactly as a string ``"n/d"``,
+    so a replay quantizes the value the controller quantized."""
     if x is None:
         return "null"
     if isinstance(x, bool):
         return "true" if x else "false"
-    if isinstance(x, int):
-        return str(x)
-    x = float(x)
-    if math.isfinite(x):
-        return repr(x)
-    return '"nan"' if math.isnan(x) else ('"inf"' if x > 0 else '"-inf"')
+    if isinstance(x, numbers.Integral):
+        return str(int(x))
+    if type(x) is float:
+        f = x
+    else:
+        exact = exact_value(x)
+        try:
+            f = float(x)
+        except (OverflowError, TypeError, ValueError):
+            f = math.nan if exact is None else math.inf if exact > 0 else -math.inf
+        if exact is not None and (not math.isfinite(f) or Fraction(f) != exact):
+            return f'"{exact.numerator}/{exact.denominator}"'
+    if math.isfinite(f):
+        return repr(f)
+    return '"nan"' if math.isnan(f) else ('"inf"' if f > 0 else '"-inf"')
 
 
 def _json_clean(obj):

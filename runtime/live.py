@@ -22,8 +22,10 @@ import hashlib
 import importlib.util
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from .audit import AuditLog, encode_decision, read_records
@@ -227,9 +229,13 @@ class ReplayReport:
 
 
 def _logged_number(x):
+    """A logged number back: null, a JSON number, "nan"/"inf"/"-inf", or an exact "n/d"
+    (a reading that was no binary64 value; runtime/audit.py)."""
     if x is None:
         return None
     if isinstance(x, str):
+        if re.fullmatch(r"-?[0-9]+/[0-9]+", x):
+            return Fraction(x)
         return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.get(x)
     return x
 

@@ -19,6 +19,26 @@ from fractions import Fraction
 from typing import Sequence
 
 
+def exact_value(x) -> Fraction | None:
+    """The exact rational value of a reading, or None when it has none (None, bool, not a
+    real number, NaN, infinite). Python and numpy integers and rationals keep their value
+    (converted to Python ints first: a numpy integer would wrap around in arithmetic);
+    floats of any width (float, numpy float16/32/64/longdouble) by ``as_integer_ratio``,
+    never rounded through binary64."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return None
+    try:
+        if isinstance(x, numbers.Rational):
+            return Fraction(int(x.numerator), int(x.denominator))
+        ratio = getattr(x, "as_integer_ratio", None)
+        if ratio is not None:
+            n, d = ratio()
+            return Fraction(int(n), int(d))
+        return Fraction(float(x))
+    except (OverflowError, ValueError, TypeError):  # NaN, infinities, values with no exact ratio
+        return None
+
+
 @dataclass(frozen=True)
 class Quantizer:
     """Quantizer for one input: envelope [lo, hi] (exact rationals), ``bits`` bits."""
@@ -38,12 +58,8 @@ class Quantizer:
     def level(self, x) -> int | None:
         """Level of ``x`` in [0, 2^bits - 1], or None for a probe fault (None, NaN,
         infinite, not a real number, outside the envelope)."""
-        if isinstance(x, bool) or not isinstance(x, numbers.Real):
-            return None
-        if not isinstance(x, numbers.Rational) and not math.isfinite(x):
-            return None
-        fx = Fraction(x) if isinstance(x, numbers.Rational) else Fraction(float(x))
-        if fx < self.lo or fx > self.hi:
+        fx = exact_value(x)
+        if fx is None or fx < self.lo or fx > self.hi:
             return None
         q = math.floor((fx - self.lo) * self.levels / (self.hi - self.lo))
         return min(q, self.levels - 1)

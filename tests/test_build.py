@@ -113,6 +113,20 @@ def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(referen
     with pytest.raises(ValueError, match="outside"):
         ctl.step_addr(1 << 16)
     assert mod.ACTIONS == ("keep", "merge_conv", "int4", "offload_cpu") and mod.REASONS[7] == "PROBE_FAULT"
+    # numpy integers keep their value (they once wrapped around in the address arithmetic: a fresh-user
+    # review found uint8 0 giving address 163 instead of 61603), wider floats are not rounded to binary64
+    for kind in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64, np.uint64):
+        for level in range(8):
+            vals = [0.95, kind(level) if level <= 1 else 0.3, 0.3, kind(min(level * 128, 1000, np.iinfo(kind).max)),
+                    kind(20 + level * 11)]
+            assert mod.quantize(vals) == quantize(vals, qs)[:2] and type(mod.quantize(vals)[0]) is int, (kind, vals)
+    over = np.longdouble(1) + np.longdouble(2) ** -62   # just above compute_util's max where longdouble is wider
+    assert mod.quantize([over, 0.1, 0.2, 512.0, 60.0])[1] == (over > 1)
+    assert quantize([over, 0.1, 0.2, 512.0, 60.0], qs)[1] == (over > 1)
+    assert mod.Controller().step_addr(np.int64(36)) == mod.Controller().step_addr(36)
+    assert mod.Controller().step_record(np.array([0, 0, 0, 512, 65]))[0] == mod.quantize([0, 0, 0, 512, 65])[0]
+    with pytest.raises(ValueError, match="not an integer"):
+        ctl.step_addr(36.0)
 
 
 def test_distilled_lut_is_the_network_on_proven_cells_and_lists_resolved_ones(reference_build):

@@ -185,6 +185,30 @@ def test_replay_finds_a_forged_decision_and_a_flipped_sla_input(quick_build, tmp
     assert (k, "sla_violation", True, False) in rep.mismatches
 
 
+def test_readings_that_are_no_binary64_value_are_logged_exactly_and_replay(quick_build, tmp_path):
+    """A Fraction or a wider float is quantized exactly; the log keeps it exactly ("n/d") so the
+    replay quantizes the same value (a fresh-user review found 0.0625 logged for a reading just
+    below it, and a replay mismatch); numpy integers keep their value."""
+    from fractions import Fraction
+    b = load_build(quick_build)
+    m = b.module
+    below = Fraction(1, 16) - Fraction(1, 10 ** 30)            # just below compute_util's level-1 edge
+    above = Fraction(1) + Fraction(1, 10 ** 30)                 # just above its envelope: a probe fault
+    readings = [[below, 0.5, 0.5, 512.0, 60.0], [above, 0.5, 0.5, 512.0, 60.0],
+                [np.uint8(0), 0.5, 0.5, np.int16(512), 60.0], [0.0625, 0.5, 0.5, 512.0, 60.0]]
+    ctl = m.Controller()
+    log = tmp_path / "exact.log"
+    with AuditLog(log, fsync="never", header=b.identity()) as a:
+        for r in readings:
+            step = ctl.step_record(r, False)
+            a.append_step(step, r, False, m.ACTIONS[step[6]], m.REASONS[step[7]], 5.0, 0.0)
+    recs = [json.loads(x) for x in log.read_text().splitlines() if '"decision"' in x]
+    assert recs[0]["readings"][0] == f"{below.numerator}/{below.denominator}" and recs[3]["readings"][0] == 0.0625
+    assert recs[0]["addr"] != recs[3]["addr"] and recs[1]["probe_fault"] and recs[2]["readings"][:4:3] == [0, 512]
+    rep = replay(log, b)
+    assert rep.ok and rep.decisions == 4 and rep.mismatches == []
+
+
 def test_replay_refuses_a_log_of_another_build(quick_build, tmp_path):
     log = tmp_path / "a.log"
     b = load_build(quick_build)

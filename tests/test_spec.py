@@ -46,6 +46,21 @@ def test_valid_spec_resolves_names_to_indices(tmp_path):
     assert s.confidence_threshold == 0.6 and s.fsm.cooldown == 10
 
 
+def test_integral_floats_where_integers_are_required_become_integers(tmp_path):
+    # JSON Schema accepts 20.0 and 2e1 as integers; they once crashed the monitor and the co-simulation
+    text = BASE.replace("cooldown: 10", "cooldown: 1e1").replace("bits: 4}", "bits: 4.0}") + \
+        "monitor: {window: 2e1, latency_statistic: p90}\ncosim: {cycles: 1e4, monitor_requests: 1e3}\n"
+    p = tmp_path / "sla.yaml"
+    p.write_text(text)
+    s = load_spec(p)
+    got = (s.fsm.cooldown, s.inputs[1].bits, s.monitor.window, s.cosim.cycles, s.cosim.monitor_requests)
+    assert got == (10, 4, 20, 10_000, 1_000) and all(type(x) is int for x in got)
+    p.write_text(BASE + "monitor: {window: 20.5}\n")
+    with pytest.raises(SpecError) as exc:
+        load_spec(p)
+    assert "monitor.window" in str(exc.value) and "not of type 'integer'" in str(exc.value)
+
+
 def test_exponent_floats_are_numbers_as_in_yaml_1_2(tmp_path):
     # PyYAML (YAML 1.1) alone reads 5e1 and 1.5e+2 as strings; the spec loader reads numbers
     text = BASE.replace("latency_ms: 50,", "latency_ms: 5e1,").replace("max: 110,", "max: 1.1e+2,") + \

@@ -1630,6 +1630,24 @@ def quantize(values):
     return _quantize_exact(values)
 
 
+def _exact(x):
+    """The exact rational value of a reading, or None (None, bool, not a real number, NaN,
+    infinite). Integers and rationals (numpy's too) through Python ints, so they never wrap
+    around; floats of any width through as_integer_ratio, never rounded to binary64."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return None
+    try:
+        if isinstance(x, numbers.Rational):
+            return Fraction(int(x.numerator), int(x.denominator))
+        ratio = getattr(x, "as_integer_ratio", None)
+        if ratio is not None:
+            n, d = ratio()
+            return Fraction(int(n), int(d))
+        return Fraction(float(x))
+    except (OverflowError, ValueError, TypeError):
+        return None
+
+
 def _quantize_exact(values):
     """:func:`quantize` for any readings (floats, ints, Fractions, numpy scalars, None, ...)."""
     values = list(values)
@@ -1644,10 +1662,7 @@ def _quantize_exact(values):
                 continue
             level = bisect.bisect_right(thresholds, x)
         else:
-            if isinstance(x, bool) or not isinstance(x, numbers.Real):
-                fault = True
-                continue
-            fx = Fraction(x) if isinstance(x, numbers.Rational) else Fraction(float(x)) if math.isfinite(x) else None
+            fx = _exact(x)
             if fx is None or fx < lo or fx > hi:
                 fault = True
                 continue
@@ -1785,8 +1800,13 @@ class Controller:
 
     def step_addr(self, addr, probe_fault=False, sla_violation=False):
         """Advance one step from a LUT address; returns (token, reason)."""
-        if not probe_fault and not (isinstance(addr, int) and 0 <= addr < len(_LUT)):
-            raise ValueError(f"address {addr!r} outside 0..{len(_LUT) - 1}")
+        if not probe_fault:
+            if type(addr) is not int:
+                if isinstance(addr, bool) or not isinstance(addr, numbers.Integral):
+                    raise ValueError(f"address {addr!r} is not an integer")
+                addr = int(addr)  # a numpy integer: its value, as a Python int
+            if not 0 <= addr < len(_LUT):
+                raise ValueError(f"address {addr!r} outside 0..{len(_LUT) - 1}")
         if probe_fault:
             self.reset()
             self.f = 1

@@ -204,7 +204,7 @@ SCHEMA: dict = {
                                    "line/toggle/branch need Verilator (code coverage of the FSM)",
                     "properties": {
                         "lut_cells": {"type": "number", "minimum": 0, "maximum": 1, "description": "share of LUT cells addressed by non-reset cycles"},
-                        "reasons": {"type": "number", "minimum": 0, "maximum": 1, "description": "share of reason codes produced"},
+                        "reasons": {"type": "number", "minimum": 0, "maximum": 1, "description": "share of the reason codes this LUT and FSM can produce"},
                         "transitions": {"type": "number", "minimum": 0, "maximum": 1, "description": "share of possible active-action transitions taken"},
                         "line": {"type": "number", "minimum": 0, "maximum": 1, "description": "Verilator line coverage of the FSM RTL"},
                         "toggle": {"type": "number", "minimum": 0, "maximum": 1, "description": "Verilator toggle coverage of the FSM RTL"},

@@ -125,6 +125,26 @@ def test_the_widest_sample_count_is_legal(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_reason_coverage_counts_only_the_reasons_this_lut_can_produce():
+    # a constant LUT can never SWITCH, PENDING or LOW_CONFIDENCE, and a mask that forbids no active
+    # action never MASKs: 1.0 was out of reach for such specs (a fresh-user review)
+    from types import SimpleNamespace
+    from mi_certify.runtime.fsm import MaskBox, Reason
+    from mi_certify.verification.cocotb_sim import functional_coverage
+    cfg = FsmConfig(4, 0, 3, 10, 3, 8)
+    always = (Reason.HOLD, Reason.PROBE_FAULT, Reason.FALLBACK, Reason.RECOVER, Reason.COOLDOWN)
+    rep = SimpleNamespace(cells=16, transitions={}, reasons={int(r): 5 for r in always})
+    cov = functional_coverage(cfg, bytes([0x80] * 16), rep)["reasons"]                 # every cell: keep, confident
+    assert (cov["seen"], cov["total"], cov["share"]) == (5, 5, 1.0)
+    assert cov["impossible"] == ["PENDING", "SWITCH", "LOW_CONFIDENCE", "MASKED"]
+    mixed = bytes([0x80, 0x81, 0x01] * 5 + [0x80])                                      # keep, merge, unsure
+    forbid_1 = MaskBox("P", (0,), (1,), (4,), 0b1101)
+    cov = functional_coverage(cfg, mixed, rep, (forbid_1,))["reasons"]
+    assert (cov["seen"], cov["total"], cov["impossible"]) == (5, 9, [])
+    cov = functional_coverage(FsmConfig(4, 0, 1, 0, 3, 8), mixed, rep, (MaskBox("P", (0,), (1,), (4,), 0b0011),))
+    assert cov["reasons"]["impossible"] == ["PENDING", "COOLDOWN", "MASKED"]             # hysteresis 1, cooldown 0
+
+
 def test_an_emitted_runtime_that_does_not_import_fails_the_cosimulation(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("class Controller:\n    def step_addr(self\n")   # a syntax error

@@ -266,16 +266,33 @@ def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, .
     Transitions: every ordered pair (a, b), a != b, of actions the machine can be active in — the
     conservative action (reset, fallback, probe fault, mask) and every action some LUT cell
     proposes confidently (reached by SWITCH). An action no cell proposes confidently is never
-    active, so no transition from or to it is counted."""
+    active, so no transition from or to it is counted.
+
+    Reasons: the share of the reason codes this LUT and FSM can produce (docs/fsm.md rules):
+    HOLD, PROBE_FAULT, FALLBACK and RECOVER always; COOLDOWN when cooldown > 0;
+    LOW_CONFIDENCE when some cell is not confident; SWITCH when two actions can be active,
+    PENDING as well when hysteresis > 1; MASKED when a property mask forbids an action that
+    can be active. The others are listed as ``impossible``."""
     n = cfg.n_actions
     active = sorted({cfg.conservative} | {e & 0x7F for e in lut if e >> 7})
     tw = max(1, (n - 1).bit_length())
     possible = [(a, b) for a in active for b in active if a != b]
     seen = {(k >> tw, k & ((1 << tw) - 1)): c for k, c in rep.transitions.items()}
     reasons = {r.name: rep.reasons.get(int(r), 0) for r in Reason}
+    can = {Reason.HOLD, Reason.PROBE_FAULT, Reason.FALLBACK, Reason.RECOVER}
+    if cfg.cooldown > 0:
+        can.add(Reason.COOLDOWN)
+    if any(not e >> 7 for e in lut):
+        can.add(Reason.LOW_CONFIDENCE)
+    if len(active) > 1:
+        can |= {Reason.SWITCH, Reason.PENDING} if cfg.hysteresis > 1 else {Reason.SWITCH}
+    if any(not (m.allowed >> t) & 1 for m in masks for t in active):
+        can.add(Reason.MASKED)
+    names = [r.name for r in Reason if r in can]
+    hit = sum(1 for r in names if reasons[r])
     return {"lut_cells": {"addressed": rep.cells, "total": len(lut), "share": round(rep.cells / len(lut), 6)},
-            "reasons": {"seen": sum(1 for c in reasons.values() if c), "total": len(reasons),
-                        "share": round(sum(1 for c in reasons.values() if c) / len(reasons), 6), "counts": reasons},
+            "reasons": {"seen": hit, "total": len(names), "share": round(hit / len(names), 6), "counts": reasons,
+                        "impossible": [r.name for r in Reason if r not in can]},
             "transitions": {"seen": sum(1 for p in possible if seen.get(p)), "total": len(possible),
                             "share": round(sum(1 for p in possible if seen.get(p)) / len(possible), 6) if possible
                             else 1.0, "missing": [list(p) for p in possible if not seen.get(p)]}}

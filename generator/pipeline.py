@@ -220,7 +220,7 @@ def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmas
                 shutil.copyfile(work / log, d / Path(log).name)
     _dump(d / "cosim.json", res.to_json())
     _dump(d / "monitor_cosim.json", mon.to_json())
-    coverage = cov_mod.assess(cfg, lb, getattr(res, "report", None), code, dict(spec.cosim.coverage))
+    coverage = cov_mod.assess(cfg, lb, getattr(res, "report", None), code, dict(spec.cosim.coverage), tuple(masks))
     _dump(d / "coverage.json", coverage)
     errors = [e for e in (res.error if not res.passed else None,
                           None if mon.passed else "SLA monitor co-simulation failed (monitor_cosim.json)",

@@ -204,20 +204,24 @@ def sliced_rom(entries: np.ndarray, address_bits: int, low_bits: int | None = No
     return best[1]
 
 
+def _columns_hex(sr: SlicedRom) -> str:
+    """The ROM file of a sliced ROM: one word per ROM address, bit i = column i ("" without columns)."""
+    if not sr.columns:
+        return ""
+    digits = (len(sr.columns) + 3) // 4
+    words = np.zeros(1 << sr.low_bits, dtype=object)
+    for i, col in enumerate(sr.columns):
+        words = words + (col.astype(object) << i)
+    return "".join(f"{int(w):0{digits}x}\n" for w in words)
+
+
 def emit_rom_hex(spec: Spec, lut: Lut, encoding: str = "rom") -> str:
     """Contents of :func:`rom_file_name`: one hex word per line (line number = ROM address).
     ``rom``: the entry ``{confident, token}`` of :func:`lut_entries` at every address;
     ``sliced_rom``: the stored columns of :func:`sliced_rom` (bit i = column i), empty
     when no column is stored (no ROM then)."""
     if encoding == "sliced_rom":
-        sr = sliced_rom(lut_entries(spec, lut), spec.address_bits)
-        if not sr.columns:
-            return ""
-        digits = (len(sr.columns) + 3) // 4
-        words = np.zeros(1 << sr.low_bits, dtype=object)
-        for i, col in enumerate(sr.columns):
-            words = words + (col.astype(object) << i)
-        return "".join(f"{int(w):0{digits}x}\n" for w in words)
+        return _columns_hex(sliced_rom(lut_entries(spec, lut), spec.address_bits))
     digits = (spec.token_bits + 1 + 3) // 4
     return "".join(f"{int(e):0{digits}x}\n" for e in lut_entries(spec, lut))
 
@@ -285,7 +289,7 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
                 "($readmemh)")
     elif encoding == "sliced_rom":
         sr = sliced_rom(entries, spec.address_bits)
-        extra["rom_sha256"] = hashlib.sha256(emit_rom_hex(spec, lut, encoding).encode("ascii")).hexdigest()
+        extra["rom_sha256"] = hashlib.sha256(_columns_hex(sr).encode("ascii")).hexdigest()
 
         def code(bits):
             terms = [f"1'b{x}" if kind == "c" else f"lut_col[{x}]" for kind, x in reversed(bits)]

@@ -184,7 +184,7 @@ class _Background:
 
 
 def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmasked, opts: BuildOptions,
-           d: Path, rom_file: str | None = None) -> tuple[dict, dict]:
+           d: Path) -> tuple[dict, dict]:
     """The co-simulation stage: the FSM (Icarus, every cycle), the SLA monitor (Icarus), the
     Verilator code-coverage replay of the FSM vectors (beside Icarus, when sla.yaml sets a line,
     toggle or branch threshold); coverage against the sla.yaml thresholds.
@@ -200,9 +200,9 @@ def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmas
         sims = {}
         for sim in ("icarus", "verilator"):
             # options (reset port, polarity, prefix) adapted to the test bench's active-high rst; the
-            # ROM encoding's $readmemh file copied where the simulator runs
+            # ROM encodings' $readmemh file copied where the simulator runs
             sims[sim] = hdl_adapter.prepare(v_path, spec.module_name, spec.hdl.reset_port, spec.address_bits,
-                                            spec.token_bits, work / sim, rom_file)
+                                            spec.token_bits, work / sim)
         replay = None
         if spec.cosim.code_coverage:
             replay = _Background(lambda: cov_mod.verilator_replay(*sims["verilator"], cfg, lb, work / "verilator",
@@ -577,8 +577,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     if opts.skip_cosim:
         stages["cosim"] = {"status": "skipped", "reason": "--skip-cosim"}
     else:
-        res, coverage_summary = timed("cosim", lambda: _cosim(spec, cfg, lb, v_path, py_path, masks, unmasked, opts, d,
-                                                              rom_file),
+        res, coverage_summary = timed("cosim", lambda: _cosim(spec, cfg, lb, v_path, py_path, masks, unmasked, opts, d),
                                       lambda r: "ok" if r[0]["status"] == "ok" else "failed")
         stages["cosim"] = res
         cosim_summary = {"cycles": res["cycles"], "mismatches": res["mismatches"]}

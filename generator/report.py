@@ -155,12 +155,11 @@ def _assumptions(spec: Spec) -> list[str]:
 
 def _clock_assumption(spec: Spec) -> str:
     """The hardware SLA monitor counts cycles of one clock: the integrator must run it at that clock."""
-    from .emit_monitor import module_name
-    from .spec import DEFAULT_MONITOR_CLOCK_MHZ, latency_limit_cycles
-    clock = spec.hdl.clock_mhz if spec.hdl.clock_mhz is not None else DEFAULT_MONITOR_CLOCK_MHZ
-    limits = ", ".join(f"{a.name} {a.latency_ms:g} ms = {latency_limit_cycles(a.latency_ms, clock):,} cycles"
-                       for a in spec.actions if a.latency_ms is not None)
-    src = "hdl.clock_mhz" if spec.hdl.clock_mhz is not None else "hdl.clock_mhz not set: the default"
+    from .emit_monitor import module_name, monitor_config
+    cfg, clock, default = monitor_config(spec)  # the cycle limits the generated monitor holds
+    limits = ", ".join(f"{a.name} {a.latency_ms:g} ms = {cycles:,} cycles"
+                       for a, cycles in zip(spec.actions, cfg.lat_limits) if cycles is not None)
+    src = "hdl.clock_mhz not set: the default" if default else "hdl.clock_mhz"
     return (f"The hardware SLA monitor ({module_name(spec)}.v) measures latency in cycles of a "
             f"{clock:g} MHz clock ({src}): {limits or 'no latency limits'}. Clock it at exactly {clock:g} MHz: "
             "slower, it accepts latencies above the SLA (fails open); faster, it flags compliant requests. The "

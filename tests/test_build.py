@@ -189,8 +189,7 @@ def _sim(reference_build, verilog, tmp_path):
     rom = reference_build / "meta_controller_rom.hex"
     if rom.exists() and not (verilog.parent / rom.name).exists():
         shutil.copyfile(rom, verilog.parent / rom.name)
-    return hdl_adapter.prepare(verilog, "meta_controller", "rst", 16, 2, tmp_path / "work",
-                               rom.name if rom.exists() else None)
+    return hdl_adapter.prepare(verilog, "meta_controller", "rst", 16, 2, tmp_path / "work")
 
 
 @pytest.mark.parametrize("mutation", [

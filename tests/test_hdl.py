@@ -327,7 +327,7 @@ def test_a_prefixed_active_low_rom_design_co_simulates_through_the_adapter(small
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path / "rtl", "rom", reset="async", reset_polarity="low", prefix="acme_")
     sim_v, top = hdl_adapter.prepare(v, spec.module_name, spec.hdl.reset_port, spec.address_bits, spec.token_bits,
-                                     tmp_path / "work", rom_file_name(spec))
+                                     tmp_path / "work")
     assert top == hdl_adapter.ADAPTER and "acme_meta_controller dut (" in sim_v.read_text()
     res = run_cosim(sim_v, top, spec.fsm_config(), lut_bytes(lut), tmp_path / "work", random_cycles=2000,
                     masks=tuple(property_masks(spec)))

@@ -775,12 +775,10 @@ def _tools(c: _Checker, ctx: dict) -> None:
                 traces = ()
                 if (c.d / "proofs" / "fsm" / "without_rule_3a.json").exists():
                     traces = tuple(c.json("proofs/fsm/without_rule_3a.json")["traces"].values())
-                from mi_certify.generator.emit import rom_file_name
                 from mi_certify.verification.hdl_adapter import prepare
-                rom = rom_file_name(spec)
                 with tempfile.TemporaryDirectory(prefix="mi-certify-check-") as work:
                     sim_v, sim_top = prepare(v_path, spec.module_name, spec.hdl.reset_port, spec.address_bits,
-                                             spec.token_bits, Path(work), rom if (c.d / rom).exists() else None)
+                                             spec.token_bits, Path(work))
                     res = run_cosim(sim_v, sim_top, cfg, ctx["lut"].tobytes(), Path(work),
                                     runtime_py=c.d / f"{spec.name}.py", masks=tuple(property_masks(spec)),
                                     traces=traces,

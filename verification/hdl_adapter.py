@@ -10,27 +10,24 @@ copies a ``$readmemh`` ROM file to where the simulator runs.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from mi_certify.runtime.fsm import REASON_BITS
 
+from .cocotb_sim import copy_memory_files
+
 ADAPTER = "mi_certify_cosim_top"
 
 
-def prepare(verilog: Path, module: str, reset_port: str, address_bits: int, token_bits: int, workdir: Path,
-            rom_file: str | None = None) -> tuple[Path, str]:
+def prepare(verilog: Path, module: str, reset_port: str, address_bits: int, token_bits: int,
+            workdir: Path) -> tuple[Path, str]:
     """(Verilog file, top module) to co-simulate; ``workdir`` is run_cosim's scratch directory.
 
-    rom_file: the ``$readmemh`` file beside ``verilog`` (the ``rom`` encoding), copied to
-    ``workdir`` and ``workdir/sim_build`` (the working directories of the vector bench and of
-    the per-cycle cocotb bench).
+    Every ``$readmemh`` file the design names (the ``rom`` / ``sliced_rom`` encodings keep it
+    beside ``verilog``) is copied where the simulators run (:func:`.cocotb_sim.copy_memory_files`).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    if rom_file:
-        (workdir / "sim_build").mkdir(exist_ok=True)
-        for where in (workdir, workdir / "sim_build"):
-            shutil.copyfile(verilog.parent / rom_file, where / rom_file)
+    copy_memory_files(verilog, workdir)
     if reset_port == "rst":
         return verilog, module
     rst = "!rst" if reset_port == "rst_n" else "rst"

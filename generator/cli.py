@@ -186,7 +186,7 @@ def _run_build(args, console: Console) -> int:
                 detail = f"{st['cells']} cells: {st['proven']} proven, {st['resolved']} resolved, {st['sampled']} sampled"
                 if "fidelity" in st:
                     f = st["fidelity"]
-                    detail += (f"; agreement with onnxruntime {f['agreement']:.2%} on {f['points']} points, "
+                    detail += (f"; agreement with the network {f['agreement']:.2%} on {f['points']} points, "
                                f"{f['proven_agree']}/{f['proven_points']} in proven cells")
             elif name == "cosim" and st["status"] != "skipped":
                 detail = f"{st['cycles']} cycles, {st['mismatches']} mismatches"
@@ -222,7 +222,8 @@ def _run_build(args, console: Console) -> int:
                              + " and ".join(d for d in ("hx8k", "up5k") if not st.get(f"meets_clock_{d}", True)).upper())
                           if st["status"] == "ok" else st.get("reason", st.get("error", "")))
             elif name == "import":
-                detail = f"{st['relus']} ReLUs, max rel. diff vs onnxruntime {st['onnxruntime_check']['max_relative_difference']}"
+                oc = st["onnxruntime_check"]
+                detail = f"{st['relus']} ReLUs, = onnxruntime within {oc['tolerance']:g} on {oc['points']} points"
             color = {"ok": "green", "failed": "red"}.get(st["status"], "yellow")
             t.add_row(name, f"[{color}]{st['status']}[/]", detail)
         console.print(t)

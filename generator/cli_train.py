@@ -69,8 +69,8 @@ def add_parsers(sub) -> dict:
     t = sub.add_parser("train", help="train a meta controller (ONNX) from a profile",
                        description="Label each row with the action of least latency that meets its SLA (ties and "
                                    "'none meets it': the conservative action; forbid/require properties applied over "
-                                   "their guard boxes), add property-box rows, train a ReLU MLP (scikit-learn, fixed "
-                                   "seed), export ONNX in physical units (onnx.checker, onnxruntime == scikit-learn) "
+                                   "their guard boxes), add property-box rows, train a ReLU MLP (fixed-order arithmetic, fixed "
+                                   "seed), export ONNX in physical units (onnx.checker, onnxruntime == the trainer) "
                                    "and write OUT.train.json / OUT.train.md. Details: docs/training.md.")
     t.add_argument("data", metavar="DATA.csv", help="a profile (mi-certify profile)")
     t.add_argument("--sla", required=True, metavar="SLA.yaml", help="inputs, envelope, actions, SLAs, properties")

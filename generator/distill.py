@@ -52,6 +52,7 @@ import numpy as np
 
 from .ir import ControllerIR
 from .lut import PROVEN, RESOLVED, Lut, decode
+from .numerics import softmax_lower, sum_last
 from .spec import Spec
 
 
@@ -128,7 +129,7 @@ def vertex_actions(spec: Spec, ir: ControllerIR, chunk: int = 1 << 17) -> np.nda
 def _softmax_lower(margin_low: np.ndarray) -> np.ndarray:
     """Certified lower bound of the winner's softmax probability from lower bounds of its
     margins (last axis)."""
-    return 1.0 / (1.0 + np.sum(np.exp(-margin_low), axis=-1))
+    return softmax_lower(margin_low)
 
 
 def _addresses(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
@@ -318,7 +319,7 @@ def _bound(spec: Spec, ir: ControllerIR, LO: np.ndarray, HI: np.ndarray, A) -> t
     D = np.stack([-decoded_rows(n_act, a, spec.decode)[0] for a in A])
     LOW, LIN = output_matrix_lower(ir, D, LO, HI, crown_bounds(ir, LO, HI, LOWER_SLOPES), LOWER_SLOPES)
     worst = LIN[np.arange(len(A)), np.argmin(LOW, axis=1)]
-    return LOW, np.abs(LIN).sum(axis=1) * (HI - LO), np.where(worst >= 0, LO, HI)
+    return LOW, sum_last(np.swapaxes(np.abs(LIN), 1, 2)) * (HI - LO), np.where(worst >= 0, LO, HI)
 
 
 def bisect_cells(spec: Spec, ir: ControllerIR, cells: list[tuple[np.ndarray, np.ndarray, int]], budget: int
@@ -453,14 +454,19 @@ def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillO
     return DistillResult(Lut(tokens, conf, status), records, resolved, stats)
 
 
-def fidelity(spec: Spec, model_path: str | Path, lut: Lut, n_points: int = 100_000, seed: int = 0) -> dict:
-    """Agreement of the LUT with onnxruntime on ``n_points`` uniform random points.
+def fidelity(spec: Spec, ir: ControllerIR, model_path: str | Path, lut: Lut, n_points: int = 100_000,
+             seed: int = 0) -> tuple[dict, dict]:
+    """Agreement of the LUT with the network on ``n_points`` uniform random points.
 
-    Points are quantized exactly (runtime quantizer); the network's action is the
-    onnxruntime float32 argmax/argmin (lowest index on ties).
+    Points are quantized exactly (runtime quantizer); the network's action is the IR's
+    argmax/argmin in float64, fixed-order arithmetic (lowest index on ties), so the
+    figures are the same on every machine. onnxruntime (float32, whose kernels differ
+    by CPU) decides the same points for the diagnostics.
 
     Returns:
-        {"points", "agree", "agreement", "proven_points", "proven_agree", "disagreements" (first 10)}.
+        (figures: {"points", "agree", "agreement", "proven_points", "proven_agree",
+        "disagreements_in_proven_cells" (first 10)}; machine-dependent diagnostics:
+        {"points", "lut_agree_onnxruntime", "ir_vs_onnxruntime_decisions_differ"}).
     """
     from mi_certify.runtime.quantize import quantize
 
@@ -474,14 +480,20 @@ def fidelity(spec: Spec, model_path: str | Path, lut: Lut, n_points: int = 100_0
     pts = np.clip(pts, lo, hi)
     qs = quantizers(spec)
     addrs = np.array([quantize(list(map(float, p)), qs)[0] for p in pts])
-    ys = evaluate_onnxruntime(model_path, pts)
+    ys = ir.evaluate(pts)
     net = np.argmin(ys, axis=1) if spec.decode == "argmin" else np.argmax(ys, axis=1)
+    ys_ort = evaluate_onnxruntime(model_path, pts)
+    net_ort = np.argmin(ys_ort, axis=1) if spec.decode == "argmin" else np.argmax(ys_ort, axis=1)
     got = lut.tokens[addrs]
     agree = got == net
     proven = lut.status[addrs] == PROVEN
     bad = np.nonzero(~agree & proven)[0][:10]
-    return {"points": int(n_points), "agree": int(agree.sum()), "agreement": float(agree.mean()),
-            "proven_points": int(proven.sum()), "proven_agree": int((agree & proven).sum()),
-            "disagreements_in_proven_cells": [{"x": pts[i].tolist(), "address": int(addrs[i]),
-                                               "lut": spec.actions[int(got[i])].name,
-                                               "onnxruntime": spec.actions[int(net[i])].name} for i in bad]}
+    figures = {"points": int(n_points), "agree": int(agree.sum()), "agreement": float(agree.mean()),
+               "proven_points": int(proven.sum()), "proven_agree": int((agree & proven).sum()),
+               "network": "IR float64 (fixed-order arithmetic)",
+               "disagreements_in_proven_cells": [{"x": pts[i].tolist(), "address": int(addrs[i]),
+                                                  "lut": spec.actions[int(got[i])].name,
+                                                  "network": spec.actions[int(net[i])].name} for i in bad]}
+    diagnostics = {"points": int(n_points), "lut_agree_onnxruntime": int((got == net_ort).sum()),
+                   "ir_vs_onnxruntime_decisions_differ": int((net != net_ort).sum())}
+    return figures, diagnostics

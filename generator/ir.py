@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .numerics import matmul
+
 
 @dataclass(frozen=True)
 class InputNode:
@@ -90,7 +92,8 @@ class ControllerIR:
         return sum(n.size for n in self.nodes if isinstance(n, ReluNode))
 
     def evaluate(self, x: np.ndarray) -> np.ndarray:
-        """Evaluate the network in float64.
+        """Evaluate the network in float64, in fixed order (:mod:`.numerics`: the same bits on
+        every machine).
 
         Args:
             x: (n_inputs,) or (batch, n_inputs) array.
@@ -110,7 +113,7 @@ class ControllerIR:
             elif isinstance(node, AffineNode):
                 acc = np.broadcast_to(node.bias, (xs.shape[0], node.size)).copy()
                 for src, w in node.terms:
-                    acc += vals[src] @ w.T
+                    acc += matmul(vals[src], w.T)
                 vals.append(acc)
             else:
                 vals.append(np.maximum(vals[node.src], 0.0))

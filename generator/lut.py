@@ -22,6 +22,7 @@ from mi_certify.runtime.quantize import Quantizer
 
 from .errors import SpecError
 from .ir import ControllerIR
+from .numerics import exp, sum_last
 from .spec import Spec
 
 #: Cell status values, as written in lut.json and summary.json.
@@ -68,7 +69,8 @@ def decode(spec: Spec, outputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if spec.confidence_threshold is None:
         return tokens, np.ones(len(tokens), dtype=bool)
     z = scores - scores.max(axis=1, keepdims=True)
-    prob = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    ez = exp(z)
+    prob = ez / sum_last(ez)[:, None]
     top = prob[np.arange(len(tokens)), tokens]
     return tokens, top >= spec.confidence_threshold
 

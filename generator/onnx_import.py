@@ -32,6 +32,7 @@ from onnx import numpy_helper
 
 from .errors import ModelImportError, ModelMismatchError
 from .ir import AffineNode, ControllerIR, InputNode, ReluNode
+from .numerics import matmul
 
 #: Largest number of (flattened) network inputs the importer accepts.
 MAX_INPUTS = 4096
@@ -117,6 +118,9 @@ class _Importer:
         if _is_lin(a) and _is_lin(b):
             raise self.fail("product of two variable tensors (x·y) is not piecewise linear")
         if not _is_lin(a) and not _is_lin(b):
+            a, b = np.asarray(a), np.asarray(b)
+            if a.dtype.kind == "f" or b.dtype.kind == "f":
+                return matmul(a, b)  # fixed order: the folded constant is the same on every machine
             return np.matmul(a, b)
         if _is_lin(a):
             w = np.asarray(b, dtype=np.float64)
@@ -130,8 +134,8 @@ class _Importer:
                 raise self.fail(f"MatMul shapes {a.shape} and {w.shape} do not match")
             r = int(np.prod(shape[:-1], dtype=np.int64))
             m = w.shape[1]
-            terms = {s: np.einsum("rns,nm->rms", mm.reshape(r, n, -1), w).reshape(r * m, -1) for s, mm in a.terms.items()}
-            bias = (a.bias.reshape(r, n) @ w).reshape(-1)
+            terms = {s: matmul(w.T, mm.reshape(r, n, -1)).reshape(r * m, -1) for s, mm in a.terms.items()}
+            bias = matmul(a.bias.reshape(r, n), w).reshape(-1)
             out_shape = shape[:-1] + (m,) if len(a.shape) > 1 else (m,)
             return _Lin(tuple(out_shape), terms, bias)
         w = np.asarray(a, dtype=np.float64)
@@ -141,8 +145,8 @@ class _Importer:
         if w.shape[1] != n:
             raise self.fail(f"MatMul shapes {w.shape} and {b.shape} do not match")
         p = w.shape[0]
-        terms = {s: np.einsum("pn,nms->pms", w, mm.reshape(n, m, -1)).reshape(p * m, -1) for s, mm in b.terms.items()}
-        bias = (w @ b.bias.reshape(n, m)).reshape(-1)
+        terms = {s: matmul(w, mm.reshape(n, -1)).reshape(p * m, -1) for s, mm in b.terms.items()}
+        bias = matmul(w, b.bias.reshape(n, m)).reshape(-1)
         return _Lin((p, m), terms, bias)
 
     def lin_transpose(self, v, perm=None):

@@ -51,7 +51,7 @@ from .spec import Spec, load_spec
 
 #: Files whose content depends on timing, the machine or the signer; listed in the manifest but not hashed.
 UNHASHED = ("build.log", "verification_log.json", "timings.json", "provenance.json", "report.png",
-            "manifest.json.sig")
+            "diagnostics.json", "manifest.json.sig")
 #: Number of onnxruntime cross-check points after import.
 CROSS_CHECK_POINTS = 256
 #: Random points of the fidelity check against onnxruntime.
@@ -77,11 +77,11 @@ def sha256_file(path: Path) -> str:
 
 
 def _distill_errors(spec: Spec, dres, fid: dict) -> list[str]:
-    """Why a distillation fails the build: a proven cell that disagrees with onnxruntime, or
+    """Why a distillation fails the build: a proven cell that disagrees with the network, or
     resolved cells under the ``refuse`` policy."""
     errors = []
     if fid["proven_agree"] != fid["proven_points"]:
-        errors.append("a proven cell disagrees with onnxruntime")
+        errors.append("a proven cell disagrees with the network")
     resolved = dres.lut.counts()["resolved"]
     if spec.resolve == "refuse" and resolved > 0:
         errors.append(f"distill.resolve is refuse and {resolved} cells hold several actions")
@@ -375,13 +375,16 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         return ir, worst
 
     ir, worst = timed("import", do_import)
+    # onnxruntime's float32 kernels differ by CPU: its figures are diagnostics (diagnostics.json,
+    # not hashed); the hashed record says what was checked and that it passed
+    diagnostics = {"import_onnxruntime": {"points": CROSS_CHECK_POINTS, "max_relative_difference": float(f"{worst:.3g}")}}
     stages["import"] = {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
-                        "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "max_relative_difference": float(f"{worst:.3g}"),
-                                              "tolerance": 1e-5}}
+                        "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": 1e-5, "passed": True}}
 
     stage_dir = _prepare_out(out)
     try:
-        result = _build_outputs(spec, ir, model_path, spec_path, stage_dir, opts, timed, stages, rep, times)
+        result = _build_outputs(spec, ir, model_path, spec_path, stage_dir, opts, timed, stages, rep, times,
+                                diagnostics)
         (stage_dir / "build.log").write_text(
             "".join(f"{k}\t{v:.3f} s\n" for k, v in times.items()), encoding="utf-8")
         _publish(stage_dir, out.resolve())
@@ -392,7 +395,7 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
 
 
 def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, opts: BuildOptions, timed,
-                   stages: dict, rep: _Reporter, times: dict) -> dict:
+                   stages: dict, rep: _Reporter, times: dict, diagnostics: dict) -> dict:
     (d / "inputs" / "model").mkdir(parents=True)
     (d / "inputs" / "spec").mkdir()
     shutil.copyfile(model_path, d / "inputs" / "model" / model_path.name)
@@ -431,7 +434,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         def do_distill():
             r = distill(spec, ir, model_path, DistillOptions(resolve=spec.resolve),
                         progress=lambda a, b: rep.progress("lut", a / b))
-            return r, fidelity(spec, model_path, r.lut, n_points=FIDELITY_POINTS)
+            fid, fid_diag = fidelity(spec, ir, model_path, r.lut, n_points=FIDELITY_POINTS)
+            diagnostics["fidelity_onnxruntime"] = fid_diag
+            return r, fid
 
         dres, fid = timed("lut", do_distill, lambda res: "failed" if _distill_errors(spec, *res) else "ok")
         lut = dres.lut
@@ -632,6 +637,9 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     timed("report", lambda: write_report(spec, d, obligations))
     _dump(d / "timings.json", {"stages_s": times, "obligations_s": {o["id"]: _obligation_time(o, times, query_times)
                                                                       for o in obligations}})
+    _dump(d / "diagnostics.json", {"note": "not hashed: onnxruntime's float32 kernels are chosen by CPU, so these "
+                                           "figures can differ between machines; the hashed files hold what was "
+                                           "checked and its verdict", **diagnostics})
     _dump(d / "provenance.json", {"mi_certify_source_commit": source_commit(),
                                   "note": "not hashed: a commit id cannot be inside the commit that contains it; "
                                           "manifest.json binds the source by mi_certify.source.sha256"})
@@ -652,8 +660,11 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         "proofs": {"network_properties": "proved" if stages["verify"]["status"] == "ok" else "not proved",
                    "lut": f"{counts['proven']} cells proven, {counts['resolved']} resolved, {counts['sampled']} "
                           "sampled (not proven)"},
-        "not_hashed": {"build.log": "stage times", "verification_log.json": "per-query times, methods, statistics",
+        "not_hashed": {"build.log": "stage times",
+                       "verification_log.json": "per-query times, methods, statistics, witness outputs on onnxruntime",
                        "timings.json": "seconds per stage and per proof obligation",
+                       "diagnostics.json": "onnxruntime figures (float32 kernels differ by CPU): import cross-check "
+                                           "difference, fidelity against onnxruntime",
                        "provenance.json": "git commit of the mi-certify source checkout",
                        "report.png": "screenshot of report.html in headless Chromium (absent without chromium)",
                        "manifest.json.sig": "Ed25519 signature of manifest.json (mi-certify sign)"},

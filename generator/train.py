@@ -16,13 +16,14 @@ inputs in physical units and, per action, the measured latency (ms) and accuracy
    uniformly inside it; their measured latencies are kept and they are labelled by
    the same rule, so the network sees the property's region with the labels the
    property allows. The build's formal verification remains the judge.
-3. **Network.** scikit-learn ``MLPClassifier`` (ReLU, two hidden layers, L-BFGS, fixed
-   seed, one BLAS thread) on inputs normalised to [0, 1] over the sla.yaml envelope;
+3. **Network.** :class:`~mi_certify.generator.mlp.DeterministicMLP` (ReLU, two hidden
+   layers, L-BFGS, fixed seed; scikit-learn's model and defaults in fixed-order arithmetic,
+   so the same network on every machine) on inputs normalised to [0, 1] over the sla.yaml envelope;
    exported as ONNX (MatMul+Add, Gemm, MatMul+Add; normalisation folded into layer 1
    so the model takes physical units; one logit per action). An action no label
    names gets the logit of the conservative action minus ``ABSENT_MARGIN``, so it
    can never win the argmax.
-4. **Checks.** ``onnx.checker`` (full), and onnxruntime's decision equals scikit-learn's
+4. **Checks.** ``onnx.checker`` (full), and onnxruntime's decision equals the trainer's
    on every row and on random points of the envelope.
 5. **Report.** Held-out accuracy, confusion matrix, regret in ms against the best action
    (mean, p95, max), label distribution, seed, data hash (JSON and Markdown).
@@ -101,7 +102,7 @@ class TrainOptions:
 @dataclass
 class TrainResult:
     """The exported model's bytes, the training report (a JSON-able dict) and the fitted
-    scikit-learn classifier (it takes inputs normalised to [0, 1] over the envelope)."""
+    classifier (it takes inputs normalised to [0, 1] over the envelope)."""
 
     model_bytes: bytes
     report: dict
@@ -259,17 +260,10 @@ def label_rows(x: np.ndarray, latency_ms: np.ndarray, accuracy_loss_pct: np.ndar
 # training and export
 
 def _fit(z: np.ndarray, y: np.ndarray, opts: TrainOptions):
-    from sklearn.neural_network import MLPClassifier
-    from threadpoolctl import threadpool_limits
+    from .mlp import DeterministicMLP
 
-    clf = MLPClassifier(hidden_layer_sizes=tuple(opts.hidden), activation="relu", solver="lbfgs", alpha=opts.alpha,
-                        max_iter=opts.max_iter, random_state=opts.seed, tol=1e-7)
-    import warnings
-    from sklearn.exceptions import ConvergenceWarning
-    with threadpool_limits(limits=1), warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        clf.fit(z, y)
-    return clf
+    return DeterministicMLP(hidden_layer_sizes=tuple(opts.hidden), alpha=opts.alpha, max_iter=opts.max_iter,
+                            random_state=opts.seed, tol=1e-7).fit(z, y)
 
 
 def _full_logits(clf, n_act: int, cons: int) -> tuple[np.ndarray, np.ndarray]:
@@ -382,7 +376,6 @@ def _sla_met(tokens: np.ndarray, data_lat: np.ndarray, data_acc: np.ndarray, spe
 def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOptions()) -> TrainResult:
     """Label, augment, train, export and check (module docstring). Deterministic in
     (data, spec, opts) on one machine. Raises TrainError if the checks fail."""
-    from sklearn import __version__ as sk_version
     from sklearn.model_selection import train_test_split
 
     opts.check()
@@ -440,7 +433,7 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
             "hidden": f"{opts.hidden[0]},{opts.hidden[1]}"}
     model = _export(params, spec, meta)
     data_bytes = model.SerializeToString()
-    # onnxruntime must decide like scikit-learn: every row, every synthetic row, random envelope points
+    # onnxruntime must decide like the trainer: every row, every synthetic row, random envelope points
     check_rng = np.random.default_rng(opts.seed + 1)
     xc = np.vstack([data.x, ax, lo + (hi - lo) * check_rng.random((2000, len(lo)))])
     logits = _ort_logits(data_bytes, xc)
@@ -452,7 +445,7 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
     differ = ort_tok != sk_tok
     if np.any(differ & (margin > 1e-4)):
         k = int(np.nonzero(differ & (margin > 1e-4))[0][0])
-        raise TrainError(f"onnxruntime decides {actions[ort_tok[k]]} but scikit-learn {actions[sk_tok[k]]} at "
+        raise TrainError(f"onnxruntime decides {actions[ort_tok[k]]} but the trainer {actions[sk_tok[k]]} at "
                          f"x={xc[k].tolist()}: the export is wrong")
     pred_te = predict(data.x[te])
     cm = np.zeros((n_act, n_act), dtype=np.int64)
@@ -473,7 +466,8 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
         "split": {"train_rows": int(len(tr)), "held_out_rows": int(len(te)), "holdout": opts.holdout,
                   "stratified": strat is not None},
         "augmentation": aug_report,
-        "model": {"library": f"scikit-learn {sk_version} MLPClassifier", "activation": "relu", "solver": "lbfgs",
+        "model": {"library": "mi-certify DeterministicMLP (fixed-order float64; scikit-learn's MLP model)",
+                  "activation": "relu", "solver": "lbfgs",
                   "layers": [len(lo), *opts.hidden, n_act], "alpha": opts.alpha, "max_iter": opts.max_iter,
                   "iterations": int(clf.n_iter_), "seed": opts.seed,
                   "classes_learned": [actions[int(c)] for c in clf.classes_],
@@ -494,8 +488,8 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
                                                               data.accuracy_loss_pct[te], spec)},
         },
         "export": {"onnx_sha256": hashlib.sha256(data_bytes).hexdigest(), "checker": "onnx.checker full_check passed",
-                   "onnxruntime_vs_sklearn": {"points": int(len(xc)), "decisions_differ": int(differ.sum()),
-                                              "rule": "a difference is allowed only where scikit-learn's top two "
+                   "onnxruntime_vs_trainer": {"points": int(len(xc)),
+                                              "rule": "a difference is allowed only where the trainer's top two "
                                                       "probabilities are within 1e-4 (float32 rounding)"}},
         "options": {**asdict(opts), "hidden": list(opts.hidden)},
     }
@@ -518,8 +512,8 @@ def report_markdown(rep: dict) -> str:
              f"- **held-out accuracy {h['accuracy']}**; regret vs the best action {h['regret']}; always the "
              f"conservative action: {h['regret_always_conservative']}",
              f"- SLA met on held-out rows: {h['sla_met_share']}",
-             f"- ONNX sha256 `{rep['export']['onnx_sha256']}`; onnxruntime vs scikit-learn: "
-             f"{rep['export']['onnxruntime_vs_sklearn']}", "",
+             f"- ONNX sha256 `{rep['export']['onnx_sha256']}`; onnxruntime vs the trainer: "
+             f"{rep['export']['onnxruntime_vs_trainer']}", "",
              "Confusion matrix (held out; rows = label, columns = predicted):", "",
              "| label \\ predicted | " + " | ".join(acts) + " |", "|---" * (len(acts) + 1) + "|"]
     for a, row in zip(acts, h["confusion_matrix"]["counts"]):

@@ -18,6 +18,10 @@ with n ≤ 10^4 terms per row and ≤ 64 layers this is below 1e-10 * M, so the 
 sound for the **real-valued** network whose weights are the float64 values in the IR.
 The float32 evaluation of onnxruntime differs from it by rounding (checked to 1e-5 at
 import); properties are proved about the real-valued network.
+
+Every product and sum is computed in fixed order (:mod:`mi_certify.generator.numerics`,
+no BLAS), so the bounds, and every decision taken on them, are the same bits on every
+machine.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode, ReluNode
+from mi_certify.generator.numerics import matmul, rowdot, sum_last
 
 #: Relative outward inflation of every computed bound (see module docstring).
 INFLATION = 1e-9
@@ -86,10 +91,10 @@ def interval_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBou
             for src, w in node.terms:
                 mid = (lower[src] + upper[src]) / 2
                 rad = np.maximum(upper[src] - mid, mid - lower[src])
-                c += mid @ w.T
+                c += matmul(mid, w.T)
                 aw = np.abs(w)
-                r += rad @ aw.T
-                mag += (np.abs(mid) + rad) @ aw.T
+                r += matmul(rad, aw.T)
+                mag += matmul(np.abs(mid) + rad, aw.T)
             lower.append(_inflate(c - r, mag + r, True))
             upper.append(_inflate(c + r, mag + r, False))
         else:
@@ -134,23 +139,23 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray, lo: np
         node = ir.nodes[nid]
         if isinstance(node, InputNode):
             pos, neg = np.maximum(L, 0), np.minimum(L, 0)
-            val = np.einsum("bmn,bn->bm", pos, lo) + np.einsum("bmn,bn->bm", neg, hi) + const
-            mag = mag + np.einsum("bmn,bn->bm", A, np.maximum(np.abs(lo), np.abs(hi)))
+            val = rowdot(pos, lo) + rowdot(neg, hi) + const
+            mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
             return _inflate(val, mag, True), L
         if isinstance(node, AffineNode):
-            const = const + L @ node.bias
-            mag = mag + A @ np.abs(node.bias)
+            const = const + matmul(L, node.bias)
+            mag = mag + matmul(A, np.abs(node.bias))
             for src, w in node.terms:
-                coef[src] = coef[src] + L @ w if src in coef else L @ w
-                acoef[src] = acoef[src] + A @ np.abs(w) if src in acoef else A @ np.abs(w)
+                coef[src] = coef[src] + matmul(L, w) if src in coef else matmul(L, w)
+                acoef[src] = acoef[src] + matmul(A, np.abs(w)) if src in acoef else matmul(A, np.abs(w))
         else:
             l, u = bounds.lower[node.src], bounds.upper[node.src]
             s_lo, s_up, b_up = _relu_relaxation(l, u, lower)
             use_lo = L >= 0
             S = np.where(use_lo, s_lo[:, None, :], s_up[:, None, :])
             Bc = np.where(use_lo, 0.0, b_up[:, None, :])
-            const = const + np.sum(L * Bc, axis=2)
-            mag = mag + np.sum(A * np.abs(Bc), axis=2)
+            const = const + sum_last(L * Bc)
+            mag = mag + sum_last(A * np.abs(Bc))
             src = node.src
             coef[src] = coef[src] + L * S if src in coef else L * S
             acoef[src] = acoef[src] + A * np.abs(S) if src in acoef else A * np.abs(S)

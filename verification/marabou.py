@@ -73,6 +73,13 @@ def _pack(ir: ControllerIR, boxes, node_bounds, C, d) -> dict:
     return {"nodes": nodes, "outputs": list(ir.outputs), "n_boxes": len(boxes), "arrays": arrays}
 
 
+def _child_env() -> dict:
+    """The solver process's environment: this one with a single OpenBLAS thread."""
+    env = dict(os.environ)
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    return env
+
+
 def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C: np.ndarray, d: np.ndarray,
                 timeout: float, node_bounds=None, per_box_timeout: float | None = None) -> list[MarabouAnswer]:
     """Decide ``exists x in box: C y(x) <= d`` for each box, in one child process.
@@ -88,6 +95,8 @@ def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C:
     if not boxes:
         return []
     packed = _pack(ir, boxes, node_bounds, C, d)
+    # (Marabou's statically linked OpenBLAS is one kernel; its thread count would follow the
+    # machine's cores and change the order of its sums, so it gets one thread)
     with tempfile.TemporaryDirectory(prefix="mi-certify-marabou-") as tmp:
         job = Path(tmp) / "job.npz"
         meta = {k: v for k, v in packed.items() if k != "arrays"}
@@ -98,7 +107,7 @@ def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C:
         try:
             proc = subprocess.run([sys.executable, "-m", "mi_certify.verification.marabou", str(job), str(out)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout + 5,
-                                  cwd=tmp)
+                                  cwd=tmp, env=_child_env())
             err = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] if proc.returncode else []
         except subprocess.TimeoutExpired:
             err = [f"wall-clock timeout after {timeout:.1f} s"]

@@ -17,7 +17,7 @@ from mi_certify.generator.ir import ControllerIR
 from mi_certify.generator.spec import Spec
 
 from .bounds import output_bounds
-from .nn_verify import QueryResult, Verdict, VerifyOptions, decide
+from .nn_verify import REPLAY_CLAIM, QueryResult, Verdict, VerifyOptions, decide
 from .properties import envelope, reachability_queries, spec_queries
 
 
@@ -40,9 +40,10 @@ class SpecVerification:
         return "proved"
 
     def deterministic_json(self) -> dict:
-        """Verdicts and witnesses only (no times), for the hashed bundle."""
+        """Verdicts and witnesses only, for the hashed bundle: no times, and no onnxruntime
+        outputs (its float32 kernels differ by CPU; they are in :meth:`full_json`)."""
         def strip(r: QueryResult) -> dict:
-            return {"id": r.id, "verdict": r.verdict.value, "witness": r.witness}
+            return {"id": r.id, "verdict": r.verdict.value, "witness": _machine_independent(r.witness)}
         return {"status": self.status, "properties": [strip(r) for r in self.properties],
                 "output_domain": {"actions": [{"action": r.id.split(":", 1)[1],
                                                "reachable": {"violated": "yes", "proved": "no"}.get(r.verdict.value,
@@ -51,8 +52,19 @@ class SpecVerification:
                                   "output_bounds": self.output_bounds}}
 
     def full_json(self) -> dict:
+        """Everything, times and onnxruntime outputs included (verification_log.json, not hashed)."""
         return {"properties": [r.to_json() for r in self.properties],
                 "reachability": [r.to_json() for r in self.reachability]}
+
+
+def _machine_independent(witness: dict | None) -> dict | None:
+    """A replayed witness without its onnxruntime figures: x, its float32 rounding, the IR's
+    outputs (fixed-order float64) and what the replay checked."""
+    if witness is None:
+        return None
+    out = {k: v for k, v in witness.items() if k not in ("y_onnxruntime", "max_row_slack_onnxruntime")}
+    out["replayed"] = REPLAY_CLAIM
+    return out
 
 
 def verify_spec(ir: ControllerIR, model_path: str | Path, spec: Spec, opts: VerifyOptions | None = None,

@@ -1,0 +1,163 @@
+"""Machine-independent float64 arithmetic for everything that reaches a hashed artefact.
+
+Why: numpy hands ``@``, ``dot`` and ``matmul`` to OpenBLAS, which picks a kernel by CPU
+(Prescott, Haswell, SkylakeX, Zen …) and by thread count; each kernel sums the products
+in another order, so the last digits of a matrix product differ between machines.
+numpy's own ``exp`` and ``log`` are dispatched by CPU feature too (AVX-512 has its own
+float64 versions). A bound that differs in the last digit is harmless for soundness,
+but it changes hashed files and, within an ulp of a threshold, decisions.
+
+What this module guarantees: every function is a fixed sequence of IEEE 754 binary64
+additions, subtractions, multiplications, divisions, ``maximum``/``minimum``, ``rint`` and
+``ldexp``, issued as separate numpy ufunc calls in an order that depends only on the
+shapes. Each of those operations is correctly rounded (IEEE 754-2019, §5.1), whatever
+SIMD width evaluates it, and no two are fused (no FMA: a multiply and an add are two
+ufunc calls). So the results are bit-identical on every x86-64 machine (and every IEEE
+machine), whatever BLAS kernel, SIMD dispatch or thread count it has. Reductions are
+sequential along the contracted axis, never numpy's ``sum`` of a strided axis.
+
+Cost: a Python loop over the contracted dimension (≤ a few hundred for the networks
+this tool takes), each step a vectorised multiply and add over the other axes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["exp", "exp_upper", "gram", "log", "matmul", "rowdot", "softmax_lower", "sum_last", "vdot"]
+
+_F = np.float64
+
+
+def matmul(a, b) -> np.ndarray:
+    """``a @ b`` (numpy matmul semantics, broadcasting batch axes) in fixed order.
+
+    Args:
+        a: (..., n, k) or (k,); b: (..., k, m) or (k,).
+    Returns:
+        float64 array of numpy matmul's shape; ``out[..., i, j] = (((0 + a_i0 b_0j) + a_i1 b_1j) + …)``.
+    """
+    a = np.asarray(a, dtype=_F)
+    b = np.asarray(b, dtype=_F)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: scalar operand")
+    k = a.shape[-1]
+    if b.shape[0 if b.ndim == 1 else -2] != k:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
+    if b.ndim == 1:
+        out = np.zeros(a.shape[:-1], dtype=_F)
+        for i in range(k):
+            out += a[..., i] * b[i]
+        return out
+    if a.ndim == 1:
+        out = np.zeros(b.shape[:-2] + b.shape[-1:], dtype=_F)
+        for i in range(k):
+            out += a[i] * b[..., i, :]
+        return out
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = np.zeros(shape, dtype=_F)
+    for i in range(k):
+        out += a[..., i:i + 1] * b[..., i:i + 1, :]
+    return out
+
+
+def rowdot(a, x) -> np.ndarray:
+    """``einsum("bmn,bn->bm", a, x)`` in fixed order: a (B, m, n), x (B, n) → (B, m)."""
+    a = np.asarray(a, dtype=_F)
+    x = np.asarray(x, dtype=_F)
+    out = np.zeros(a.shape[:-1], dtype=_F)
+    for i in range(a.shape[-1]):
+        out += a[..., i] * x[..., None, i]
+    return out
+
+
+def sum_last(a) -> np.ndarray:
+    """Sum over the last axis, sequentially: (..., n) → (...)."""
+    a = np.asarray(a, dtype=_F)
+    out = np.zeros(a.shape[:-1], dtype=_F)
+    for i in range(a.shape[-1]):
+        out += a[..., i]
+    return out
+
+
+# exp: Cody–Waite reduction x = k ln2 + r, |r| <= ln2/2, then the Taylor series of e^r to
+# degree 13 (remainder < 0.347^14 / 14! < 5e-18, below 2^-56) by Horner, then 2^k exactly.
+# The ln2 split is fdlibm's (k * _LN2_HI is exact for |k| < 2^11).
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_INV_LN2 = 1.44269504088896338700e+00
+_TAYLOR = [1.0 / float(np.prod(np.arange(1, n + 1, dtype=np.float64))) for n in range(14)]
+#: Relative error bound of :func:`exp` on [-745, 709] (reduction and Horner rounding,
+#: ~15 roundings of 2^-53 each, and the series remainder), with a wide margin.
+EXP_REL_ERROR = 2.0 ** -44
+
+
+def exp(x) -> np.ndarray:
+    """e^x elementwise, float64, relative error below ``EXP_REL_ERROR``; +inf above 709,
+    and below -745 the value at -745 (the smallest subnormal)."""
+    x = np.asarray(x, dtype=_F)
+    xc = np.clip(x, -745.0, 709.0)
+    k = np.rint(xc * _INV_LN2)
+    r = (xc - k * _LN2_HI) - k * _LN2_LO
+    p = np.full_like(r, _TAYLOR[13])
+    for c in reversed(_TAYLOR[:13]):
+        p = p * r + c
+    return np.where(x > 709.0, np.inf, np.ldexp(p, k.astype(np.int64)))
+
+
+def exp_upper(x) -> np.ndarray:
+    """A sound upper bound of e^x elementwise (:func:`exp` moved out by its error bound)."""
+    e = exp(x)
+    return e * (1.0 + EXP_REL_ERROR) + 5e-324
+
+
+def softmax_lower(margin_low) -> np.ndarray:
+    """Certified lower bound of a winner's softmax probability from lower bounds of its
+    margins ``y_win - y_j`` (last axis, n ≤ 2^20): ``1 / (1 + sum_j e^{-m_j})`` with every
+    rounding taken against the bound. (..., n) → (...)."""
+    m = np.asarray(margin_low, dtype=_F)
+    s = 1.0 + sum_last(exp_upper(-m))
+    s = s * (1.0 + 2.0 ** -30)  # n ≤ 2^20 additions, each off by ≤ 2^-53 relative
+    return (1.0 / s) * (1.0 - 2.0 ** -52)
+
+
+def gram(a, b) -> np.ndarray:
+    """``a.T @ b`` for row-major data (n, p) and (n, q) → (p, q), summing the n rows in order.
+
+    The rows' outer products are added by numpy's reduction over axis 0 of a C-contiguous
+    (n, p, q) array: an elementwise binary add of row after row (the reduced axis is the
+    outer loop), an order fixed by the shapes alone."""
+    a = np.ascontiguousarray(a, dtype=_F)
+    b = np.ascontiguousarray(b, dtype=_F)
+    out = np.zeros((a.shape[1], b.shape[1]), dtype=_F)
+    for start in range(0, a.shape[0], 4096):  # bounded temporaries; blocks added in order
+        prod = a[start:start + 4096, :, None] * b[start:start + 4096, None, :]
+        out += np.add.reduce(prod, axis=0)
+    return out
+
+
+_SQRT_HALF = 0.70710678118654752440
+_LN2 = 0.69314718055994530942
+
+
+def log(x) -> np.ndarray:
+    """Natural logarithm elementwise for x > 0 (float64; about 2 ulp): x = m 2^e with m in
+    [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172, series to s^27."""
+    x = np.asarray(x, dtype=_F)
+    m, e = np.frexp(x)
+    low = m < _SQRT_HALF
+    m = np.where(low, m * 2.0, m)
+    e = np.where(low, e - 1, e).astype(_F)
+    s = (m - 1.0) / (m + 1.0)
+    s2 = s * s
+    p = np.full_like(s, 1.0 / 27.0)
+    for k in range(25, 0, -2):
+        p = p * s2 + 1.0 / k
+    return e * _LN2 + 2.0 * s * p
+
+
+def vdot(a, b) -> float:
+    """Dot product of two 1-D arrays: the products summed by numpy's float64 add reduction
+    of a contiguous array (pairwise summation with eight partial sums per block of 128,
+    an order fixed by the length alone; plain C additions, not BLAS)."""
+    return float(np.add.reduce(np.ascontiguousarray(np.asarray(a, dtype=_F) * np.asarray(b, dtype=_F)).reshape(-1)))

@@ -1,0 +1,110 @@
+"""Same bytes on every machine (docs/certificate.md, "Reproducibility").
+
+The CPU decides which OpenBLAS kernel numpy's matrix products run on and which SIMD
+loops numpy's ``exp``/``log`` take. Each variant below runs `train` and `build` in a child
+process with that choice forced (``OPENBLAS_CORETYPE``, ``OPENBLAS_NUM_THREADS``,
+``NPY_DISABLE_CPU_FEATURES``), as another machine would make it, and every hashed file
+must come out byte for byte the same. The first variant is this machine as it is (its
+own environment untouched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+
+PROFILE = EXAMPLES / "meta_controller" / "profile.csv"
+
+#: numpy 2.4 dispatch targets on x86-64 (``numpy._core._multiarray_umath.__cpu_dispatch__``).
+_NO_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR"
+_BASELINE_ONLY = "X86_V3 " + _NO_AVX512
+
+VARIANTS = {
+    "this machine": {},
+    "Prescott kernel, 1 thread, baseline SIMD only": {"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_NUM_THREADS": "1",
+                                                      "NPY_DISABLE_CPU_FEATURES": _BASELINE_ONLY},
+    "Haswell kernel, 2 threads, no AVX-512": {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "2",
+                                              "NPY_DISABLE_CPU_FEATURES": _NO_AVX512},
+    "SkylakeX kernel, 1 thread": {"OPENBLAS_CORETYPE": "SkylakeX", "OPENBLAS_NUM_THREADS": "1"},
+    "Zen kernel, 2 threads": {"OPENBLAS_CORETYPE": "Zen", "OPENBLAS_NUM_THREADS": "2"},
+}
+
+
+def small_spec(path: Path) -> Path:
+    """The reference sla.yaml at 2 bits per input (1,024 cells): the same network, the same
+    properties, a build of seconds."""
+    text = REFERENCE_SLA.read_text()
+    for old, new in (("bits: 4}", "bits: 2}"), ("bits: 3}", "bits: 2}")):
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+def _cli(env_over: dict, *args) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update(env_over)
+    return subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=900, env=env)
+
+
+def _variant(name: str, env_over: dict, root: Path, spec: Path) -> dict:
+    d = root / name.split(",")[0].replace(" ", "_")
+    d.mkdir()
+    train = _cli(env_over, "train", PROFILE, "--sla", REFERENCE_SLA, "--out", d / "controller.onnx", "--alpha", "3")
+    assert train.returncode == 0, f"{name}: {train.stderr}"
+    build = _cli(env_over, "build", REFERENCE_MODEL, "--sla", spec, "--out", d / "build", "--skip-cosim",
+                 "--skip-lint", "--skip-rtl-proofs", "--skip-synth")
+    assert build.returncode == 0, f"{name}: {build.stderr}"
+    manifest = json.loads((d / "build" / "manifest.json").read_text())
+    return {"onnx": (d / "controller.onnx").read_bytes(), "train_report": (d / "controller.train.json").read_bytes(),
+            "files": manifest["files"], "manifest": (d / "build" / "manifest.json").read_bytes(),
+            "dir": d / "build"}
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kernels")
+    spec = small_spec(root / "sla_small.yaml")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(_variant, name, env, root, spec) for name, env in VARIANTS.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def test_the_variants_really_change_the_blas_kernel():
+    """The forced kernels are in effect (else the comparison below would prove nothing)."""
+    code = ("from threadpoolctl import threadpool_info; import numpy; "
+            "print([i['architecture'] for i in threadpool_info() if i['internal_api'] == 'openblas'][0])")
+    seen = set()
+    for name, env_over in VARIANTS.items():
+        env = dict(os.environ)
+        env.update(env_over)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        seen.add(out.stdout.strip())
+    assert len(seen) >= 3, seen
+
+
+def test_every_hashed_file_is_the_same_under_every_kernel_and_simd_set(variants):
+    ref = variants["this machine"]
+    assert len(ref["files"]) > 20
+    for name, got in variants.items():
+        differ = sorted(f for f in set(ref["files"]) | set(got["files"]) if ref["files"].get(f) != got["files"].get(f))
+        assert not differ, f"{name}: hashed files differ from this machine's: {differ}"
+        assert got["manifest"] == ref["manifest"], name
+
+
+def test_retraining_gives_the_same_network_under_every_kernel_and_simd_set(variants):
+    ref = variants["this machine"]
+    for name, got in variants.items():
+        assert got["onnx"] == ref["onnx"], f"{name}: the trained controller.onnx differs"
+        assert got["train_report"] == ref["train_report"], f"{name}: controller.train.json differs"
+    # and it is the shipped controller (examples/meta_controller/README.md)
+    assert ref["onnx"] == REFERENCE_MODEL.read_bytes()

@@ -34,6 +34,9 @@ SOURCE_PACKAGES = ("mi_certify.generator", "mi_certify.verification", "mi_certif
 SOURCE_SUFFIXES = (".py", ".j2")
 #: Contract of proofs/index.json (FSM and RTL proofs): obligations written by those stages.
 PROOF_INDEX = "proofs/index.json"
+#: Files whose content depends on timing, the machine or the signer; listed in the manifest but not hashed.
+UNHASHED = ("build.log", "verification_log.json", "timings.json", "provenance.json", "report.png",
+            "diagnostics.json", "manifest.json.sig")
 #: Verdicts that discharge an obligation.
 GOOD_VERDICTS = ("proved", "passed", "holds")
 
@@ -281,3 +284,64 @@ def _claim(spec, p) -> str:
 def obligations_status(obs: list[dict]) -> str:
     """"discharged" when every required obligation is proved/passed, else "open"."""
     return "discharged" if all(o["verdict"] in GOOD_VERDICTS for o in obs if o["required"]) else "open"
+
+
+# --- the documents a person reads: summary.json and the manifest's figures ------------------
+
+#: Fixed wording of the stage records (summary.json ``stages.<name>.method`` / ``reason``).
+STAGE_TEXT = {
+    "verify.skipped": "--no-verify: no property of the network is proven",
+    "lut.distilled": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
+    "lut.sampled": "centre sampling (not proven)",
+    "lut_properties": "exhaustive over every LUT cell meeting the property region (the artefact, not the network), "
+                      "after overriding cells whose proposal a property does not allow",
+    "fsm_proofs": "k-induction with Z3 over every input sequence (docs/fsm.md)",
+    "fsm_proofs.without_mask": "{n} properties violated by cooldown/hysteresis without rule 3a; their traces are "
+                               "directed co-simulation sequences",
+    "hdl": "Yosys synth / synth_ice40 cell counts; nextpnr-ice40 place and route (seed {seed}) of a wrapper with "
+           "registered inputs",
+    "cosim.monitor_failed": "SLA monitor co-simulation failed (monitor_cosim.json)",
+    "rtl_proofs": "Yosys write_smt2 + Z3 (inductive equivalence with the reference, invariants, properties); "
+                  "LUT evaluated at every address",
+    "lint.skipped": "--skip-lint",
+    "rtl_proofs.skipped": "--skip-rtl-proofs",
+    "cosim.skipped": "--skip-cosim",
+    "hdl.skipped": "--skip-synth",
+}
+#: Fields of the ``hdl`` stage copied into summary.json ``hdl``.
+HDL_SUMMARY_KEYS = ("fmax_mhz_hx8k", "fmax_mhz_up5k", "lut4", "dff", "bram", "goal_met")
+
+
+def summarize(spec, stages: dict, lut_counts: dict, version: str) -> dict:
+    """summary.json from the stage records and the final LUT's cell counts (lut.json
+    ``status``, after the property masks): status, failed and skipped stages, the
+    headline figures. A pure function, so ``mi-certify check`` recomputes it."""
+    failed = [k for k, v in stages.items() if v["status"] == "failed"]
+    skipped = [k for k, v in stages.items() if v["status"] == "skipped"]
+    lut = stages["lut"]
+    cosim = stages["cosim"]
+    hdl = stages["hdl"]
+    return {"status": "failed" if failed else "incomplete" if skipped else "ok", "failed_stages": failed,
+            "skipped_stages": skipped, "stages": stages,
+            "lut": {"cells": sum(lut_counts.values()), **{k: lut_counts[k] for k in ("sampled", "proven", "resolved")},
+                    **({"proven_share": lut["proven_share"], "fidelity": lut["fidelity"]} if "fidelity" in lut else {})},
+            "cosim": ({"cycles": cosim["cycles"], "mismatches": cosim["mismatches"]} if "cycles" in cosim
+                      else {"cycles": 0, "mismatches": None}),
+            **({"coverage": cosim["coverage"]} if "coverage" in cosim else {}),
+            "fsm_proofs": stages["fsm_proofs"]["obligations"],
+            "rtl_proofs": stages["rtl_proofs"].get("obligations", {}),
+            "hdl": {"encoding": stages["emit"]["encoding"], "module": spec.module_name,
+                    **({k: hdl[k] for k in HDL_SUMMARY_KEYS} if hdl["status"] == "ok" else {})},
+            "artifacts": {"python_runtime": stages["emit"]["python_runtime"], "verilog": stages["emit"]["verilog"]},
+            "controller": spec.name, "mi_certify": version}
+
+
+def manifest_figures(summary: dict, obligations: list[dict]) -> dict:
+    """The manifest's status and figures, from summary.json and obligations.json."""
+    lut = summary["lut"]
+    return {"status": summary["status"],
+            "obligations": {"file": "obligations.json", "count": len(obligations),
+                            "status": obligations_status(obligations)},
+            "proofs": {"network_properties": "proved" if summary["stages"]["verify"]["status"] == "ok" else "not proved",
+                       "lut": f"{lut['proven']} cells proven, {lut['resolved']} resolved, {lut['sampled']} "
+                              "sampled (not proven)"}}

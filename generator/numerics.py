@@ -113,11 +113,12 @@ def exp_upper(x) -> np.ndarray:
 
 def softmax_lower(margin_low) -> np.ndarray:
     """Certified lower bound of a winner's softmax probability from lower bounds of its
-    margins ``y_win - y_j`` (last axis, n ≤ 2^20): ``1 / (1 + sum_j e^{-m_j})`` with every
-    rounding taken against the bound. (..., n) → (...)."""
+    margins ``y_win - y_j`` (last axis): ``1 / (1 + sum_j e^{-m_j})`` with every rounding
+    taken against the bound. (..., n) → (...)."""
     m = np.asarray(margin_low, dtype=_F)
     s = 1.0 + sum_last(exp_upper(-m))
-    s = s * (1.0 + 2.0 ** -30)  # n ≤ 2^20 additions, each off by ≤ 2^-53 relative
+    # n additions of non-negative terms, each off by at most 2^-53 relative (Higham, §4.2)
+    s = s * (1.0 + (m.shape[-1] + 2) * 2.0 ** -52)
     return (1.0 / s) * (1.0 - 2.0 ** -52)
 
 

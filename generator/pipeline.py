@@ -39,8 +39,8 @@ from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.tools import tool_version
 
-from .bundle import (canonical_command, collect_obligations, obligations_status, source_commit,
-                     source_identity, write_distillation)
+from .bundle import (STAGE_TEXT, UNHASHED, canonical_command, collect_obligations, manifest_figures, obligations_status,
+                     source_commit, source_identity, summarize, write_distillation)
 from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, lut_bytes, rom_file_name
 from .emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from .errors import BuildError, SpecError
@@ -49,9 +49,6 @@ from .lut import apply_masks, check_shapes, property_masks, sample_lut
 from .onnx_import import cross_check, import_onnx
 from .spec import Spec, load_spec
 
-#: Files whose content depends on timing, the machine or the signer; listed in the manifest but not hashed.
-UNHASHED = ("build.log", "verification_log.json", "timings.json", "provenance.json", "report.png",
-            "diagnostics.json", "manifest.json.sig")
 #: Number of onnxruntime cross-check points after import.
 CROSS_CHECK_POINTS = 256
 #: Random points of the fidelity check against onnxruntime.
@@ -184,13 +181,12 @@ class _Background:
 
 
 def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmasked, opts: BuildOptions,
-           d: Path) -> tuple[dict, dict]:
+           d: Path) -> dict:
     """The co-simulation stage: the FSM (Icarus, every cycle), the SLA monitor (Icarus), the
     Verilator code-coverage replay of the FSM vectors (beside Icarus, when sla.yaml sets a line,
     toggle or branch threshold); coverage against the sla.yaml thresholds.
 
-    Writes cosim.json (FSM), monitor_cosim.json, coverage.json; returns (stage record, summary
-    coverage)."""
+    Writes cosim.json (FSM), monitor_cosim.json, coverage.json; returns the stage record."""
     from mi_certify.runtime.sla import SlaLimits
     from mi_certify.verification import coverage as cov_mod
     from mi_certify.verification.monitor_cosim import run_monitor_cosim
@@ -223,7 +219,7 @@ def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmas
     coverage = cov_mod.assess(cfg, lb, getattr(res, "report", None), code, dict(spec.cosim.coverage), tuple(masks))
     _dump(d / "coverage.json", coverage)
     errors = [e for e in (res.error if not res.passed else None,
-                          None if mon.passed else "SLA monitor co-simulation failed (monitor_cosim.json)",
+                          None if mon.passed else STAGE_TEXT["cosim.monitor_failed"],
                           *coverage["errors"]) if e]
     record = {"status": "ok" if res.passed and mon.passed and coverage["passed"] else "failed", **res.to_json(),
               "monitor": {"passed": mon.passed, "cycles": sum(c["cycles"] for c in mon.configs),
@@ -231,7 +227,7 @@ def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmas
               "coverage": coverage["summary"]}
     if errors:
         record["error"] = "; ".join(errors)
-    return record, coverage["summary"]
+    return record
 
 
 def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
@@ -406,7 +402,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     query_times: dict[str, float] = {}
     verify_job = None
     if not opts.verify:
-        stages["verify"] = {"status": "skipped", "reason": "--no-verify: no property of the network is proven"}
+        stages["verify"] = {"status": "skipped", "reason": STAGE_TEXT["verify.skipped"]}
     else:
         # network verification runs beside distillation and the later stages (it reads
         # only the IR and the spec); its results are recorded when it is done
@@ -444,17 +440,16 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         errors = _distill_errors(spec, dres, fid)
         write_distillation(d / "distillation.json", dres.boxes, dres.resolved, spec.resolve, fid)
         stages["lut"] = {"status": "failed" if errors else "ok",
-                         "method": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
+                         "method": STAGE_TEXT["lut.distilled"],
                          **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
                          "undecided_cells": sum(1 for r in dres.resolved if r["undecided"]),
-                         "bound_evaluations": dres.stats["bound_calls"] + dres.stats["cell_split_boxes"],
                          "fidelity": {k: v for k, v in fid.items()
                                                                                   if k != "disagreements_in_proven_cells"},
                          **({"error": "; ".join(errors)} if errors else {})}
     else:
         lut = timed("lut", lambda: sample_lut(spec, ir, progress=lambda a, b: rep.progress("lut", a / b)))
         counts = lut.counts()
-        stages["lut"] = {"status": "ok", "method": "centre sampling (not proven)", **counts}
+        stages["lut"] = {"status": "ok", "method": STAGE_TEXT["lut.sampled"], **counts}
     if opts.heatmap:
         from .heatmap import write_heatmap
         write_heatmap(spec, lut, opts.heatmap[0], opts.heatmap[1], d / f"heatmap_{opts.heatmap[0]}_{opts.heatmap[1]}.png")
@@ -465,8 +460,7 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                       lambda rs: "failed" if any(r.verdict == "violated" for r in rs) else "ok")
     stages["lut_properties"] = {
         "status": "failed" if any(r.verdict == "violated" for r in lut_props) else "ok",
-        "method": "exhaustive over every LUT cell meeting the property region (the artefact, not the network), "
-                  "after overriding cells whose proposal a property does not allow",
+        "method": STAGE_TEXT["lut_properties"],
         "properties": {r.id: r.verdict for r in lut_props}, "overridden_cells": len(overridden)}
     _dump(d / "lut_properties.json", {"properties": [r.to_json() for r in lut_props],
                                       "masks": [{"id": m.id, "levels": [list(m.lo), list(m.hi)],
@@ -505,11 +499,10 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
           {"note": "counterexamples of the machine without rule 3a (docs/fsm.md); not a defect of this build",
            "traces": {o.id: o.counterexample for o in unmasked_obs}})
     stages["fsm_proofs"] = {"status": "ok" if all(o.verdict == "proved" for o in fsm_obs) else "failed",
-                            "method": "k-induction with Z3 over every input sequence (docs/fsm.md)",
+                            "method": STAGE_TEXT["fsm_proofs"],
                             "obligations": {o.id: o.verdict for o in fsm_obs},
                             "lut_entries": len(alphabet),
-                            "without_mask": f"{len(unmasked)} properties violated by cooldown/hysteresis without "
-                                            "rule 3a; their traces are directed co-simulation sequences"}
+                            "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(unmasked))}
 
     hashes = SourceHashes(sha256_file(model_path), sha256_file(spec_path), hashlib.sha256(lb).hexdigest())
     py_path, v_path = d / f"{spec.name}.py", d / f"{spec.module_name}.v"
@@ -537,16 +530,16 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                       "sla_monitor": [mon_path.name, "sla_monitor.v"]}
 
     if opts.skip_lint:
-        stages["lint"] = {"status": "skipped", "reason": "--skip-lint"}
+        stages["lint"] = {"status": "skipped", "reason": STAGE_TEXT["lint.skipped"]}
     else:
         res = timed("lint", lambda: verilator.lint(v_path, spec.module_name), lambda r: "ok" if r.clean else "failed")
         mon_lint = verilator.lint(mon_path, monitor_module(spec), extra=(d / "sla_monitor.v",))
         stages["lint"] = {"status": "ok" if res.clean and mon_lint.clean else "failed", **res.to_json(),
                           "sla_monitor": mon_lint.to_json()}
-        _dump(d / "lint.json", res.to_json())
+        _dump(d / "lint.json", {**res.to_json(), "sla_monitor": mon_lint.to_json()})
 
     if opts.skip_rtl_proofs:
-        stages["rtl_proofs"] = {"status": "skipped", "reason": "--skip-rtl-proofs"}
+        stages["rtl_proofs"] = {"status": "skipped", "reason": STAGE_TEXT["rtl_proofs.skipped"]}
     else:
         def do_rtl():
             try:
@@ -572,29 +565,23 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
                     e["prelude"] = "proofs/rtl/design.smt2"
             proof_index += entries
             stages["rtl_proofs"] = {"status": "ok" if all(o.verdict == "proved" for o in rtl_obs) else "failed",
-                                    "method": "Yosys write_smt2 + Z3 (inductive equivalence with the reference, "
-                                              "invariants, properties); LUT evaluated at every address",
+                                    "method": STAGE_TEXT["rtl_proofs"],
                                     "obligations": {o.id: o.verdict for o in rtl_obs}}
     _dump(d / "proofs" / "index.json", {"obligations": proof_index})
 
-    cosim_summary = {"cycles": 0, "mismatches": None}
-    coverage_summary = None
     if opts.skip_cosim:
-        stages["cosim"] = {"status": "skipped", "reason": "--skip-cosim"}
+        stages["cosim"] = {"status": "skipped", "reason": STAGE_TEXT["cosim.skipped"]}
     else:
-        res, coverage_summary = timed("cosim", lambda: _cosim(spec, cfg, lb, v_path, py_path, masks, unmasked, opts, d),
-                                      lambda r: "ok" if r[0]["status"] == "ok" else "failed")
-        stages["cosim"] = res
-        cosim_summary = {"cycles": res["cycles"], "mismatches": res["mismatches"]}
+        stages["cosim"] = timed("cosim", lambda: _cosim(spec, cfg, lb, v_path, py_path, masks, unmasked, opts, d),
+                                lambda r: "ok" if r["status"] == "ok" else "failed")
 
     if verify_job is not None:
         record_verify()
     # after the network verification has joined: its queries have wall-clock budgets, and
     # Yosys / nextpnr would take a core from them
-    hdl_summary = None
     missing = synth.tools_missing()
     if opts.skip_synth:
-        stages["hdl"] = {"status": "skipped", "reason": "--skip-synth"}
+        stages["hdl"] = {"status": "skipped", "reason": STAGE_TEXT["hdl.skipped"]}
     elif missing:
         stages["hdl"] = {"status": "skipped", "reason": f"not installed: {', '.join(missing)}"}
     else:
@@ -607,32 +594,16 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
         if isinstance(numbers, Exception):
             stages["hdl"] = {"status": "failed", "error": f"{type(numbers).__name__}: {numbers}"[:800]}
         else:
-            hdl_summary = numbers
-            stages["hdl"] = {"status": "ok", "method": "Yosys synth / synth_ice40 cell counts; nextpnr-ice40 "
-                             f"place and route (seed {synth.SEED}) of a wrapper with registered inputs", **numbers}
-    failed = [k for k, v in stages.items() if v["status"] == "failed"]
-    skipped = [k for k, v in stages.items() if v["status"] == "skipped"]
-    status = "failed" if failed else "incomplete" if skipped else "ok"
-    summary = {"status": status, "failed_stages": failed, "skipped_stages": skipped, "stages": stages,
-               "lut": {"cells": counts["cells"], "sampled": counts["sampled"], "proven": counts["proven"],
-                       "resolved": counts["resolved"],
-                       **({"proven_share": stages["lut"]["proven_share"], "fidelity": stages["lut"]["fidelity"]}
-                          if "fidelity" in stages["lut"] else {})},
-               "cosim": cosim_summary,
-               **({"coverage": coverage_summary} if coverage_summary is not None else {}),
-               "fsm_proofs": stages["fsm_proofs"]["obligations"],
-               "rtl_proofs": stages["rtl_proofs"].get("obligations", {}),
-               "hdl": {"encoding": encoding, "module": spec.module_name,
-                       **({k: hdl_summary[k] for k in ("fmax_mhz_hx8k", "fmax_mhz_up5k", "lut4", "dff", "bram",
-                                                       "goal_met")} if hdl_summary else {})},
-               "artifacts": {"python_runtime": py_path.name, "verilog": v_path.name},
-               "controller": spec.name, "mi_certify": version()}
+            stages["hdl"] = {"status": "ok", "method": STAGE_TEXT["hdl"].format(seed=synth.SEED), **numbers}
+    summary = summarize(spec, stages, {k: counts[k] for k in ("proven", "resolved", "sampled")}, version())
+    status, failed = summary["status"], summary["failed_stages"]
     _dump(d / "summary.json", summary)
     if failed:
         (d / "FAILED").write_text("build failed in stage(s): " + ", ".join(failed) + "\nsee summary.json\n")
     obligations = collect_obligations(spec, d, stages)
     _dump(d / "obligations.json", {"status": obligations_status(obligations), "obligations": obligations,
                                    "times": "timings.json (not hashed)"})
+    figures = manifest_figures(summary, obligations)
     from .report import write_report
     timed("report", lambda: write_report(spec, d, obligations))
     _dump(d / "timings.json", {"stages_s": times, "obligations_s": {o["id"]: _obligation_time(o, times, query_times)
@@ -647,19 +618,16 @@ def _build_outputs(spec: Spec, ir, model_path: Path, spec_path: Path, d: Path, o
     files = sorted(p for p in d.rglob("*") if p.is_file() and p.relative_to(d).as_posix() not in
                    UNHASHED + ("manifest.json",))
     _dump(d / "manifest.json", {
-        "status": status, "controller": spec.name,
+        "status": figures["status"], "controller": spec.name,
         "format": MANIFEST_FORMAT,
         "command": canonical_command(model_path.name, spec_path.name, opts),
         "mi_certify": {"version": version(), "source": source_identity(),
                        "source_commit": "provenance.json (not hashed)"},
-        "obligations": {"file": "obligations.json", "count": len(obligations),
-                        "status": obligations_status(obligations)},
+        "obligations": figures["obligations"],
         "inputs": {"model": {"path": f"inputs/model/{model_path.name}", "sha256": hashes.model},
                    "spec": {"path": f"inputs/spec/{spec_path.name}", "sha256": hashes.spec}},
         "files": {p.relative_to(d).as_posix(): sha256_file(p) for p in files},
-        "proofs": {"network_properties": "proved" if stages["verify"]["status"] == "ok" else "not proved",
-                   "lut": f"{counts['proven']} cells proven, {counts['resolved']} resolved, {counts['sampled']} "
-                          "sampled (not proven)"},
+        "proofs": figures["proofs"],
         "not_hashed": {"build.log": "stage times",
                        "verification_log.json": "per-query times, methods, statistics, witness outputs on onnxruntime",
                        "timings.json": "seconds per stage and per proof obligation",

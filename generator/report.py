@@ -21,7 +21,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from .bundle import GOOD_VERDICTS, PROOF_INDEX, read_distillation
+from .bundle import GOOD_VERDICTS, PROOF_INDEX, UNHASHED, read_distillation
 from .lut import Lut
 from .spec import Spec
 
@@ -31,6 +31,31 @@ MAX_HEATMAPS = 4
 
 def _json(path: Path):
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _shown(o: dict) -> dict:
+    """How an obligation's verdict reads in the report: the informative reachability
+    obligations say reachable / unreachable (a finding, not a failure), the others their
+    verdict. Returns {"text", "css"}."""
+    if o["id"].startswith("network.unreachable."):
+        text = {"violated": "reachable (witness)", "proved": "unreachable (proved): finding"}.get(o["verdict"],
+                                                                                              "undecided")
+        return {"text": text, "css": "finding" if o["verdict"] == "proved" else "info"}
+    return {"text": o["verdict"], "css": o["verdict"]}
+
+
+def _findings(spec: Spec, ver: dict | None) -> list[str]:
+    """What an auditor should know about this controller that is not a failed proof."""
+    if not ver:
+        return []
+    out = []
+    for a in ver["output_domain"]["actions"]:
+        if a["reachable"] == "no":
+            out.append(f"{a['action']} is proved unreachable: over the whole envelope the network never decodes it, "
+                       "so this controller can never choose it.")
+        elif a["reachable"] == "unknown":
+            out.append(f"whether {a['action']} is reachable could not be decided within the time limit.")
+    return out
 
 
 def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
@@ -95,23 +120,32 @@ def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
 
 
 def _fsm_svg(spec: Spec) -> str:
+    """The FSM's modes as inline SVG: every edge labelled, each label placed clear of the
+    boxes and the other edges (positions fixed by hand for this layout), TRACK's self-loop
+    drawn as a loop."""
     f = spec.fsm
     cons = spec.actions[spec.conservative].name
-    nodes = {"RESET": (70, 60), "TRACK": (290, 60), "SWITCH": (520, 60), "COOLDOWN": (520, 200),
-             "FALLBACK": (290, 320), "RECOVER": (520, 320)}
-    edges = [("RESET", "TRACK", f"token = {cons}"),
-             ("TRACK", "SWITCH", f"{f.hysteresis} confident proposals of p"),
-             ("SWITCH", "COOLDOWN", "token = p"),
-             ("COOLDOWN", "TRACK", f"after {f.cooldown} steps"),
-             ("TRACK", "FALLBACK", f"{f.violations_to_fallback} SLA violations / probe fault"),
-             ("COOLDOWN", "FALLBACK", ""),
-             ("FALLBACK", "RECOVER", f"{f.recovery} compliant steps"),
-             ("RECOVER", "COOLDOWN", "")]
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="680" height="380" viewBox="0 0 680 380" '
+    nodes = {"RESET": (80, 110), "TRACK": (330, 110), "SWITCH": (640, 110), "COOLDOWN": (640, 270),
+             "FALLBACK": (330, 410), "RECOVER": (640, 410)}
+    # (from, to, label, label x, label y, text-anchor)
+    edges = [("RESET", "TRACK", f"token = {cons}", 205, 100, "middle"),
+             ("TRACK", "SWITCH", f"{f.hysteresis} confident proposals of p", 485, 100, "middle"),
+             ("SWITCH", "COOLDOWN", "token = p", 650, 194, "start"),
+             ("COOLDOWN", "TRACK", f"after {f.cooldown} steps", 478, 205, "end"),
+             ("TRACK", "FALLBACK", f"{f.violations_to_fallback} SLA violations / probe fault", 340, 260, "start"),
+             ("COOLDOWN", "FALLBACK", f"{f.violations_to_fallback} violations / fault", 478, 330, "end"),
+             ("FALLBACK", "RECOVER", f"{f.recovery} compliant steps", 485, 400, "middle"),
+             ("RECOVER", "COOLDOWN", f"cooldown {f.cooldown}", 650, 345, "start")]
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="760" height="460" viewBox="0 0 760 460" '
            'role="img" aria-label="LUT-FSM modes">',
            '<defs><marker id="arr" markerWidth="10" markerHeight="8" refX="9" refY="4" orient="auto">'
            '<path d="M0,0 L10,4 L0,8 z" fill="#333"/></marker></defs>']
-    for a, b, label in edges:
+
+    def label(text, x, y, anchor):
+        out.append(f'<text x="{x}" y="{y}" font-size="11" text-anchor="{anchor}" fill="#204080">'
+                   f'{jinja2.filters.escape(text)}</text>')
+
+    for a, b, text, lx, ly, anchor in edges:
         (x1, y1), (x2, y2) = nodes[a], nodes[b]
         dx, dy = x2 - x1, y2 - y1
         n = max(1.0, (dx * dx + dy * dy) ** 0.5)
@@ -119,15 +153,16 @@ def _fsm_svg(spec: Spec) -> str:
         ex, ey = x2 - dx / n * 62, y2 - dy / n * 26
         out.append(f'<line x1="{sx:.0f}" y1="{sy:.0f}" x2="{ex:.0f}" y2="{ey:.0f}" stroke="#333" '
                    f'marker-end="url(#arr)"/>')
-        if label:
-            out.append(f'<text x="{(sx + ex) / 2:.0f}" y="{(sy + ey) / 2 - 6:.0f}" font-size="11" '
-                       f'text-anchor="middle" fill="#204080">{jinja2.filters.escape(label)}</text>')
+        label(text, lx, ly, anchor)
+    tx, ty = nodes["TRACK"]
+    out.append(f'<path d="M{tx - 25},{ty - 22} C{tx - 45},{ty - 80} {tx + 45},{ty - 80} {tx + 25},{ty - 23}" '
+               'fill="none" stroke="#333" marker-end="url(#arr)"/>')
+    label("HOLD / PENDING / LOW_CONFIDENCE", tx, ty - 72, "middle")
     for name, (x, y) in nodes.items():
         fill = "#fde2e2" if name == "FALLBACK" else "#e6f0fa"
         out.append(f'<rect x="{x - 58}" y="{y - 22}" width="116" height="44" rx="10" fill="{fill}" stroke="#333"/>')
         out.append(f'<text x="{x}" y="{y + 5}" font-size="13" text-anchor="middle" font-family="monospace">{name}'
                    '</text>')
-    out.append('<text x="290" y="110" font-size="11" text-anchor="middle">HOLD / PENDING / LOW_CONFIDENCE</text>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -222,9 +257,15 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
     open_obs = [o for o in required if o["verdict"] not in GOOD_VERDICTS]
     verdict = "CERTIFIED" if summary["status"] == "ok" and not open_obs else (
         "NOT CERTIFIED: build " + summary["status"] + (f", {len(open_obs)} open obligation(s)" if open_obs else ""))
-    files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
+    heatmaps = _heatmaps(spec, _lut_from_bundle(spec, d), d) if lut_json else []
+    # the files manifest.json will hash: what is here now, the report itself and its heatmaps
+    files = sorted({p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file()} - set(UNHASHED)
+                   | {"report.md", "report.html"} | {h["file"] for h in heatmaps})
+    ob_methods = list(dict.fromkeys(o["method"] for o in obligations))
     return {
         "spec": spec, "summary": summary, "verdict": verdict, "ok": verdict == "CERTIFIED",
+        "shown": {o["id"]: _shown(o) for o in obligations}, "findings": _findings(spec, ver),
+        "methods": ob_methods, "method_key": {m: f"M{k + 1}" for k, m in enumerate(ob_methods)},
         "obligations": obligations, "open": open_obs, "requirements": _requirements(spec, obligations),
         "verification": ver, "distillation": dist, "box_methods": sorted(methods.items()),
         "lut": lut_json, "lut_properties": lut_props, "cosim": cosim, "lint": lint,
@@ -233,7 +274,7 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
                 "proof_index": (d / PROOF_INDEX).exists(),
                 "encoding": summary.get("stages", {}).get("emit", {}).get("encoding", "")},
         "hdl": _hdl_rows(summary),
-        "heatmaps": _heatmaps(spec, _lut_from_bundle(spec, d), d) if lut_json else [],
+        "heatmaps": heatmaps, "unhashed": UNHASHED,
         "fsm_svg": _fsm_svg(spec), "assumptions": _assumptions(spec),
         "files": files, "actions": [a.name for a in spec.actions],
     }

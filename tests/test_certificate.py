@@ -331,3 +331,99 @@ def test_tool_qualification_kit_cites_only_existing_tests():
     defined = {m for f in (ROOT / "tests").glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(),
                                                                                   re.M)}
     assert len(cited) >= 10 and cited <= defined, cited - defined
+
+
+# --- what a person reads is tied to the evidence (each tamper: manifest rehashed, unsigned) ---
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def test_check_re_derives_summary_json_from_the_evidence(bundle_copy):
+    def forge(s):
+        s["cosim"]["mismatches"] = 7
+        s["lut"]["proven"] = 65536
+    _edit_json(bundle_copy / "summary.json", forge)
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1
+    assert items["summary.json: every figure re-derived from the evidence"] == "FAIL"
+    line = next(ln for ln in proc.stdout.splitlines() if "summary.json: every figure" in ln)
+    assert "cosim.mismatches: stored 7, derived 0" in line and "lut.proven: stored 65536" in line
+    assert items["certificate verdict"] == "FAIL"
+
+
+def test_check_catches_a_stage_record_edited_in_summary_json(bundle_copy):
+    _edit_json(bundle_copy / "summary.json", lambda s: s["stages"]["verify"]["properties"].update(P1="unknown"))
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1 and items["summary.json: every figure re-derived from the evidence"] == "FAIL"
+    assert "stages.verify.properties.P1: stored \"unknown\", derived \"proved\"" in proc.stdout
+
+
+def test_check_renders_the_report_again_and_catches_edited_words(bundle_copy):
+    md = bundle_copy / "report.md"
+    md.write_text(md.read_text().replace("proved", "xyzzy"))
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1
+    assert items["report: rendered again from the evidence and compared"] == "FAIL"
+    line = next(ln for ln in proc.stdout.splitlines() if "report: rendered again" in ln)
+    assert "report.md line" in line and "xyzzy" in line
+
+
+def test_check_catches_an_edited_manifest_status(bundle_copy):
+    _edit_json(bundle_copy / "manifest.json", lambda m: m.update(status="failed"))
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1
+    assert items["manifest.json: status and figures re-derived"] == "FAIL"
+    assert 'status: stored "failed", derived "ok"' in proc.stdout
+
+
+def test_quick_check_ties_the_verilog_to_the_spec_and_the_proofs(bundle_copy):
+    v = bundle_copy / "meta_controller.v"
+    assert "COOLDOWN     = 4'd10;" in v.read_text()
+    v.write_text(v.read_text().replace("COOLDOWN     = 4'd10;", "COOLDOWN     = 4'd2;"))
+    _rehash(bundle_copy)
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1
+    assert items["generated sources: emitted again and compared"] == "FAIL"
+    assert "meta_controller.v line" in proc.stdout and "4'd2" in proc.stdout
+    assert items["rtl proofs: made again from the Verilog and compared"] == "FAIL"
+
+
+def test_check_of_a_directory_without_a_manifest_is_bad_input(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = cli("check", tmp_path / "empty")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {tmp_path / 'empty'}: no manifest.json: not a certificate bundle " \
+                                  "(mi-certify build writes one)"
+
+
+def test_a_signed_bundle_checked_without_a_key_says_the_signature_was_not_checked(bundle_copy, tmp_path):
+    assert cli("keygen", "--out", tmp_path / "issuer").returncode == 0
+    assert cli("sign", bundle_copy, "--key", tmp_path / "issuer.key").returncode == 0
+    proc, items = _check(bundle_copy, "--quick")
+    assert items["signature"] == "SKIP" and proc.returncode == 3
+    assert "manifest.json.sig is present but was not checked: pass --pubkey KEY.pub" in proc.stdout
+
+
+def test_report_lists_only_hashed_files_as_bound_and_reachability_as_findings(reference_build):
+    md = (reference_build / "report.md").read_text()
+    files = md.split("## Files")[1]
+    bound = files.split("Not hashed")[0]
+    m = json.loads((reference_build / "manifest.json").read_text())
+    listed = set(re.findall(r"^- `([^`]+)`$", bound, re.M))
+    assert listed == set(m["files"])
+    assert not listed & set(UNHASHED)
+    ver = json.loads((reference_build / "verification.json").read_text())
+    unreachable = [a["action"] for a in ver["output_domain"]["actions"] if a["reachable"] == "no"]
+    assert unreachable, "the reference controller has an action proved unreachable"
+    for a in unreachable:
+        assert f"`network.unreachable.{a}` (unreachable (proved): finding)" in md
+        assert f"{a} is proved unreachable" in md.split("## Findings")[1].split("##")[0]
+    assert "(violated) [informative]" not in md
+    # the long method text is written once, in the legend
+    assert md.count("branch and bound over the input box with CROWN bounds") == 1

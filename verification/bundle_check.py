@@ -126,6 +126,8 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
     d = Path(bundle)
     if not d.is_dir():
         raise MiCertifyError("not a directory", file=str(d))
+    if not (d / "manifest.json").is_file():
+        raise MiCertifyError("no manifest.json: not a certificate bundle (mi-certify build writes one)", file=str(d))
     opts = opts or CheckOptions()
     pub = None
     if opts.pubkey:
@@ -137,6 +139,8 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
     if pub is not None:
         from mi_certify.generator.signing import verify_bundle_signature
         c.run("signature", "integrity", lambda: verify_bundle_signature(d, pub))
+    elif (d / "manifest.json.sig").exists():
+        c.add("signature", SKIP, "integrity", "manifest.json.sig is present but was not checked: pass --pubkey KEY.pub")
     if not _hashes(c):
         return c.items  # nothing else is worth reading
     ctx = {}
@@ -149,7 +153,7 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
     _smt_obligations(c, ctx)
     _tools(c, ctx)
     _hdl_numbers(c, ctx)
-    c.run("obligations.json matches the evidence", "same code", lambda: _obligations(c, ctx))
+    _documents(c, ctx)
     c.run("certificate verdict", "integrity", lambda: _verdict(c))
     return c.items
 
@@ -402,19 +406,21 @@ def _distillation(c: _Checker, ctx: dict) -> None:
         from mi_certify.generator.distill import _edges, _phys, _softmax_lower
         from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
         from mi_certify.verification.properties import decoded_rows
-        ir, thr, k = ctx["ir"], spec.confidence_threshold, 0
-        for b in proven:
-            if b["method"] != "bounds":
-                continue
-            lo, hi = _phys(_edges(spec), np.array(b["level_lo"]), np.array(b["level_hi"]))
-            D = -decoded_rows(len(spec.actions), b["action"], spec.decode)[0]
+        ir, thr = ctx["ir"], spec.confidence_threshold
+        by_bounds = [b for b in proven if b["method"] == "bounds"]
+        edges = _edges(spec)
+        for start in range(0, len(by_bounds), 2048):  # batched, as the build bounds them
+            chunk = by_bounds[start:start + 2048]
+            lo, hi = _phys(edges, np.array([b["level_lo"] for b in chunk]), np.array([b["level_hi"] for b in chunk]))
+            D = np.stack([-decoded_rows(len(spec.actions), b["action"], spec.decode)[0] for b in chunk])
             low, _ = output_matrix_lower(ir, D, lo, hi, crown_bounds(ir, lo, hi, LOWER_SLOPES), LOWER_SLOPES)
-            _require(np.all(low > 0), f"box {b['level_lo']}..{b['level_hi']}: CROWN margin lower bound "
-                                      f"{float(low.min()):.3g} is not > 0")
-            if b["confident"] and thr is not None:
-                _require(_softmax_lower(low) >= thr, f"box {b['level_lo']}..{b['level_hi']}: confident but the "
-                                                     f"softmax bound {_softmax_lower(low):.3g} < {thr:g}")
-            k += 1
+            for b, lw in zip(chunk, low):
+                _require(np.all(lw > 0), f"box {b['level_lo']}..{b['level_hi']}: CROWN margin lower bound "
+                                         f"{float(lw.min()):.3g} is not > 0")
+                if b["confident"] and thr is not None:
+                    _require(_softmax_lower(lw) >= thr, f"box {b['level_lo']}..{b['level_hi']}: confident but the "
+                                                        f"softmax bound {_softmax_lower(lw):.3g} < {thr:g}")
+        k = len(by_bounds)
         others = len(proven) - k
         return f"{k} proven boxes: every margin lower bound > 0" + (f"; {others} proven by other methods "
                                                                     "(see next line)" if others else "")
@@ -587,9 +593,6 @@ def _regenerate_proofs(c: _Checker, ctx: dict, index: dict) -> None:
         return f"{same(obs, 'fsm')} FSM obligations made again from sla.yaml and lut.hex equal the stored scripts"
     c.run("fsm proofs: made again and compared", "same code", fsm)
     if not any(o["group"] == "rtl" for o in index["obligations"]):
-        return
-    if not c.opts.rerun_tools:
-        c.add("rtl proofs: made again from the Verilog and compared", SKIP, "same code", "--quick")
         return
     if shutil.which("yosys") is None:
         c.add("rtl proofs: made again from the Verilog and compared", SKIP, "same code", "yosys is not installed")
@@ -827,13 +830,88 @@ def _hdl_numbers(c: _Checker, ctx: dict) -> None:
     c.run(name, "same code", again)
 
 
-def _obligations(c: _Checker, ctx: dict) -> str:
-    from mi_certify.generator.bundle import collect_obligations, obligations_status
-    stored = c.json("obligations.json")
-    again = collect_obligations(ctx["spec"], c.d, ctx["summary"]["stages"])
-    _require(stored["obligations"] == again, "obligations.json does not match the evidence files")
-    _require(stored["status"] == obligations_status(again), "obligations.json status is wrong")
-    return f"{len(again)} obligations, {stored['status']}"
+def _first_difference(name: str, a: bytes, b: bytes) -> str:
+    la, lb = a.decode("utf-8", "replace").splitlines(), b.decode("utf-8", "replace").splitlines()
+    for k, (x, y) in enumerate(zip(la, lb), start=1):
+        if x != y:
+            return f"{name} line {k}: {x.strip()[:70]!r}, made again {y.strip()[:70]!r}"
+    return f"{name}: {len(la)} lines, made again {len(lb)}"
+
+
+def _documents(c: _Checker, ctx: dict) -> None:
+    """What a person reads, re-derived from the evidence (:mod:`.bundle_documents`)."""
+    from mi_certify.generator.bundle import collect_obligations, manifest_figures, obligations_status, summarize
+
+    from . import bundle_documents as docs
+
+    spec, lut = ctx["spec"], ctx.get("lut")
+    summary = ctx["summary"]
+    if lut is None:
+        return
+    sources: dict = {}
+
+    def regenerate():
+        sources.update(docs.regenerate_sources(c.d, spec, c.manifest, summary, lut))
+        bad = [_first_difference(rel, (c.d / rel).read_bytes() if (c.d / rel).exists() else b"", text.encode())
+               for rel, text in sorted(sources.items())
+               if not (c.d / rel).exists() or (c.d / rel).read_bytes() != text.encode("utf-8")]
+        _require(not bad, "; ".join(bad[:3]))
+        return f"{', '.join(sorted(sources))} emitted again from sla.yaml and lut.hex: byte for byte the same"
+    c.run("generated sources: emitted again and compared", "same code", regenerate)
+
+    derived: dict = {}
+
+    def summary_check():
+        stages = docs.expected_stages(c.d, spec, ctx["ir"], c.manifest, summary.get("stages", {}), lut,
+                                      has_rom=any(rel.endswith("_rom.hex") for rel in sources))
+        lut_json = c.json("lut.json")
+        counts = docs.lut_counts(lut_json)
+        derived.update(summarize(spec, stages, counts, c.manifest.get("mi_certify", {}).get("version", "?")))
+        diff = docs.differences(summary, derived)
+        diff += [f"lut.json status.{k}: stored {lut_json['status'].get(k)}, cell_status counts {v}"
+                 for k, v in counts.items() if lut_json["status"].get(k) != v]
+        _require(not diff, f"summary.json differs from the evidence in {len(diff)} field(s): " + "; ".join(diff[:4]))
+        return f"status {derived['status']}, {len(derived['stages'])} stage records and every headline figure " \
+               "re-derived from the evidence files"
+    if not c.run("summary.json: every figure re-derived from the evidence", "independent", summary_check):
+        derived.clear()
+    stages = derived.get("stages", summary.get("stages", {}))
+
+    def obligations_check():
+        stored = c.json("obligations.json")
+        again = collect_obligations(spec, c.d, stages)
+        diff = docs.differences(stored["obligations"], again, "obligations")
+        _require(not diff, "obligations.json differs from the evidence: " + "; ".join(diff[:3]))
+        _require(stored["status"] == obligations_status(again),
+                 f"obligations.json status: stored {stored['status']}, derived {obligations_status(again)}")
+        return f"{len(again)} obligations, {stored['status']}"
+    c.run("obligations.json matches the evidence", "same code", obligations_check)
+
+    def manifest_check():
+        obligations = collect_obligations(spec, c.d, stages)
+        want = manifest_figures(derived or summary, obligations)
+        diff = docs.differences({k: c.manifest.get(k) for k in want}, want)
+        if c.manifest.get("controller") != spec.name:
+            diff.append(f"controller: stored {c.manifest.get('controller')!r}, sla.yaml {spec.name!r}")
+        if (c.d / "cosim.json").exists() and c.manifest.get("seeds", {}).get("cosim") != c.json("cosim.json")["seed"]:
+            diff.append("seeds.cosim: not cosim.json's seed")
+        _require(not diff, "manifest.json differs from the evidence: " + "; ".join(diff[:4]))
+        return f"status {want['status']}, obligations {want['obligations']['count']} {want['obligations']['status']}, " \
+               "proof figures as derived"
+    c.run("manifest.json: status and figures re-derived", "independent", manifest_check)
+
+    def report_check():
+        obligations = c.json("obligations.json")["obligations"]
+        again = docs.regenerate_report(c.d, spec, obligations)
+        stored = {p.relative_to(c.d).as_posix() for p in c.d.rglob("*") if p.is_file()
+                  and (p.name in ("report.md", "report.html") or p.relative_to(c.d).parts[0] == "heatmaps")}
+        bad = [f"{rel}: not made again" for rel in sorted(stored - set(again))]
+        bad += [_first_difference(rel, (c.d / rel).read_bytes() if rel in stored else b"", data)
+                if not rel.endswith(".png") else f"{rel}: image differs"
+                for rel, data in sorted(again.items()) if rel not in stored or (c.d / rel).read_bytes() != data]
+        _require(not bad, "; ".join(bad[:3]))
+        return f"{', '.join(sorted(again))} rendered again from the evidence: byte for byte the same"
+    c.run("report: rendered again from the evidence and compared", "same code", report_check)
 
 
 def _verdict(c: _Checker) -> str:

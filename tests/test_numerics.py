@@ -1,0 +1,94 @@
+"""Fixed-order float64 arithmetic (generator/numerics.py) and the deterministic trainer (generator/mlp.py)."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, getcontext
+
+import numpy as np
+import pytest
+
+from mi_certify.generator import numerics as N
+from mi_certify.generator.mlp import DeterministicMLP
+
+
+def _sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The definition: each entry summed left to right in Python floats (IEEE binary64)."""
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for i in range(a.shape[0]):
+        for j in range(b.shape[1]):
+            s = 0.0
+            for k in range(a.shape[1]):
+                s += float(a[i, k]) * float(b[k, j])
+            out[i, j] = s
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matmul_is_the_left_to_right_sum_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    n, k, m = rng.integers(1, 9, size=3)
+    a = rng.standard_normal((n, k)) * 10.0 ** rng.integers(-8, 9, size=(n, k))
+    b = rng.standard_normal((k, m)) * 10.0 ** rng.integers(-8, 9, size=(k, m))
+    got = N.matmul(a, b)
+    assert got.tobytes() == _sequential(a, b).tobytes()
+    # batched, vector and transposed forms agree with the same definition
+    assert N.matmul(np.stack([a, a]), b)[1].tobytes() == got.tobytes()
+    assert N.matmul(a, b[:, 0]).tobytes() == got[:, 0].tobytes()
+    assert N.matmul(a[0], b).tobytes() == got[0].tobytes()
+    x = rng.standard_normal((3, k))
+    lam = rng.standard_normal((3, 2, k))
+    ref = np.array([[sum((float(lam[i, r, q]) * float(x[i, q]) for q in range(k)), 0.0) for r in range(2)]
+                    for i in range(3)])
+    assert np.allclose(N.rowdot(lam, x), ref, rtol=1e-12, atol=0)
+
+
+def test_matmul_refuses_misaligned_shapes():
+    with pytest.raises(ValueError, match="do not align"):
+        N.matmul(np.ones((2, 3)), np.ones((2, 3)))
+
+
+def test_exp_is_within_three_ulp_and_exp_upper_is_a_sound_upper_bound():
+    getcontext().prec = 50
+    xs = np.concatenate([np.linspace(-745, 709, 4001), np.linspace(-1, 1, 2001), [0.0, -0.0, 1e-300, -1e-300]])
+    e = N.exp(xs)
+    ref = np.array([math.exp(v) for v in xs])
+    normal = ref > 1e-300
+    assert np.all(np.abs(e[normal] - ref[normal]) <= 3 * np.spacing(ref[normal]))
+    up = N.exp_upper(xs)
+    for v, u in zip(xs[::37], up[::37]):
+        assert Decimal(float(u)) >= Decimal(float(v)).exp()
+    assert N.exp(np.array([710.0]))[0] == math.inf and N.exp(np.array([0.0]))[0] == 1.0
+
+
+def test_log_is_within_four_ulp():
+    xs = np.concatenate([np.geomspace(1e-300, 1e300, 3001), np.linspace(0.5, 2.0, 3001)])
+    ref = np.array([math.log(v) for v in xs])
+    assert np.all(np.abs(N.log(xs) - ref) <= 4 * np.spacing(np.maximum(np.abs(ref), 1e-300)) + 1e-300)
+
+
+def test_softmax_lower_never_exceeds_the_true_probability():
+    getcontext().prec = 50
+    rng = np.random.default_rng(5)
+    margins = np.vstack([rng.uniform(-30, 30, (200, 3)), np.zeros((1, 3)), np.full((1, 3), 800.0),
+                         np.full((1, 3), -800.0)])
+    low = N.softmax_lower(margins)
+    for m, p in zip(margins, low):
+        true = 1 / (1 + sum(Decimal(-float(v)).exp() for v in m))
+        assert Decimal(float(p)) <= true
+        assert float(true) - p < 1e-12 or float(true) < 1e-300
+    assert low[-3] == pytest.approx(0.25, abs=1e-12)
+
+
+def test_the_trainer_learns_a_separable_problem_and_repeats_itself_bit_for_bit():
+    rng = np.random.default_rng(0)
+    x = rng.random((300, 3))
+    y = (x[:, 0] + x[:, 1] > 1.0).astype(int) + 2 * (x[:, 2] > 0.7)
+    a = DeterministicMLP((8, 8), alpha=1e-3, max_iter=400, random_state=1).fit(x, y)
+    b = DeterministicMLP((8, 8), alpha=1e-3, max_iter=400, random_state=1).fit(x, y)
+    assert (a.predict(x) == y).mean() >= 0.97
+    assert all(p.tobytes() == q.tobytes() for p, q in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_))
+    assert list(a.classes_) == [0, 1, 2, 3] and a.predict_proba(x).shape == (300, 4)
+    np.testing.assert_allclose(a.predict_proba(x).sum(axis=1), 1.0, atol=1e-12)
+    c = DeterministicMLP((8, 8), alpha=1e-3, max_iter=400, random_state=2).fit(x, y)
+    assert c.coefs_[0].tobytes() != a.coefs_[0].tobytes()

@@ -1,0 +1,215 @@
+"""The documents a person reads, re-derived from the evidence (part of ``mi-certify check``).
+
+A reader trusts ``summary.json``, ``report.md`` / ``report.html``, ``obligations.json`` and
+the manifest's status and figures; a hash only says they were not changed after the
+manifest was written. So every figure in them is derived again here from the evidence
+files the rest of ``check`` verifies (verification.json, distillation.json, lut.json,
+lut_properties.json, proofs/index.json, lint.json, cosim.json, monitor_cosim.json,
+coverage.json, the spec and the re-imported network), the summary and the manifest
+figures are recomputed with the build's own pure functions, the report is rendered
+again into a scratch copy of the bundle, and the generated sources are emitted again
+from the spec and lut.hex. Any difference is a FAIL naming the file and the field.
+
+What this cannot re-derive, it says: the ``hdl`` stage's numbers come from Yosys and
+nextpnr and are made again by the ``hdl`` item of the full check (skipped by
+``--quick``); a failed stage's free-text ``error`` is not compared (the build is failed
+either way); the ``encoding_estimates`` of ``hdl.encoding: auto`` are measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["differences", "expected_stages", "lut_counts", "regenerate_report", "regenerate_sources"]
+
+
+def _read(d: Path, rel: str):
+    p = d / rel
+    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+
+
+def differences(stored, derived, path: str = "") -> list[str]:
+    """Field paths where ``stored`` and ``derived`` differ, each "path: stored X, derived Y"."""
+    if isinstance(stored, dict) and isinstance(derived, dict):
+        out = []
+        for k in sorted(set(stored) | set(derived), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in stored:
+                out.append(f"{sub}: missing (derived {json.dumps(derived[k])[:80]})")
+            elif k not in derived:
+                out.append(f"{sub}: present ({json.dumps(stored[k])[:80]}) but not derivable from the evidence")
+            else:
+                out.extend(differences(stored[k], derived[k], sub))
+        return out
+    if isinstance(stored, list) and isinstance(derived, list) and len(stored) == len(derived):
+        return [d for i, (a, b) in enumerate(zip(stored, derived)) for d in differences(a, b, f"{path}[{i}]")]
+    if stored != derived or isinstance(stored, bool) != isinstance(derived, bool):
+        return [f"{path}: stored {json.dumps(stored)[:80]}, derived {json.dumps(derived)[:80]}"]
+    return []
+
+
+def _command_option(command: list[str], flag: str, default: str) -> str:
+    return command[command.index(flag) + 1] if flag in command else default
+
+
+def lut_counts(lut_json: dict) -> dict:
+    counts = {"proven": 0, "resolved": 0, "sampled": 0}
+    for a, b, s in lut_json["cell_status"]:
+        counts[s] += b - a
+    return counts
+
+
+def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.ndarray, has_rom: bool) -> dict:
+    """Every stage record of summary.json derived from the evidence files in ``d``.
+
+    ``stored`` is summary.json's ``stages``: only the ``hdl`` record (tool measurements,
+    re-made by the full check) and, for a failed stage, its ``error`` text are taken from it.
+    ``has_rom``: the emitter, run again, writes a ``$readmemh`` file for this LUT.
+    """
+    from mi_certify.generator.bundle import STAGE_TEXT, read_distillation
+    from mi_certify.generator.emit import rom_file_name
+    from mi_certify.generator.emit_monitor import module_name as monitor_module
+    from mi_certify.generator.lut import property_masks
+    from mi_certify.generator.pipeline import CROSS_CHECK_POINTS
+    from mi_certify.verification.fsm_proofs import entry_alphabet
+
+    command = manifest.get("command", [])
+    out: dict = {}
+    out["spec"] = {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
+                   "address_bits": spec.address_bits, "properties": len(spec.properties)}
+    out["import"] = {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
+                     "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": 1e-5, "passed": True}}
+    ver = _read(d, "verification.json")
+    if ver is None:
+        out["verify"] = {"status": "skipped", "reason": STAGE_TEXT["verify.skipped"]}
+    else:
+        out["verify"] = {"status": "ok" if ver["status"] == "proved" else "failed", "result": ver["status"],
+                         "properties": {r["id"]: r["verdict"] for r in ver["properties"]},
+                         "reachable_actions": [a["action"] for a in ver["output_domain"]["actions"]
+                                               if a["reachable"] == "yes"],
+                         "timeout_s": float(_command_option(command, "--verify-timeout", "60"))}
+    lut_json = _read(d, "lut.json")
+    if (d / "distillation.json").exists():
+        dist = read_distillation(d / "distillation.json")
+        counts = {"proven": 0, "resolved": 0, "sampled": 0}
+        for b in dist["boxes"]:
+            counts[b["verdict"]] += int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1))
+        cells = sum(counts.values())
+        fid = dist["fidelity"]
+        errors = []
+        if fid["proven_agree"] != fid["proven_points"]:
+            errors.append("a proven cell disagrees with the network")
+        if spec.resolve == "refuse" and counts["resolved"] > 0:
+            errors.append(f"distill.resolve is refuse and {counts['resolved']} cells hold several actions")
+        out["lut"] = {"status": "failed" if errors else "ok", "method": STAGE_TEXT["lut.distilled"], "cells": cells,
+                      **counts, "proven_share": round(counts["proven"] / cells, 6),
+                      "undecided_cells": sum(1 for r in dist["resolved_cells"] if r["undecided"]),
+                      "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
+                      **({"error": "; ".join(errors)} if errors else {})}
+    else:
+        counts = lut_counts(lut_json)
+        out["lut"] = {"status": "ok", "method": STAGE_TEXT["lut.sampled"], "cells": sum(counts.values()), **counts}
+    lp = _read(d, "lut_properties.json")
+    out["lut_properties"] = {"status": "failed" if any(r["verdict"] == "violated" for r in lp["properties"]) else "ok",
+                             "method": STAGE_TEXT["lut_properties"],
+                             "properties": {r["id"]: r["verdict"] for r in lp["properties"]},
+                             "overridden_cells": len(lp["overridden_cells"])}
+    index = _read(d, "proofs/index.json") or {"obligations": []}
+    fsm = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "fsm"}
+    cfg, masks, bits = spec.fsm_config(), property_masks(spec), [i.bits for i in spec.inputs]
+    traces = (_read(d, "proofs/fsm/without_rule_3a.json") or {"traces": {}})["traces"]
+    out["fsm_proofs"] = {"status": "ok" if all(v == "proved" for v in fsm.values()) else "failed",
+                         "method": STAGE_TEXT["fsm_proofs"], "obligations": fsm,
+                         "lut_entries": len(entry_alphabet(cfg, lut & 0x7F, (lut >> 7).astype(bool), masks, bits)),
+                         "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(traces))}
+    encoding = stored.get("emit", {}).get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
+    out["emit"] = {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
+                   "module": spec.module_name, "encoding": encoding,
+                   **({"rom": rom_file_name(spec)} if has_rom else {}),
+                   **({"encoding_estimates": stored["emit"]["encoding_estimates"]}
+                      if spec.hdl.encoding == "auto" and "encoding_estimates" in stored.get("emit", {}) else {}),
+                   "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
+    lint = _read(d, "lint.json")
+    if lint is None:
+        out["lint"] = {"status": "skipped", "reason": STAGE_TEXT["lint.skipped"]}
+    else:
+        out["lint"] = {"status": "ok" if lint["clean"] and lint.get("sla_monitor", {}).get("clean") else "failed",
+                       **lint}
+    rtl = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "rtl"}
+    if "--skip-rtl-proofs" in command:
+        out["rtl_proofs"] = {"status": "skipped", "reason": STAGE_TEXT["rtl_proofs.skipped"]}
+    elif rtl:
+        out["rtl_proofs"] = {"status": "ok" if all(v == "proved" for v in rtl.values()) else "failed",
+                             "method": STAGE_TEXT["rtl_proofs"], "obligations": rtl}
+    else:
+        out["rtl_proofs"] = {"status": "failed"}
+    cos, mon, cov = _read(d, "cosim.json"), _read(d, "monitor_cosim.json"), _read(d, "coverage.json")
+    if cos is None:
+        out["cosim"] = {"status": "skipped", "reason": STAGE_TEXT["cosim.skipped"]}
+    else:
+        errors = [e for e in (cos["error"] if not cos["passed"] else None,
+                              None if mon["passed"] else STAGE_TEXT["cosim.monitor_failed"], *cov["errors"]) if e]
+        out["cosim"] = {"status": "ok" if cos["passed"] and mon["passed"] and cov["passed"] else "failed", **cos,
+                        "monitor": {"passed": mon["passed"], "cycles": sum(c["cycles"] for c in mon["configs"]),
+                                    "mismatches": sum(c["mismatches"] for c in mon["configs"])},
+                        "coverage": cov["summary"], **({"error": "; ".join(errors)} if errors else {})}
+    out["hdl"] = stored.get("hdl", {})
+    for name, rec in out.items():  # a failed stage's free text is not re-derivable
+        if rec.get("status") == "failed" and "error" in stored.get(name, {}) and "error" not in rec:
+            rec["error"] = stored[name]["error"]
+    return out
+
+
+def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes]:
+    """report.md, report.html and heatmaps/*.png rendered again from the bundle's evidence
+    in a scratch copy (the report files themselves and every unhashed file left out)."""
+    from mi_certify.generator.report import write_report
+
+    manifest = _read(d, "manifest.json")
+    mine = {"report.md", "report.html"}
+    with tempfile.TemporaryDirectory(prefix="mi-certify-report-") as tmp:
+        t = Path(tmp)
+        for rel in manifest["files"]:
+            if rel in mine or rel.startswith("heatmaps/"):
+                continue
+            (t / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(d / rel, t / rel)
+        write_report(spec, t, obligations)
+        return {p.relative_to(t).as_posix(): p.read_bytes() for p in sorted(t.rglob("*"))
+                if p.is_file() and (p.relative_to(t).as_posix() in mine or p.relative_to(t).parts[0] == "heatmaps")}
+
+
+def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.ndarray) -> dict[str, str]:
+    """The emitted Python runtime, Verilog, ROM file and SLA-monitor wrapper made again from
+    the spec, lut.hex, the distillation boxes and the recorded hashes and version."""
+    from mi_certify.generator.bundle import read_distillation
+    from mi_certify.generator.emit import SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
+    from mi_certify.generator.emit_monitor import emit_sla_monitor, module_name as monitor_module
+    from mi_certify.generator.lut import Lut, property_masks
+
+    lut_json = _read(d, "lut.json")
+    status = np.empty(lut.size, dtype=object)
+    for a, b, s in lut_json["cell_status"]:
+        status[a:b] = s
+    table = Lut((lut & 0x7F).astype(np.uint8), (lut >> 7).astype(bool), status)
+    masks = property_masks(spec)
+    inputs = manifest["inputs"]
+    hashes = SourceHashes(inputs["model"]["sha256"], inputs["spec"]["sha256"], lut_json["sha256"])
+    version = manifest["mi_certify"]["version"]
+    encoding = summary["stages"]["emit"]["encoding"]
+    boxes = None
+    if (d / "distillation.json").exists():
+        boxes = [(b["level_lo"], b["level_hi"]) for b in read_distillation(d / "distillation.json")["boxes"]]
+    out = {f"{spec.name}.py": emit_python(spec, table, hashes, version, masks),
+           f"{spec.module_name}.v": emit_verilog(spec, table, hashes, version, masks, encoding=encoding, boxes=boxes),
+           f"{monitor_module(spec)}.v": emit_sla_monitor(spec, hashes.spec, version)}
+    if encoding in ("rom", "sliced_rom"):
+        rom = emit_rom_hex(spec, table, encoding)
+        if rom:
+            out[rom_file_name(spec)] = rom
+    return out

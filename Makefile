@@ -6,6 +6,7 @@ PYTHON  ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 APT_PKGS := iverilog yosys verilator chromium nextpnr-ice40 fpga-icestorm
+APT_BASE := python3 python3-venv python3-pip
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 OUT     ?= build/meta_controller
 CERTS   := certs/meta_controller
@@ -13,7 +14,7 @@ CERTS   := certs/meta_controller
 .PHONY: setup tools venv demo test certs check-certs clean help
 
 help:
-	@echo "make demo   - set up (apt: $(APT_PKGS); venv $(VENV)) and build examples/meta_controller into $(OUT)"
+	@echo "make demo   - set up (apt: $(APT_PKGS) $(APT_BASE); venv $(VENV)) and build examples/meta_controller into $(OUT)"
 	@echo "make test   - set up and run the test suite (pytest)"
 	@echo "make certs  - rebuild $(CERTS), the certificate bundle of the reference controller"
 	@echo "make clean  - remove $(VENV) and build/"
@@ -24,9 +25,12 @@ tools:
 	@missing=""; for t in iverilog vvp yosys verilator chromium nextpnr-ice40 icepack; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then missing="$$missing python3-venv"; fi; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing (apt):$$missing"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
-	    $(APT_PKGS) python3 python3-venv python3-pip >/dev/null; \
+	  echo "tools: missing:$$missing"; \
+	  echo "tools: apt-get update (refreshing the package lists) ..."; \
+	  $(SUDO) apt-get update -q && \
+	  echo "tools: apt-get install $(APT_PKGS) $(APT_BASE) (and their dependencies) ..." && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PKGS) $(APT_BASE) && \
+	  echo "tools: installed $(APT_PKGS) $(APT_BASE)"; \
 	fi
 
 venv: $(BIN)/.installed

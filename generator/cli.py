@@ -1,8 +1,10 @@
 """The ``mi-certify`` command line.
 
-Exit codes: 0 success; 1 the build ran but a stage failed (see summary.json);
-2 bad input (model, spec, output directory) with one error line naming file,
-field or node, and reason.
+Exit codes: 0 success; 1 the build ran but a stage failed (see summary.json), or
+``verify`` found a violated property, or ``check`` a failed item; 2 bad input (model,
+spec, output directory) with one error line naming file, field or node, and reason;
+3 ``verify``: some property unknown, ``check``: nothing failed but items were skipped;
+130 interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="mi-certify",
         description="Turn a neural meta controller (ONNX) into a deterministic LUT-FSM: Python runtime, "
                     "Verilog-2001, co-simulation and an evidence bundle.",
-        epilog="Exit codes: 0 ok, 1 a build stage failed, 2 bad input. Docs: docs/user-guide.md")
+        epilog="Exit codes: 0 ok; 1 failed: a build stage (build), a property violated (verify), an item "
+               "failed (check), a tampered log or a replay mismatch (audit); 2 bad input; 3 nothing failed but "
+               "not everything was decided: items skipped (check), a property unknown (verify); 130 interrupted "
+               "(Ctrl-C). Docs: docs/user-guide.md")
     p.add_argument("--version", action="version", version=f"mi-certify {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -141,6 +146,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_out_dir(out: Path) -> None:
+    """Refuse an output directory that cannot be made because it, or a folder on its way,
+    exists and is not a directory (e.g. --out afile/sub): one error before the build starts."""
+    from .errors import BuildError
+
+    for p in (out, *out.parents):
+        try:
+            if not (p.exists() or p.is_symlink()):
+                continue
+        except OSError:
+            return
+        if not p.is_dir():
+            raise BuildError("exists and is not a directory" if p == out else
+                             f"is not a directory, so the output directory {out} cannot be made inside it",
+                             file=str(p))
+        return
+
+
 def _run_build(args, console: Console) -> int:
     from .pipeline import BuildOptions, build
     from .spec import load_spec
@@ -151,6 +174,7 @@ def _run_build(args, console: Console) -> int:
     out = args.out
     if out is None:
         out = str(Path("build") / load_spec(args.sla).name)
+    _check_out_dir(Path(out))
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
                         skip_lint=args.skip_lint, skip_rtl_proofs=args.skip_rtl_proofs,
                         skip_synth=args.skip_synth, verify=not args.no_verify, distill=not args.sample_lut,

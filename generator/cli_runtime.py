@@ -4,16 +4,20 @@ The work is done by :mod:`mi_certify.runtime` (probes, SLA monitor, audit log, l
 loop, replay); this module parses options, turns runtime errors into located
 ``MiCertifyError`` lines (exit 2) and renders results.
 
-Exit codes: ``run`` 0 done, 2 bad input; ``audit verify`` 0 intact (a torn last line
-is reported, not a failure), 1 tampered, 2 bad input; ``audit replay`` 0 every
-decision confirmed, 1 a mismatch or a tampered log, 2 bad input.
+Exit codes: ``run`` 0 done, 2 bad input, 130 interrupted (the first Ctrl-C or SIGTERM
+stops it after the current request; the summary and the audit log's head are printed);
+``audit verify`` 0 intact (a torn last line is reported, not a failure), 1 tampered,
+2 bad input; ``audit replay`` 0 every decision confirmed, 1 a mismatch or a tampered
+log, 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -31,7 +35,9 @@ def add_parsers(sub) -> dict:
                        description="Before each request: read the probes, step the generated controller, apply "
                                    "its action to the onnxruntime session; after it: measure latency and accuracy "
                                    "loss against fp32, feed the SLA monitor, append an audit record. Action → "
-                                   "plan mapping and probe sources: docs/runtime.md.")
+                                   "plan mapping and probe sources: docs/runtime.md. Ctrl-C stops after the "
+                                   "current request (exit 130) and prints the summary and the audit log's head "
+                                   "record (seq, sha256) to pass to audit verify --anchor.")
     r.add_argument("--build", required=True, metavar="DIR", help="a build directory (mi-certify build)")
     r.add_argument("--workload", required=True, metavar="MODEL.onnx", help="the model the engine runs "
                    "(examples/workload/convnet.onnx)")
@@ -135,16 +141,18 @@ def run_command(args, console: Console) -> int:
     console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
     workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
     loop = ControlLoop(build, probe, features)
-    log = head = None
-    if args.audit:
-        log = _located(AuditLog, args.audit, key=key, fsync=args.fsync,
-                       header={**loop.audit_header(), "workload": Path(args.workload).name,
-                               "plans": {a: plans[a].describe() for a in build.actions}})
-        loop.audit = log
+    log = head = rep = None
+    interrupted: list[int] = []
     t = Table(title="inputs and their sources")
     for col in ("controller input", "source", "first reading"):
         t.add_column(col)
+    restore = _stop_on_signals(interrupted)
     try:
+        if args.audit:
+            log = _located(AuditLog, args.audit, key=key, fsync=args.fsync,
+                           header={**loop.audit_header(), "workload": Path(args.workload).name,
+                                   "plans": {a: plans[a].describe() for a in build.actions}})
+            loop.audit = log
         first = features(probe.read())
         if isinstance(probe, TraceProbe):
             probe.index = 0  # the table's sample must not use up the trace's first row
@@ -154,20 +162,55 @@ def run_command(args, console: Console) -> int:
         if any(v is None for v in first[0]):
             console.print("[yellow]warning:[/] some inputs are unavailable: every step is a probe fault "
                           "(conservative action). Map them with --map INPUT=EXPR (a number = an assumed constant).")
-        rep = run_live(loop, workload, args.requests, args.background_load, args.interval)
+        rep = run_live(loop, workload, args.requests, args.background_load, args.interval,
+                       stop=lambda: bool(interrupted))
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, without the summary
+        interrupted.append(signal.SIGINT)
     finally:
-        if log is not None:
-            head = log.close()
-        probe.close()
-        workload.close()
-    _print_live(rep, build, console)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(rep.to_json(), indent=2, sort_keys=True) + "\n")
-    if args.audit:
+        restore()
+        try:
+            if log is not None:
+                head = log.close()
+        finally:
+            probe.close()
+            workload.close()
+    if rep is not None:
+        _print_live(rep, build, console)
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(rep.to_json(), indent=2, sort_keys=True) + "\n")
+    if interrupted:
+        done = (f"after {rep.requests} of {args.requests} requests" if rep is not None else
+                "(a second time: stopped at once, no summary)")
+        console.print(f"[yellow]interrupted[/] {done}" + ("; every request done is in the audit log"
+                                                         if log is not None else ""), highlight=False)
+    if head is not None:
         console.print(f"audit log: {args.audit}; head record {head.seq}, sha256 {head.sha256}\n"
                       f"keep that hash elsewhere: mi-certify audit verify {args.audit}"
                       f"{' --key ' + args.key if args.key else ''} --anchor {head.seq}:{head.sha256}", highlight=False)
-    return 0
+    return 130 if interrupted else 0
+
+
+def _stop_on_signals(flag: list) -> Callable[[], None]:
+    """Make the first Ctrl-C (SIGINT) or SIGTERM a request to stop after the current request
+    (the number is appended to ``flag``); a second one raises KeyboardInterrupt. A SIGINT that
+    the parent set to be ignored (a background job) stays ignored. Returns the function that
+    restores the previous handlers."""
+    def handler(signum, frame):
+        if flag:
+            raise KeyboardInterrupt
+        flag.append(signum)
+
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        prev = signal.getsignal(sig)
+        if prev is not signal.SIG_IGN:
+            old[sig] = prev
+            signal.signal(sig, handler)
+
+    def restore():
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
+    return restore
 
 
 def _print_live(rep, build, console: Console) -> None:
@@ -183,8 +226,21 @@ def _print_live(rep, build, console: Console) -> None:
     console.print(t)
     for p in j["phases"]:
         console.print(f"phase {p['phase']:6s} from request {p['from_request']:5d}: {p['tokens']}", highlight=False)
-    console.print(f"switches: {j['switch_count']} {j['switches']}; fallbacks: {rep.fallbacks}; recoveries: "
-                  f"{rep.recoveries}; SLA violations: {rep.violations}; reasons: {j['reasons']}", highlight=False)
+    console.print(f"switches: {j['switch_count']} {j['switches']}; SLA violations: {rep.violations}",
+                  highlight=False)
+    console.print(fallback_summary(rep.fallbacks, j["reasons"].get("FALLBACK", 0), rep.recoveries), highlight=False)
+    console.print(f"steps per reason: {j['reasons']}", highlight=False)
+
+
+def fallback_summary(entries: int, fallback_steps: int, recoveries: int) -> str:
+    """The fallback counts of a run or replay, worded so the two counts cannot be confused:
+    ``entries`` = steps that entered the fallback on ``violations_to_fallback`` consecutive SLA
+    violations (reason FALLBACK, not in fallback before); ``fallback_steps`` = all steps with
+    reason FALLBACK (those entries, and every later step without a probe fault until RECOVER,
+    also after a fallback that a probe fault started; probe-fault steps are PROBE_FAULT)."""
+    return (f"fallback entries on SLA violations: {entries}; steps in fallback (reason FALLBACK: the entry steps and "
+            f"the later steps without a probe fault until RECOVER, also when a probe fault put it there): "
+            f"{fallback_steps}; recoveries: {recoveries}")
 
 
 def audit_command(args, console: Console) -> int:
@@ -214,8 +270,9 @@ def audit_command(args, console: Console) -> int:
                   "-" if not n else f"{st['attainment']:.1%}", f"{st['verdict_compliant']}")
     console.print(t)
     j = rep.to_json()
-    console.print(f"switches: {j['switch_count']} {j['switches']}; fallbacks: {rep.fallbacks}; recoveries: "
-                  f"{rep.recoveries}; probe faults: {rep.probe_faults}", highlight=False)
+    console.print(f"switches: {j['switch_count']} {j['switches']}; probe faults (reason PROBE_FAULT): "
+                  f"{rep.probe_faults}", highlight=False)
+    console.print(fallback_summary(rep.fallbacks, j["reasons"].get("FALLBACK", 0), rep.recoveries), highlight=False)
     if rep.mismatches:
         for seq, what, logged, got in rep.mismatches[:20]:
             console.print(f"[red]mismatch[/] record {seq}: {what}: logged {logged!r}, replayed {got!r}",

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .errors import MiCertifyError
 
@@ -121,20 +123,32 @@ def profile_command(args, console: Console) -> int:
                         settle_s=args.settle, seed=args.seed)
     command = "mi-certify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
 
+    # on a terminal: a progress bar and a line every 20 samples; in a file or pipe (no bar): a line
+    # per sample (its condition and latencies, time so far and an estimate of the time left)
+    every = 20 if console.is_terminal else 1
+    bar = Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
+    task = bar.add_task("profile", total=cfg.samples)
+    t0 = time.monotonic()
+
     def on_sample(i, row):
-        if i % 20 == 0 or i == cfg.samples - 1:
+        bar.update(task, completed=i + 1)
+        if i % every == 0 or i == cfg.samples - 1:
             lat = " ".join(f"{a}={row[f'latency_ms.{a}']:.1f}" if row[f'latency_ms.{a}'] is not None else f"{a}=-"
                            for a in actions)
-            console.print(f"sample {i + 1}/{cfg.samples}: load {row['load_procs']}, batch {row['batch']}, "
-                          f"size {row['input_size']}, threads {row['threads']}, {inputs[0][0]}="
-                          f"{row[inputs[0][0]]}; ms {lat}", highlight=False)
+            took = time.monotonic() - t0
+            left = took / (i + 1) * (cfg.samples - i - 1)
+            console.print(f"sample {i + 1}/{cfg.samples} ({took:.0f} s, about {left:.0f} s left): load "
+                          f"{row['load_procs']}, batch {row['batch']}, size {row['input_size']}, threads "
+                          f"{row['threads']}, {inputs[0][0]}={row[inputs[0][0]]}; ms {lat}", highlight=False)
 
     console.print(f"profiling {args.workload}: {cfg.samples} samples × {len(actions)} actions × {cfg.repeats} "
                   "requests …", highlight=False)
     try:
-        meta = profile(args.workload, args.out, actions, plans, inputs, overrides, cfg,
-                       command=command or f"mi-certify profile --workload {args.workload} --out {args.out}",
-                       on_sample=on_sample)
+        with bar:
+            meta = profile(args.workload, args.out, actions, plans, inputs, overrides, cfg,
+                           command=command or f"mi-certify profile --workload {args.workload} --out {args.out}",
+                           on_sample=on_sample)
     except ValueError as exc:
         raise ProfileInputError(str(exc)) from None
     console.print(f"wrote {args.out} ({meta['samples']} rows, {meta['duration_s']} s) and "

@@ -42,10 +42,7 @@ order, so the LUT does not depend on scheduling.
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -425,13 +422,11 @@ def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillO
     stats: dict[str, int] = {}
     results = []
     if opts.workers > 1:
-        try:
-            with ProcessPoolExecutor(max_workers=opts.workers, mp_context=get_context("spawn")) as pool:
-                for k, r in enumerate(pool.map(_distill_slice, slices)):
-                    results.append(r)
-                    if progress:
-                        progress(k + 1, len(slices))
-        except (RuntimeError, BrokenProcessPool):  # e.g. called from a script without a __main__ guard
+        from mi_certify.verification.workers import WorkersLost, map_in_processes
+        try:  # results come back in slice order, whatever the workers' order
+            results = map_in_processes(_distill_slice, slices, opts.workers,
+                                       on_result=(lambda k, done: progress(done, len(slices))) if progress else None)
+        except WorkersLost:  # e.g. called from a script without a __main__ guard
             results = []
     if not results:
         for k, s in enumerate(slices):

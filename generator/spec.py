@@ -25,6 +25,10 @@ from .errors import SpecError
 SCHEMA_ID = "mi-certify/v1"
 MAX_ADDRESS_BITS = 24
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+MAX_NAME_LENGTH = 64
+_PREFIX = r"^([A-Za-z_][A-Za-z0-9_]{0,31})?$"
+MAX_PREFIX_LENGTH = 32
+_IDENT = "letters, digits, underscore; not starting with a digit"
 _TEXT = {"type": "string", "maxLength": 200, "pattern": r'^[^\x00-\x1f\x7f"\\`]*$'}
 _STATISTIC = STATISTIC_PATTERN
 _RANGE = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
@@ -42,7 +46,7 @@ SCHEMA: dict = {
             "type": "object", "additionalProperties": False, "required": ["name", "decode"],
             "description": "how the network's outputs become an action",
             "properties": {
-                "name": {"type": "string", "pattern": _NAME,
+                "name": {"type": "string", "pattern": _NAME, "maxLength": MAX_NAME_LENGTH,
                          "description": "identifier used for generated file and module names"},
                 "decode": {"enum": ["argmax", "argmin"],
                            "description": "the action is the index of the largest (argmax) or smallest (argmin) "
@@ -66,7 +70,7 @@ SCHEMA: dict = {
             "items": {
                 "type": "object", "additionalProperties": False, "required": ["name", "min", "max", "bits"],
                 "properties": {
-                    "name": {"type": "string", "pattern": _NAME},
+                    "name": {"type": "string", "pattern": _NAME, "maxLength": MAX_NAME_LENGTH},
                     "unit": {**_TEXT, "maxLength": 32, "description": "physical unit, for reports and HDL headers"},
                     "min": {"type": "number", "description": "lower end of the operating envelope"},
                     "max": {"type": "number", "description": "upper end of the operating envelope"},
@@ -82,7 +86,7 @@ SCHEMA: dict = {
             "items": {
                 "type": "object", "additionalProperties": False, "required": ["name"],
                 "properties": {
-                    "name": {"type": "string", "pattern": _NAME},
+                    "name": {"type": "string", "pattern": _NAME, "maxLength": MAX_NAME_LENGTH},
                     "conservative": {"type": "boolean",
                                      "description": "exactly one action is the conservative fallback"},
                     "sla": {
@@ -151,7 +155,7 @@ SCHEMA: dict = {
                 "reset_polarity": {"enum": ["high", "low"],
                                    "description": "reset active high (port `rst`; default) or active low "
                                                   "(port `rst_n`)"},
-                "prefix": {"type": "string", "pattern": r"^([A-Za-z_][A-Za-z0-9_]{0,31})?$",
+                "prefix": {"type": "string", "pattern": _PREFIX, "maxLength": MAX_PREFIX_LENGTH,
                            "description": "prepended to the Verilog module name (default none: the module "
                                           "is controller.name)"},
                 "encoding": {"enum": ["case", "rom", "boxtree", "sliced_rom", "auto"],
@@ -172,7 +176,9 @@ SCHEMA: dict = {
             "items": {
                 "type": "object", "additionalProperties": False, "required": ["id", "when"],
                 "properties": {
-                    "id": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"},
+                    "id": {"type": "string", "pattern": _NAME, "maxLength": MAX_NAME_LENGTH,
+                           "description": f"names the property in reports, proof obligations (fsm.property.<id>) "
+                                          f"and counterexamples: {_IDENT}; unique"},
                     "description": _TEXT,
                     "when": {"type": "object", "additionalProperties": _RANGE,
                              "description": "input name -> [lo, hi]; inputs not named span their envelope"},
@@ -373,7 +379,13 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[str, str]:
             return where, "text may not contain control characters, quotes, backslashes or backticks"
         if err.schema.get("pattern") == _STATISTIC:
             return where, f"{_short(err.instance)} is not a statistic (max, mean, or p1 ... p99)"
-        return where, f"{_short(err.instance)} is not a valid name (letters, digits, underscore; not starting with a digit)"
+        if err.schema.get("pattern") == _PREFIX:
+            return where, (f"'{_short(err.instance)}' is not a valid prefix (empty, or {_IDENT}; at most "
+                           f"{MAX_PREFIX_LENGTH} characters)")
+        what = "property id" if err.absolute_path and err.absolute_path[-1] == "id" else "name"
+        return where, f"'{_short(err.instance)}' is not a valid {what} ({_IDENT}; at most {MAX_NAME_LENGTH} characters)"
+    if err.validator == "maxLength" and isinstance(err.instance, str):
+        return where, f"is {len(err.instance)} characters long; at most {err.validator_value} are allowed"
     return where, _short(err.message, 300)
 
 
@@ -587,6 +599,9 @@ def _resolve(raw: dict, f: str) -> Spec:
     fsm = raw["fsm"]
     hdl = raw.get("hdl", {})
     module = hdl.get("prefix", "") + name
+    if len(module) > MAX_NAME_LENGTH:
+        raise SpecError(f"module name '{module}' (hdl.prefix + controller.name) is {len(module)} characters long; "
+                        f"at most {MAX_NAME_LENGTH} are allowed", file=f, where="hdl.prefix")
     if not is_valid_name(module):
         raise SpecError(f"module name '{module}' is a reserved word", file=f, where="hdl.prefix")
     if module in RESERVED_MODULES or module.startswith("mi_certify_"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from .spec import MAX_ADDRESS_BITS, SCHEMA
+from .spec import MAX_ADDRESS_BITS, MAX_NAME_LENGTH, SCHEMA
 
 _INTRO = f"""# sla.yaml reference (schema `mi-certify/v1`)
 
@@ -36,8 +36,8 @@ refused.
 - `forbid`/`require`/`output` name declared actions; `forbid` may not list every
   action nor the conservative one, `require` must include the conservative one
   (the fallback must always be allowed); `output` bounds have `min <= max`;
-- the module name (`hdl.prefix` + `controller.name`) is a legal identifier that clashes
-  with no shipped module (`sla_monitor`, `mi_certify_*`);
+- the module name (`hdl.prefix` + `controller.name`) is a legal identifier of at most
+  {MAX_NAME_LENGTH} characters that clashes with no shipped module (`sla_monitor`, `mi_certify_*`);
 - every `latency_ms` is at least one clock cycle at `hdl.clock_mhz` (100 MHz when not
   set), and the largest, times `monitor.window`, fits the hardware SLA monitor's 32-bit
   latency counter (with a bit of headroom: docs/hdl-cosim.md);
@@ -65,6 +65,10 @@ def _limits(s: dict) -> str:
                      ("maxItems", "items <=")):
         if key in s:
             parts.append(f"{sym} {s[key]}")
+    if "minLength" in s:
+        parts.append(f"at least {s['minLength']} characters")
+    if "maxLength" in s:
+        parts.append(f"at most {s['maxLength']} characters")
     if "pattern" in s:
         parts.append(f"pattern `{s['pattern']}`")
     return ", ".join(parts)

@@ -259,13 +259,15 @@ def stop_background_load(procs: list[subprocess.Popen]) -> None:
 
 
 def run_live(loop: ControlLoop, workload: Workload, requests: int, background_load: int = 0,
-             interval_s: float = 0.0, on_request=None) -> LiveReport:
+             interval_s: float = 0.0, on_request=None, stop=None) -> LiveReport:
     """Run ``requests`` requests through the control loop.
 
     With ``background_load`` > 0, that many busy-loop processes run during the middle
     third of the requests (phases: quiet, loaded, quiet). ``interval_s``: pause between
     requests (the probe then sees the engine's duty cycle, not a 100 % busy loop).
     ``on_request(i, decision, verdict, latency_ms)`` is called after each request.
+    ``stop()``, when given, is asked before each request; True ends the run there (the
+    report then counts the requests done).
     """
     rep = LiveReport()
     actions = loop.build.actions
@@ -274,6 +276,8 @@ def run_live(loop: ControlLoop, workload: Workload, requests: int, background_lo
     phase = None
     try:
         for i in range(requests):
+            if stop is not None and stop():
+                break
             want = "loaded" if edges[0] <= i < edges[1] else "quiet"
             if want != phase:
                 if want == "loaded":

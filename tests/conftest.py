@@ -50,3 +50,37 @@ def reference_build(tmp_path_factory):
                            str(REFERENCE_SLA), "--out", str(out)], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr
     return out
+
+
+def children(pid: int) -> list[int]:
+    """Child processes of ``pid`` (started by any of its threads)."""
+    import os
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out += [int(c) for c in fh.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def spawned_workers(pid: int) -> list[int]:
+    """Child processes of ``pid`` started by multiprocessing's spawn."""
+    out = []
+    for c in children(pid):
+        try:
+            with open(f"/proc/{c}/cmdline") as fh:
+                if "spawn_main" in fh.read():
+                    out.append(c)
+        except OSError:
+            pass
+    return out
+
+
+def running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

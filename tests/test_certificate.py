@@ -88,7 +88,7 @@ def test_distillation_json_is_compact_and_complete(reference_build):
     assert size < 6_000_000, size  # 16.8 MB in the indented form, 5.1 MB now
     dist = read_distillation(reference_build / "distillation.json")
     cells = sum(int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1)) for b in dist["boxes"])
-    assert cells == 65536 and len(dist["resolved_cells"]) == 6429
+    assert cells == 65536 and len(dist["resolved_cells"]) == 6310
 
 
 # --- reproducible ---------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def test_check_re_derives_the_synthesis_numbers(bundle_copy, monkeypatch):
     forged["hdl"]["fmax_mhz_hx8k"] = 131.0
     forged["stages"]["hdl"]["place_and_route"]["hx8k"]["fmax_mhz"] = 131.0
     item = check(forged)
-    assert item.status == "FAIL" and "131.0" in item.detail and "90.78" in item.detail
+    assert item.status == "FAIL" and "131.0" in item.detail and str(honest["hdl"]["fmax_mhz_hx8k"]) in item.detail
     forged = json.loads(json.dumps(honest))  # only verdicts and a generic count in the stage record
     forged["stages"]["hdl"]["meets_clock_up5k"] = True
     forged["stages"]["hdl"]["generic"]["cells"] = 1

@@ -50,8 +50,10 @@ def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_
     for r in res.resolved:
         assert sorted(r["actions"]) == ["a0", "a1"] and r["resolved_to"] == "a0" and not r["undecided"]
         assert 0 <= r["witnesses"][1]["x"][0] <= 0.5  # the witness lies in the cell
-    f = fidelity(_spec(tmp_path), model, res.lut, n_points=2000)
+    f, diag = fidelity(_spec(tmp_path), import_onnx(model), model, res.lut, n_points=2000)
     assert f["proven_agree"] == f["proven_points"] > 1000
+    assert f["network"] == "IR float64 (fixed-order arithmetic)" and diag["points"] == 2000
+    assert diag["lut_agree_onnxruntime"] >= f["proven_points"] and diag["ir_vs_onnxruntime_decisions_differ"] == 0
 
 
 def test_centre_policy_keeps_the_centre_action_without_confidence(tmp_path):

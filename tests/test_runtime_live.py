@@ -261,6 +261,72 @@ def test_cli_bad_input_is_one_line_and_exit_2(quick_build, tmp_path, args, messa
     assert len(err) == 1 and message in err[0], p.stderr
 
 
+def test_cli_run_stops_on_ctrl_c_and_prints_the_audit_head_to_anchor(quick_build, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) stops the run after the
+    current request: exit 130, the summary, and the head record (seq, sha256) of the closed log,
+    which `audit verify --anchor` accepts; no tracebacks or resource_tracker warnings."""
+    import hashlib
+    import os
+    import re
+    import signal
+    import time
+    log = tmp_path / "int.log"
+    p = subprocess.Popen([sys.executable, "-m", "mi_certify.generator.cli", "run", "--build", str(quick_build),
+                          "--workload", str(WORKLOAD), "--requests", "1000000", "--audit", str(log),
+                          "--probe", f"trace:{INCIDENT}", "--interval", "0.002"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < deadline and (
+                not log.exists() or log.read_bytes().count(b"\n") < 40):
+            time.sleep(0.05)
+        assert p.poll() is None, p.stderr.read()
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err
+    last = log.read_bytes().split(b"\n")[-2]
+    head, sha = json.loads(last), hashlib.sha256(last).hexdigest()
+    n = int(re.search(r"interrupted after (\d+) of 1000000 requests; every request done is in the audit log",
+                      err)[1])
+    assert head["kind"] == "close" and head["seq"] == n + 1 and n >= 39, err
+    assert f"live run: {n} requests" in err
+    assert f"audit log: {log}; head record {n + 1}, sha256 {sha}\n" in err
+    assert f"mi-certify audit verify {log} --anchor {n + 1}:{sha}" in err
+    for noise in ("Traceback", "resource_tracker", "leaked", "nothing was published"):
+        assert noise not in err, err
+    v = cli("audit", "verify", log, "--anchor", f"{n + 1}:{sha}")
+    assert v.returncode == 0, v.stderr
+    assert f"{n + 2} records, intact" in v.stderr and f"anchor {sha[:16]}… matches record {n + 1}" in v.stderr
+
+
+def test_run_and_replay_tell_fallback_entries_from_steps_in_fallback(quick_build, tmp_path):
+    """"fallbacks: 0" next to FALLBACK x7 read as a contradiction: the sensor dropout of the incident
+    trace (rows 220-222) puts the FSM in fallback as PROBE_FAULT, and the steps there until RECOVER
+    have reason FALLBACK although no SLA violation entered it. Both counts are now named."""
+    log, out = tmp_path / "f.log", tmp_path / "f.json"
+    p = cli("run", "--build", quick_build, "--workload", WORKLOAD, "--requests", 300, "--audit", log,
+            "--probe", f"trace:{INCIDENT}", "--interval", 0, "--json", out)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(out.read_text())
+    steps = j["reasons"]["FALLBACK"]
+    assert j["reasons"]["PROBE_FAULT"] == 3 and steps >= 7 and j["recoveries"] >= 1   # recovery: 8 compliant steps
+    line = (f"fallback entries on SLA violations: {j['fallbacks']}; steps in fallback (reason FALLBACK: the entry "
+            "steps and the later steps without a probe fault until RECOVER, also when a probe fault put it there): "
+            f"{steps}; recoveries: {j['recoveries']}")
+    assert line in p.stderr.splitlines(), p.stderr
+    assert "fallbacks:" not in p.stderr
+    r = cli("audit", "replay", log, "--build", quick_build, "--json")
+    assert r.returncode == 0, r.stderr
+    rj = json.loads(r.stdout)["replay"]
+    assert (rj["fallbacks"], rj["reasons"]["FALLBACK"], rj["recoveries"]) == (j["fallbacks"], steps, j["recoveries"])
+    assert line in r.stderr.splitlines() and "probe faults (reason PROBE_FAULT): 3" in r.stderr
+    assert "fallbacks:" not in r.stderr
+
+
 def test_runtime_package_imports_neither_generator_nor_verification():
     code = ("import sys, mi_certify.runtime, mi_certify.runtime.live, mi_certify.runtime.engine; "
             "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('mi_certify.')}))")

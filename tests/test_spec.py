@@ -157,3 +157,63 @@ def test_sla_yaml_reference_is_generated_from_the_schema():
     from mi_certify.generator.spec_doc import render
     assert (ROOT / "docs" / "sla-yaml.md").read_text() == render(), \
         "regenerate: python -m mi_certify.generator.spec_doc > docs/sla-yaml.md"
+
+
+def _check_spec(path):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "check-spec", str(path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("bad_id", ["1.a-b", "P-1", "p.1", "9lives", ""])
+def test_property_id_is_an_identifier_as_its_error_says(tmp_path, bad_id):
+    # the schema once accepted 1.a-b while its message said "letters, digits, underscore; not starting with a digit"
+    path = write(tmp_path, BASE, lambda d: d["properties"][0].update(id=bad_id))
+    p = _check_spec(path)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        f"error: {path}: properties[0].id: '{bad_id}' is not a valid property id (letters, digits, underscore; "
+        "not starting with a digit; at most 64 characters)"], p.stderr
+    assert p.stdout == ""
+
+
+def test_property_ids_that_are_identifiers_are_accepted(tmp_path):
+    ok = ["_p", "P" * 64, "acas_prop1"]
+    path = write(tmp_path, BASE, lambda d: [d["properties"][k].update(id=v) for k, v in enumerate(ok)])
+    p = _check_spec(path)
+    assert p.returncode == 0, p.stderr
+    assert [q.id for q in load_spec(path).properties] == ok
+
+
+@pytest.mark.parametrize("mutate,where,length,limit", [
+    (lambda d: d["properties"][0].update(id="P" * 65), "properties[0].id", 65, 64),
+    (lambda d: d["controller"].update(name="c" * 65), "controller.name", 65, 64),
+    (lambda d: d["inputs"][1].update(name="x" * 65), "inputs[1].name", 65, 64),
+    (lambda d: d["actions"][1].update(name="a" * 65), "actions[1].name", 65, 64),
+    (lambda d: d["inputs"][0].update(unit="u" * 33), "inputs[0].unit", 33, 32),
+    (lambda d: d.update(hdl={"prefix": "p" * 33}), "hdl.prefix", 33, 32),
+    (lambda d: d["actions"][0].update(description="d" * 201), "actions[0].description", 201, 200),
+    (lambda d: d["properties"][2].update(description="d" * 201), "properties[2].description", 201, 200),
+    # each part within its limit, together too long for one Verilog module name
+    (lambda d: (d["controller"].update(name="c" * 40), d.update(hdl={"prefix": "p" * 30})), "hdl.prefix", 70, 64),
+])
+def test_text_longer_than_its_limit_is_refused_saying_the_limit(tmp_path, mutate, where, length, limit):
+    path = write(tmp_path, BASE, mutate)
+    with pytest.raises(SpecError) as exc:
+        load_spec(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: {where}: ") and msg.endswith(
+        f"is {length} characters long; at most {limit} are allowed"), msg
+
+
+def test_sla_yaml_reference_states_the_length_limits():
+    from conftest import ROOT
+    doc = (ROOT / "docs" / "sla-yaml.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in doc.splitlines() if line.startswith("| `")}
+    for field, limit in [("`controller.name`", 64), ("`inputs[].name`", 64), ("`actions[].name`", 64),
+                         ("`properties[].id`", 64), ("`inputs[].unit`", 32), ("`hdl.prefix`", 32),
+                         ("`controller.description`", 200), ("`inputs[].description`", 200),
+                         ("`actions[].description`", 200), ("`properties[].description`", 200)]:
+        assert f"at most {limit} characters" in rows[field], rows[field]
+    assert "legal identifier of at most\n  64 characters" in doc

@@ -66,6 +66,27 @@ def test_tiny_profile_measures_every_action_under_each_condition(tmp_path):
     assert side["plans"]["offload_cpu"] == DEFAULT_PLANS["offload_cpu"].describe()
 
 
+def test_cli_profile_prints_a_progress_line_per_sample_when_stderr_is_a_file(tmp_path):
+    """Without a terminal (a log file, a pipe) there is no progress bar: one line per sample, with
+    its condition, latencies, time so far and time left (it used to print every 20th sample only)."""
+    import re
+    out = tmp_path / "p.csv"
+    proc = cli("profile", "--workload", WORKLOAD, "--out", out, "--samples", 3, "--load-levels", "0",
+               "--batch-sizes", "1", "--threads", "1", "--input-sizes", "32", "--repeats", 1, "--settle", 0.05,
+               *[f"--map={k}={v}" for k, v in UNIFORM.items()])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"profiling {WORKLOAD}: 3 samples × 4 actions × 1 requests …"
+    progress = [line for line in lines if line.startswith("sample ")]
+    assert len(progress) == 3, proc.stderr
+    for k, line in enumerate(progress, 1):
+        assert re.fullmatch(rf"sample {k}/3 \(\d+ s, about \d+ s left\): load 0, batch 1, size 32, threads 1, "
+                            r"compute_util=\S+; ms keep=\d+\.\d merge_conv=\d+\.\d int4=\d+\.\d "
+                            r"offload_cpu=\d+\.\d", line), line
+    assert progress[-1].startswith("sample 3/3 (") and ", about 0 s left)" in progress[-1]
+    assert lines[-1].startswith(f"wrote {out} (3 rows, ") and len(out.read_text().splitlines()) == 4
+
+
 def test_profile_refuses_bad_input_with_one_line(tmp_path):
     proc = cli("profile", "--workload", tmp_path / "missing.onnx", "--out", tmp_path / "p.csv")
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0

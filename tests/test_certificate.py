@@ -427,3 +427,43 @@ def test_report_lists_only_hashed_files_as_bound_and_reachability_as_findings(re
     assert "(violated) [informative]" not in md
     # the long method text is written once, in the legend
     assert md.count("branch and bound over the input box with CROWN bounds") == 1
+
+
+def _forge_margin(d: Path) -> None:
+    from mi_certify.generator.bundle import BOX_COLUMNS
+    raw = json.loads((d / "distillation.json").read_text())
+    k = BOX_COLUMNS.index("margin_lower")
+    box = next(b for b in raw["boxes"] if b[k] is not None)
+    box[k] = box[k] * 10
+    (d / "distillation.json").write_text(json.dumps(raw) + "\n")
+
+
+@pytest.mark.parametrize("what, edit, item", [
+    ("the SLA monitor core", lambda d: (d / "sla_monitor.v").write_text(
+        (d / "sla_monitor.v").read_text().replace("} >= ", "} > ", 1)), "generated sources: emitted again and compared"),
+    ("import.json", lambda d: _edit_json(d / "import.json", lambda j: j["onnxruntime_check"].update(tolerance=1.0)),
+     "records: import.json, lut.json, lut_properties.json masks, witnesses re-derived"),
+    ("lut_properties.json masks", lambda d: _edit_json(d / "lut_properties.json",
+                                                       lambda j: j["masks"][0]["allowed"].append("int4")),
+     "records: import.json, lut.json, lut_properties.json masks, witnesses re-derived"),
+    ("a witness's IR outputs", lambda d: _edit_json(d / "verification.json", lambda j: j["output_domain"]["actions"][0]
+                                                    ["witness"]["y_ir"].__setitem__(0, 9.0)),
+     "records: import.json, lut.json, lut_properties.json masks, witnesses re-derived"),
+    ("a box's margin_lower", _forge_margin, "lut.proven_cells: CROWN bounds re-computed per proven box"),
+    ("a note listed as not hashed", lambda d: ((d / "AUDITOR_NOTE.txt").write_text("all confirmed"), _edit_json(
+        d / "manifest.json", lambda m: m["not_hashed"].update({"AUDITOR_NOTE.txt": "x"}))),
+     "not_hashed lists only the unhashed files"),
+])
+def test_check_catches_records_a_reader_trusts(bundle_copy, what, edit, item):
+    edit(bundle_copy)
+    _rehash(bundle_copy) if what != "a note listed as not hashed" else None
+    proc, items = _check(bundle_copy, "--quick")
+    assert proc.returncode == 1, what
+    assert items[item] == "FAIL", (what, [k for k, v in items.items() if v == "FAIL"])
+
+
+def test_verification_json_holds_no_onnxruntime_outputs(reference_build):
+    ver = (reference_build / "verification.json").read_text()
+    assert "y_onnxruntime" not in ver and "max_row_slack_onnxruntime" not in ver
+    log = json.loads((reference_build / "verification_log.json").read_text())
+    assert any(r["witness"] and "y_onnxruntime" in r["witness"] for r in log["reachability"])

@@ -188,7 +188,12 @@ def _hashes(c: _Checker) -> bool:
             ok = False
         else:
             c.add(f"hash {rel}", PASS, "integrity", digest[:16] + "…")
-    allowed = set(m["files"]) | {"manifest.json"} | set(m.get("not_hashed", {}))
+    from mi_certify.generator.bundle import UNHASHED
+    odd = sorted(set(m.get("not_hashed", {})) - set(UNHASHED))
+    c.add("not_hashed lists only the unhashed files", FAIL if odd else PASS, "integrity",
+          ("not a file mi-certify leaves unhashed: " + ", ".join(odd[:5])) if odd else ", ".join(UNHASHED))
+    ok &= not odd
+    allowed = set(m["files"]) | {"manifest.json"} | set(UNHASHED)
     extra = sorted(p.relative_to(c.d).as_posix() for p in c.d.rglob("*") if p.is_file()
                    and p.relative_to(c.d).as_posix() not in allowed)
     c.add("no unlisted files", FAIL if extra else PASS, "integrity",
@@ -417,6 +422,9 @@ def _distillation(c: _Checker, ctx: dict) -> None:
             for b, lw in zip(chunk, low):
                 _require(np.all(lw > 0), f"box {b['level_lo']}..{b['level_hi']}: CROWN margin lower bound "
                                          f"{float(lw.min()):.3g} is not > 0")
+                _require(b.get("margin_lower") == float(lw.min()),  # fixed-order arithmetic: the same bits
+                         f"box {b['level_lo']}..{b['level_hi']}: margin_lower {b.get('margin_lower')} recorded, "
+                         f"{float(lw.min())} re-computed")
                 if b["confident"] and thr is not None:
                     _require(_softmax_lower(lw) >= thr, f"box {b['level_lo']}..{b['level_hi']}: confident but the "
                                                         f"softmax bound {_softmax_lower(lw):.3g} < {thr:g}")
@@ -787,10 +795,16 @@ def _tools(c: _Checker, ctx: dict) -> None:
                                     traces=traces,
                                     random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"])
                 again = res.to_json()
-                _require(again == stored, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "
-                                          "cosim.json differs")
+                diff = docs_differences(stored, again)
+                _require(not diff, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "
+                                   "cosim.json differs in " + "; ".join(diff[:3]))
                 return f"{again['cycles']} cycles, {again['mismatches']} mismatches, identical to cosim.json"
             c.run("cosim: re-run co-simulation", "same code", cosim)
+
+
+def docs_differences(stored, again) -> list[str]:
+    from .bundle_documents import differences
+    return differences(stored, again)
 
 
 def _hdl_numbers(c: _Checker, ctx: dict) -> None:
@@ -887,14 +901,44 @@ def _documents(c: _Checker, ctx: dict) -> None:
         return f"{len(again)} obligations, {stored['status']}"
     c.run("obligations.json matches the evidence", "same code", obligations_check)
 
+    def records_check():
+        want = docs.expected_documents(c.d, spec, ctx["ir"], c.manifest, stages)
+        diff = []
+        for rel, fields in want.items():
+            _require((c.d / rel).is_file(), f"{rel} is missing")
+            stored = c.json(rel)
+            diff += [f"{rel} {x}" for x in docs.differences({k: stored.get(k) for k in fields}, fields)]
+        ver = c.json("verification.json") if (c.d / "verification.json").exists() else None
+        if ver:  # every witness's recorded IR outputs are the IR's at its x (fixed-order float64)
+            wits = [("properties", r["id"], r["witness"]) for r in ver["properties"]] + \
+                   [("output_domain", a["action"], a["witness"]) for a in ver["output_domain"]["actions"]]
+            for where, name, w in wits:
+                if w is None:
+                    continue
+                y = ctx["ir"].evaluate(np.array(w["x"])).tolist()
+                if w.get("y_ir") != y:
+                    diff.append(f"verification.json {where} {name} witness y_ir: stored {w.get('y_ir')}, IR {y}")
+        _require(not diff, "; ".join(diff[:4]))
+        return f"{', '.join(want)} and the witnesses' IR outputs re-derived from sla.yaml and the network"
+    c.run("records: import.json, lut.json, lut_properties.json masks, witnesses re-derived", "independent",
+          records_check)
+
     def manifest_check():
         obligations = collect_obligations(spec, c.d, stages)
         want = manifest_figures(derived or summary, obligations)
         diff = docs.differences({k: c.manifest.get(k) for k in want}, want)
         if c.manifest.get("controller") != spec.name:
             diff.append(f"controller: stored {c.manifest.get('controller')!r}, sla.yaml {spec.name!r}")
-        if (c.d / "cosim.json").exists() and c.manifest.get("seeds", {}).get("cosim") != c.json("cosim.json")["seed"]:
-            diff.append("seeds.cosim: not cosim.json's seed")
+        command = c.manifest.get("command", [])
+        if (c.d / "cosim.json").exists():
+            cos = c.json("cosim.json")
+            if c.manifest.get("seeds", {}).get("cosim") != cos["seed"]:
+                diff.append("seeds.cosim: not cosim.json's seed")
+            if "--seed" not in command or command[command.index("--seed") + 1] != str(cos["seed"]):
+                diff.append("command --seed: not cosim.json's seed")
+            random = cos["cycles"] - cos["directed_cycles"]
+            if "--cosim-cycles" not in command or command[command.index("--cosim-cycles") + 1] != str(random):
+                diff.append(f"command --cosim-cycles: not cosim.json's {random} random cycles")
         _require(not diff, "manifest.json differs from the evidence: " + "; ".join(diff[:4]))
         return f"status {want['status']}, obligations {want['obligations']['count']} {want['obligations']['status']}, " \
                "proof figures as derived"

@@ -158,11 +158,35 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
                         "monitor": {"passed": mon["passed"], "cycles": sum(c["cycles"] for c in mon["configs"]),
                                     "mismatches": sum(c["mismatches"] for c in mon["configs"])},
                         "coverage": cov["summary"], **({"error": "; ".join(errors)} if errors else {})}
-    out["hdl"] = stored.get("hdl", {})
+    out["hdl"] = dict(stored.get("hdl", {}))
+    if out["hdl"].get("status") == "ok":  # the numbers are re-made by the full check's hdl item
+        from mi_certify.verification.synth import SEED
+        out["hdl"]["method"] = STAGE_TEXT["hdl"].format(seed=SEED)
     for name, rec in out.items():  # a failed stage's free text is not re-derivable
         if rec.get("status") == "failed" and "error" in stored.get(name, {}) and "error" not in rec:
             rec["error"] = stored[name]["error"]
     return out
+
+
+def expected_documents(d: Path, spec, ir, manifest: dict, stages: dict) -> dict[str, object]:
+    """Small hashed records that are a function of the spec, the network and the stage
+    records: import.json, lut.json's header fields, lut_properties.json's masks,
+    obligations.json's wording. {file: {field: value}}."""
+    from mi_certify.generator.lut import property_masks
+
+    masks = property_masks(spec)
+    return {
+        "import.json": {"model": Path(manifest["inputs"]["model"]["path"]).name, "ir": ir.describe(),
+                        "notes": list(ir.notes), "onnxruntime_check": stages["import"]["onnxruntime_check"]},
+        "lut.json": {"address_bits": spec.address_bits, "cells": 1 << spec.address_bits,
+                     "actions": [a.name for a in spec.actions],
+                     "inputs": [{"name": i.name, "bits": i.bits, "min": i.min, "max": i.max, "unit": i.unit}
+                                for i in spec.inputs]},
+        "lut_properties.json": {"masks": [{"id": m.id, "levels": [list(m.lo), list(m.hi)],
+                                           "allowed": [a.name for k, a in enumerate(spec.actions)
+                                                       if (m.allowed >> k) & 1]} for m in masks]},
+        "obligations.json": {"times": "timings.json (not hashed)"},
+    }
 
 
 def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes]:
@@ -205,7 +229,9 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     boxes = None
     if (d / "distillation.json").exists():
         boxes = [(b["level_lo"], b["level_hi"]) for b in read_distillation(d / "distillation.json")["boxes"]]
-    out = {f"{spec.name}.py": emit_python(spec, table, hashes, version, masks),
+    from importlib import resources
+    core = resources.files("mi_certify.hdl").joinpath("sla_monitor.v").read_text(encoding="utf-8")
+    out = {f"{spec.name}.py": emit_python(spec, table, hashes, version, masks), "sla_monitor.v": core,
            f"{spec.module_name}.v": emit_verilog(spec, table, hashes, version, masks, encoding=encoding, boxes=boxes),
            f"{monitor_module(spec)}.v": emit_sla_monitor(spec, hashes.spec, version)}
     if encoding in ("rom", "sliced_rom"):

@@ -48,7 +48,8 @@ class SpecVerification:
                 "output_domain": {"actions": [{"action": r.id.split(":", 1)[1],
                                                "reachable": {"violated": "yes", "proved": "no"}.get(r.verdict.value,
                                                                                                    "unknown"),
-                                               "witness": r.witness} for r in self.reachability],
+                                               "witness": _machine_independent(r.witness)}
+                                              for r in self.reachability],
                                   "output_bounds": self.output_bounds}}
 
     def full_json(self) -> dict:

@@ -312,6 +312,27 @@ STAGE_TEXT = {
 HDL_SUMMARY_KEYS = ("fmax_mhz_hx8k", "fmax_mhz_up5k", "lut4", "dff", "bram", "goal_met")
 
 
+def distill_errors(spec, resolved_cells: int, fidelity: dict) -> list[str]:
+    """Why a distillation fails the build: a proven cell that disagrees with the network, or
+    resolved cells under the ``refuse`` policy."""
+    errors = []
+    if fidelity["proven_agree"] != fidelity["proven_points"]:
+        errors.append("a proven cell disagrees with the network")
+    if spec.resolve == "refuse" and resolved_cells > 0:
+        errors.append(f"distill.resolve is refuse and {resolved_cells} cells hold several actions")
+    return errors
+
+
+def cosim_stage(cosim: dict, monitor: dict, coverage: dict) -> dict:
+    """The ``cosim`` stage record from cosim.json, monitor_cosim.json and coverage.json."""
+    errors = [e for e in (cosim["error"] if not cosim["passed"] else None,
+                          None if monitor["passed"] else STAGE_TEXT["cosim.monitor_failed"], *coverage["errors"]) if e]
+    return {"status": "ok" if cosim["passed"] and monitor["passed"] and coverage["passed"] else "failed", **cosim,
+            "monitor": {"passed": monitor["passed"], "cycles": sum(c["cycles"] for c in monitor["configs"]),
+                        "mismatches": sum(c["mismatches"] for c in monitor["configs"])},
+            "coverage": coverage["summary"], **({"error": "; ".join(errors)} if errors else {})}
+
+
 def summarize(spec, stages: dict, lut_counts: dict, version: str) -> dict:
     """summary.json from the stage records and the final LUT's cell counts (lut.json
     ``status``, after the property masks): status, failed and skipped stages, the

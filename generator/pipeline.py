@@ -39,8 +39,9 @@ from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.tools import tool_version
 
-from .bundle import (STAGE_TEXT, UNHASHED, canonical_command, collect_obligations, manifest_figures, obligations_status,
-                     source_commit, source_identity, summarize, write_distillation)
+from .bundle import (STAGE_TEXT, UNHASHED, canonical_command, collect_obligations, cosim_stage, distill_errors,
+                     manifest_figures, obligations_status, source_commit, source_identity, summarize,
+                     write_distillation)
 from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, lut_bytes, rom_file_name
 from .emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from .errors import BuildError, SpecError
@@ -74,15 +75,7 @@ def sha256_file(path: Path) -> str:
 
 
 def _distill_errors(spec: Spec, dres, fid: dict) -> list[str]:
-    """Why a distillation fails the build: a proven cell that disagrees with the network, or
-    resolved cells under the ``refuse`` policy."""
-    errors = []
-    if fid["proven_agree"] != fid["proven_points"]:
-        errors.append("a proven cell disagrees with the network")
-    resolved = dres.lut.counts()["resolved"]
-    if spec.resolve == "refuse" and resolved > 0:
-        errors.append(f"distill.resolve is refuse and {resolved} cells hold several actions")
-    return errors
+    return distill_errors(spec, dres.lut.counts()["resolved"], fid)
 
 
 def _runs(status: np.ndarray) -> list:
@@ -218,16 +211,7 @@ def _cosim(spec: Spec, cfg, lb: bytes, v_path: Path, py_path: Path, masks, unmas
     _dump(d / "monitor_cosim.json", mon.to_json())
     coverage = cov_mod.assess(cfg, lb, getattr(res, "report", None), code, dict(spec.cosim.coverage), tuple(masks))
     _dump(d / "coverage.json", coverage)
-    errors = [e for e in (res.error if not res.passed else None,
-                          None if mon.passed else STAGE_TEXT["cosim.monitor_failed"],
-                          *coverage["errors"]) if e]
-    record = {"status": "ok" if res.passed and mon.passed and coverage["passed"] else "failed", **res.to_json(),
-              "monitor": {"passed": mon.passed, "cycles": sum(c["cycles"] for c in mon.configs),
-                          "mismatches": sum(c["mismatches"] for c in mon.configs)},
-              "coverage": coverage["summary"]}
-    if errors:
-        record["error"] = "; ".join(errors)
-    return record
+    return cosim_stage(res.to_json(), mon.to_json(), coverage)
 
 
 def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:

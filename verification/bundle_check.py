@@ -795,16 +795,12 @@ def _tools(c: _Checker, ctx: dict) -> None:
                                     traces=traces,
                                     random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"])
                 again = res.to_json()
-                diff = docs_differences(stored, again)
+                from .bundle_documents import differences
+                diff = differences(stored, again)
                 _require(not diff, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "
                                    "cosim.json differs in " + "; ".join(diff[:3]))
                 return f"{again['cycles']} cycles, {again['mismatches']} mismatches, identical to cosim.json"
             c.run("cosim: re-run co-simulation", "same code", cosim)
-
-
-def docs_differences(stored, again) -> list[str]:
-    from .bundle_documents import differences
-    return differences(stored, again)
 
 
 def _hdl_numbers(c: _Checker, ctx: dict) -> None:

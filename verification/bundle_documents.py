@@ -71,7 +71,7 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
     re-made by the full check) and, for a failed stage, its ``error`` text are taken from it.
     ``has_rom``: the emitter, run again, writes a ``$readmemh`` file for this LUT.
     """
-    from mi_certify.generator.bundle import STAGE_TEXT, read_distillation
+    from mi_certify.generator.bundle import STAGE_TEXT, cosim_stage, distill_errors, read_distillation
     from mi_certify.generator.emit import rom_file_name
     from mi_certify.generator.emit_monitor import module_name as monitor_module
     from mi_certify.generator.lut import property_masks
@@ -101,11 +101,7 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
             counts[b["verdict"]] += int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1))
         cells = sum(counts.values())
         fid = dist["fidelity"]
-        errors = []
-        if fid["proven_agree"] != fid["proven_points"]:
-            errors.append("a proven cell disagrees with the network")
-        if spec.resolve == "refuse" and counts["resolved"] > 0:
-            errors.append(f"distill.resolve is refuse and {counts['resolved']} cells hold several actions")
+        errors = distill_errors(spec, counts["resolved"], fid)
         out["lut"] = {"status": "failed" if errors else "ok", "method": STAGE_TEXT["lut.distilled"], "cells": cells,
                       **counts, "proven_share": round(counts["proven"] / cells, 6),
                       "undecided_cells": sum(1 for r in dist["resolved_cells"] if r["undecided"]),
@@ -152,12 +148,7 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
     if cos is None:
         out["cosim"] = {"status": "skipped", "reason": STAGE_TEXT["cosim.skipped"]}
     else:
-        errors = [e for e in (cos["error"] if not cos["passed"] else None,
-                              None if mon["passed"] else STAGE_TEXT["cosim.monitor_failed"], *cov["errors"]) if e]
-        out["cosim"] = {"status": "ok" if cos["passed"] and mon["passed"] and cov["passed"] else "failed", **cos,
-                        "monitor": {"passed": mon["passed"], "cycles": sum(c["cycles"] for c in mon["configs"]),
-                                    "mismatches": sum(c["mismatches"] for c in mon["configs"])},
-                        "coverage": cov["summary"], **({"error": "; ".join(errors)} if errors else {})}
+        out["cosim"] = cosim_stage(cos, mon, cov)
     out["hdl"] = dict(stored.get("hdl", {}))
     if out["hdl"].get("status") == "ok":  # the numbers are re-made by the full check's hdl item
         from mi_certify.verification.synth import SEED

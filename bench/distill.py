@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from mi_certify.generator.distill import DistillOptions, _edges, _phys, distill
+from mi_certify.generator.distill import DistillOptions, cell_edges, box_of_cells, distill
 from mi_certify.generator.onnx_import import import_onnx
 from mi_certify.generator.spec import load_spec
 from mi_certify.runtime.quantize import split_address
@@ -46,11 +46,11 @@ def naive(spec, ir, sample: int) -> tuple[int, float]:
     rng = np.random.default_rng(0)
     cells = rng.choice(n_cells, size=min(sample, n_cells), replace=False)
     bits = [i.bits for i in spec.inputs]
-    edges = _edges(spec)
+    edges = cell_edges(spec)
     t0 = time.monotonic()
     for addr in cells:
         q = np.array(split_address(int(addr), bits))
-        lo, hi = _phys(edges, q, q)
+        lo, hi = box_of_cells(edges, q, q)
         for a in range(n_act):
             C, d = decoded_rows(n_act, a, spec.decode)
             marabou.solve_boxes(ir, [(lo, hi)], C, d, 60.0)

@@ -25,6 +25,10 @@ import subprocess
 from importlib import metadata, resources
 from pathlib import Path
 
+#: Format marker of manifest.json.
+MANIFEST_FORMAT = "mi-certify/build-v1"
+#: Number of onnxruntime cross-check points after import.
+CROSS_CHECK_POINTS = 256
 #: Format marker of distillation.json written by :func:`write_distillation`.
 DISTILLATION_FORMAT = "mi-certify/distillation-v2"
 BOX_COLUMNS = ("level_lo", "level_hi", "verdict", "action", "method", "confident", "margin_lower")
@@ -193,7 +197,7 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
         props = {p.id: p for p in spec.properties}
         for r in ver["properties"]:
             add(id=f"network.{r['id']}", group="network", requirement=r["id"],
-                claim=_claim(spec, props[r["id"]]) + " on the network, everywhere in the region",
+                claim=claim_text(spec, props[r["id"]]) + " on the network, everywhere in the region",
                 method=NETWORK_METHOD, verdict=r["verdict"], evidence="verification.json",
                 counterexample="verification.json" if r["witness"] else None)
         for a in ver["output_domain"]["actions"]:
@@ -228,7 +232,7 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
             if r["verdict"] == "not_applicable":
                 continue
             add(id=f"lut.{r['id']}", group="lut", requirement=r["id"],
-                claim=_claim(spec, next(p for p in spec.properties if p.id == r["id"])) + " in every LUT cell that "
+                claim=claim_text(spec, next(p for p in spec.properties if p.id == r["id"])) + " in every LUT cell that "
                       "meets the region", method="exhaustive over the LUT cells",
                 verdict="proved" if r["verdict"] == "holds" else "violated", evidence="lut_properties.json",
                 counterexample="lut_properties.json" if r["verdict"] == "violated" else None)
@@ -266,7 +270,7 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
     return obs
 
 
-def _claim(spec, p) -> str:
+def claim_text(spec, p) -> str:
     names = [a.name for a in spec.actions]
     if p.kind == "forbid":
         return f"{p.id}: never decode {', '.join(names[a] for a in p.forbid)}"

@@ -77,7 +77,7 @@ class DistillResult:
     stats: dict
 
 
-def _edges(spec: Spec) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def cell_edges(spec: Spec) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per input, float64 lower and upper edges of every cell (exact rational edges of the
     runtime quantizer, rounded outward): closed boxes that contain the half-open cells."""
     from mi_certify.runtime.quantize import Quantizer
@@ -95,7 +95,7 @@ def _edges(spec: Spec) -> tuple[list[np.ndarray], list[np.ndarray]]:
     return lows, highs
 
 
-def _phys(edges, qlo: np.ndarray, qhi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def box_of_cells(edges, qlo: np.ndarray, qhi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Closed float64 box containing cells qlo..qhi (each (n,) or (B, n) levels)."""
     lows, highs = edges
     qlo, qhi = np.asarray(qlo), np.asarray(qhi)
@@ -112,7 +112,7 @@ def vertex_actions(spec: Spec, ir: ControllerIR, chunk: int = 1 << 17) -> np.nda
         which boxes to bound: a closed box whose vertices decode differently cannot have
         one strict winner everywhere, so bounding it is skipped and it is split at once.
     """
-    lows, highs = _edges(spec)
+    lows, highs = cell_edges(spec)
     axes = [np.append(lo_e, hi_e[-1]) for lo_e, hi_e in zip(lows, highs)]
     shape = tuple(len(ax) for ax in axes)
     out = np.empty(int(np.prod(shape)), dtype=np.int16)
@@ -121,12 +121,6 @@ def vertex_actions(spec: Spec, ir: ControllerIR, chunk: int = 1 << 17) -> np.nda
         pts = np.stack([ax[i] for ax, i in zip(axes, idx)], axis=1)
         out[start:start + len(pts)] = decode(spec, ir.evaluate(pts))[0]
     return out.reshape(shape)
-
-
-def _softmax_lower(margin_low: np.ndarray) -> np.ndarray:
-    """Certified lower bound of the winner's softmax probability from lower bounds of its
-    margins (last axis)."""
-    return softmax_lower(margin_low)
 
 
 def _addresses(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
@@ -204,13 +198,13 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
     """
     spec, ir, model_path, qlo0, qhi0, opts, verts = args
     thr = spec.confidence_threshold
-    edges = _edges(spec)
+    edges = cell_edges(spec)
     assigns, records, resolved = [], [], []
     stats = {"boxes": 0, "bound_calls": 0, "skipped_boxes": 0, "sampled_cells": 0, "cell_split_boxes": 0,
              "split_proven_cells": 0, "undecided_cells": 0}
 
     def confident(low) -> np.ndarray:
-        return np.ones(low.shape[:-1], dtype=bool) if thr is None else _softmax_lower(low) >= thr
+        return np.ones(low.shape[:-1], dtype=bool) if thr is None else softmax_lower(low) >= thr
 
     def proven(qlo, qhi, a, conf, method, margin=None):
         assigns.append((qlo, qhi, a, conf, PROVEN))
@@ -250,7 +244,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
             else:
                 mixed.append(qlo)
         if mixed:
-            lo_m, hi_m = _phys(edges, np.array(mixed), np.array(mixed))
+            lo_m, hi_m = box_of_cells(edges, np.array(mixed), np.array(mixed))
             for qlo, lo, hi, wits in zip(mixed, lo_m, hi_m, _witnesses(spec, ir, model_path,
                                                                       [(l, h, []) for l, h in zip(lo_m, hi_m)])):
                 if len(wits) >= 2:
@@ -260,7 +254,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
                     cand.append((qlo, qlo, centre_action(lo, hi)))
         if cand:
             QLO, QHI = np.array([c[0] for c in cand]), np.array([c[1] for c in cand])
-            LO, HI = _phys(edges, QLO, QHI)
+            LO, HI = box_of_cells(edges, QLO, QHI)
             LOW, INF, _ = _bound(spec, ir, LO, HI, [c[2] for c in cand])
             stats["bound_calls"] += len(cand)
             conf = confident(LOW)
@@ -359,7 +353,7 @@ def bisect_cells(spec: Spec, ir: ControllerIR, cells: list[tuple[np.ndarray, np.
         LO, HI = np.array([b[1] for b in boxes]), np.array([b[2] for b in boxes])
         LOW, INF, CORNER = _bound(spec, ir, LO, HI, [cells[c][2] for c, _, _ in boxes])
         n_boxes += len(boxes)
-        probs = np.ones(len(boxes)) if thr is None else _softmax_lower(LOW)
+        probs = np.ones(len(boxes)) if thr is None else softmax_lower(LOW)
         # the corner that minimises the worst margin's linear bound (pulled inside the cell)
         cc = (LO + HI) / 2
         CORNER = cc + (CORNER - cc) * (1 - 2.0 ** -20)

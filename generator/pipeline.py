@@ -39,7 +39,7 @@ from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.tools import tool_version
 
-from .bundle import (STAGE_TEXT, UNHASHED, canonical_command, collect_obligations, cosim_stage, distill_errors,
+from .bundle import (CROSS_CHECK_POINTS, MANIFEST_FORMAT, STAGE_TEXT, UNHASHED, canonical_command, collect_obligations, cosim_stage, distill_errors,
                      manifest_figures, obligations_status, source_commit, source_identity, summarize,
                      write_distillation)
 from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, lut_bytes, rom_file_name
@@ -50,8 +50,6 @@ from .lut import apply_masks, check_shapes, property_masks, sample_lut
 from .onnx_import import cross_check, import_onnx
 from .spec import Spec, load_spec
 
-#: Number of onnxruntime cross-check points after import.
-CROSS_CHECK_POINTS = 256
 #: Random points of the fidelity check against onnxruntime.
 FIDELITY_POINTS = 100_000
 #: Random co-simulation cycles (directed sequences come on top).
@@ -146,9 +144,6 @@ def tool_versions() -> dict:
             pkgs[dist] = "not installed"
     return {"python": platform.python_version(), "packages": pkgs,
             "tools": {t: tool_version(t) for t in ("iverilog", "verilator", "yosys", "nextpnr-ice40")}}
-
-
-MANIFEST_FORMAT = "mi-certify/build-v1"
 
 
 class _Background:

@@ -60,7 +60,7 @@ def _findings(spec: Spec, ver: dict | None) -> list[str]:
 
 def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
     """Rows of the traceability matrix: each sla.yaml requirement with its obligations."""
-    from .bundle import _claim
+    from .bundle import claim_text
 
     rows: list[dict] = []
     by_req: dict[str, list[dict]] = {}
@@ -82,7 +82,7 @@ def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
 
     for p in spec.properties:
         where = ", ".join(f"{spec.inputs[i].name} in [{a:g}, {b:g}]" for i, a, b in p.when) or "whole envelope"
-        row(p.id, f"properties ({p.kind})", f"{_claim(spec, p)}; region: {where}", [p.id])
+        row(p.id, f"properties ({p.kind})", f"{claim_text(spec, p)}; region: {where}", [p.id])
         if not any(o["group"] == "network" for o in rows[-1]["obligations"]):
             rows[-1]["verdict"] = "open"  # the LUT check alone says nothing about the network
             rows[-1]["text"] += " (network not verified)"

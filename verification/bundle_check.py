@@ -161,7 +161,7 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
 # --- integrity -------------------------------------------------------------------------------
 
 def _manifest(c: _Checker) -> str:
-    from mi_certify.generator.pipeline import MANIFEST_FORMAT
+    from mi_certify.generator.bundle import MANIFEST_FORMAT
     m = c.json("manifest.json")
     _require(isinstance(m, dict) and m.get("format") == MANIFEST_FORMAT,
              f"manifest.json: format is not {MANIFEST_FORMAT}")
@@ -408,15 +408,16 @@ def _distillation(c: _Checker, ctx: dict) -> None:
     proven = [b for b in dist["boxes"] if b["verdict"] == "proven"]
 
     def bounds():
-        from mi_certify.generator.distill import _edges, _phys, _softmax_lower
+        from mi_certify.generator.distill import cell_edges, box_of_cells
+        from mi_certify.generator.numerics import softmax_lower
         from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
         from mi_certify.verification.properties import decoded_rows
         ir, thr = ctx["ir"], spec.confidence_threshold
         by_bounds = [b for b in proven if b["method"] == "bounds"]
-        edges = _edges(spec)
+        edges = cell_edges(spec)
         for start in range(0, len(by_bounds), 2048):  # batched, as the build bounds them
             chunk = by_bounds[start:start + 2048]
-            lo, hi = _phys(edges, np.array([b["level_lo"] for b in chunk]), np.array([b["level_hi"] for b in chunk]))
+            lo, hi = box_of_cells(edges, np.array([b["level_lo"] for b in chunk]), np.array([b["level_hi"] for b in chunk]))
             D = np.stack([-decoded_rows(len(spec.actions), b["action"], spec.decode)[0] for b in chunk])
             low, _ = output_matrix_lower(ir, D, lo, hi, crown_bounds(ir, lo, hi, LOWER_SLOPES), LOWER_SLOPES)
             for b, lw in zip(chunk, low):
@@ -426,8 +427,8 @@ def _distillation(c: _Checker, ctx: dict) -> None:
                          f"box {b['level_lo']}..{b['level_hi']}: margin_lower {b.get('margin_lower')} recorded, "
                          f"{float(lw.min())} re-computed")
                 if b["confident"] and thr is not None:
-                    _require(_softmax_lower(lw) >= thr, f"box {b['level_lo']}..{b['level_hi']}: confident but the "
-                                                        f"softmax bound {_softmax_lower(lw):.3g} < {thr:g}")
+                    _require(softmax_lower(lw) >= thr, f"box {b['level_lo']}..{b['level_hi']}: confident but the "
+                                                        f"softmax bound {softmax_lower(lw):.3g} < {thr:g}")
         k = len(by_bounds)
         others = len(proven) - k
         return f"{k} proven boxes: every margin lower bound > 0" + (f"; {others} proven by other methods "
@@ -436,11 +437,11 @@ def _distillation(c: _Checker, ctx: dict) -> None:
     others = [b for b in proven if b["method"] != "bounds"]
     if others:
         def rerun_cells():
-            from mi_certify.generator.distill import DistillOptions, _edges, _phys, bisect_cells
-            edges = _edges(spec)
+            from mi_certify.generator.distill import DistillOptions, cell_edges, box_of_cells, bisect_cells
+            edges = cell_edges(spec)
             cells = []
             for b in others:
-                lo, hi = _phys(edges, np.array(b["level_lo"]), np.array(b["level_hi"]))
+                lo, hi = box_of_cells(edges, np.array(b["level_lo"]), np.array(b["level_hi"]))
                 cells.append((lo, hi, b["action"]))
             status, _, _, n_boxes = bisect_cells(spec, ctx["ir"], cells, DistillOptions().cell_boxes)
             bad = [b["level_lo"] for b, st in zip(others, status) if st != "proven"]

@@ -75,7 +75,7 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
     from mi_certify.generator.emit import rom_file_name
     from mi_certify.generator.emit_monitor import module_name as monitor_module
     from mi_certify.generator.lut import property_masks
-    from mi_certify.generator.pipeline import CROSS_CHECK_POINTS
+    from mi_certify.generator.bundle import CROSS_CHECK_POINTS
     from mi_certify.verification.fsm_proofs import entry_alphabet
 
     command = manifest.get("command", [])

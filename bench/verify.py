@@ -12,6 +12,7 @@ import argparse
 import time
 from pathlib import Path
 
+from mi_certify.generator.model import load_model
 from mi_certify.generator.onnx_import import import_onnx
 from mi_certify.verification import marabou
 from mi_certify.verification.nn_verify import VerifyOptions, decide
@@ -50,7 +51,7 @@ def main() -> None:
         root = ANCHORS / family
         ir = import_onnx(root / "onnx" / net)
         query = parse_vnnlib(root / "vnnlib" / prop, ir.n_inputs, ir.n_outputs)
-        res = decide(ir, root / "onnx" / net, query, VerifyOptions(timeout=args.timeout))
+        res = decide(load_model(root / "onnx" / net), query, VerifyOptions(timeout=args.timeout))
         mv, mt = plain_marabou(ir, query, args.timeout)
         print(f"{net:34s} {prop:32s} {expected:8s} {res.verdict.vnnlib:8s} {res.time_s:8.2f} {mv:8s} {mt:9.2f} "
               f"{mt / max(res.time_s, 1e-3):7.1f}x", flush=True)

@@ -25,6 +25,8 @@ import subprocess
 from importlib import metadata, resources
 from pathlib import Path
 
+from .results import GOOD_VERDICTS, Verdict
+
 #: Format marker of manifest.json.
 MANIFEST_FORMAT = "mi-certify/build-v1"
 #: Number of onnxruntime cross-check points after import.
@@ -41,8 +43,6 @@ PROOF_INDEX = "proofs/index.json"
 #: Files whose content depends on timing, the machine or the signer; listed in the manifest but not hashed.
 UNHASHED = ("build.log", "verification_log.json", "timings.json", "provenance.json", "report.png",
             "diagnostics.json", "manifest.json.sig")
-#: Verdicts that discharge an obligation.
-GOOD_VERDICTS = ("proved", "passed", "holds")
 
 
 def _package_files(pkg: str) -> list[tuple[str, bytes]]:
@@ -169,14 +169,54 @@ def read_distillation(path: Path) -> dict:
     return {"boxes": boxes, "resolved_cells": resolved, "policy": raw["policy"], "fidelity": raw["fidelity"]}
 
 
+# --- the bundle's JSON evidence ---------------------------------------------------------------
+
+def json_text(obj) -> str:
+    """The bundle's JSON layout: two-space indent, sorted keys, one final newline."""
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+class Evidence:
+    """The JSON evidence of one bundle directory ``d``.
+
+    The pipeline writes each document through :meth:`write`, which keeps what the file
+    now holds (the parsed text, so readers see exactly the bytes on disk); the checker
+    opens a finished bundle with the same class and reads the files. Either way
+    :func:`collect_obligations` and the report read the evidence through :meth:`read`.
+    """
+
+    def __init__(self, d: Path):
+        self.d = Path(d)
+        self._docs: dict[str, object] = {}
+
+    def write(self, rel: str, obj) -> None:
+        """Write ``obj`` as ``d/rel`` (:func:`json_text`), creating its folder."""
+        text = json_text(obj)
+        path = self.d / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        self._docs[rel] = json.loads(text)
+
+    def has(self, rel: str) -> bool:
+        """True when the bundle holds ``rel`` (JSON or any other file)."""
+        return rel in self._docs or (self.d / rel).exists()
+
+    def read(self, rel: str):
+        """The parsed JSON document ``rel``; raises OSError / ValueError for a missing or bad file."""
+        if rel not in self._docs:
+            self._docs[rel] = json.loads((self.d / rel).read_text(encoding="utf-8"))
+        return self._docs[rel]
+
+
 # --- proof obligations ----------------------------------------------------------------------
 
 NETWORK_METHOD = ("branch and bound over the input box with CROWN bounds, Marabou on boxes left open, exact Z3 "
                   "confirmation of PROVED on networks with <= 64 ReLUs; witnesses replayed on onnxruntime and the IR")
 
 
-def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
-    """Every proof obligation of the build in ``d`` (deterministic: no times).
+def collect_obligations(spec, d: Path | Evidence, stages: dict) -> list[dict]:
+    """Every proof obligation of the build in ``d`` (a directory or its :class:`Evidence`;
+    deterministic: no times).
 
     Each: {"id", "group" (network | lut | fsm | rtl | cosim), "requirement" (sla.yaml id:
     property id, ``fsm.<param>``, ``actions.<name>``, ``inputs``, ``rtl``), "claim",
@@ -185,6 +225,7 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
     None)}. FSM and RTL obligations are read from ``proofs/index.json`` when that stage
     wrote it.
     """
+    ev = d if isinstance(d, Evidence) else Evidence(d)
     obs: list[dict] = []
 
     def add(**kw):
@@ -192,8 +233,8 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
         kw.setdefault("required", True)
         obs.append(kw)
 
-    if (d / "verification.json").exists():
-        ver = json.loads((d / "verification.json").read_text(encoding="utf-8"))
+    if ev.has("verification.json"):
+        ver = ev.read("verification.json")
         props = {p.id: p for p in spec.properties}
         for r in ver["properties"]:
             add(id=f"network.{r['id']}", group="network", requirement=r["id"],
@@ -206,7 +247,7 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
                 claim=f"{a['action']} is never decoded in the envelope (violated = reachable, with a witness)",
                 method=NETWORK_METHOD, verdict=verdict, evidence="verification.json", required=False,
                 counterexample="verification.json" if a["witness"] else None)
-    if (d / "distillation.json").exists():
+    if ev.has("distillation.json"):
         lut = stages["lut"]
         add(id="lut.partition", group="lut", requirement="inputs",
             claim="the distillation boxes partition the quantized grid: every cell lies in exactly one box",
@@ -222,13 +263,13 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
                   f"is undecided, and carries the '{spec.resolve}' policy's entry",
             method="witnesses replayed on onnxruntime", verdict="failed" if lut["status"] == "failed" else "passed",
             evidence="distillation.json")
-    if (d / "lut.hex").exists():
+    if ev.has("lut.hex"):
         add(id="lut.tables", group="lut", requirement="lut",
             claim="lut.hex, the distillation boxes, lut.json and the tables in the Python runtime and the Verilog "
                   "hold the same entries", method="entry-by-entry comparison", verdict="proved",
             evidence="lut.hex")
-    if (d / "lut_properties.json").exists():
-        for r in json.loads((d / "lut_properties.json").read_text(encoding="utf-8"))["properties"]:
+    if ev.has("lut_properties.json"):
+        for r in ev.read("lut_properties.json")["properties"]:
             if r["verdict"] == "not_applicable":
                 continue
             add(id=f"lut.{r['id']}", group="lut", requirement=r["id"],
@@ -236,33 +277,33 @@ def collect_obligations(spec, d: Path, stages: dict) -> list[dict]:
                       "meets the region", method="exhaustive over the LUT cells",
                 verdict="proved" if r["verdict"] == "holds" else "violated", evidence="lut_properties.json",
                 counterexample="lut_properties.json" if r["verdict"] == "violated" else None)
-    if (d / PROOF_INDEX).exists():
-        index = json.loads((d / PROOF_INDEX).read_text(encoding="utf-8"))
+    if ev.has(PROOF_INDEX):
+        index = ev.read(PROOF_INDEX)
         for o in index["obligations"]:
             add(id=f"{o['group']}.{o['id']}" if not o["id"].startswith(o["group"] + ".") else o["id"],
                 group=o["group"], requirement=o["requirement"], claim=o.get("claim", o["id"]), method=o["method"],
                 verdict=o["verdict"], evidence=o["evidence"], counterexample=o.get("counterexample"),
                 expect=o.get("expect", "unsat"))
-    if (d / "lint.json").exists():
+    if ev.has("lint.json"):
         add(id="rtl.lint", group="rtl", requirement="rtl", claim="the Verilog is Verilator-lint clean (-Wall)",
             method="verilator --lint-only -Wall", verdict="passed" if stages["lint"]["status"] == "ok" else "failed",
             evidence="lint.json")
-    if (d / "cosim.json").exists():
+    if ev.has("cosim.json"):
         c = stages["cosim"]
         add(id="cosim.rtl_vs_reference", group="cosim", requirement="fsm",
             claim="RTL, emitted Python runtime and reference LUT-FSM agree on every cycle",
             method=f"co-simulation (cocotb + Icarus), {c['cycles']} cycles ({c['directed_cycles']} directed), "
                    f"seed {c['seed']}", verdict="passed" if c["status"] == "ok" else "failed",
             evidence="cosim.json")
-    if (d / "monitor_cosim.json").exists():
-        m = json.loads((d / "monitor_cosim.json").read_text(encoding="utf-8"))
+    if ev.has("monitor_cosim.json"):
+        m = ev.read("monitor_cosim.json")
         add(id="cosim.sla_monitor", group="cosim", requirement="monitor",
             claim="the hardware SLA monitor (sla_monitor.v) and the Python monitor agree on every output, every cycle",
             method=f"co-simulation (cocotb + Icarus), {len(m['configs'])} configurations, "
                    f"{sum(c['cycles'] for c in m['configs'])} cycles, directed limit - 1 / limit / limit + 1 and "
                    "random requests", verdict="passed" if m["passed"] else "failed", evidence="monitor_cosim.json")
-    if (d / "coverage.json").exists():
-        c = json.loads((d / "coverage.json").read_text(encoding="utf-8"))
+    if ev.has("coverage.json"):
+        c = ev.read("coverage.json")
         add(id="cosim.coverage", group="cosim", requirement="cosim.coverage",
             claim="co-simulation coverage meets the sla.yaml cosim.coverage thresholds",
             method="functional coverage sampled in the test bench; line/toggle/branch from Verilator --coverage",

@@ -46,7 +46,20 @@ def _parser() -> argparse.ArgumentParser:
                "(Ctrl-C). Docs: docs/user-guide.md")
     p.add_argument("--version", action="version", version=f"mi-certify {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_build_parser(sub, COSIM_RANDOM_CYCLES, COSIM_SEED)
+    _add_verify_parsers(sub)
+    _add_bundle_parsers(sub)
+    c = sub.add_parser("check-spec", help="validate an sla.yaml and print what it declares",
+                       description="Validate SLA.yaml against the mi-certify/v1 schema and its semantic rules.")
+    c.add_argument("sla", metavar="SLA.yaml", help="the spec to validate")
+    from .cli_runtime import add_parsers
+    from .cli_train import add_parsers as add_train_parsers
+    p.set_defaults(runtime_handlers={**add_parsers(sub), **add_train_parsers(sub)})
+    return p
 
+
+def _add_build_parser(sub, cosim_random_cycles: int, cosim_seed: int) -> None:
+    COSIM_RANDOM_CYCLES, COSIM_SEED = cosim_random_cycles, cosim_seed  # noqa: N806 - the help texts name them
     b = sub.add_parser("build", help="build runtime, RTL and evidence from MODEL.onnx and sla.yaml",
                        description="Import and cross-check the network, build the LUT over the quantized grid, "
                                    "emit <name>.py and <name>.v, lint the Verilog and co-simulate it against the "
@@ -83,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                         "the build")
     b.add_argument("--json", action="store_true", help="print summary.json to stdout instead of a table")
 
+
+def _add_verify_parsers(sub) -> None:
     i = sub.add_parser("inspect", help="import an ONNX model, cross-check it with onnxruntime, print the IR",
                        description="Import MODEL.onnx into the affine/ReLU IR, compare it with onnxruntime at 256 "
                                    "points of the input box and print the IR. Exit 2 if the model is refused.")
@@ -109,6 +124,8 @@ def _parser() -> argparse.ArgumentParser:
                    "witness, statistics) as JSON")
     v.add_argument("--no-marabou", action="store_true", help="bounds only; open boxes stay unknown")
 
+
+def _add_bundle_parsers(sub) -> None:
     k = sub.add_parser("check", help="re-check a certificate bundle: hashes, signature, proofs, replays, LUT",
                        description="Verify every sha256 in BUNDLE/manifest.json (and the Ed25519 signature with "
                                    "--pubkey), replay every counterexample and witness on onnxruntime, re-derive the "
@@ -138,14 +155,6 @@ def _parser() -> argparse.ArgumentParser:
                        description="Write a new Ed25519 private key (PEM PKCS#8, mode 0600; encrypted with "
                                    "MI_CERTIFY_KEY_PASSWORD when set) and its public key (PEM). Never overwrites.")
     g.add_argument("--out", required=True, metavar="NAME", help="writes NAME.key (private) and NAME.pub (public)")
-
-    c = sub.add_parser("check-spec", help="validate an sla.yaml and print what it declares",
-                       description="Validate SLA.yaml against the mi-certify/v1 schema and its semantic rules.")
-    c.add_argument("sla", metavar="SLA.yaml", help="the spec to validate")
-    from .cli_runtime import add_parsers
-    from .cli_train import add_parsers as add_train_parsers
-    p.set_defaults(runtime_handlers={**add_parsers(sub), **add_train_parsers(sub)})
-    return p
 
 
 def _check_out_dir(out: Path) -> None:
@@ -183,6 +192,17 @@ def _run_build(args, console: Console) -> int:
                         heatmap=tuple(args.heatmap.split(",", 1)) if args.heatmap else None, verify_timeout=args.verify_timeout)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not console.is_terminal)
+    with progress:
+        result = build(args.model, args.sla, out, opts, on_event=_progress_events(progress, console))
+    if args.json:
+        print(json.dumps(result.summary, indent=2, sort_keys=True))
+    else:
+        _print_build(result, console)
+    return 1 if result.status == "failed" else 0
+
+
+def _progress_events(progress: Progress, console: Console):
+    """The build's on_event: a progress bar per running stage, one line per finished stage."""
     tasks: dict[str, int] = {}
 
     def on_event(kind, name, value):
@@ -195,83 +215,103 @@ def _run_build(args, console: Console) -> int:
             progress.remove_task(tasks.pop(stage))
             mark = "[green]✓[/]" if status == "ok" else "[red]✗[/]"
             console.print(f"{mark} {_STAGE_TITLES.get(stage, stage):55s} {value:7.2f} s")
+    return on_event
 
-    with progress:
-        result = build(args.model, args.sla, out, opts, on_event=on_event)
+
+def _print_build(result, console: Console) -> None:
+    """The stage table (one row per StageResult), import notes, status and warnings."""
     s = result.summary
-    if args.json:
-        print(json.dumps(s, indent=2, sort_keys=True))
-    else:
-        t = Table(title=f"mi-certify build: {s['controller']}", show_header=True)
-        t.add_column("stage")
-        t.add_column("status")
-        t.add_column("detail")
-        for name, st in s["stages"].items():
-            detail = ""
-            if name == "lut":
-                detail = f"{st['cells']} cells: {st['proven']} proven, {st['resolved']} resolved, {st['sampled']} sampled"
-                if "fidelity" in st:
-                    f = st["fidelity"]
-                    detail += (f"; agreement with the network {f['agreement']:.2%} on {f['points']} points, "
-                               f"{f['proven_agree']}/{f['proven_points']} in proven cells")
-            elif name == "cosim" and st["status"] != "skipped":
-                detail = f"{st['cycles']} cycles, {st['mismatches']} mismatches"
-                if st.get("error"):
-                    detail += f"; {st['error']}"
-            elif name == "lint" and st["status"] != "skipped":
-                detail = "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", "")
-            elif name == "lut_properties":
-                detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
-                if st.get("overridden_cells"):
-                    detail += f"; {st['overridden_cells']} cells overridden to the conservative action"
-            elif name in ("fsm_proofs", "rtl_proofs") and st["status"] != "skipped":
-                obs = st.get("obligations", {})
-                bad = [k for k, v in obs.items() if v != "proved"]
-                detail = (f"{len(obs) - len(bad)}/{len(obs)} obligations proved" +
-                          (f"; not proved: {', '.join(f'{k} {obs[k]}' for k in bad)}" if bad else "")
-                          if obs else st.get("error", ""))
-            elif name == "verify" and st["status"] != "skipped":
-                detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
-                detail += f"; reachable: {', '.join(st['reachable_actions'])}"
-            elif name == "emit":
-                detail = f"{st['verilog']} ({st['encoding']} LUT)"
-            elif name == "hdl":
-                mhz = {k: "does not fit" if st.get(k) is None else f"{st[k]} MHz" for k in ("fmax_mhz_hx8k",
-                                                                                           "fmax_mhz_up5k")}
-                detail = (f"Fmax {mhz['fmax_mhz_hx8k']} HX8K, {mhz['fmax_mhz_up5k']} UP5K (registered-input "
-                          f"wrapper)" + ("" if st["goal_met"] else " below the 130 / 50 MHz goal") +
-                          f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM"
-                          + (f"; wrapper {w['lut4']} LUT4, {w['dff']} DFF, {w['bram']} BRAM"
-                             if (w := st.get("place_and_route", {}).get("hx8k")) else "")
-                          + ("" if st.get("meets_clock_hx8k", True) and st.get("meets_clock_up5k", True) else
-                             f"; misses hdl.clock_mhz {st.get('clock_mhz'):g} MHz on "
-                             + " and ".join(d for d in ("hx8k", "up5k") if not st.get(f"meets_clock_{d}", True)).upper())
-                          if st["status"] == "ok" else st.get("reason", st.get("error", "")))
-            elif name == "import":
-                oc = st["onnxruntime_check"]
-                detail = f"{st['relus']} ReLUs, = onnxruntime within {oc['tolerance']:g} on {oc['points']} points"
-            color = {"ok": "green", "failed": "red"}.get(st["status"], "yellow")
-            t.add_row(name, f"[{color}]{st['status']}[/]", detail)
-        console.print(t)
-        for note in s["stages"].get("import", {}).get("notes", []):
-            console.print(f"[yellow]import note:[/] {note}", highlight=False)
-        color = {"ok": "green", "failed": "red"}.get(s["status"], "yellow")
-        console.print(f"status: [{color}]{s['status']}[/]  →  {result.out_dir}")
-        if s["skipped_stages"]:
-            console.print(f"[yellow]warning:[/] skipped stages: {', '.join(s['skipped_stages'])}; this build is not a "
-                          "complete certificate")
-        if s["lut"]["sampled"]:
-            console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")
-    return 1 if s["status"] == "failed" else 0
+    t = Table(title=f"mi-certify build: {s['controller']}", show_header=True)
+    for col in ("stage", "status", "detail"):
+        t.add_column(col)
+    for stage in result.stages:
+        st = stage.record
+        shown = stage.name in _STAGE_DETAIL and (st["status"] != "skipped" or stage.name == "hdl")
+        detail = _STAGE_DETAIL[stage.name](st) if shown else ""
+        color = {"ok": "green", "failed": "red"}.get(st["status"], "yellow")
+        t.add_row(stage.name, f"[{color}]{st['status']}[/]", detail)
+    console.print(t)
+    for note in s["stages"].get("import", {}).get("notes", []):
+        console.print(f"[yellow]import note:[/] {note}", highlight=False)
+    color = {"ok": "green", "failed": "red"}.get(s["status"], "yellow")
+    console.print(f"status: [{color}]{s['status']}[/]  →  {result.out_dir}")
+    if s["skipped_stages"]:
+        console.print(f"[yellow]warning:[/] skipped stages: {', '.join(s['skipped_stages'])}; this build is not a "
+                      "complete certificate")
+    if s["lut"]["sampled"]:
+        console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")
+
+
+def _lut_detail(st: dict) -> str:
+    detail = f"{st['cells']} cells: {st['proven']} proven, {st['resolved']} resolved, {st['sampled']} sampled"
+    if "fidelity" in st:
+        f = st["fidelity"]
+        detail += (f"; agreement with the network {f['agreement']:.2%} on {f['points']} points, "
+                   f"{f['proven_agree']}/{f['proven_points']} in proven cells")
+    return detail
+
+
+def _cosim_detail(st: dict) -> str:
+    return f"{st['cycles']} cycles, {st['mismatches']} mismatches" + (f"; {st['error']}" if st.get("error") else "")
+
+
+def _lut_properties_detail(st: dict) -> str:
+    detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
+    if st.get("overridden_cells"):
+        detail += f"; {st['overridden_cells']} cells overridden to the conservative action"
+    return detail
+
+
+def _proofs_detail(st: dict) -> str:
+    obs = st.get("obligations", {})
+    if not obs:
+        return st.get("error", "")
+    bad = [k for k, v in obs.items() if v != "proved"]
+    return (f"{len(obs) - len(bad)}/{len(obs)} obligations proved" +
+            (f"; not proved: {', '.join(f'{k} {obs[k]}' for k in bad)}" if bad else ""))
+
+
+def _verify_detail(st: dict) -> str:
+    detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
+    return detail + f"; reachable: {', '.join(st['reachable_actions'])}"
+
+
+def _hdl_detail(st: dict) -> str:
+    if st["status"] != "ok":
+        return st.get("reason", st.get("error", ""))
+    mhz = {k: "does not fit" if st.get(k) is None else f"{st[k]} MHz" for k in ("fmax_mhz_hx8k", "fmax_mhz_up5k")}
+    w = st.get("place_and_route", {}).get("hx8k")
+    missed = [d for d in ("hx8k", "up5k") if not st.get(f"meets_clock_{d}", True)]
+    return (f"Fmax {mhz['fmax_mhz_hx8k']} HX8K, {mhz['fmax_mhz_up5k']} UP5K (registered-input wrapper)"
+            + ("" if st["goal_met"] else " below the 130 / 50 MHz goal")
+            + f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM"
+            + (f"; wrapper {w['lut4']} LUT4, {w['dff']} DFF, {w['bram']} BRAM" if w else "")
+            + (f"; misses hdl.clock_mhz {st.get('clock_mhz'):g} MHz on " + " and ".join(missed).upper()
+               if missed else ""))
+
+
+def _import_detail(st: dict) -> str:
+    oc = st["onnxruntime_check"]
+    return f"{st['relus']} ReLUs, = onnxruntime within {oc['tolerance']:g} on {oc['points']} points"
+
+
+#: The detail column of the build table, per stage (a skipped stage shows none, hdl its reason).
+_STAGE_DETAIL = {
+    "lut": _lut_detail, "cosim": _cosim_detail, "lut_properties": _lut_properties_detail,
+    "fsm_proofs": _proofs_detail, "rtl_proofs": _proofs_detail, "verify": _verify_detail,
+    "emit": lambda st: f"{st['verilog']} ({st['encoding']} LUT)", "hdl": _hdl_detail, "import": _import_detail,
+    "lint": lambda st: "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", ""),
+}
 
 
 def _run_inspect(args, console: Console) -> int:
     import numpy as np
 
-    from .onnx_import import cross_check, import_onnx
+    from .model import load_model
     from .spec import load_spec
 
-    ir = import_onnx(args.model)
+    model = load_model(args.model)
+    ir = model.ir
     if args.sla:
         spec = load_spec(args.sla)
         from .lut import check_shapes
@@ -279,7 +319,7 @@ def _run_inspect(args, console: Console) -> int:
         lo, hi = np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs])
     else:
         lo, hi = -np.ones(ir.n_inputs), np.ones(ir.n_inputs)
-    worst = cross_check(ir, args.model, lo, hi)
+    worst = model.cross_check(lo, hi)
     console.print(f"{args.model}: {ir.n_inputs} inputs, {ir.n_outputs} outputs, {ir.n_relus} ReLUs")
     for line in ir.describe():
         console.print("  " + line, highlight=False)
@@ -300,45 +340,62 @@ def _witness_text(w: dict | None) -> str:
 
 
 def _run_verify(args, console: Console) -> int:
-    import numpy as np
+    from mi_certify.verification.nn_verify import VerifyOptions
 
-    from mi_certify.verification.nn_verify import VerifyOptions, decide
-    from .lut import check_shapes
-    from .onnx_import import cross_check, import_onnx
-    from .spec import load_spec
+    from .model import load_model
 
     opts = VerifyOptions(timeout=args.timeout, confirm_timeout=args.confirm_timeout, use_marabou=not args.no_marabou)
     for target in (args.witness, args.json_out):
         if target and not Path(target).resolve().parent.is_dir():
             raise MiCertifyError("the folder of this output file does not exist", file=target)
-    ir = import_onnx(args.model)
+    model = load_model(args.model)
     if args.vnnlib:
-        from mi_certify.verification.vnnlib import parse_vnnlib, write_counterexample
-        query = parse_vnnlib(args.vnnlib, ir.n_inputs, ir.n_outputs)
-        boxes = [d for d in query.disjuncts]
-        if boxes:
-            lo = np.min([np.minimum(d.lo, d.hi) for d in boxes], axis=0)
-            hi = np.max([np.maximum(d.lo, d.hi) for d in boxes], axis=0)
-            if not (np.all(np.abs(lo) <= 1e15) and np.all(np.abs(hi) <= 1e15)):
-                raise MiCertifyError("input bounds beyond 1e15 in magnitude are not supported", file=args.vnnlib)
-            cross_check(ir, args.model, lo, hi)
-        res = decide(ir, args.model, query, opts)
-        console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s ({res.method}) "
-                      f"{res.detail}", highlight=False)
-        for e in res.errors:
-            console.print(f"[red]error:[/] {e}", highlight=False)
-        if args.witness and res.witness:
-            write_counterexample(args.witness, np.array(res.witness["x_float32"]),
-                                np.array(res.witness["y_onnxruntime"]))
-        if args.json_out:
-            Path(args.json_out).write_text(json.dumps(res.to_json(), indent=2, sort_keys=True) + "\n")
-        print(res.verdict.vnnlib)
-        return {"proved": 0, "violated": 1}.get(res.verdict.value, 3)
+        return _verify_vnnlib(args, model, opts, console)
+    return _verify_sla(args, model, opts, console)
+
+
+def _verify_vnnlib(args, model, opts, console: Console) -> int:
+    """``verify --vnnlib``: one query; the last stdout line is sat / unsat / unknown (VNN-COMP)."""
+    import numpy as np
+
+    from mi_certify.verification.nn_verify import decide
+    from mi_certify.verification.vnnlib import parse_vnnlib, write_counterexample
+
+    ir = model.ir
+    query = parse_vnnlib(args.vnnlib, ir.n_inputs, ir.n_outputs)
+    boxes = list(query.disjuncts)
+    if boxes:
+        lo = np.min([np.minimum(d.lo, d.hi) for d in boxes], axis=0)
+        hi = np.max([np.maximum(d.lo, d.hi) for d in boxes], axis=0)
+        if not (np.all(np.abs(lo) <= 1e15) and np.all(np.abs(hi) <= 1e15)):
+            raise MiCertifyError("input bounds beyond 1e15 in magnitude are not supported", file=args.vnnlib)
+        model.cross_check(lo, hi)
+    res = decide(model, query, opts)
+    console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s ({res.method}) "
+                  f"{res.detail}", highlight=False)
+    for e in res.errors:
+        console.print(f"[red]error:[/] {e}", highlight=False)
+    if args.witness and res.witness:
+        write_counterexample(args.witness, np.array(res.witness["x_float32"]), np.array(res.witness["y_onnxruntime"]))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(res.to_json(), indent=2, sort_keys=True) + "\n")
+    print(res.verdict.vnnlib)
+    return {"proved": 0, "violated": 1}.get(res.verdict.value, 3)
+
+
+def _verify_sla(args, model, opts, console: Console) -> int:
+    """``verify --sla``: every property and the output domain over the spec's envelope."""
+    import numpy as np
+
     from mi_certify.verification.network import verify_spec
+
+    from .lut import check_shapes
+    from .spec import load_spec
+
     spec = load_spec(args.sla)
-    check_shapes(spec, ir, args.model)
-    cross_check(ir, args.model, np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs]))
-    result = verify_spec(ir, args.model, spec, opts)
+    check_shapes(spec, model.ir, args.model)
+    model.cross_check(np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs]))
+    result = verify_spec(model, spec, opts)
     t = Table(title=f"properties of {args.model}")
     for col in ("property", "verdict", "time (s)", "method", "witness"):
         t.add_column(col)
@@ -435,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        console.print("[red]interrupted[/]: nothing was published")
+        console.print("[red]interrupted[/]" + (": nothing was published" if args.command == "build" else ""))
         return 130
 
 

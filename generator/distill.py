@@ -43,12 +43,12 @@ order, so the LUT does not depend on scheduling.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from .ir import ControllerIR
 from .lut import PROVEN, RESOLVED, Lut, decode
+from .model import LoadedModel
 from .numerics import softmax_lower, sum_last
 from .spec import Spec
 
@@ -143,7 +143,7 @@ def _split(qlo: np.ndarray, qhi: np.ndarray, influence: np.ndarray | None) -> li
     return [(qlo, a_hi), (b_lo, qhi)]
 
 
-def _witnesses(spec: Spec, ir: ControllerIR, model_path: str,
+def _witnesses(spec: Spec, model: LoadedModel,
                cells: list[tuple[np.ndarray, np.ndarray, list[np.ndarray]]]) -> list[list[dict]]:
     """Replayed witnesses of distinct actions, per single cell (lo, hi, extra points).
 
@@ -159,6 +159,7 @@ def _witnesses(spec: Spec, ir: ControllerIR, model_path: str,
 
     if not cells:
         return []
+    ir = model.ir
     n = len(spec.inputs)
     signs = np.array([[(c >> k) & 1 for k in range(n)] for c in range(1 << n)], dtype=bool)
     pts, owner = [], []
@@ -181,7 +182,7 @@ def _witnesses(spec: Spec, ir: ControllerIR, model_path: str,
         requests.append((Disjunct(lo, hi, C, d, spec.actions[j].name), allpts[k]))
         req_cell.append((ci, j))
     found: list[list[dict]] = [[] for _ in cells]
-    for (ci, j), (ok, wit) in zip(req_cell, replay_many(ir, Path(model_path), requests)):
+    for (ci, j), (ok, wit) in zip(req_cell, replay_many(model, requests)):
         if ok:
             found[ci].append({"token": j, "action": spec.actions[j].name, "x": wit["x"],
                               "y_onnxruntime": wit["y_onnxruntime"]})
@@ -196,7 +197,8 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
     up to ``opts.cell_boxes`` boxes each; what is still open gets a seeded random look
     for witnesses and, without two, is resolved as undecided.
     """
-    spec, ir, model_path, qlo0, qhi0, opts, verts = args
+    spec, model, qlo0, qhi0, opts, verts = args
+    ir = model.ir
     thr = spec.confidence_threshold
     edges = cell_edges(spec)
     assigns, records, resolved = [], [], []
@@ -245,7 +247,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
                 mixed.append(qlo)
         if mixed:
             lo_m, hi_m = box_of_cells(edges, np.array(mixed), np.array(mixed))
-            for qlo, lo, hi, wits in zip(mixed, lo_m, hi_m, _witnesses(spec, ir, model_path,
+            for qlo, lo, hi, wits in zip(mixed, lo_m, hi_m, _witnesses(spec, model,
                                                                       [(l, h, []) for l, h in zip(lo_m, hi_m)])):
                 if len(wits) >= 2:
                     stats["sampled_cells"] += 1
@@ -279,7 +281,7 @@ def _distill_slice(args) -> tuple[list, list, list, dict]:
             rng = np.random.default_rng(int(_addresses(spec, qlo, qlo)[0]))
             hits[c].extend(lo + (hi - lo) * rng.random((RANDOM_LOOK, lo.size)))
     looked = [c for c, st in enumerate(status) if st in ("witness", "budget")]
-    found = dict(zip(looked, _witnesses(spec, ir, model_path, [(open_cells[c][1], open_cells[c][2], hits[c])
+    found = dict(zip(looked, _witnesses(spec, model, [(open_cells[c][1], open_cells[c][2], hits[c])
                                                                 for c in looked])))
     for c, (qlo, lo, hi, a) in enumerate(open_cells):
         if status[c] == "proven":
@@ -388,14 +390,16 @@ def _bisect(lo: np.ndarray, hi: np.ndarray, influence: np.ndarray) -> list[tuple
     return [(lo, a_hi), (b_lo, hi)]
 
 
-def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillOptions | None = None,
+def distill(spec: Spec, model: LoadedModel, opts: DistillOptions | None = None,
             progress=None) -> DistillResult:
-    """Build the certified LUT over the whole grid.
+    """Build the certified LUT over the whole grid of ``spec`` for ``model`` (its IR is bounded;
+    witnesses of RESOLVED cells are replayed on its onnxruntime session).
 
     Returns:
         DistillResult; ``lut.status`` holds PROVEN or RESOLVED for every cell.
     """
     opts = opts or DistillOptions()
+    ir = model.ir
     n = 1 << spec.address_bits
     tokens = np.zeros(n, dtype=np.uint8)
     conf = np.zeros(n, dtype=bool)
@@ -411,7 +415,7 @@ def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillO
         qlo = np.zeros(len(spec.inputs), dtype=np.int64)
         qhi = full_hi.copy()
         qlo[0], qhi[0] = s * per, (s + 1) * per - 1
-        slices.append((spec, ir, str(model_path), qlo, qhi, opts, verts))
+        slices.append((spec, model, qlo, qhi, opts, verts))
     records, resolved = [], []
     stats: dict[str, int] = {}
     results = []
@@ -443,9 +447,9 @@ def distill(spec: Spec, ir: ControllerIR, model_path: str | Path, opts: DistillO
     return DistillResult(Lut(tokens, conf, status), records, resolved, stats)
 
 
-def fidelity(spec: Spec, ir: ControllerIR, model_path: str | Path, lut: Lut, n_points: int = 100_000,
+def fidelity(spec: Spec, model: LoadedModel, lut: Lut, n_points: int = 100_000,
              seed: int = 0) -> tuple[dict, dict]:
-    """Agreement of the LUT with the network on ``n_points`` uniform random points.
+    """Agreement of the LUT with the network (``model``) on ``n_points`` uniform random points.
 
     Points are quantized exactly (runtime quantizer); the network's action is the IR's
     argmax/argmin in float64, fixed-order arithmetic (lowest index on ties), so the
@@ -460,7 +464,6 @@ def fidelity(spec: Spec, ir: ControllerIR, model_path: str | Path, lut: Lut, n_p
     from mi_certify.runtime.quantize import quantize
 
     from .lut import quantizers
-    from .onnx_import import evaluate_onnxruntime
 
     lo = np.array([i.min for i in spec.inputs])
     hi = np.array([i.max for i in spec.inputs])
@@ -469,9 +472,9 @@ def fidelity(spec: Spec, ir: ControllerIR, model_path: str | Path, lut: Lut, n_p
     pts = np.clip(pts, lo, hi)
     qs = quantizers(spec)
     addrs = np.array([quantize(list(map(float, p)), qs)[0] for p in pts])
-    ys = ir.evaluate(pts)
+    ys = model.ir.evaluate(pts)
     net = np.argmin(ys, axis=1) if spec.decode == "argmin" else np.argmax(ys, axis=1)
-    ys_ort = evaluate_onnxruntime(model_path, pts)
+    ys_ort = model.evaluate_onnxruntime(pts)
     net_ort = np.argmin(ys_ort, axis=1) if spec.decode == "argmin" else np.argmax(ys_ort, axis=1)
     got = lut.tokens[addrs]
     agree = got == net

@@ -19,7 +19,7 @@ import numpy as np
 from mi_certify.runtime.fsm import REASON_BITS, MaskBox, Reason
 
 from .boxtree import Leaf, build_tree, tree_size
-from .lut import Lut
+from .lut import Lut, table_bytes
 from .spec import Spec
 
 #: LUT encodings of the generated Verilog (sla.yaml ``hdl.encoding``; "auto" is resolved by the pipeline).
@@ -40,7 +40,7 @@ class SourceHashes:
 
 def lut_bytes(lut: Lut) -> bytes:
     """One byte per address: token in bits 0-6, confident bit 7 (the runtime format)."""
-    return (lut.tokens.astype(np.uint16) | (lut.confident.astype(np.uint16) << 7)).astype(np.uint8).tobytes()
+    return table_bytes(lut.tokens, lut.confident)
 
 
 def _fraction(x: float) -> str:

@@ -11,8 +11,7 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
-from mi_certify.runtime.sla import ACC_SCALE, CycleMonitorConfig, SlaLimits
-from mi_certify.verification.monitor_cosim import param_text, params
+from mi_certify.runtime.sla import ACC_SCALE, CycleMonitorConfig, SlaLimits, monitor_parameters, parameter_text
 
 from .emit import _environment
 from .errors import SpecError
@@ -39,7 +38,7 @@ def module_name(spec: Spec) -> str:
 def emit_sla_monitor(spec: Spec, spec_hash: str, version: str) -> str:
     """Source text of ``<module>_sla_monitor.v``."""
     cfg, clock, default = monitor_config(spec)
-    p = params(cfg, len(spec.actions))
+    p = monitor_parameters(cfg, len(spec.actions))
     low = spec.hdl.reset_polarity == "low"
     asyn = spec.hdl.reset == "async"
     p.update(RST_ASYNC=int(asyn), RST_ACTIVE_LOW=int(low))
@@ -51,7 +50,7 @@ def emit_sla_monitor(spec: Spec, spec_hash: str, version: str) -> str:
     return _environment().get_template("verilog/sla_monitor_top.v.j2").render(
         module=module_name(spec), spec=spec, version=version, spec_hash=spec_hash, clock_mhz=clock,
         clock_default=default, cyc_w=cfg.cyc_width, acc_w=cfg.acc_width, acc_scale=ACC_SCALE, rows=rows,
-        p=p, params=param_text(p), rst_name="rst_n" if low else "rst",
+        p=p, params=parameter_text(p), rst_name="rst_n" if low else "rst",
         reset_text=f"{'asynchronous' if asyn else 'synchronous'}, active {'low' if low else 'high'}")
 
 

@@ -55,4 +55,16 @@ class BuildError(MiCertifyError):
 
 
 class ToolMissingError(BuildError):
-    """An external tool (iverilog, verilator, yosys) is not installed."""
+    """An external tool is not installed, too old, or does not run or answer.
+
+    Raised by :func:`mi_certify.verification.tools.require_tool` (also known there as
+    ``ToolUnavailable``). Attributes besides MiCertifyError's: tool (command name), found
+    (None, or ``"<path>: <version line>"``), minimum (dotted version or None), package
+    (the Debian package that installs it).
+    """
+
+    def __init__(self, reason: str, *, tool: str | None = None, found: str | None = None,
+                 minimum: str | None = None, package: str | None = None, file: str | None = None,
+                 where: str | None = None):
+        self.tool, self.found, self.minimum, self.package = tool, found, minimum, package
+        super().__init__(reason, file=file, where=where)

@@ -12,12 +12,13 @@ numpy and onnxruntime). Confidence: the softmax probability of the decoded actio
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from mi_certify.runtime.fsm import MaskBox
+from mi_certify.runtime.fsm import FsmConfig, MaskBox
 from mi_certify.runtime.quantize import Quantizer
 
 from .errors import SpecError
@@ -43,6 +44,89 @@ class Lut:
 
     def counts(self) -> dict[str, int]:
         return {"cells": self.n_cells, **{s: int(np.sum(self.status == s)) for s in (SAMPLED, PROVEN, RESOLVED)}}
+
+
+def table_bytes(tokens: np.ndarray, confident: np.ndarray) -> bytes:
+    """One byte per address: token in bits 0-6, confident bit 7 (lut.hex, the runtime format)."""
+    return (np.asarray(tokens).astype(np.uint16) | (np.asarray(confident).astype(np.uint16) << 7)
+            ).astype(np.uint8).tobytes()
+
+
+@dataclass(frozen=True, eq=False)
+class LutFsmArtefact:
+    """The LUT-FSM as every stage after distillation sees it: the one source of truth for
+    behaviour (docs/fsm.md) handed to the FSM proofs, the emitters, the RTL proofs, the
+    co-simulation and the checker.
+
+    Attributes:
+        tokens: (2^address_bits,) uint8 proposed token per address (address = levels
+            concatenated, input 0 most significant).
+        confident: (2^address_bits,) bool confident bit per address.
+        masks: allowed-action boxes of the sla.yaml properties (rule 3a).
+        config: FSM parameters (actions, conservative token, H, D, W, R).
+        input_bits: address bits per input, input 0 first.
+        token_bits: width of a token in the RTL.
+        actions: action names, by token.
+        status: (2^address_bits,) PROVEN / RESOLVED / SAMPLED per cell, or None when only
+            the table is known (a checker reading lut.hex).
+    """
+
+    tokens: np.ndarray
+    confident: np.ndarray
+    masks: tuple[MaskBox, ...]
+    config: FsmConfig
+    input_bits: tuple[int, ...]
+    token_bits: int
+    actions: tuple[str, ...]
+    status: np.ndarray | None = None
+
+    @classmethod
+    def from_lut(cls, spec: Spec, lut: Lut, masks) -> "LutFsmArtefact":
+        """The artefact of ``spec`` with table ``lut`` (after :func:`apply_masks`) and ``masks``."""
+        return cls(lut.tokens, lut.confident, tuple(masks), spec.fsm_config(), tuple(i.bits for i in spec.inputs),
+                   spec.token_bits, tuple(a.name for a in spec.actions), lut.status)
+
+    @classmethod
+    def from_table(cls, spec: Spec, table: bytes | np.ndarray, masks) -> "LutFsmArtefact":
+        """The artefact of ``spec`` from its lut.hex bytes (token | confident << 7 per address)."""
+        a = np.frombuffer(bytes(table), dtype=np.uint8) if isinstance(table, (bytes, bytearray)) \
+            else np.asarray(table, dtype=np.uint8)
+        return cls((a & 0x7F).astype(np.uint8), (a >> 7).astype(bool), tuple(masks), spec.fsm_config(),
+                   tuple(i.bits for i in spec.inputs), spec.token_bits, tuple(x.name for x in spec.actions))
+
+    @classmethod
+    def of_table(cls, config: FsmConfig, table: bytes, masks=(), input_bits: tuple[int, ...] | None = None
+                 ) -> "LutFsmArtefact":
+        """An artefact without a spec (tests, tools): ``table`` one byte per address, ``input_bits``
+        defaulting to one input over the whole address, actions named by their token."""
+        a = np.frombuffer(bytes(table), dtype=np.uint8)
+        bits = input_bits or (max(0, (len(a) - 1).bit_length()),)
+        return cls((a & 0x7F).astype(np.uint8), (a >> 7).astype(bool), tuple(masks), config, tuple(bits),
+                   max(1, (config.n_actions - 1).bit_length()), tuple(str(t) for t in range(config.n_actions)))
+
+    @property
+    def address_bits(self) -> int:
+        return sum(self.input_bits)
+
+    @property
+    def n_cells(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def table(self) -> bytes:
+        """lut.hex content as bytes: one per address, token | confident << 7."""
+        return table_bytes(self.tokens, self.confident)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of :attr:`table` (the ``lut`` hash in generated headers and the manifest)."""
+        return hashlib.sha256(self.table).hexdigest()
+
+    @property
+    def lut(self) -> Lut:
+        """The table as a :class:`Lut` (status SAMPLED where unknown)."""
+        status = self.status if self.status is not None else np.full(self.n_cells, SAMPLED, dtype=object)
+        return Lut(self.tokens, self.confident, status)
 
 
 def quantizers(spec: Spec) -> list[Quantizer]:

@@ -480,17 +480,29 @@ def _check_versions(path: Path, model: onnx.ModelProto) -> None:
                 file=str(path), where="opset_import")
 
 
-def load_model(path: str | Path) -> onnx.ModelProto:
-    """Read and check an ONNX file; raises ModelImportError (file, field, reason)."""
+def read_model_file(path: str | Path) -> bytes:
+    """The bytes of an ONNX file; raises ModelImportError (file, reason) when it is not a readable,
+    non-empty regular file."""
     path = Path(path)
     if path.is_dir():
         raise ModelImportError("is a directory, not a file", file=str(path))
     if not path.is_file():
         raise ModelImportError("no such file", file=str(path))
-    if path.stat().st_size == 0:
-        raise ModelImportError("empty file", file=str(path))
     try:
-        model = onnx.load(str(path))
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelImportError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
+    if not data:
+        raise ModelImportError("empty file", file=str(path))
+    return data
+
+
+def parse_model(data: bytes, path: str | Path) -> onnx.ModelProto:
+    """Parse and check ONNX bytes (``path`` names them in errors); raises ModelImportError
+    (file, field, reason): unreadable protobuf, unsupported IR/opset version, onnx.checker."""
+    path = Path(path)
+    try:
+        model = onnx.load_from_string(data)
     except Exception as exc:  # protobuf DecodeError and friends
         raise ModelImportError(f"not a readable ONNX model ({type(exc).__name__}: {exc})", file=str(path)) from None
     _check_versions(path, model)
@@ -500,6 +512,16 @@ def load_model(path: str | Path) -> onnx.ModelProto:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelImportError(f"onnx.checker rejects the model: {first}", file=str(path)) from None
     return model
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    """Read and check an ONNX file; raises ModelImportError (file, field, reason)."""
+    return parse_model(read_model_file(path), path)
+
+
+def import_model(model: onnx.ModelProto, path: str | Path) -> ControllerIR:
+    """ControllerIR of a checked ONNX graph (``path`` names it in errors); raises ModelImportError."""
+    return _Importer(Path(path), model).run()
 
 
 def import_onnx(path: str | Path) -> ControllerIR:
@@ -512,14 +534,16 @@ def import_onnx(path: str | Path) -> ControllerIR:
     Raises:
         ModelImportError naming file, node and reason (exit code 2).
     """
-    path = Path(path)
-    model = load_model(path)
-    return _Importer(path, model).run()
+    return import_model(load_model(path), path)
 
 
 def input_feed_shapes(path: str | Path) -> list[tuple[str, tuple[int, ...], np.dtype]]:
     """(name, shape with batch bound to 1, numpy dtype) of each non-constant graph input."""
-    model = load_model(path)
+    return feed_shapes(load_model(path))
+
+
+def feed_shapes(model: onnx.ModelProto) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """(name, shape with batch bound to 1, numpy dtype) of each non-constant graph input of ``model``."""
     inits = {t.name for t in model.graph.initializer}
     out = []
     for vi in model.graph.input:
@@ -531,20 +555,42 @@ def input_feed_shapes(path: str | Path) -> list[tuple[str, tuple[int, ...], np.d
     return out
 
 
-@functools.lru_cache(maxsize=8)
-def _session(path: str, _mtime: int, _size: int):
-    """One onnxruntime session (and input feed layout) per model file version."""
+def onnxruntime_session(model: str | Path | bytes, name: str | Path):
+    """An onnxruntime CPU session (one intra-op thread) of a model file or its bytes; ``name``
+    names it in errors. Raises ModelImportError when onnxruntime refuses the model."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.log_severity_level = 3
     try:
-        sess = ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), sess_options=opts,
+                                    providers=["CPUExecutionProvider"])
     except Exception as exc:
         msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise ModelImportError(f"onnxruntime refuses the model: {msg}", file=path) from None
-    return sess, input_feed_shapes(path)
+        raise ModelImportError(f"onnxruntime refuses the model: {msg}", file=str(name)) from None
+
+
+def run_session(sess, feeds, points: np.ndarray) -> np.ndarray:
+    """Evaluate ``sess`` at (n, n_inputs) points, one run per point (float32 feeds split by
+    ``feeds`` = :func:`feed_shapes`); returns (n, n_outputs) float64, outputs concatenated flat."""
+    out_rows = []
+    pts = np.asarray(points, dtype=np.float32)
+    for row in pts:
+        feed, off = {}, 0
+        for name, shape, dtype in feeds:
+            n = int(np.prod(shape, dtype=np.int64))
+            feed[name] = row[off:off + n].reshape(shape).astype(dtype)
+            off += n
+        res = sess.run(None, feed)
+        out_rows.append(np.concatenate([np.asarray(r, dtype=np.float64).reshape(-1) for r in res]))
+    return np.stack(out_rows)
+
+
+@functools.lru_cache(maxsize=8)
+def _session(path: str, _mtime: int, _size: int):
+    """One onnxruntime session (and input feed layout) per model file version."""
+    return onnxruntime_session(path, path), input_feed_shapes(path)
 
 
 def _cached_session(path: str | Path):
@@ -563,17 +609,7 @@ def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
         ModelImportError if onnxruntime refuses the model.
     """
     sess, feeds = _cached_session(path)
-    out_rows = []
-    pts = np.asarray(points, dtype=np.float32)
-    for row in pts:
-        feed, off = {}, 0
-        for name, shape, dtype in feeds:
-            n = int(np.prod(shape, dtype=np.int64))
-            feed[name] = row[off:off + n].reshape(shape).astype(dtype)
-            off += n
-        res = sess.run(None, feed)
-        out_rows.append(np.concatenate([np.asarray(r, dtype=np.float64).reshape(-1) for r in res]))
-    return np.stack(out_rows)
+    return run_session(sess, feeds, points)
 
 
 def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarray,
@@ -590,6 +626,15 @@ def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarr
         ModelImportError if the box is empty or inverted; ModelMismatchError on a
         difference, naming the first failing point.
     """
+    return compare_with_onnxruntime(ir, _cached_session(path)[1], lambda x: evaluate_onnxruntime(path, x), path,
+                                    lo, hi, n_points=n_points, seed=seed, rtol=rtol)
+
+
+def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path, lo: np.ndarray, hi: np.ndarray,
+                             n_points: int = 256, seed: int = 0, rtol: float = ORT_RTOL) -> float:
+    """:func:`cross_check` with the onnxruntime evaluation given: ``feeds`` = :func:`feed_shapes`,
+    ``evaluate(points (n, n_inputs)) -> (n, n_outputs)``, ``name`` for errors."""
+    path = name
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     if lo.shape != (ir.n_inputs,) or hi.shape != (ir.n_inputs,):
@@ -608,13 +653,13 @@ def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarr
     pts.extend(lo + (hi - lo) * rng.random((n_rand, ir.n_inputs)))
     pts = np.asarray(np.asarray(pts, dtype=np.float32), dtype=np.float64)
     off = 0
-    for _name, shape, dtype in _cached_session(path)[1]:  # round to what onnxruntime is fed
+    for _name, shape, dtype in feeds:  # round to what onnxruntime is fed
         n = int(np.prod(shape, dtype=np.int64))
         pts[:, off:off + n] = pts[:, off:off + n].astype(dtype).astype(np.float64)
         off += n
     if not np.all(np.isfinite(pts)):
         raise ModelImportError("the input box is not finite in float32", file=str(path))
-    ort = evaluate_onnxruntime(path, pts)
+    ort = evaluate(pts)
     mine = ir.evaluate(pts)
     if ort.shape != mine.shape:
         raise ModelMismatchError(f"IR gives {mine.shape[1]} outputs, onnxruntime {ort.shape[1]}", file=str(path))

@@ -11,6 +11,7 @@ import keyword
 import math
 import re
 import sys
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -329,6 +330,8 @@ class Spec:
     monitor: MonitorConfig = MonitorConfig()
     hdl: HdlOptions = HdlOptions()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the sla.yaml bytes this spec was read from (hashed and copied into the bundle as read)
+    source: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def conservative(self) -> int:
@@ -449,7 +452,8 @@ def load_spec(path: str | Path) -> Spec:
     if not path.is_file():
         raise SpecError("no such file", file=f)
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
+        data = path.read_bytes()
+        raw = yaml.load(data.decode("utf-8"), Loader=_StrictLoader)
     except SpecError as exc:
         raise SpecError(exc.reason, file=f, where=exc.where) from None
     except yaml.YAMLError as exc:
@@ -458,6 +462,8 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=f, where=where) from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"not UTF-8 text ({exc.reason})", file=f) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror or exc}", file=f) from None
     if not isinstance(raw, dict):
         raise SpecError("top level must be a mapping", file=f)
     validator = jsonschema.Draft202012Validator(SCHEMA)
@@ -466,7 +472,7 @@ def load_spec(path: str | Path) -> Spec:
         best = jsonschema.exceptions.best_match(errors)
         where, reason = _schema_message(best)
         raise SpecError(reason, file=f, where=where)
-    return _resolve(_integers(raw, SCHEMA), f)
+    return dataclasses.replace(_resolve(_integers(raw, SCHEMA), f), source=data)
 
 
 def _integers(value, schema: dict):

@@ -314,3 +314,35 @@ class CycleSlaMonitor:
             self.busy, self.cnt, self.act = 1, 1, req_action
         out["busy"] = self.busy
         return dict(out)
+
+
+def stat_code(statistic: str) -> int:
+    """The monitor's statistic parameter: 0 mean, NN for pNN, 100 max (max is nearest-rank p100)."""
+    return 0 if statistic == "mean" else 100 if statistic == "max" else int(statistic[1:])
+
+
+def monitor_parameters(cfg: CycleMonitorConfig, n_actions: int, nw: int | None = None) -> dict:
+    """Parameter values of ``hdl/sla_monitor.v`` for ``cfg``: {name: int, or (width, value) for the
+    packed limit vectors, action 0 least significant}. Used by the emitter of the monitor wrapper and
+    by its co-simulation, so both instantiate the core with the same values."""
+    def pack(limits, width):
+        word = 0
+        for i, lim in reversed(list(enumerate(limits))):
+            word = word << width | (lim or 0)
+        return word
+    judged = lambda limits: sum(1 << i for i, lim in enumerate(limits) if lim is not None)  # noqa: E731
+    return {"N_ACTIONS": n_actions, "ACTION_W": cfg.action_width, "WINDOW": cfg.monitor.window,
+            "CYC_W": cfg.cyc_width, "ACC_W": cfg.acc_width,
+            "LAT_STAT": stat_code(cfg.monitor.latency_statistic), "ACC_STAT": stat_code(cfg.monitor.accuracy_statistic),
+            "LAT_LIMIT": (n_actions * cfg.cyc_width, pack(cfg.lat_limits, cfg.cyc_width)),
+            "LAT_JUDGED": (n_actions, judged(cfg.lat_limits)),
+            "ACC_LIMIT": (n_actions * cfg.acc_width, pack(cfg.acc_limits, cfg.acc_width)),
+            "ACC_JUDGED": (n_actions, judged(cfg.acc_limits)),
+            "NW": nw or max(1, cfg.monitor.window.bit_length())}
+
+
+def parameter_text(p: dict) -> str:
+    """``#(.NAME(value), ...)`` with sized hex literals for the packed vectors."""
+    def lit(v):
+        return f"{v[0]}'h{v[1]:x}" if isinstance(v, tuple) else str(v)
+    return "#(" + ", ".join(f".{k}({lit(v)})" for k, v in p.items()) + ")"

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import ACAS_1_1, CARTPOLE, EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+from mi_certify.generator import build_stages as stages_mod
 from mi_certify.generator import pipeline as build_mod
 from mi_certify.generator.pipeline import BuildOptions, build
 from mi_certify.generator.errors import SpecError
@@ -179,6 +180,13 @@ def _lut(reference_build) -> bytes:
     return bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
 
 
+def _machine(reference_build, lut: bytes | None = None):
+    from mi_certify.generator.lut import LutFsmArtefact
+    from mi_certify.generator.spec import load_spec
+    spec = load_spec(REFERENCE_SLA)
+    return LutFsmArtefact.from_table(spec, _lut(reference_build) if lut is None else lut, _masks())
+
+
 def _masks():
     from mi_certify.generator.lut import property_masks
     from mi_certify.generator.spec import load_spec
@@ -192,7 +200,7 @@ def _sim(reference_build, verilog, tmp_path):
     rom = reference_build / "meta_controller_rom.hex"
     if rom.exists() and not (verilog.parent / rom.name).exists():
         shutil.copyfile(rom, verilog.parent / rom.name)
-    return hdl_adapter.prepare(verilog, "meta_controller", "rst", 16, 2, tmp_path / "work")
+    return hdl_adapter.prepare(verilog, "meta_controller", "rst", _machine(reference_build), tmp_path / "work")
 
 
 @pytest.mark.parametrize("mutation", [
@@ -206,8 +214,7 @@ def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutati
     assert mutation[0] in src
     mutant = tmp_path / "meta_controller.v"
     mutant.write_text(src.replace(mutation[0], mutation[1], 1))
-    res = run_cosim(*_sim(reference_build, mutant, tmp_path), _cfg(), _lut(reference_build), tmp_path / "work",
-                    masks=_masks())
+    res = run_cosim(*_sim(reference_build, mutant, tmp_path), _machine(reference_build), tmp_path / "work")
     assert not res.passed and res.mismatches > 0
     assert res.first_mismatch["rtl"] != res.first_mismatch["reference"]
 
@@ -231,8 +238,8 @@ def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     a = addr & ((1 << low) - 1)
     words[a] = format(int(words[a], 16) ^ (1 << column[addr >> low]), f"0{len(words[a])}x")
     (tmp_path / "meta_controller_rom.hex").write_text("\n".join(words) + "\n")
-    res = run_cosim(*_sim(reference_build, tmp_path / "meta_controller.v", tmp_path), _cfg(), lut, tmp_path / "work",
-                    masks=_masks())
+    res = run_cosim(*_sim(reference_build, tmp_path / "meta_controller.v", tmp_path), _machine(reference_build, lut),
+                    tmp_path / "work")
     assert not res.passed and res.mismatches > 0
 
 
@@ -246,7 +253,7 @@ def test_mutated_python_runtime_is_caught(reference_build, tmp_path, copy, metho
     mutant = tmp_path / "meta_controller.py"
     mutant.write_text(src[:at] + "if self.h == HYSTERESIS - 1:" + src[at + len("if self.h == HYSTERESIS:"):])
     res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
-                    tmp_path / "work", runtime_py=mutant, masks=_masks())
+                    tmp_path / "work", runtime_py=mutant)
     assert not res.passed and res.error == "emitted Python runtime disagrees with the reference"
     got, ref = res.first_mismatch["python_runtime"], res.first_mismatch["reference"]
     assert got["method"] == method and (got["token"], got["reason"]) != (ref["token"], ref["reason"])
@@ -261,13 +268,13 @@ def test_a_quantizer_constant_off_by_one_float_is_caught(reference_build, tmp_pa
     mutant = tmp_path / "meta_controller.py"
     mutant.write_text(src.replace("if x0 < 0.5:", f"if x0 < {math.nextafter(0.5, 1)!r}:", 1))
     res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
-                    tmp_path / "work", runtime_py=mutant, masks=_masks())
+                    tmp_path / "work", runtime_py=mutant)
     assert not res.passed and res.first_mismatch["python_runtime"]["method"] in ("step", "step_record")
 
 
 def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):
-    real = build_mod.emit_verilog
-    monkeypatch.setattr(build_mod, "emit_verilog", lambda *a, **k: real(*a, **k).replace("n_reason = R_HOLD;\n            end else begin",
+    real = stages_mod.emit_verilog
+    monkeypatch.setattr(stages_mod, "emit_verilog", lambda *a, **k: real(*a, **k).replace("n_reason = R_HOLD;\n            end else begin",
                                                                                "n_reason = R_PENDING;\n            end else begin"))
     res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False, skip_rtl_proofs=True, skip_synth=True,
                                                                                distill=False))

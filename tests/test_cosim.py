@@ -19,6 +19,7 @@ from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.runtime.sla import (CycleMonitorConfig, CycleSlaMonitor, MonitorConfig, SlaLimits, SlaMonitor,
                                     accuracy_limit_fixed, accuracy_to_fixed, latency_limit_cycles)
 from mi_certify.verification import monitor_cosim
+from mi_certify.generator.lut import LutFsmArtefact
 from mi_certify.verification.cocotb_sim import run_cosim
 from mi_certify.verification.coverage import assess
 from mi_certify.verification.vector_sim import SimReport, parse_coverage
@@ -149,7 +150,8 @@ def test_an_emitted_runtime_that_does_not_import_fails_the_cosimulation(tmp_path
     broken = tmp_path / "broken.py"
     broken.write_text("class Controller:\n    def step_addr(self\n")   # a syntax error
     cfg = FsmConfig(2, 0, 1, 0, 1, 1)
-    res = run_cosim(MONITOR, "sla_monitor", cfg, bytes([0x80, 0x81]), tmp_path / "w", runtime_py=broken,
+    res = run_cosim(MONITOR, "sla_monitor", LutFsmArtefact.of_table(cfg, bytes([0x80, 0x81])), tmp_path / "w",
+                    runtime_py=broken,
                     random_cycles=10)
     assert not res.passed and res.error.startswith("emitted Python runtime raised SyntaxError")
 
@@ -205,8 +207,9 @@ def test_fsm_cosimulation_fails_when_the_reference_expectation_is_altered(refere
     def alter(stimulus, expected):
         expected[5000] = [expected[5000][0], expected[5000][1] ^ 1] + expected[5000][2:]   # one reason code
         return expected
-    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", cfg, lut, tmp_path,
-                    masks=tuple(property_masks(load_spec(REFERENCE_SLA))), reference=alter)
+    spec = load_spec(REFERENCE_SLA)
+    res = run_cosim(reference_build / "meta_controller.v", "meta_controller",
+                    LutFsmArtefact.from_table(spec, lut, property_masks(spec)), tmp_path, reference=alter)
     assert not res.passed and res.mismatches == 1 and res.first_mismatch["cycle"] == 5000
     assert res.first_mismatch["rtl"]["reason"] ^ 1 == res.first_mismatch["reference"]["reason"]
 
@@ -248,11 +251,11 @@ def test_coverage_below_a_threshold_or_not_measured_fails_with_a_clear_message()
     code = (SimReport(True, cycles=10), {"line": {"points": 4, "hit": 3, "share": 0.75},
                                          "toggle": {"points": 2, "hit": 2, "share": 1.0},
                                          "branch": {"points": 2, "hit": 1, "share": 0.5}})
-    out = assess(cfg, lut, rep, code, {"lut_cells": 0.7, "line": 0.8, "transitions": 0.5})
+    out = assess(LutFsmArtefact.of_table(cfg, lut), rep, code, {"lut_cells": 0.7, "line": 0.8, "transitions": 0.5})
     assert out["summary"]["lut_cells"] == 0.75 and out["summary"]["transitions"] == 0.5
     assert out["errors"] == ["line coverage 0.7500 is below the threshold 0.8 (sla.yaml cosim.coverage.line)"]
     assert not out["passed"]
-    out = assess(cfg, lut, rep, None, {"toggle": 0.1})
+    out = assess(LutFsmArtefact.of_table(cfg, lut), rep, None, {"toggle": 0.1})
     assert out["errors"] == ["toggle coverage was not measured but sla.yaml cosim.coverage.toggle requires >= 0.1"]
 
 
@@ -302,9 +305,8 @@ def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(
     _, outs, _ = fsm_ports(out / "meta_controller.v", "meta_controller")
     assert [p.name for p in outs] == ["token", "reason", *AUDIT_PORTS]
     lut = bytes.fromhex((out / "lut.hex").read_text().replace("\n", ""))
-    args = (out / "meta_controller.v", "meta_controller", spec.fsm_config(), lut)
-    masks = tuple(property_masks(spec))
-    good = run_cosim(*args, tmp_path / "w1", masks=masks)
+    args = (out / "meta_controller.v", "meta_controller", LutFsmArtefact.from_table(spec, lut, property_masks(spec)))
+    good = run_cosim(*args, tmp_path / "w1")
     assert good.passed and good.cycles > 10_000
     assert all(e[2] == 1 - r[0] for e, r in zip(good.job.expected, good.job.stimulus))   # audit_valid after steps
 
@@ -313,6 +315,6 @@ def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(
         expected[i] = expected[i][:5] + [expected[i][5] ^ 1]                              # audit_addr
         expected[i + 1] = expected[i + 1][:2] + [expected[i + 1][2] ^ 1] + expected[i + 1][3:]  # audit_valid
         return expected
-    bad = run_cosim(*args, tmp_path / "w2", masks=masks, reference=alter)
+    bad = run_cosim(*args, tmp_path / "w2", reference=alter)
     assert not bad.passed and bad.mismatches == 2
     assert bad.first_mismatch["rtl"]["audit_addr"] ^ 1 == bad.first_mismatch["reference"]["audit_addr"]

@@ -9,6 +9,7 @@ from onnx import helper
 from conftest import save_model, tensor
 from mi_certify.generator.distill import DistillOptions, distill, fidelity
 from mi_certify.generator.lut import PROVEN, RESOLVED
+from mi_certify.generator.model import load_model
 from mi_certify.generator.onnx_import import import_onnx
 from mi_certify.generator.spec import load_spec
 
@@ -42,7 +43,7 @@ def _spec(tmp_path, confidence="", distill_section=""):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_cuts(tmp_path, workers):
     model = _model(tmp_path)
-    res = distill(_spec(tmp_path), import_onnx(model), model, DistillOptions(workers=workers))
+    res = distill(_spec(tmp_path), load_model(model), DistillOptions(workers=workers))
     # address = x level (2 bits) << 1 | z level; x cells [-1,-.5) [-.5,0) [0,.5) [.5,1]
     assert res.lut.tokens.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
     assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2
@@ -50,7 +51,7 @@ def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_
     for r in res.resolved:
         assert sorted(r["actions"]) == ["a0", "a1"] and r["resolved_to"] == "a0" and not r["undecided"]
         assert 0 <= r["witnesses"][1]["x"][0] <= 0.5  # the witness lies in the cell
-    f, diag = fidelity(_spec(tmp_path), import_onnx(model), model, res.lut, n_points=2000)
+    f, diag = fidelity(_spec(tmp_path), load_model(model), res.lut, n_points=2000)
     assert f["proven_agree"] == f["proven_points"] > 1000
     assert f["network"] == "IR float64 (fixed-order arithmetic)" and diag["points"] == 2000
     assert diag["lut_agree_onnxruntime"] >= f["proven_points"] and diag["ir_vs_onnxruntime_decisions_differ"] == 0
@@ -59,14 +60,14 @@ def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_
 def test_centre_policy_keeps_the_centre_action_without_confidence(tmp_path):
     model = _model(tmp_path)
     spec = _spec(tmp_path, distill_section="distill: {resolve: centre}")
-    res = distill(spec, import_onnx(model), model, DistillOptions(resolve=spec.resolve, workers=1))
+    res = distill(spec, load_model(model), DistillOptions(resolve=spec.resolve, workers=1))
     assert res.lut.tokens[4] == 0 and not res.lut.confident[4]  # centre x=0.25 -> a0
 
 
 def test_confident_bit_is_a_certified_lower_bound(tmp_path):
     model = _model(tmp_path)
     spec = _spec(tmp_path, confidence="confidence: {kind: softmax, threshold: 0.99}")
-    res = distill(spec, import_onnx(model), model, DistillOptions(workers=1))
+    res = distill(spec, load_model(model), DistillOptions(workers=1))
     # in cell [-0.5, 0): margin y1 - y0 = -8 (x - 0.1) >= 0.8 -> p >= 1/(1+e^-0.8) = 0.69 < 0.99: not confident
     # in cell [-1, -0.5): margin >= 4.8 -> p >= 0.9918: confident
     assert res.lut.confident.tolist()[:4] == [True, True, False, False]
@@ -105,7 +106,7 @@ def test_an_island_inside_a_cell_whose_vertices_agree_is_found_and_resolved(tmp_
     model = save_model(tmp_path, "island", nodes, [tensor("in", [1, 2])], [tensor("y", [1, 2])],
                        inits=[("W1", [[1.0, 0.0], [-1.0, 0.0]]), ("b1", [-0.25, 0.25]),
                               ("W2", [[4.0, 4.0], [0.0, 0.0]]), ("b2", [0.0, 0.4])])
-    res = distill(_spec(tmp_path), import_onnx(model), model, DistillOptions(workers=1))
+    res = distill(_spec(tmp_path), load_model(model), DistillOptions(workers=1))
     assert res.lut.tokens.tolist() == [0] * 8
     assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2
     for r in res.resolved:

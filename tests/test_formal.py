@@ -9,7 +9,7 @@ import pytest
 import z3
 
 from conftest import REFERENCE_MODEL, REFERENCE_SLA
-from mi_certify.generator.lut import property_masks
+from mi_certify.generator.lut import LutFsmArtefact, property_masks
 from mi_certify.generator.pipeline import BuildOptions, build
 from mi_certify.generator.spec import load_spec
 from mi_certify.runtime.fsm import FsmConfig, LutFsm, MaskBox, Reason, allowed_at
@@ -30,10 +30,14 @@ MASKS = [MaskBox("P", (2,), (2,), (2,), 0b1011)]
 PROPS = [_Prop("P", "forbid", forbid=[2])]
 
 
+def _machine(cfg: FsmConfig) -> LutFsmArtefact:
+    return LutFsmArtefact(TOKENS.astype(np.uint8), CONF, tuple(MASKS), cfg, (2,), 2, ("0", "1", "2", "3"))
+
+
 @pytest.mark.parametrize("h,d,w,r", [(1, 0, 1, 1), (3, 10, 3, 8), (2, 1, 4, 2)])
 def test_every_fsm_obligation_is_proved_by_k_induction(h, d, w, r):
     cfg = FsmConfig(4, 0, h, d, w, r)
-    obs = prove_fsm(cfg, TOKENS, CONF, MASKS, [2], PROPS)
+    obs = prove_fsm(_machine(cfg), PROPS)
     assert [(o.id, o.verdict) for o in obs] == [
         ("fsm.invariant", "proved"), ("fsm.cooldown", "proved"), ("fsm.hysteresis", "proved"),
         ("fsm.fallback", "proved"), ("fsm.recovery", "proved"), ("fsm.property.P", "proved")]
@@ -45,7 +49,7 @@ def test_every_fsm_obligation_is_proved_by_k_induction(h, d, w, r):
 
 def test_without_the_mask_cooldown_keeps_a_forbidden_action_and_the_trace_replays():
     cfg = FsmConfig(4, 0, 1, 5, 2, 2)
-    obs = {o.id: o for o in prove_fsm(cfg, TOKENS, CONF, MASKS, [2], PROPS, use_mask=False)}
+    obs = {o.id: o for o in prove_fsm(_machine(cfg), PROPS, use_mask=False)}
     ob = obs["fsm.property.P"]
     assert ob.verdict == "violated" and obs["fsm.cooldown"].verdict == "proved"
     trace = ob.counterexample
@@ -83,11 +87,8 @@ def small_build(tmp_path_factory):
 
 
 def _rtl(spec, v_path, lut):
-    cfg = spec.fsm_config()
-    a = np.frombuffer(lut, dtype=np.uint8)
-    masks, bits = property_masks(spec), [i.bits for i in spec.inputs]
-    obs, _ = rtl_obligations(v_path, spec.name, cfg, masks, bits, spec.token_bits,
-                             entry_alphabet(cfg, a & 0x7F, a >> 7, masks, bits), lut)
+    machine = LutFsmArtefact.from_table(spec, lut, property_masks(spec))
+    obs, _ = rtl_obligations(v_path, spec.name, machine, entry_alphabet(machine))
     return {o.id: o.verdict for o in obs}
 
 

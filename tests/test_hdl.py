@@ -14,12 +14,11 @@ from mi_certify.generator.boxtree import Leaf, build_tree, evaluate, tree_size
 from mi_certify.generator.emit import (SourceHashes, emit_rom_hex, emit_verilog, lut_entries, rom_file_name,
                                        sliced_rom)
 from mi_certify.generator.errors import SpecError
-from mi_certify.generator.lut import apply_masks, property_masks, sample_lut
-from mi_certify.generator.emit import lut_bytes
+from mi_certify.generator.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
 from mi_certify.generator.onnx_import import import_onnx
 from mi_certify.generator.spec import HdlOptions, load_spec
 from mi_certify.verification import synth
-from mi_certify.verification.bundle_check import _verilog_table
+from mi_certify.verification.check_tables import verilog_table
 from mi_certify.verification.fsm_proofs import entry_alphabet
 from mi_certify.verification.rtl_formal import rtl_obligations
 
@@ -55,11 +54,8 @@ def _emit(spec, lut, boxes, out, encoding, **hdl):
 
 
 def _proofs(spec, v, lut):
-    lb = lut_bytes(lut)
-    a = np.frombuffer(lb, dtype=np.uint8)
-    cfg, masks, bits = spec.fsm_config(), property_masks(spec), [i.bits for i in spec.inputs]
-    obs, _ = rtl_obligations(v, spec.module_name, cfg, masks, bits, spec.token_bits,
-                             entry_alphabet(cfg, a & 0x7F, a >> 7, masks, bits), lb,
+    machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
+    obs, _ = rtl_obligations(v, spec.module_name, machine, entry_alphabet(machine),
                              reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low")
     return {o.id: o for o in obs}
 
@@ -103,7 +99,7 @@ def test_every_encoding_is_proved_equal_to_the_table_and_read_back_independently
     obs = _proofs(spec, v, lut)
     assert {k: o.verdict for k, o in obs.items() if o.verdict != "proved"} == {}
     assert obs["rtl.lut_table"].detail == "1024 entries equal"
-    table, how = _verilog_table(tmp_path, spec, v.read_text())
+    table, how = verilog_table(tmp_path, spec, v.read_text())
     assert np.array_equal(table, lut_entries(spec, lut)), how
     title = {"case": "case statement", "rom": "flat ROM", "boxtree": "box tree", "sliced_rom": "sliced ROM"}
     assert f"LUT encoding: {title[encoding]}" in v.read_text()
@@ -118,7 +114,7 @@ def test_a_mutated_rom_file_is_caught(small, tmp_path):
     rom.write_text("\n".join(words) + "\n")
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
     assert ob.verdict == "violated" and ob.detail == "1 entries differ, first at address 77"
-    table, _ = _verilog_table(tmp_path, spec, v.read_text())
+    table, _ = verilog_table(tmp_path, spec, v.read_text())
     assert np.nonzero(table != lut_entries(spec, lut))[0].tolist() == [77]
 
 
@@ -151,12 +147,12 @@ def test_a_constant_lut_is_proved_read_back_and_co_simulated(small, tmp_path, en
     const = dataclasses.replace(lut, tokens=np.zeros_like(lut.tokens), confident=np.ones_like(lut.confident))
     spec, v = _emit(spec, const, boxes, tmp_path / "rtl", encoding)
     assert {k: o.verdict for k, o in _proofs(spec, v, const).items() if o.verdict != "proved"} == {}
-    table, how = _verilog_table(v.parent, spec, v.read_text())
+    table, how = verilog_table(v.parent, spec, v.read_text())
     assert np.array_equal(table, lut_entries(spec, const)) and set(table.tolist()) == {4}, how
     lint = subprocess.run(["verilator", "--lint-only", "-Wall", v.name], cwd=v.parent, capture_output=True, text=True)
     assert lint.returncode == 0 and not lint.stderr.strip(), lint.stderr
-    res = run_cosim(v, spec.module_name, spec.fsm_config(), lut_bytes(const), tmp_path / "work", random_cycles=1000,
-                    masks=tuple(property_masks(spec)))
+    res = run_cosim(v, spec.module_name, LutFsmArtefact.from_lut(spec, const, property_masks(spec)), tmp_path / "work",
+                    random_cycles=1000)
     assert res.passed and res.mismatches == 0, res.to_json()
 
 
@@ -168,7 +164,7 @@ def test_a_mutated_sliced_rom_file_is_caught(small, tmp_path):
     words[5] = format(int(words[5], 16) ^ 0b1, "x")  # column 0 at ROM address 5: every slice that reads it
     rom.write_text("\n".join(words) + "\n")
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
-    table, _ = _verilog_table(tmp_path, spec, v.read_text())
+    table, _ = verilog_table(tmp_path, spec, v.read_text())
     bad = np.nonzero(table != lut_entries(spec, lut))[0]
     low = sliced_rom(lut_entries(spec, lut), spec.address_bits).low_bits
     assert ob.verdict == "violated" and len(bad) >= 1 and {int(a) & ((1 << low) - 1) for a in bad} == {5}
@@ -187,7 +183,7 @@ def test_a_mutated_box_tree_is_caught(small, tmp_path):
     v.write_text(mutant)
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
     assert ob.verdict == "violated" and ob.counterexample
-    table, _ = _verilog_table(tmp_path, spec, mutant)  # the independent reader sees it too
+    table, _ = verilog_table(tmp_path, spec, mutant)  # the independent reader sees it too
     assert not np.array_equal(table, lut_entries(spec, lut))
 
 
@@ -307,7 +303,7 @@ def test_place_and_route_gives_a_deterministic_fmax_on_the_registered_wrapper(sm
 
 @pytest.mark.skipif(bool(synth.tools_missing()), reason="yosys and nextpnr-ice40 are required (make setup)")
 def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_the_smallest(small, tmp_path):
-    from mi_certify.generator.pipeline import _auto_encoding
+    from mi_certify.generator.build_stages import auto_encoding
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "rom")
     assert synth.ice40_stats(v, spec.module_name)["bram"] == 0  # read combinationally: logic on its own
@@ -316,7 +312,7 @@ def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_th
     out = subprocess.run(["yosys", "-q", "-p", f"read_verilog {v.name} wrapper.v; synth_ice40 -top {synth.WRAPPER}; "
                           "tee -q -o /dev/stdout stat -json"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert synth._ice40_counts(synth._stat(out.stdout, synth.WRAPPER)["by_type"])["bram"] == 1  # 1024 x 3 bits
-    enc, est = _auto_encoding(spec, lut, HASHES, property_masks(spec), boxes)
+    enc, est = auto_encoding(spec, lut, HASHES, property_masks(spec), boxes, "test")
     assert set(est) == {"case", "rom", "boxtree", "sliced_rom"} and est[enc] == min(est.values())
 
 
@@ -326,9 +322,8 @@ def test_a_prefixed_active_low_rom_design_co_simulates_through_the_adapter(small
     from mi_certify.verification.cocotb_sim import run_cosim
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path / "rtl", "rom", reset="async", reset_polarity="low", prefix="acme_")
-    sim_v, top = hdl_adapter.prepare(v, spec.module_name, spec.hdl.reset_port, spec.address_bits, spec.token_bits,
-                                     tmp_path / "work")
+    machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
+    sim_v, top = hdl_adapter.prepare(v, spec.module_name, spec.hdl.reset_port, machine, tmp_path / "work")
     assert top == hdl_adapter.ADAPTER and "acme_meta_controller dut (" in sim_v.read_text()
-    res = run_cosim(sim_v, top, spec.fsm_config(), lut_bytes(lut), tmp_path / "work", random_cycles=2000,
-                    masks=tuple(property_masks(spec)))
+    res = run_cosim(sim_v, top, machine, tmp_path / "work", random_cycles=2000)
     assert res.passed and res.mismatches == 0 and res.cycles > 2000, res.to_json()

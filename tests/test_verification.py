@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import ANCHORS, CASES, REFERENCE_MODEL, REFERENCE_SLA, running, spawned_workers
+from mi_certify.generator.model import load_model
 from mi_certify.generator.onnx_import import evaluate_onnxruntime, import_onnx
 from mi_certify.generator.spec import load_spec
 from mi_certify.verification.bounds import (LOWER_SLOPES, crown_bounds, interval_bounds, output_bounds,
@@ -33,7 +34,7 @@ def test_skip_add_fixed_input_cannot_reach_3(opts):
     path = CASES / "marabou_add_fanout" / "skip_add.onnx"
     ir = import_onnx(path)
     x0 = [0.6, -1.1]
-    res = decide(ir, path, q(x0, x0, [[0, 0, -1]], [-3.0]), opts)  # y[2] >= 3 (true y[2] = 2.585)
+    res = decide(load_model(path), q(x0, x0, [[0, 0, -1]], [-3.0]), opts)  # y[2] >= 3 (true y[2] = 2.585)
     assert res.verdict == Verdict.PROVED, res
 
 
@@ -42,7 +43,7 @@ def test_skip_add_fixed_input_cannot_reach_3(opts):
 def test_fixed_input_without_output_constraint_is_sat_with_the_onnxruntime_output(path, opts):
     ir = import_onnx(path)
     x0 = np.linspace(0.3, -0.2, ir.n_inputs)
-    res = decide(ir, path, Query("fixed", "test", (Disjunct(x0, x0, np.zeros((1, ir.n_outputs)), np.zeros(1)),)),
+    res = decide(load_model(path), Query("fixed", "test", (Disjunct(x0, x0, np.zeros((1, ir.n_outputs)), np.zeros(1)),)),
                  opts)
     assert res.verdict == Verdict.VIOLATED
     np.testing.assert_allclose(res.witness["y_onnxruntime"], evaluate_onnxruntime(path, x0[None])[0], rtol=1e-6)
@@ -53,7 +54,7 @@ def test_fixed_input_without_output_constraint_is_sat_with_the_onnxruntime_outpu
 def test_duplicate_addend_query_is_sat(name, opts):
     path = CASES / "marabou_duplicate_addend" / f"{name}.onnx"
     ir = import_onnx(path)
-    res = decide(ir, path, q([0, 0], [1, 1], [[0, -1]], [-1.2]), opts)  # y[1] >= 1.2
+    res = decide(load_model(path), q([0, 0], [1, 1], [[0, -1]], [-1.2]), opts)  # y[1] >= 1.2
     assert res.verdict == Verdict.VIOLATED
     assert res.witness["y_onnxruntime"][1] >= 1.2 - 1e-4
     assert all(0 <= v <= 1 for v in res.witness["x"])
@@ -62,9 +63,9 @@ def test_duplicate_addend_query_is_sat(name, opts):
 def test_inverted_input_bounds_are_unsat_without_a_solver_and_named():
     path = CASES / "marabou_inverted_bounds" / "zero_column.onnx"
     ir = import_onnx(path)
-    res = decide(ir, path, q([0, 1.5], [1, 0.5], np.zeros((1, 2)), [0.0]), FAST)
+    res = decide(load_model(path), q([0, 1.5], [1, 0.5], np.zeros((1, 2)), [0.0]), FAST)
     assert res.verdict == Verdict.PROVED and "empty input region for X_1: [1.5, 0.5]" in res.detail
-    ok = decide(ir, path, q([0.5, 0], [1.5, 1], np.zeros((1, 2)), [0.0]), MARABOU_ONLY)
+    ok = decide(load_model(path), q([0.5, 0], [1.5, 1], np.zeros((1, 2)), [0.0]), MARABOU_ONLY)
     assert ok.verdict == Verdict.VIOLATED and 0 <= ok.witness["x"][1] <= 1  # never a witness outside the box
 
 
@@ -74,8 +75,8 @@ def test_sub_models_decide_tight_queries_both_ways(name):
     ir = import_onnx(path)
     x0 = np.array([0.1, -0.2, 0.3, 0.05, -0.4])
     y0 = evaluate_onnxruntime(path, x0[None])[0][0]
-    above = decide(ir, path, q(x0, x0, [[-1, 0, 0]], [-(y0 + 0.04)]), MARABOU_ONLY)
-    below = decide(ir, path, q(x0, x0, [[-1, 0, 0]], [-(y0 - 0.04)]), MARABOU_ONLY)
+    above = decide(load_model(path), q(x0, x0, [[-1, 0, 0]], [-(y0 + 0.04)]), MARABOU_ONLY)
+    below = decide(load_model(path), q(x0, x0, [[-1, 0, 0]], [-(y0 - 0.04)]), MARABOU_ONLY)
     assert (above.verdict, below.verdict) == (Verdict.PROVED, Verdict.VIOLATED)
 
 
@@ -129,7 +130,7 @@ def test_acasxu_anchor_answers_match_the_published_results(net, prop, tmp_path):
     root = ANCHORS / "acasxu"
     onnx_name, prop_name = f"ACASXU_run2a_{net}_batch_2000.onnx", f"prop_{prop}.vnnlib"
     ir = import_onnx(root / "onnx" / onnx_name)
-    res = decide(ir, root / "onnx" / onnx_name, parse_vnnlib(root / "vnnlib" / prop_name, 5, 5), FAST)
+    res = decide(load_model(root / "onnx" / onnx_name), parse_vnnlib(root / "vnnlib" / prop_name, 5, 5), FAST)
     assert res.verdict.vnnlib == _expected(root)[(onnx_name, prop_name)], res
 
 
@@ -137,7 +138,7 @@ def test_acasxu_anchor_answers_match_the_published_results(net, prop, tmp_path):
 def test_cartpole_anchor_answers_match_the_published_results(case):
     root = ANCHORS / "rl_cartpole"
     ir = import_onnx(root / "onnx" / "cartpole.onnx")
-    res = decide(ir, root / "onnx" / "cartpole.onnx",
+    res = decide(load_model(root / "onnx" / "cartpole.onnx"),
                  parse_vnnlib(root / "vnnlib" / f"cartpole_case_{case}.vnnlib", 4, 2), FAST)
     assert res.verdict.vnnlib == _expected(root)[("cartpole.onnx", f"cartpole_case_{case}.vnnlib")], res
 
@@ -197,7 +198,7 @@ def test_strict_comparisons_that_are_constant_false_give_unsat(tmp_path, body):
     f = tmp_path / "p.vnnlib"
     f.write_text(HEAD + BOX + body)
     path = ANCHORS / "rl_cartpole" / "onnx" / "cartpole.onnx"
-    res = decide(import_onnx(path), path, parse_vnnlib(f, 4, 2), FAST)
+    res = decide(load_model(path), parse_vnnlib(f, 4, 2), FAST)
     assert res.verdict == Verdict.PROVED
 
 

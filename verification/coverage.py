@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mi_certify.runtime.fsm import FsmConfig, MaskBox
+from mi_certify.generator.lut import LutFsmArtefact
 
 from .cocotb_sim import expected_trace, fsm_job, functional_coverage, make_stimulus
 from .vector_sim import SimReport, run_verilator_coverage
@@ -22,24 +22,25 @@ CODE_KINDS = ("line", "toggle", "branch")
 FUNCTIONAL_KINDS = ("lut_cells", "reasons", "transitions")
 
 
-def verilator_replay(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir: Path,
-                     masks: tuple[MaskBox, ...], traces: tuple, random_cycles: int, seed: int
-                     ) -> tuple[SimReport, dict]:
-    """The co-simulation vectors of :func:`~.cocotb_sim.run_cosim` (same seed, same stimulus),
-    replayed under Verilator with code coverage; returns (report, coverage)."""
+def verilator_replay(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Path,
+                     traces: tuple, random_cycles: int, seed: int) -> tuple[SimReport, dict]:
+    """The co-simulation vectors of :func:`~.cocotb_sim.run_cosim` (same machine, seed and
+    stimulus), replayed under Verilator with code coverage; returns (report, coverage)."""
+    cfg, lut, masks = machine.config, machine.table, tuple(machine.masks)
     stimulus, _ = make_stimulus(cfg, lut, random_cycles, seed, masks, traces)
     expected, _ = expected_trace(cfg, lut, stimulus, None, masks)
     return run_verilator_coverage(fsm_job(verilog, toplevel, stimulus, expected, cfg), workdir)
 
 
-def assess(cfg: FsmConfig, lut: bytes, icarus: SimReport | None, code: tuple[SimReport, dict] | None,
-           thresholds: dict[str, float], masks: tuple[MaskBox, ...] = ()) -> dict:
-    """Coverage record (coverage.json): functional and code coverage, thresholds, errors.
+def assess(machine: LutFsmArtefact, icarus: SimReport | None, code: tuple[SimReport, dict] | None,
+           thresholds: dict[str, float]) -> dict:
+    """Coverage record (coverage.json) of a co-simulation of ``machine``: functional and code
+    coverage, thresholds, errors.
 
     Returns {"functional", "code", "thresholds", "errors", "passed", "summary"}; ``summary`` is
     summary.json's ``coverage``: one share per kind (None = not measured), thresholds, passed."""
     errors: list[str] = []
-    functional = functional_coverage(cfg, lut, icarus, masks) if icarus is not None and icarus.cycles else None
+    functional = functional_coverage(machine.config, machine.table, icarus, tuple(machine.masks)) if icarus is not None and icarus.cycles else None
     code_cov = None
     replay = None
     if code is not None:

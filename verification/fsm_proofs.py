@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import z3
 
+from mi_certify.generator.lut import LutFsmArtefact
 from mi_certify.runtime.fsm import FsmConfig, MaskBox, Reason
 
 #: Deepest k tried by k-induction before a property is reported UNKNOWN.
@@ -58,17 +59,26 @@ class Obligation:
     smt2: str = ""
     counterexample: list | None = None
     assumes: list = field(default_factory=list)
+    #: an exhaustive check has no SMT-LIB query: its evidence is this bundle file (e.g. the Verilog)
+    exhaustive_evidence: str | None = None
 
-    def index_entry(self, group: str) -> dict:
-        return {"id": self.id, "group": group, "requirement": self.requirement, "claim": self.claim,
-                "method": self.method, "verdict": self.verdict, "k": self.k, "assumes": self.assumes,
-                "evidence": f"proofs/{group}/{self.id}.smt2", "expect": "unsat",
-                "counterexample": f"proofs/{group}/{self.id}.cex.json" if self.counterexample else None}
+    def index_entry(self, group: str, prelude: str | None = None) -> dict:
+        """The proofs/index.json entry; ``prelude``: the SMT-LIB file the query needs first."""
+        entry = {"id": self.id, "group": group, "requirement": self.requirement, "claim": self.claim,
+                 "method": self.method, "verdict": self.verdict, "k": self.k, "assumes": self.assumes,
+                 "evidence": f"proofs/{group}/{self.id}.smt2", "expect": "unsat",
+                 "counterexample": f"proofs/{group}/{self.id}.cex.json" if self.counterexample else None}
+        if self.exhaustive_evidence is not None:
+            entry.update(kind="exhaustive", evidence=self.exhaustive_evidence, expect=None)
+        elif prelude is not None:
+            entry["prelude"] = prelude
+        return entry
 
 
-def entry_alphabet(cfg: FsmConfig, tokens: np.ndarray, confident: np.ndarray, masks: list[MaskBox],
-                   bits: list[int]) -> dict[tuple, int]:
-    """Every (p, c, in_box_1, …, in_box_m) that occurs in the LUT → one address showing it."""
+def entry_alphabet(machine: LutFsmArtefact) -> dict[tuple, int]:
+    """Every (p, c, in_box_1, …, in_box_m) that occurs in the LUT → one address showing it
+    (``machine``: :class:`~mi_certify.generator.lut.LutFsmArtefact`)."""
+    tokens, confident, masks, bits = machine.tokens, machine.confident, machine.masks, machine.input_bits
     n = len(tokens)
     cols = [tokens.astype(np.int64), confident.astype(np.int64)]
     addr = np.arange(n, dtype=np.int64)
@@ -331,16 +341,20 @@ def _smt2(formula: z3.BoolRef, comment: str) -> str:
     return f"; mi-certify proof obligation. Expected answer: unsat.\n; {comment}\n" + canonical_smt2(s.to_smt2())
 
 
-def prove_fsm(cfg: FsmConfig, tokens: np.ndarray, confident: np.ndarray, masks: list[MaskBox], bits: list[int],
-              spec_props, use_mask: bool = True, names: list[str] | None = None) -> list[Obligation]:
-    """Every FSM obligation (requirements 1-6 of the FSM issue) on the concrete LUT.
+def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True) -> list[Obligation]:
+    """Every FSM obligation (requirements 1-6 of the FSM issue) on the concrete LUT-FSM.
 
     Args:
-        tokens, confident: (2^address_bits,) LUT proposals and confident bits.
-        masks: allowed-action boxes; bits: address bits per input; spec_props: the
-            sla.yaml properties (for the claims); names: action names (for the claims).
+        machine: the LUT-FSM (:class:`~mi_certify.generator.lut.LutFsmArtefact`: table, masks,
+            FSM parameters, widths, action names for the claims).
+        spec_props: the sla.yaml properties (for the claims).
+        use_mask: False proves the machine without rule 3a (its counterexamples become
+            directed co-simulation sequences).
+    Method: k-induction with Z3 (Sheeran, Singh, Stålmarck, FMCAD 2000) on the encoding of
+    docs/fsm.md.
     """
-    alphabet = entry_alphabet(cfg, tokens, confident, masks, bits)
+    cfg, masks, names = machine.config, list(machine.masks), list(machine.actions)
+    alphabet = entry_alphabet(machine)
     model = FsmModel(cfg, masks, alphabet, use_mask, names)
     inv = prove(model, Obligation("fsm.invariant", "fsm",
                                   "the active and candidate tokens are declared actions and every counter stays in "
@@ -357,14 +371,22 @@ def prove_fsm(cfg: FsmConfig, tokens: np.ndarray, confident: np.ndarray, masks: 
     return out
 
 
-def write_proofs(obligations: list[Obligation], d: Path, group: str) -> list[dict]:
-    """Write ``proofs/<group>/<id>.smt2`` (and ``.cex.json``); return index entries."""
+def write_proofs(obligations: list[Obligation], d: Path, group: str, prelude: tuple[str, str] | None = None
+                 ) -> list[dict]:
+    """Write ``proofs/<group>/<id>.smt2`` (and ``.cex.json``) of each obligation (none for an
+    exhaustive check, whose evidence is a bundle file); return their proofs/index.json entries.
+
+    ``prelude``: (bundle path, SMT-LIB text) that every query of the group needs first (the
+    RTL's design); written once and named in each entry."""
     pdir = d / "proofs" / group
     pdir.mkdir(parents=True, exist_ok=True)
+    if prelude is not None:
+        (d / prelude[0]).write_text(prelude[1], encoding="utf-8")
     entries = []
     for ob in obligations:
-        (pdir / f"{ob.id}.smt2").write_text(ob.smt2, encoding="utf-8")
+        if ob.exhaustive_evidence is None:
+            (pdir / f"{ob.id}.smt2").write_text(ob.smt2, encoding="utf-8")
         if ob.counterexample:
             (pdir / f"{ob.id}.cex.json").write_text(json.dumps(ob.counterexample, indent=1) + "\n", encoding="utf-8")
-        entries.append(ob.index_entry(group))
+        entries.append(ob.index_entry(group, prelude[0] if prelude is not None else None))
     return entries

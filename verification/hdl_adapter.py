@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mi_certify.generator.lut import LutFsmArtefact
 from mi_certify.runtime.fsm import REASON_BITS
 
 from .cocotb_sim import copy_memory_files
@@ -19,9 +20,10 @@ from .cocotb_sim import copy_memory_files
 ADAPTER = "mi_certify_cosim_top"
 
 
-def prepare(verilog: Path, module: str, reset_port: str, address_bits: int, token_bits: int,
+def prepare(verilog: Path, module: str, reset_port: str, machine: LutFsmArtefact,
             workdir: Path) -> tuple[Path, str]:
-    """(Verilog file, top module) to co-simulate; ``workdir`` is run_cosim's scratch directory.
+    """(Verilog file, top module) to co-simulate; ``workdir`` is run_cosim's scratch directory;
+    ``machine`` gives the port widths (address and token bits).
 
     Every ``$readmemh`` file the design names (the ``rom`` / ``sliced_rom`` encodings keep it
     beside ``verilog``) is copied where the simulators run (:func:`.cocotb_sim.copy_memory_files`).
@@ -31,7 +33,7 @@ def prepare(verilog: Path, module: str, reset_port: str, address_bits: int, toke
     if reset_port == "rst":
         return verilog, module
     rst = "!rst" if reset_port == "rst_n" else "rst"
-    tw, rb, ab = token_bits, REASON_BITS, address_bits
+    tw, rb, ab = machine.token_bits, REASON_BITS, machine.address_bits
     adapter = f"""
 // co-simulation adapter (mi-certify): active-high rst for the test bench
 module {ADAPTER} (

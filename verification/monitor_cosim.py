@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mi_certify.runtime.sla import (ACC_WIDTH, CycleMonitorConfig, CycleSlaMonitor, MonitorConfig, SlaLimits,
-                                    accuracy_limit_fixed)
+                                    accuracy_limit_fixed, monitor_parameters, parameter_text)
 
 from .vector_sim import Port, SimReport, VectorJob, run_icarus
 
@@ -28,36 +28,6 @@ from .vector_sim import Port, SimReport, VectorJob, run_icarus
 def monitor_source() -> Path:
     from importlib import resources
     return Path(str(resources.files("mi_certify.hdl") / "sla_monitor.v"))
-
-
-def stat_code(statistic: str) -> int:
-    """The monitor's statistic parameter: 0 mean, NN for pNN, 100 max (max is nearest-rank p100)."""
-    return 0 if statistic == "mean" else 100 if statistic == "max" else int(statistic[1:])
-
-
-def params(cfg: CycleMonitorConfig, n_actions: int, nw: int | None = None) -> dict:
-    """Parameter values of ``sla_monitor`` for ``cfg`` (limits packed, action 0 least significant)."""
-    def pack(limits, width):
-        word = 0
-        for i, lim in reversed(list(enumerate(limits))):
-            word = word << width | (lim or 0)
-        return word
-    judged = lambda limits: sum(1 << i for i, lim in enumerate(limits) if lim is not None)  # noqa: E731
-    return {"N_ACTIONS": n_actions, "ACTION_W": cfg.action_width, "WINDOW": cfg.monitor.window,
-            "CYC_W": cfg.cyc_width, "ACC_W": cfg.acc_width,
-            "LAT_STAT": stat_code(cfg.monitor.latency_statistic), "ACC_STAT": stat_code(cfg.monitor.accuracy_statistic),
-            "LAT_LIMIT": (n_actions * cfg.cyc_width, pack(cfg.lat_limits, cfg.cyc_width)),
-            "LAT_JUDGED": (n_actions, judged(cfg.lat_limits)),
-            "ACC_LIMIT": (n_actions * cfg.acc_width, pack(cfg.acc_limits, cfg.acc_width)),
-            "ACC_JUDGED": (n_actions, judged(cfg.acc_limits)),
-            "NW": nw or max(1, cfg.monitor.window.bit_length())}
-
-
-def param_text(p: dict) -> str:
-    """``#(.NAME(value), ...)`` with sized hex literals for the packed vectors."""
-    def lit(v):
-        return f"{v[0]}'h{v[1]:x}" if isinstance(v, tuple) else str(v)
-    return "#(" + ", ".join(f".{k}({lit(v)})" for k, v in p.items()) + ")"
 
 
 INPUTS = ("rst", "req_start", "req_action", "req_done", "acc_loss", "acc_unknown")
@@ -191,12 +161,12 @@ def run_monitor_cosim(limits: list[SlaLimits], monitor: MonitorConfig, workdir: 
         exp = expected(cfg, stim)
         if alter is not None:
             exp = alter(exp)
-        p = params(cfg, n)
+        p = monitor_parameters(cfg, n)
         outs = [Port("violation", 1), Port("lat_violation", 1), Port("acc_violation", 1), Port("verdict_valid", 1),
                 Port("samples", p["NW"]), Port("busy", 1), Port("proto_error", 1)]
         ins = [Port("rst", 1), Port("req_start", 1), Port("req_action", cfg.action_width), Port("req_done", 1),
                Port("acc_loss", cfg.acc_width), Port("acc_unknown", 1)]
-        job = VectorJob([monitor_source()], "sla_monitor", ins, outs, stim, exp, params=param_text(p))
+        job = VectorJob([monitor_source()], "sla_monitor", ins, outs, stim, exp, params=parameter_text(p))
         rep: SimReport = run_icarus(job, workdir / f"monitor{i}")
         verdicts = sum(e[3] for e in exp)
         ok = ok and rep.ok

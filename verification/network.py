@@ -9,7 +9,7 @@ largest and smallest values seen on 4096 seeded random points show how tight the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from mi_certify.generator.spec import Spec
 from .bounds import output_bounds
 from .nn_verify import REPLAY_CLAIM, QueryResult, Verdict, VerifyOptions, decide
 from .properties import envelope, reachability_queries, spec_queries
+
+if TYPE_CHECKING:
+    from mi_certify.generator.model import LoadedModel
 
 
 @dataclass
@@ -68,9 +71,10 @@ def _machine_independent(witness: dict | None) -> dict | None:
     return out
 
 
-def verify_spec(ir: ControllerIR, model_path: str | Path, spec: Spec, opts: VerifyOptions | None = None,
+def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = None,
                 progress=None) -> SpecVerification:
-    """Decide all properties and the output domain of ``spec`` on ``ir``.
+    """Decide all properties and the output domain of ``spec`` on ``model`` (its IR; onnxruntime
+    replays each counterexample).
 
     Args:
         progress: optional callable(done, total).
@@ -82,15 +86,16 @@ def verify_spec(ir: ControllerIR, model_path: str | Path, spec: Spec, opts: Veri
     done = 0
     out_p, out_r = [], []
     for q in props:
-        out_p.append(decide(ir, model_path, q, opts))
+        out_p.append(decide(model, q, opts))
         done += 1
         if progress:
             progress(done, total)
     for q in reach:
-        out_r.append(decide(ir, model_path, q, opts))
+        out_r.append(decide(model, q, opts))
         done += 1
         if progress:
             progress(done, total)
+    ir = model.ir
     lo, hi = envelope(spec)
     low, up = output_bounds(ir, lo, hi)
     pts = lo + (hi - lo) * np.random.default_rng(0).random((4096, lo.size))

@@ -26,19 +26,21 @@ import heapq
 import logging
 import time
 from dataclasses import dataclass, field
-from enum import Enum
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mi_certify.generator.ir import ControllerIR
 from mi_certify.generator.numerics import matmul
-from mi_certify.generator.onnx_import import evaluate_onnxruntime
+from mi_certify.generator.results import Verdict
 
 from . import marabou
 from .bounds import crown_bounds, output_matrix_lower
 from .properties import Disjunct, Query
 from .z3_exact import ExactChecker, confirm_boxes
+
+if TYPE_CHECKING:
+    from mi_certify.generator.model import LoadedModel
 
 log = logging.getLogger("mi_certify.verification")
 
@@ -54,19 +56,6 @@ MARABOU_MAX_BOXES = 64
 Z3_WORKERS = 2
 #: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED.
 Z3_CONFIRM_MAX_RELUS = 64
-
-
-class Verdict(str, Enum):
-    """PROVED: the property holds (VNN-LIB unsat). VIOLATED: a replayed counterexample
-    exists (sat). UNKNOWN: undecided (timeout, error, unconfirmed) — fails closed."""
-
-    PROVED = "proved"
-    VIOLATED = "violated"
-    UNKNOWN = "unknown"
-
-    @property
-    def vnnlib(self) -> str:
-        return {"proved": "unsat", "violated": "sat", "unknown": "unknown"}[self.value]
 
 
 @dataclass
@@ -118,8 +107,9 @@ def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return x32
 
 
-def replay_many(ir: ControllerIR, model_path: Path, requests: list[tuple[Disjunct, np.ndarray]]) -> list[tuple[bool, dict]]:
-    """Replay candidate witnesses on the IR and on onnxruntime, one batch for all.
+def replay_many(model: LoadedModel, requests: list[tuple[Disjunct, np.ndarray]]) -> list[tuple[bool, dict]]:
+    """Replay candidate witnesses on the IR and on onnxruntime, one batch for all (``model``:
+    :class:`~mi_certify.generator.model.LoadedModel`, its ``ir`` and its onnxruntime session).
 
     Each point is clipped into its disjunct's box (``x``, float64, reported);
     onnxruntime is fed its float32 rounding (``x_float32``, kept inside the box where
@@ -145,8 +135,8 @@ def replay_many(ir: ControllerIR, model_path: Path, requests: list[tuple[Disjunc
         nears.append(bool(np.all(np.abs(x32.astype(np.float64) - xc) <= step)))
         xs.append(xc)
         x32s.append(x32)
-    y_ort_all = evaluate_onnxruntime(model_path, np.array(x32s).astype(np.float64))
-    y_ir_all = ir.evaluate(np.array(xs))
+    y_ort_all = model.evaluate_onnxruntime(np.array(x32s).astype(np.float64))
+    y_ir_all = model.ir.evaluate(np.array(xs))
     results = []
     for (dj, _), xc, x32, near, outside, y_ort, y_ir in zip(requests, xs, x32s, nears, outs, y_ort_all, y_ir_all):
         slack_ort = matmul(dj.C, y_ort) - dj.d
@@ -159,22 +149,23 @@ def replay_many(ir: ControllerIR, model_path: Path, requests: list[tuple[Disjunc
     return results
 
 
-def replay(ir: ControllerIR, model_path: Path, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]:
+def replay(model: LoadedModel, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]:
     """Replay one candidate witness (see :func:`replay_many`). Returns (confirmed, witness dict)."""
-    return replay_many(ir, model_path, [(dj, x)])[0]
+    return replay_many(model, [(dj, x)])[0]
 
 
-def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline: float, opts: VerifyOptions,
+def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: VerifyOptions,
                      stats: dict, errors: list[str], closed: list) -> tuple[Verdict, dict | None, str, str]:
     """Returns (verdict, witness, method, detail) for one disjunct.
 
     ``closed`` receives the boxes proved empty (a partition of the region when PROVED).
     """
+    ir = model.ir
     empty = dj.empty_input()
     if empty:
         return Verdict.PROVED, None, "input check", empty
     if dj.C.shape[0] == 0:  # no output constraint: any point of the box is in the region
-        ok, wit = replay(ir, model_path, dj, (dj.lo + dj.hi) / 2)
+        ok, wit = replay(model, dj, (dj.lo + dj.hi) / 2)
         return (Verdict.VIOLATED, wit, "evaluation", "no output constraint") if ok else \
             (Verdict.UNKNOWN, None, "evaluation", "centre point does not replay")
     rng = np.random.default_rng(0)  # a deterministic look for easy witnesses first
@@ -182,7 +173,7 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
     ys = ir.evaluate(pts)
     inside = np.nonzero(np.all(matmul(ys, dj.C.T) - dj.d <= 0, axis=1))[0]
     for i in inside[:5]:
-        ok, wit = replay(ir, model_path, dj, pts[i])
+        ok, wit = replay(model, dj, pts[i])
         if ok:
             return Verdict.VIOLATED, wit, "sampling", "random point in the region"
     start = time.monotonic()
@@ -209,7 +200,7 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
         for x, y in zip(cands, ys):
             if np.all(matmul(dj.C, y) - dj.d <= 0) and tried < 50:
                 tried += 1
-                ok, wit = replay(ir, model_path, dj, x)
+                ok, wit = replay(model, dj, x)
                 if ok:
                     return Verdict.VIOLATED, wit, "bounds+search", f"{stats['boxes']} boxes"
         r = int(np.argmax(margin))
@@ -242,7 +233,7 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
     for (lo, hi), ans in zip(open_boxes, answers):
         if ans.status == "sat":
             # the open box lies in the region's box: clip into it, then one replay on the region
-            ok, wit = replay(ir, model_path, dj, np.clip(ans.x, lo, hi))
+            ok, wit = replay(model, dj, np.clip(ans.x, lo, hi))
             if ok:
                 return Verdict.VIOLATED, wit, "bounds+marabou", f"{stats['boxes']} boxes, Marabou witness"
             errors.append(f"Marabou witness {np.round(ans.x, 6).tolist()} does not replay "
@@ -258,10 +249,12 @@ def _decide_disjunct(ir: ControllerIR, model_path: Path, dj: Disjunct, deadline:
     return Verdict.PROVED, None, "bounds+marabou", f"{stats['boxes']} boxes; {len(open_boxes)} closed by Marabou"
 
 
-def decide(ir: ControllerIR, model_path: str | Path, query: Query, opts: VerifyOptions | None = None) -> QueryResult:
-    """Decide a query (disjunction of unsafe regions) within ``opts.timeout`` seconds."""
+def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) -> QueryResult:
+    """Decide a query (disjunction of unsafe regions) within ``opts.timeout`` seconds on ``model``
+    (:class:`~mi_certify.generator.model.LoadedModel`: the IR is queried, onnxruntime replays
+    every counterexample)."""
     opts = opts or VerifyOptions()
-    model_path = Path(model_path)
+    ir = model.ir
     t0 = time.monotonic()
     deadline = t0 + opts.timeout
     stats = {"boxes": 0, "marabou_boxes": 0, "z3_calls": 0}
@@ -272,7 +265,7 @@ def decide(ir: ControllerIR, model_path: str | Path, query: Query, opts: VerifyO
     for k, dj in enumerate(query.disjuncts):
         partitions.append([])
         try:
-            v, wit, method, detail = _decide_disjunct(ir, model_path, dj, deadline, opts, stats, errors,
+            v, wit, method, detail = _decide_disjunct(model, dj, deadline, opts, stats, errors,
                                                       partitions[-1])
         except Exception as exc:  # noqa: BLE001 - any internal failure is UNKNOWN, never PROVED
             log.exception("query %s failed", query.id)

@@ -11,12 +11,11 @@ import hashlib
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from importlib import resources
 
-import jinja2
 import numpy as np
 
 from mi_certify.runtime.fsm import REASON_BITS, MaskBox, Reason
+from mi_certify.templates import environment
 
 from .boxtree import Leaf, build_tree, tree_size
 from .lut import Lut, table_bytes
@@ -41,24 +40,6 @@ class SourceHashes:
 def lut_bytes(lut: Lut) -> bytes:
     """One byte per address: token in bits 0-6, confident bit 7 (the runtime format)."""
     return table_bytes(lut.tokens, lut.confident)
-
-
-def _fraction(x: float) -> str:
-    f = Fraction(x)
-    return f"Fraction({f.numerator}, {f.denominator})"
-
-
-def _environment() -> jinja2.Environment:
-    root = resources.files("mi_certify.templates")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                             autoescape=False)
-    env.filters["fraction"] = _fraction
-    env.filters["float_repr"] = repr
-    env.filters["pytuple"] = lambda items: repr(tuple(items))
-    env.filters["pyrepr"] = repr
-    env.filters["opt_float"] = lambda x: "None" if x is None else repr(float(x))
-    return env
 
 
 def _common(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox]) -> dict:
@@ -100,7 +81,7 @@ def emit_python(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks:
     lines = [hexs[i:i + 96] for i in range(0, len(hexs), 96)]
     trees = [_level_tree(k, level_thresholds(i.min, i.max, i.bits), 0, (1 << i.bits) - 1, "")
              for k, i in enumerate(spec.inputs)]
-    return _environment().get_template("python/runtime.py.j2").render(
+    return environment().get_template("python/runtime.py.j2").render(
         lut_hex=lines, level_trees=trees, **_common(spec, lut, hashes, version, list(masks)))
 
 
@@ -323,7 +304,7 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
                 terms.append(f"({sl} <= {fld['bits']}'d{hi})")
         mask_terms.append(" && ".join(terms) or "1'b1")
     f = spec.fsm
-    return _environment().get_template("verilog/fsm.v.j2").render(
+    return environment().get_template("verilog/fsm.v.j2").render(
         lut_cases=cases, lut_default=default, addr_fields=fields, tw=tw, mask_terms=mask_terms,
         hw=_width(f.hysteresis - 1), dw=_width(f.cooldown), vw=_width(f.violations_to_fallback - 1),
         rw=_width(f.recovery - 1), encoding=encoding, encoding_note=note, hdl=spec.hdl, tree_fields=tree_fields,

@@ -12,8 +12,8 @@ from importlib import resources
 from pathlib import Path
 
 from mi_certify.runtime.sla import ACC_SCALE, CycleMonitorConfig, SlaLimits, monitor_parameters, parameter_text
+from mi_certify.templates import environment
 
-from .emit import _environment
 from .errors import SpecError
 from .spec import DEFAULT_MONITOR_CLOCK_MHZ as DEFAULT_CLOCK_MHZ
 from .spec import Spec
@@ -47,7 +47,7 @@ def emit_sla_monitor(spec: Spec, spec_hash: str, version: str) -> str:
              "acc_pct": "-" if a.accuracy_loss_pct is None else repr(float(a.accuracy_loss_pct)),
              "acc_fx": "not judged" if acc is None else str(acc)}
             for a, lat, acc in zip(spec.actions, cfg.lat_limits, cfg.acc_limits)]
-    return _environment().get_template("verilog/sla_monitor_top.v.j2").render(
+    return environment().get_template("verilog/sla_monitor_top.v.j2").render(
         module=module_name(spec), spec=spec, version=version, spec_hash=spec_hash, clock_mhz=clock,
         clock_default=default, cyc_w=cfg.cyc_width, acc_w=cfg.acc_width, acc_scale=ACC_SCALE, rows=rows,
         p=p, params=parameter_text(p), rst_name="rst_n" if low else "rst",

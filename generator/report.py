@@ -15,11 +15,12 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
-from importlib import resources
 from pathlib import Path
 
 import jinja2
 import numpy as np
+
+from mi_certify.templates import environment
 
 from .bundle import GOOD_VERDICTS, PROOF_INDEX, UNHASHED, read_distillation
 from .lut import Lut
@@ -280,19 +281,9 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
     }
 
 
-def _env() -> jinja2.Environment:
-    loader = jinja2.FunctionLoader(
-        lambda name: resources.files("mi_certify.templates").joinpath("report", name).read_text(encoding="utf-8"))
-    env = jinja2.Environment(loader=loader, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined, autoescape=jinja2.select_autoescape(["html.j2"]))
-    env.filters["fmt"] = lambda v, f="{:.6g}": f.format(v) if isinstance(v, (int, float)) else str(v)
-    env.filters["xs"] = lambda xs: "[" + ", ".join(f"{v:.6g}" for v in xs) + "]"
-    return env
-
-
 def write_report(spec: Spec, d: Path, obligations: list[dict]) -> None:
     """Write report.md, report.html and heatmaps/*.png into the build directory ``d``."""
     data = report_data(spec, d, obligations)
-    env = _env()
-    (d / "report.md").write_text(env.get_template("report.md.j2").render(**data), encoding="utf-8")
-    (d / "report.html").write_text(env.get_template("report.html.j2").render(**data), encoding="utf-8")
+    env = environment()
+    (d / "report.md").write_text(env.get_template("report/report.md.j2").render(**data), encoding="utf-8")
+    (d / "report.html").write_text(env.get_template("report/report.html.j2").render(**data), encoding="utf-8")

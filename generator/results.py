@@ -3,19 +3,19 @@
 Verdicts are values, not prints (STYLE.md): a stage returns a :class:`StageResult`
 (its status, the record that goes into ``summary.json``, the bundle files it wrote and
 the proof obligations it produced); the pipeline lists the results, the CLI renders
-them, the bundle stores them. Both enums are ``str`` enums whose values are the words
+them, the bundle stores them. Both enums are ``StrEnum``s whose values are the words
 written in the bundle files, so ``Verdict.PROVED == "proved"`` and JSON holds the word.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["GOOD_VERDICTS", "StageResult", "Status", "Verdict"]
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """The verdict of one claim.
 
     PROVED: a sound procedure proved it (VNN-LIB ``unsat``). VIOLATED: a counterexample
@@ -48,7 +48,7 @@ class Verdict(str, Enum):
 GOOD_VERDICTS = tuple(v.value for v in Verdict if v.discharges)
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """The status of one build stage (summary.json ``stages.<name>.status``)."""
 
     OK = "ok"

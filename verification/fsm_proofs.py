@@ -38,6 +38,7 @@ import numpy as np
 import z3
 
 from mi_certify.generator.lut import LutFsmArtefact
+from mi_certify.generator.results import Verdict
 from mi_certify.runtime.fsm import FsmConfig, MaskBox, Reason
 
 #: Deepest k tried by k-induction before a property is reported UNKNOWN.
@@ -51,7 +52,7 @@ class Obligation:
     id: str
     requirement: str
     claim: str
-    verdict: str = "unknown"
+    verdict: Verdict = Verdict.UNKNOWN
     method: str = ""
     k: int | None = None
     time_s: float = 0.0
@@ -294,7 +295,7 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
         res_base = solver.check()
         if res_base == z3.sat:
             m = solver.model()
-            ob.verdict, ob.k, ob.method = "violated", k, "bounded model checking from reset (Z3)"
+            ob.verdict, ob.k, ob.method = Verdict.VIOLATED, k, "bounded model checking from reset (Z3)"
             ob.counterexample = _trace(model, m, states, ins, reasons)
             ob.detail = f"counterexample of {len(ob.counterexample)} steps"
             ob.smt2 = _smt2(base, f"{ob.id}: a run of <= {k} steps from reset that breaks: {ob.claim}")
@@ -305,7 +306,7 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
         solver.add(step)
         res_step = solver.check()
         if res_base == z3.unsat and res_step == z3.unsat:
-            ob.verdict, ob.k = "proved", k
+            ob.verdict, ob.k = Verdict.PROVED, k
             ob.method = f"k-induction (Z3), k = {k}" + ("; assumes fsm.invariant" if assume_inv else "")
             ob.assumes = ["fsm.invariant"] if assume_inv else []
             ob.smt2 = _smt2(z3.Or(base, step), f"{ob.id}: base (a run of <= {k} steps from reset) or step "
@@ -314,7 +315,7 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
             return ob
         if res_base == z3.unknown or res_step == z3.unknown:
             break
-    ob.verdict, ob.method = "unknown", f"k-induction (Z3) up to k = {k_max}"
+    ob.verdict, ob.method = Verdict.UNKNOWN, f"k-induction (Z3) up to k = {k_max}"
     ob.detail = "neither a counterexample nor an inductive step within the bound"
     ob.smt2 = _smt2(z3.BoolVal(True), f"{ob.id}: undecided")
     ob.time_s = time.monotonic() - t0
@@ -363,7 +364,7 @@ def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True) -> lis
     out = [inv]
     for oid, req, claim, fn in model.properties(spec_props):
         ob = Obligation(oid, req, claim)
-        if inv.verdict != "proved":
+        if inv.verdict != Verdict.PROVED:
             ob.detail = "not attempted: fsm.invariant is not proved"
             out.append(ob)
             continue

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mi_certify.generator.lut import levels_meeting
+from mi_certify.generator.results import Verdict
 from mi_certify.generator.spec import Spec
 
 
@@ -43,7 +44,7 @@ def check_lut_properties(spec: Spec, tokens: np.ndarray) -> list[LutPropertyResu
     out = []
     for p in spec.properties:
         if p.kind == "output":
-            out.append(LutPropertyResult(p.id, "not_applicable", 0, 0))
+            out.append(LutPropertyResult(p.id, Verdict.NOT_APPLICABLE, 0, 0))
             continue
         mask = np.ones(1, dtype=bool)
         ranges = {i: (a, b) for i, a, b in p.when}
@@ -55,6 +56,6 @@ def check_lut_properties(spec: Spec, tokens: np.ndarray) -> list[LutPropertyResu
         bad = np.isin(t, p.forbid) if p.kind == "forbid" else ~np.isin(t, p.require)
         viol = addrs[bad]
         first = tuple({"address": int(a), "token": spec.actions[int(tokens[a])].name} for a in viol[:10])
-        out.append(LutPropertyResult(p.id, "violated" if viol.size else "holds", int(addrs.size), int(viol.size),
+        out.append(LutPropertyResult(p.id, Verdict.VIOLATED if viol.size else Verdict.HOLDS, int(addrs.size), int(viol.size),
                                      first))
     return out

@@ -27,17 +27,17 @@ expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/desi
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import z3
 
+from mi_certify.generator.lut import LutFsmArtefact
+from mi_certify.generator.results import Verdict
 from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, MaskBox, Reason
 
+from . import yosys
 from .fsm_proofs import FsmModel, Obligation, canonical_smt2
 
 #: Registers of the generated RTL and the reference state variable each holds.
@@ -48,26 +48,10 @@ AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
 
 
 def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
-    """SMT-LIB 2 of the design (Yosys ``prep``; ``write_smt2 -wires``). Raises RuntimeError."""
-    if shutil.which("yosys") is None:
-        raise RuntimeError("yosys not found on PATH")
-    with tempfile.TemporaryDirectory(prefix="mi-certify-yosys-") as work:
-        out = Path(work) / "design.smt2"
-        # the steps of Yosys `prep`, with `proc -norom` so the LUT stays logic (a ROM would
-        # move its contents into the initial-state predicate)
-        # run beside the file and read it by its name: Yosys writes source locations into the
-        # SMT-LIB, which must not depend on where the build directory is
-        script = (f"read_verilog {verilog.name}; hierarchy -check -top {top}; proc -norom; opt_expr -keepdc; "
-                  "opt_clean; check; opt -noff -keepdc; wreduce -keepdc; opt_clean; memory_collect; "
-                  # the rom encoding: the $readmemh ROM becomes logic of its constant words; an
-                  # asynchronous reset is modelled as acting at the clock edge (async2sync)
-                  "memory_map; opt -noff -keepdc -fast; async2sync; dffunmap; "
-                  f"check -assert; write_smt2 -wires {out}")
-        proc = subprocess.run(["yosys", "-q", "-p", script], capture_output=True, text=True, timeout=timeout_s,
-                              cwd=verilog.resolve().parent)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"yosys failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
-        return out.read_text(encoding="utf-8")
+    """SMT-LIB 2 of the design (Yosys ``prep`` steps; ``write_smt2 -wires``): :func:`.yosys.smt2`,
+    script ``templates/yosys/smt2.ys.j2``. Raises RuntimeError (:class:`.yosys.YosysError`:
+    Yosys missing or too old, failed, or timed out)."""
+    return yosys.smt2(verilog, top, timeout_s)
 
 
 def cut_lut(design: str, top: str) -> str:
@@ -183,14 +167,17 @@ def _as_int(bv: z3.BitVecRef) -> z3.ArithRef:
     return z3.BV2Int(bv, is_signed=False)
 
 
-def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox], bits: list[int],
-                    token_bits: int, alphabet: dict[tuple, int], lut: bytes, timeout_s: float = 300.0,
-                    reset_port: str = "rst", reset_active_low: bool = False
+def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: dict[tuple, int],
+                    timeout_s: float = 300.0, reset_port: str = "rst", reset_active_low: bool = False
                     ) -> tuple[list[Obligation], str]:
     """Run every RTL obligation. Returns (obligations, the design's SMT-LIB prelude).
 
-    top: the module name; reset_port / reset_active_low: the reset input (sla.yaml
-    ``hdl.reset_polarity``: ``rst`` active high or ``rst_n`` active low)."""
+    machine: the LUT-FSM the RTL must implement (:class:`~mi_certify.generator.lut.LutFsmArtefact`);
+    alphabet: its :func:`~.fsm_proofs.entry_alphabet`; top: the module name; reset_port /
+    reset_active_low: the reset input (sla.yaml ``hdl.reset_polarity``: ``rst`` active high or
+    ``rst_n`` active low)."""
+    cfg, masks, bits, token_bits, lut = (machine.config, list(machine.masks), list(machine.input_bits),
+                                         machine.token_bits, machine.table)
     t0 = time.monotonic()
     design = yosys_smt2(verilog, top)
     rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits, reset_port, reset_active_low)
@@ -224,7 +211,7 @@ def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox
         ans, text = rtl.check(bad, timeout_s)
         ob = Obligation(oid, requirement, claim, method="Yosys write_smt2 + Z3, one cycle (inductive)",
                         k=1, smt2=text, assumes=["fsm.invariant"] if oid != "rtl.reset" else [])
-        ob.verdict = {"unsat": "proved", "sat": "violated"}.get(ans, "unknown")
+        ob.verdict = {"unsat": Verdict.PROVED, "sat": Verdict.VIOLATED}.get(ans, Verdict.UNKNOWN)
         ob.time_s = time.monotonic() - t
         if ans == "sat":
             ob.detail = "one cycle of the RTL differs from the claim"
@@ -254,9 +241,11 @@ def rtl_obligations(verilog: Path, top: str, cfg: FsmConfig, masks: list[MaskBox
                   z3.And(z3.Not(rst), z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != addr))))
     else:
         ob = Obligation("rtl.audit", "rtl", "the RTL has the audit port", method="Yosys write_smt2")
-        ob.verdict, ob.detail = "violated", f"missing: {', '.join(a for a in AUDIT_PORT if a in rtl.missing)}"
+        ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(a for a in AUDIT_PORT if a in rtl.missing)}"
         obligations.append(ob)
-    obligations.append(lut_table(design, top, lut, sum(bits), tw))
+    table = lut_table(design, top, lut, sum(bits), tw)
+    table.exhaustive_evidence = verilog.name
+    obligations.append(table)
     for ob in obligations:
         ob.time_s = round(ob.time_s, 3)
     _ = t0
@@ -388,11 +377,11 @@ def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: 
     try:
         got = lut_from_smt2(design, top, address_bits)
     except (ValueError, KeyError, IndexError, StopIteration) as exc:
-        ob.verdict, ob.detail = "unknown", f"cannot evaluate the RTL's LUT: {exc}"
+        ob.verdict, ob.detail = Verdict.UNKNOWN, f"cannot evaluate the RTL's LUT: {exc}"
         return ob
     ob.time_s = time.monotonic() - t0
     bad = np.nonzero(got != want)[0]
-    ob.verdict = "violated" if bad.size else "proved"
+    ob.verdict = Verdict.VIOLATED if bad.size else Verdict.PROVED
     ob.detail = (f"{bad.size} entries differ, first at address {int(bad[0])}" if bad.size
                  else f"{len(want)} entries equal")
     if bad.size:

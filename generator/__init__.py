@@ -5,7 +5,7 @@ the package (``mi_certify.generator.ir``, say) loads that module and its own imp
 only, never the pipeline on top of everything (docs/architecture.md).
 """
 
-from importlib import import_module
+from .exports import lazy_exports
 
 _PUBLIC = {
     "BuildError": "errors", "MiCertifyError": "errors", "ModelImportError": "errors",
@@ -16,16 +16,4 @@ _PUBLIC = {
     "BuildOptions": "pipeline", "BuildResult": "pipeline", "build": "pipeline",
 }
 
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'mi_certify.generator' has no attribute {name!r}")
-    value = getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _PUBLIC, globals())

@@ -25,7 +25,7 @@ import subprocess
 from importlib import metadata, resources
 from pathlib import Path
 
-from .results import GOOD_VERDICTS, Verdict
+from .results import GOOD_VERDICTS
 
 #: Format marker of manifest.json.
 MANIFEST_FORMAT = "mi-certify/build-v1"

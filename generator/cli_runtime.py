@@ -13,7 +13,6 @@ log, 2 bad input.
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 from pathlib import Path

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -30,7 +31,7 @@ from mi_certify.verification.tools import tool_version
 
 from . import build_stages as stages
 from .build_stages import BuildContext
-from .bundle import (CROSS_CHECK_POINTS, MANIFEST_FORMAT, UNHASHED, Evidence, canonical_command,
+from .bundle import (CROSS_CHECK_POINTS, MANIFEST_FORMAT, UNHASHED, canonical_command,
                      collect_obligations, manifest_figures, obligations_status, source_commit, source_identity,
                      summarize)
 from .errors import BuildError, SpecError

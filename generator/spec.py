@@ -515,7 +515,33 @@ def _finite(raw, f: str, path: str = "") -> None:
 
 
 def _resolve(raw: dict, f: str) -> Spec:
+    """The Spec of a schema-valid sla.yaml document ``raw`` (file ``f``); raises SpecError (file,
+    field path, reason) for what the schema cannot say: names, ranges, one conservative action,
+    property regions and actions, module names, SLA-monitor counter widths."""
     _finite(raw, f)
+    name = _check_names(raw, f)
+    inputs = _inputs(raw, f)
+    actions = _actions(raw, f)
+    props = tuple(_property(d, f"properties[{pi}]", inputs, actions, f)
+                  for pi, d in enumerate(raw.get("properties", [])))
+    hdl_opts = _hdl(raw, name, actions, f)
+    conf = raw.get("confidence")
+    fsm = raw["fsm"]
+    cosim = raw.get("cosim", {})
+    return Spec(path=f, name=name, decode=raw["controller"]["decode"], inputs=inputs, actions=actions,
+                fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),
+                              int(fsm["recovery"])),
+                properties=props,
+                cosim=CosimSettings(cosim.get("cycles", 10_000), cosim.get("monitor_requests", 1000),
+                                    tuple(sorted((k, float(v)) for k, v in cosim.get("coverage", {}).items()))),
+                confidence_threshold=None if conf is None else float(conf["threshold"]),
+                resolve=raw.get("distill", {}).get("resolve", "conservative"),
+                monitor=MonitorConfig(**raw.get("monitor", {})),
+                hdl=hdl_opts, raw=raw)
+
+
+def _check_names(raw: dict, f: str) -> str:
+    """Input, action and controller names usable in Python and Verilog, unique; returns the controller name."""
     for what in ("inputs", "actions"):
         for i, item in enumerate(raw[what]):
             if not is_valid_name(item["name"]):
@@ -528,6 +554,10 @@ def _resolve(raw: dict, f: str) -> Spec:
     if not is_valid_name(name) or name in sys.stdlib_module_names:
         raise SpecError(f"'{name}' is a reserved word (Python, Verilog or SystemVerilog keyword, or a Python "
                         "standard module)", file=f, where="controller.name")
+    return name
+
+
+def _inputs(raw: dict, f: str) -> tuple[InputSpec, ...]:
     inputs = []
     for i, d in enumerate(raw["inputs"]):
         lo, hi = float(d["min"]), float(d["max"])
@@ -539,6 +569,10 @@ def _resolve(raw: dict, f: str) -> Spec:
     if bits > MAX_ADDRESS_BITS:
         raise SpecError(f"LUT address is {bits} bits wide; at most {MAX_ADDRESS_BITS} are allowed "
                         "(lower some inputs' bits)", file=f, where="inputs")
+    return tuple(inputs)
+
+
+def _actions(raw: dict, f: str) -> tuple[ActionSpec, ...]:
     actions = []
     for d in raw["actions"]:
         sla = d.get("sla", {})
@@ -547,62 +581,73 @@ def _resolve(raw: dict, f: str) -> Spec:
     cons = [i for i, a in enumerate(actions) if a.conservative]
     if len(cons) != 1:
         raise SpecError(f"exactly one action must be conservative: true (found {len(cons)})", file=f, where="actions")
-    in_idx = {s.name: i for i, s in enumerate(inputs)}
+    return tuple(actions)
+
+
+def _property(d: dict, base: str, inputs, actions, f: str) -> PropertySpec:
+    """One sla.yaml property (``base`` = its field path): region inside the envelope, known actions,
+    the conservative action always allowed."""
+    kinds = [k for k in ("forbid", "require", "output") if k in d]
+    if len(kinds) != 1:
+        raise SpecError("a property needs exactly one of forbid, require, output "
+                        f"(found {', '.join(kinds) or 'none'})", file=f, where=base)
+    when = sorted(_region(d["when"], base, inputs, f))
     act_idx = {a.name: i for i, a in enumerate(actions)}
-    props = []
-    for pi, d in enumerate(raw.get("properties", [])):
-        base = f"properties[{pi}]"
-        kinds = [k for k in ("forbid", "require", "output") if k in d]
-        if len(kinds) != 1:
-            raise SpecError("a property needs exactly one of forbid, require, output "
-                            f"(found {', '.join(kinds) or 'none'})", file=f, where=base)
-        when = []
-        for nm, (lo, hi) in d["when"].items():
-            w = f"{base}.when.{nm}"
-            if nm not in in_idx:
-                raise SpecError(f"unknown input '{nm}' (inputs: {', '.join(in_idx)})", file=f, where=w)
-            s = inputs[in_idx[nm]]
-            if not lo <= hi:
-                raise SpecError(f"empty or inverted range [{lo}, {hi}]", file=f, where=w)
-            if hi < s.min or lo > s.max:
-                raise SpecError(f"range [{lo}, {hi}] does not overlap the envelope [{s.min}, {s.max}] of "
-                                f"'{nm}'", file=f, where=w)
-            if lo < s.min or hi > s.max:
-                raise SpecError(f"range [{lo}, {hi}] reaches outside the envelope [{s.min}, {s.max}] of '{nm}'; "
-                                "proofs only cover the envelope", file=f, where=w)
-            when.append((in_idx[nm], float(lo), float(hi)))
-        when.sort()
-        tokens: dict[str, tuple[int, ...]] = {}
-        for k in ("forbid", "require"):
-            if k in d:
-                for j, nm in enumerate(d[k]):
-                    if nm not in act_idx:
-                        raise SpecError(f"unknown action '{nm}' (actions: {', '.join(act_idx)})", file=f,
-                                        where=f"{base}.{k}[{j}]")
-                tokens[k] = tuple(sorted({act_idx[nm] for nm in d[k]}))
-        if "forbid" in tokens and len(tokens["forbid"]) == len(actions):
-            raise SpecError("forbids every action", file=f, where=f"{base}.forbid")
-        if "forbid" in tokens and cons[0] in tokens["forbid"]:
-            raise SpecError(f"forbids the conservative action '{actions[cons[0]].name}', which the fallback "
-                            "must always be allowed to use", file=f, where=f"{base}.forbid")
-        if "require" in tokens and cons[0] not in tokens["require"]:
-            raise SpecError(f"require must include the conservative action '{actions[cons[0]].name}', which "
-                            "the fallback must always be allowed to use", file=f, where=f"{base}.require")
-        out = []
-        for nm, b in d.get("output", {}).items():
-            if nm not in act_idx:
-                raise SpecError(f"unknown action '{nm}' (actions: {', '.join(act_idx)})", file=f,
-                                where=f"{base}.output.{nm}")
-            lo, hi = b.get("min"), b.get("max")
-            if lo is not None and hi is not None and not lo <= hi:
-                raise SpecError(f"empty bound: min {lo} > max {hi}", file=f, where=f"{base}.output.{nm}")
-            out.append((act_idx[nm], None if lo is None else float(lo), None if hi is None else float(hi)))
-        if "output" in d and not out:
-            raise SpecError("output names no action", file=f, where=f"{base}.output")
-        props.append(PropertySpec(d["id"], tuple(when), tokens.get("forbid", ()), tokens.get("require", ()),
-                                  tuple(sorted(out)), d.get("description", "")))
-    conf = raw.get("confidence")
-    fsm = raw["fsm"]
+    cons = next(i for i, a in enumerate(actions) if a.conservative)
+    tokens: dict[str, tuple[int, ...]] = {}
+    for k in ("forbid", "require"):
+        if k in d:
+            for j, nm in enumerate(d[k]):
+                if nm not in act_idx:
+                    raise SpecError(f"unknown action '{nm}' (actions: {', '.join(act_idx)})", file=f,
+                                    where=f"{base}.{k}[{j}]")
+            tokens[k] = tuple(sorted({act_idx[nm] for nm in d[k]}))
+    if "forbid" in tokens and len(tokens["forbid"]) == len(actions):
+        raise SpecError("forbids every action", file=f, where=f"{base}.forbid")
+    if "forbid" in tokens and cons in tokens["forbid"]:
+        raise SpecError(f"forbids the conservative action '{actions[cons].name}', which the fallback "
+                        "must always be allowed to use", file=f, where=f"{base}.forbid")
+    if "require" in tokens and cons not in tokens["require"]:
+        raise SpecError(f"require must include the conservative action '{actions[cons].name}', which "
+                        "the fallback must always be allowed to use", file=f, where=f"{base}.require")
+    out = []
+    for nm, b in d.get("output", {}).items():
+        if nm not in act_idx:
+            raise SpecError(f"unknown action '{nm}' (actions: {', '.join(act_idx)})", file=f,
+                            where=f"{base}.output.{nm}")
+        lo, hi = b.get("min"), b.get("max")
+        if lo is not None and hi is not None and not lo <= hi:
+            raise SpecError(f"empty bound: min {lo} > max {hi}", file=f, where=f"{base}.output.{nm}")
+        out.append((act_idx[nm], None if lo is None else float(lo), None if hi is None else float(hi)))
+    if "output" in d and not out:
+        raise SpecError("output names no action", file=f, where=f"{base}.output")
+    return PropertySpec(d["id"], tuple(when), tokens.get("forbid", ()), tokens.get("require", ()),
+                        tuple(sorted(out)), d.get("description", ""))
+
+
+def _region(when: dict, base: str, inputs, f: str) -> list[tuple[int, float, float]]:
+    """(input index, lo, hi) per ``when`` entry: known inputs, ranges inside the envelope."""
+    in_idx = {s.name: i for i, s in enumerate(inputs)}
+    out = []
+    for nm, (lo, hi) in when.items():
+        w = f"{base}.when.{nm}"
+        if nm not in in_idx:
+            raise SpecError(f"unknown input '{nm}' (inputs: {', '.join(in_idx)})", file=f, where=w)
+        s = inputs[in_idx[nm]]
+        if not lo <= hi:
+            raise SpecError(f"empty or inverted range [{lo}, {hi}]", file=f, where=w)
+        if hi < s.min or lo > s.max:
+            raise SpecError(f"range [{lo}, {hi}] does not overlap the envelope [{s.min}, {s.max}] of "
+                            f"'{nm}'", file=f, where=w)
+        if lo < s.min or hi > s.max:
+            raise SpecError(f"range [{lo}, {hi}] reaches outside the envelope [{s.min}, {s.max}] of '{nm}'; "
+                            "proofs only cover the envelope", file=f, where=w)
+        out.append((in_idx[nm], float(lo), float(hi)))
+    return out
+
+
+def _hdl(raw: dict, name: str, actions, f: str) -> HdlOptions:
+    """The hdl section: a usable module name, latency limits that fit the SLA monitor's counter."""
     hdl = raw.get("hdl", {})
     module = hdl.get("prefix", "") + name
     if len(module) > MAX_NAME_LENGTH:
@@ -632,19 +677,7 @@ def _resolve(raw: dict, f: str) -> Spec:
                         f"for '{actions[i].name}' ({actions[i].latency_ms:g} ms = {top} cycles at {clock:g} MHz, "
                         f"window {window}); at most 32 bits: lower the limit, hdl.clock_mhz or monitor.window",
                         file=f, where=f"actions[{i}].sla.latency_ms")
-    return Spec(path=f, name=name, decode=raw["controller"]["decode"], inputs=tuple(inputs),
-                actions=tuple(actions),
-                fsm=FsmParams(int(fsm["hysteresis"]), int(fsm["cooldown"]), int(fsm["violations_to_fallback"]),
-                              int(fsm["recovery"])),
-                properties=tuple(props),
-                cosim=CosimSettings(raw.get("cosim", {}).get("cycles", 10_000),
-                                    raw.get("cosim", {}).get("monitor_requests", 1000),
-                                    tuple(sorted((k, float(v)) for k, v in raw.get("cosim", {}).get("coverage",
-                                                                                                  {}).items()))),
-                confidence_threshold=None if conf is None else float(conf["threshold"]),
-                resolve=raw.get("distill", {}).get("resolve", "conservative"),
-                monitor=MonitorConfig(**raw.get("monitor", {})),
-                hdl=hdl_opts, raw=raw)
+    return hdl_opts
 
 
 #: Verilog modules every build ships (hdl/sla_monitor.v) or generates around the controller.

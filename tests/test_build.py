@@ -380,6 +380,42 @@ def test_ctrl_c_of_a_build_stops_it_promptly_without_leaks(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["stderr.txt"]
 
 
+def test_a_sigkilled_build_leaves_no_process_behind(tmp_path):
+    """kill -9 of the build alone (no chance to clean up) while its worker processes distill
+    and verify: within 5 s no child of it is left, and no output directory appears (only the
+    hidden staging one). Workers between tasks see their pipe close; one inside a long task
+    dies by PR_SET_PDEATHSIG (verification/tools.py; pinned in tests/test_tools.py, where the
+    task sleeps)."""
+    import os
+    import signal
+    import time
+    from conftest import children, running, spawned_workers
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "mi_certify.generator.cli", "build", str(REFERENCE_MODEL),
+                          "--sla", str(REFERENCE_SLA), "--out", str(out)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and p.poll() is None and len(spawned_workers(p.pid)) < 2:
+            time.sleep(0.05)
+        time.sleep(2)
+        assert p.poll() is None and len(spawned_workers(p.pid)) >= 2
+        workers = children(p.pid)  # every child: spawned workers, a Marabou or simulator child
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+        deadline = time.monotonic() + 5  # PR_SET_PDEATHSIG: at once; a worker finishing its task: longer
+        while time.monotonic() < deadline and any(running(w) for w in workers):
+            time.sleep(0.1)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    left = [w for w in workers if running(w)]
+    for w in left:  # never leave them to the next test
+        os.kill(w, signal.SIGKILL)
+    assert left == [] and not out.exists()
+    assert all(x.name.startswith(".out.partial-") for x in tmp_path.iterdir())
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_make_tools_names_the_packages_before_apt_runs_and_shows_apt_output(tmp_path):
     """`make tools` on a machine without the tools: it says what is missing, prints a line before

@@ -202,7 +202,6 @@ def test_mutated_monitor_rtl_is_caught(tmp_path, monkeypatch, mutation):
 def test_fsm_cosimulation_fails_when_the_reference_expectation_is_altered(reference_build, tmp_path):
     from mi_certify.generator.lut import property_masks
     lut = bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
-    cfg = FsmConfig(4, 0, 3, 10, 3, 8)
 
     def alter(stimulus, expected):
         expected[5000] = [expected[5000][0], expected[5000][1] ^ 1] + expected[5000][2:]   # one reason code

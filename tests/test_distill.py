@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from onnx import helper
 
@@ -10,7 +9,6 @@ from conftest import save_model, tensor
 from mi_certify.generator.distill import DistillOptions, distill, fidelity
 from mi_certify.generator.lut import PROVEN, RESOLVED
 from mi_certify.generator.model import load_model
-from mi_certify.generator.onnx_import import import_onnx
 from mi_certify.generator.spec import load_spec
 
 SPEC = """schema: mi-certify/v1

@@ -32,7 +32,6 @@ def q(lo, hi, C, d, name="q") -> Query:
 @pytest.mark.parametrize("opts", [FAST, MARABOU_ONLY], ids=["bounds", "marabou"])
 def test_skip_add_fixed_input_cannot_reach_3(opts):
     path = CASES / "marabou_add_fanout" / "skip_add.onnx"
-    ir = import_onnx(path)
     x0 = [0.6, -1.1]
     res = decide(load_model(path), q(x0, x0, [[0, 0, -1]], [-3.0]), opts)  # y[2] >= 3 (true y[2] = 2.585)
     assert res.verdict == Verdict.PROVED, res
@@ -53,7 +52,6 @@ def test_fixed_input_without_output_constraint_is_sat_with_the_onnxruntime_outpu
 @pytest.mark.parametrize("name", ["add_self", "add_input_self"])
 def test_duplicate_addend_query_is_sat(name, opts):
     path = CASES / "marabou_duplicate_addend" / f"{name}.onnx"
-    ir = import_onnx(path)
     res = decide(load_model(path), q([0, 0], [1, 1], [[0, -1]], [-1.2]), opts)  # y[1] >= 1.2
     assert res.verdict == Verdict.VIOLATED
     assert res.witness["y_onnxruntime"][1] >= 1.2 - 1e-4
@@ -62,7 +60,6 @@ def test_duplicate_addend_query_is_sat(name, opts):
 
 def test_inverted_input_bounds_are_unsat_without_a_solver_and_named():
     path = CASES / "marabou_inverted_bounds" / "zero_column.onnx"
-    ir = import_onnx(path)
     res = decide(load_model(path), q([0, 1.5], [1, 0.5], np.zeros((1, 2)), [0.0]), FAST)
     assert res.verdict == Verdict.PROVED and "empty input region for X_1: [1.5, 0.5]" in res.detail
     ok = decide(load_model(path), q([0.5, 0], [1.5, 1], np.zeros((1, 2)), [0.0]), MARABOU_ONLY)
@@ -72,7 +69,6 @@ def test_inverted_input_bounds_are_unsat_without_a_solver_and_named():
 @pytest.mark.parametrize("name", ["sub_same_shape", "sub_broadcast", "sub_const_minus_var"])
 def test_sub_models_decide_tight_queries_both_ways(name):
     path = CASES / "marabou_sub_normalize" / f"{name}.onnx"
-    ir = import_onnx(path)
     x0 = np.array([0.1, -0.2, 0.3, 0.05, -0.4])
     y0 = evaluate_onnxruntime(path, x0[None])[0][0]
     above = decide(load_model(path), q(x0, x0, [[-1, 0, 0]], [-(y0 + 0.04)]), MARABOU_ONLY)
@@ -129,7 +125,6 @@ def _expected(root):
 def test_acasxu_anchor_answers_match_the_published_results(net, prop, tmp_path):
     root = ANCHORS / "acasxu"
     onnx_name, prop_name = f"ACASXU_run2a_{net}_batch_2000.onnx", f"prop_{prop}.vnnlib"
-    ir = import_onnx(root / "onnx" / onnx_name)
     res = decide(load_model(root / "onnx" / onnx_name), parse_vnnlib(root / "vnnlib" / prop_name, 5, 5), FAST)
     assert res.verdict.vnnlib == _expected(root)[(onnx_name, prop_name)], res
 
@@ -137,7 +132,6 @@ def test_acasxu_anchor_answers_match_the_published_results(net, prop, tmp_path):
 @pytest.mark.parametrize("case", ["unsafe_29", "unsafe_36", "safe_99", "safe_14", "unsafe_0", "safe_50"])
 def test_cartpole_anchor_answers_match_the_published_results(case):
     root = ANCHORS / "rl_cartpole"
-    ir = import_onnx(root / "onnx" / "cartpole.onnx")
     res = decide(load_model(root / "onnx" / "cartpole.onnx"),
                  parse_vnnlib(root / "vnnlib" / f"cartpole_case_{case}.vnnlib", 4, 2), FAST)
     assert res.verdict.vnnlib == _expected(root)[("cartpole.onnx", f"cartpole_case_{case}.vnnlib")], res

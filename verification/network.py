@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mi_certify.generator.ir import ControllerIR
 from mi_certify.generator.spec import Spec
 
 from .bounds import output_bounds

@@ -35,7 +35,7 @@ import z3
 
 from mi_certify.generator.lut import LutFsmArtefact
 from mi_certify.generator.results import Verdict
-from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, MaskBox, Reason
+from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, Reason
 
 from . import yosys
 from .fsm_proofs import FsmModel, Obligation, canonical_smt2

@@ -5,7 +5,11 @@
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-APT_PKGS := iverilog yosys verilator chromium nextpnr-ice40 fpga-icestorm
+# The external tools and their Debian packages come from the tool layer's registry
+# (verification/tools.py: stdlib only, so the system python3 runs it before the venv exists).
+# The words after || serve a machine without python3 yet; tests/test_tools.py keeps them equal.
+TOOL_CMDS := $(shell $(PYTHON) verification/tools.py commands 2>/dev/null || echo iverilog vvp yosys verilator chromium nextpnr-ice40 icepack)
+APT_PKGS := $(shell $(PYTHON) verification/tools.py apt-packages 2>/dev/null || echo iverilog yosys verilator chromium nextpnr-ice40 fpga-icestorm)
 APT_BASE := python3 python3-venv python3-pip
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 OUT     ?= build/meta_controller
@@ -22,7 +26,7 @@ help:
 setup: tools venv
 
 tools:
-	@missing=""; for t in iverilog vvp yosys verilator chromium nextpnr-ice40 icepack; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	@missing=""; for t in $(TOOL_CMDS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then missing="$$missing python3-venv"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "tools: missing:$$missing"; \

@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from mi_certify.verification.tools import tool_version
+from mi_certify.verification.tools import manifest_tools
 
 from . import build_stages as stages
 from .build_stages import BuildContext
@@ -100,7 +100,7 @@ def tool_versions() -> dict:
         except metadata.PackageNotFoundError:
             pkgs[dist] = "not installed"
     return {"python": platform.python_version(), "packages": pkgs,
-            "tools": {t: tool_version(t) for t in ("iverilog", "verilator", "yosys", "nextpnr-ice40")}}
+            "tools": manifest_tools()}
 
 
 #: The stages after import, in build order: each a function of the BuildContext that returns its
@@ -259,7 +259,7 @@ def _write_bundle(ctx: BuildContext, spec_path: Path) -> dict:
     obligations = collect_obligations(spec, ev, ctx.stages)
     ev.write("obligations.json", {"status": obligations_status(obligations), "obligations": obligations,
                                   "times": "timings.json (not hashed)"})
-    ctx.timed("report", lambda: write_report(spec, d, obligations))
+    ctx.timed("report", lambda: write_report(spec, d, obligations, ev, ctx.lut))
     ev.write("timings.json", {"stages_s": ctx.times, "obligations_s": {
         o["id"]: _obligation_time(o, ctx.times, ctx.query_times) for o in obligations}})
     ev.write("diagnostics.json", {"note": "not hashed: onnxruntime's float32 kernels are chosen by CPU, so these "

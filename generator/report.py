@@ -13,7 +13,6 @@ FSM diagram; RTL numbers; co-simulation and coverage; assumptions of use; eviden
 from __future__ import annotations
 
 import base64
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -22,16 +21,12 @@ import numpy as np
 
 from mi_certify.templates import environment
 
-from .bundle import GOOD_VERDICTS, PROOF_INDEX, UNHASHED, read_distillation
+from .bundle import GOOD_VERDICTS, PROOF_INDEX, UNHASHED, Evidence, read_distillation
 from .lut import Lut
 from .spec import Spec
 
 #: Heatmaps in the report: input 0 against each other input, at most this many.
 MAX_HEATMAPS = 4
-
-
-def _json(path: Path):
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 def _shown(o: dict) -> dict:
@@ -222,7 +217,7 @@ def _lut_from_bundle(spec: Spec, d: Path) -> Lut:
     lb = bytes.fromhex((d / "lut.hex").read_text(encoding="ascii").replace("\n", ""))
     arr = np.frombuffer(lb, dtype=np.uint8)
     status = np.empty(arr.size, dtype=object)
-    for a, b, s in _json(d / "lut.json")["cell_status"]:
+    for a, b, s in Evidence(d).read("lut.json")["cell_status"]:
         status[a:b] = s
     return Lut(arr & 0x7F, (arr >> 7).astype(bool), status)
 
@@ -243,14 +238,22 @@ def _hdl_rows(summary: dict) -> dict:
             "goal_met": h["goal_met"], "devices": devices, "clock_mhz": st.get("clock_mhz")}
 
 
-def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
-    summary = _json(d / "summary.json")
-    ver = _json(d / "verification.json")
+def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence | None = None,
+                lut: Lut | None = None) -> dict:
+    """The template variables of report.md / report.html for the bundle in ``d``: read through
+    ``evidence`` (the pipeline's, holding what it wrote; else the files) and ``lut`` (the final
+    table; else decoded from lut.hex and lut.json)."""
+    ev = evidence if evidence is not None else Evidence(d)
+
+    def doc(rel: str):
+        return ev.read(rel) if ev.has(rel) else None
+    summary = doc("summary.json")
+    ver = doc("verification.json")
     dist = read_distillation(d / "distillation.json") if (d / "distillation.json").exists() else None
-    lut_json = _json(d / "lut.json")
-    cosim = _json(d / "cosim.json")
-    lint = _json(d / "lint.json")
-    lut_props = (_json(d / "lut_properties.json") or {}).get("properties", [])
+    lut_json = doc("lut.json")
+    cosim = doc("cosim.json")
+    lint = doc("lint.json")
+    lut_props = (doc("lut_properties.json") or {}).get("properties", [])
     vfile = d / f"{spec.module_name}.v"
     vtext = vfile.read_text(encoding="utf-8") if vfile.exists() else ""
     methods = Counter((b["verdict"], b["method"]) for b in dist["boxes"]) if dist else Counter()
@@ -258,7 +261,7 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
     open_obs = [o for o in required if o["verdict"] not in GOOD_VERDICTS]
     verdict = "CERTIFIED" if summary["status"] == "ok" and not open_obs else (
         "NOT CERTIFIED: build " + summary["status"] + (f", {len(open_obs)} open obligation(s)" if open_obs else ""))
-    heatmaps = _heatmaps(spec, _lut_from_bundle(spec, d), d) if lut_json else []
+    heatmaps = _heatmaps(spec, lut if lut is not None else _lut_from_bundle(spec, d), d) if lut_json else []
     # the files manifest.json will hash: what is here now, the report itself and its heatmaps
     files = sorted({p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file()} - set(UNHASHED)
                    | {"report.md", "report.html"} | {h["file"] for h in heatmaps})
@@ -281,9 +284,11 @@ def report_data(spec: Spec, d: Path, obligations: list[dict]) -> dict:
     }
 
 
-def write_report(spec: Spec, d: Path, obligations: list[dict]) -> None:
-    """Write report.md, report.html and heatmaps/*.png into the build directory ``d``."""
-    data = report_data(spec, d, obligations)
+def write_report(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence | None = None,
+                 lut: Lut | None = None) -> None:
+    """Write report.md, report.html and heatmaps/*.png into the build directory ``d``
+    (:func:`report_data`: ``evidence`` and ``lut`` when the pipeline has them in memory)."""
+    data = report_data(spec, d, obligations, evidence, lut)
     env = environment()
     (d / "report.md").write_text(env.get_template("report/report.md.j2").render(**data), encoding="utf-8")
     (d / "report.html").write_text(env.get_template("report/report.html.j2").render(**data), encoding="utf-8")

@@ -1,1 +1,62 @@
-"""Jinja templates of mi-certify: python/ (runtime), verilog/ (RTL)."""
+"""Jinja templates of mi-certify, grouped by target (edalize's ``templates/<tool>/`` habit):
+python/ (the runtime), verilog/ (RTL, test benches), report/ (report.md, report.html),
+yosys/ (Yosys scripts), verilator/ (the C++ main of the coverage bench).
+
+:func:`environment` is the one Jinja environment that renders them all, names relative
+to this package (``"yosys/smt2.ys.j2"``, ``"report/report.html.j2"``).
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jinja2
+
+__all__ = ["FILTERS", "environment"]
+
+
+def _fraction(x: float) -> str:
+    f = Fraction(x)
+    return f"Fraction({f.numerator}, {f.denominator})"
+
+
+#: Filters for every template: Python literals for the emitted runtime (fraction, float_repr,
+#: pytuple, pyrepr, opt_float) and number formats for the report (fmt, xs).
+FILTERS = {
+    "fraction": _fraction,                      # exact rational of a float: "Fraction(1, 3)"
+    "float_repr": repr,
+    "pytuple": lambda items: repr(tuple(items)),
+    "pyrepr": repr,
+    "opt_float": lambda x: "None" if x is None else repr(float(x)),
+    "fmt": lambda v, f="{:.6g}": f.format(v) if isinstance(v, (int, float)) else str(v),
+    "xs": lambda xs: "[" + ", ".join(f"{v:.6g}" for v in xs) + "]",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def environment() -> jinja2.Environment:
+    """The shared Jinja environment (cached: one per process) over this package's files.
+
+    Options: StrictUndefined (a missing variable is an error, not an empty string);
+    trim_blocks and lstrip_blocks (a ``{% %}`` line leaves no blank line or indent);
+    keep_trailing_newline (a file ends as its template does); autoescape for ``*.html.j2``
+    only (HTML escaping in report.html, none in Python, Verilog, Yosys or C++ output, none
+    for ``from_string`` templates); the :data:`FILTERS`. Under it the python/, verilog/ and
+    report/ templates render byte-identically to the environments of generator/emit.py and
+    generator/report.py (which name report templates without the ``report/`` prefix).
+    Raises nothing itself; ``get_template`` raises ``jinja2.TemplateNotFound``.
+    """
+    import jinja2
+    from importlib import resources
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resources.files(__name__))),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True,
+                             autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
+                                                                 disabled_extensions=(), default_for_string=False,
+                                                                 default=False))
+    env.filters.update(FILTERS)
+    return env

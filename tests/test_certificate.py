@@ -6,8 +6,6 @@ import hashlib
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -167,14 +165,15 @@ def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_
 def test_check_re_derives_the_synthesis_numbers(bundle_copy, monkeypatch):
     """A forged Fmax or verdict in summary.json (manifest rehashed) is caught by making the hdl stage again."""
     from mi_certify.generator.spec import load_spec
-    from mi_certify.verification.bundle_check import CheckOptions, _Checker, _hdl_numbers
+    from mi_certify.verification.check_common import CheckOptions, Checker, CheckContext
+    from mi_certify.verification.check_hdl import check_hdl_numbers
     spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
     made, real = [], synth.hdl_numbers   # synthesised and placed once, compared three times
     monkeypatch.setattr(synth, "hdl_numbers", lambda s, v: made[0] if made else made.append(real(s, v)) or made[0])
 
     def check(summary):
         items = []
-        _hdl_numbers(_Checker(bundle_copy, CheckOptions(), items.append), {"spec": spec, "summary": summary})
+        check_hdl_numbers(Checker(bundle_copy, CheckOptions(), items.append), CheckContext(spec=spec, summary=summary))
         assert [i.name for i in items] == ["hdl: synthesis and place and route made again"]
         return items[0]
     honest = json.loads((bundle_copy / "summary.json").read_text())
@@ -201,10 +200,10 @@ def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agr
     (bundle_copy / "distillation.json").write_text("\n".join(raw) + "\n")
     dist = read_distillation(bundle_copy / "distillation.json")
     lines = (bundle_copy / "lut.hex").read_text().splitlines()
-    from mi_certify.verification.bundle_check import _addresses
+    from mi_certify.verification.check_distillation import addresses
     from mi_certify.generator.spec import load_spec
     spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
-    for a in _addresses(spec, box[0], box[1]):
+    for a in addresses(spec, box[0], box[1]):
         lines[a] = f"{(int(lines[a], 16) & 0x80) | 2:02x}"
     (bundle_copy / "lut.hex").write_text("\n".join(lines) + "\n")
     assert sum(b["action"] == 2 and b["level_lo"] == box[0] for b in dist["boxes"]) >= 1

@@ -5,7 +5,7 @@ Public names are loaded on first use (PEP 562): importing one module of the pack
 loads that module and its own imports only (docs/architecture.md).
 """
 
-from importlib import import_module
+from mi_certify.generator.exports import lazy_exports
 
 _PUBLIC = {
     "CosimResult": "cocotb_sim", "run_cosim": "cocotb_sim",
@@ -14,16 +14,4 @@ _PUBLIC = {
     "verify_spec": "network", "VerifyOptions": "nn_verify", "Verdict": "nn_verify",
 }
 
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'mi_certify.verification' has no attribute {name!r}")
-    value = getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _PUBLIC, globals())

@@ -25,7 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["differences", "expected_stages", "lut_counts", "regenerate_report", "regenerate_sources"]
+from .check_common import cell_status, command_option
+
+__all__ = ["differences", "expected_documents", "expected_stages", "lut_counts", "regenerate_report",
+           "regenerate_sources"]
 
 
 def _read(d: Path, rel: str):
@@ -53,11 +56,8 @@ def differences(stored, derived, path: str = "") -> list[str]:
     return []
 
 
-def _command_option(command: list[str], flag: str, default: str) -> str:
-    return command[command.index(flag) + 1] if flag in command else default
-
-
 def lut_counts(lut_json: dict) -> dict:
+    """Cells per status {"proven", "resolved", "sampled"} counted from lut.json's ``cell_status`` runs."""
     counts = {"proven": 0, "resolved": 0, "sampled": 0}
     for a, b, s in lut_json["cell_status"]:
         counts[s] += b - a
@@ -71,12 +71,7 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
     re-made by the full check) and, for a failed stage, its ``error`` text are taken from it.
     ``has_rom``: the emitter, run again, writes a ``$readmemh`` file for this LUT.
     """
-    from mi_certify.generator.bundle import STAGE_TEXT, cosim_stage, distill_errors, read_distillation
-    from mi_certify.generator.emit import rom_file_name
-    from mi_certify.generator.emit_monitor import module_name as monitor_module
-    from mi_certify.generator.lut import property_masks
-    from mi_certify.generator.bundle import CROSS_CHECK_POINTS
-    from mi_certify.verification.fsm_proofs import entry_alphabet
+    from mi_certify.generator.bundle import CROSS_CHECK_POINTS, STAGE_TEXT, cosim_stage
 
     command = manifest.get("command", [])
     out: dict = {}
@@ -84,66 +79,23 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
                    "address_bits": spec.address_bits, "properties": len(spec.properties)}
     out["import"] = {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
                      "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": 1e-5, "passed": True}}
-    ver = _read(d, "verification.json")
-    if ver is None:
-        out["verify"] = {"status": "skipped", "reason": STAGE_TEXT["verify.skipped"]}
-    else:
-        out["verify"] = {"status": "ok" if ver["status"] == "proved" else "failed", "result": ver["status"],
-                         "properties": {r["id"]: r["verdict"] for r in ver["properties"]},
-                         "reachable_actions": [a["action"] for a in ver["output_domain"]["actions"]
-                                               if a["reachable"] == "yes"],
-                         "timeout_s": float(_command_option(command, "--verify-timeout", "60"))}
-    lut_json = _read(d, "lut.json")
-    if (d / "distillation.json").exists():
-        dist = read_distillation(d / "distillation.json")
-        counts = {"proven": 0, "resolved": 0, "sampled": 0}
-        for b in dist["boxes"]:
-            counts[b["verdict"]] += int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1))
-        cells = sum(counts.values())
-        fid = dist["fidelity"]
-        errors = distill_errors(spec, counts["resolved"], fid)
-        out["lut"] = {"status": "failed" if errors else "ok", "method": STAGE_TEXT["lut.distilled"], "cells": cells,
-                      **counts, "proven_share": round(counts["proven"] / cells, 6),
-                      "undecided_cells": sum(1 for r in dist["resolved_cells"] if r["undecided"]),
-                      "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
-                      **({"error": "; ".join(errors)} if errors else {})}
-    else:
-        counts = lut_counts(lut_json)
-        out["lut"] = {"status": "ok", "method": STAGE_TEXT["lut.sampled"], "cells": sum(counts.values()), **counts}
+    out["verify"] = _verify_stage(_read(d, "verification.json"), command)
+    out["lut"] = _lut_stage(d, spec, _read(d, "lut.json"))
     lp = _read(d, "lut_properties.json")
     out["lut_properties"] = {"status": "failed" if any(r["verdict"] == "violated" for r in lp["properties"]) else "ok",
                              "method": STAGE_TEXT["lut_properties"],
                              "properties": {r["id"]: r["verdict"] for r in lp["properties"]},
                              "overridden_cells": len(lp["overridden_cells"])}
     index = _read(d, "proofs/index.json") or {"obligations": []}
-    fsm = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "fsm"}
-    cfg, masks, bits = spec.fsm_config(), property_masks(spec), [i.bits for i in spec.inputs]
-    traces = (_read(d, "proofs/fsm/without_rule_3a.json") or {"traces": {}})["traces"]
-    out["fsm_proofs"] = {"status": "ok" if all(v == "proved" for v in fsm.values()) else "failed",
-                         "method": STAGE_TEXT["fsm_proofs"], "obligations": fsm,
-                         "lut_entries": len(entry_alphabet(cfg, lut & 0x7F, (lut >> 7).astype(bool), masks, bits)),
-                         "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(traces))}
-    encoding = stored.get("emit", {}).get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
-    out["emit"] = {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
-                   "module": spec.module_name, "encoding": encoding,
-                   **({"rom": rom_file_name(spec)} if has_rom else {}),
-                   **({"encoding_estimates": stored["emit"]["encoding_estimates"]}
-                      if spec.hdl.encoding == "auto" and "encoding_estimates" in stored.get("emit", {}) else {}),
-                   "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
+    out["fsm_proofs"] = _fsm_stage(d, spec, index, lut)
+    out["emit"] = _emit_stage(spec, stored, has_rom)
     lint = _read(d, "lint.json")
     if lint is None:
         out["lint"] = {"status": "skipped", "reason": STAGE_TEXT["lint.skipped"]}
     else:
         out["lint"] = {"status": "ok" if lint["clean"] and lint.get("sla_monitor", {}).get("clean") else "failed",
                        **lint}
-    rtl = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "rtl"}
-    if "--skip-rtl-proofs" in command:
-        out["rtl_proofs"] = {"status": "skipped", "reason": STAGE_TEXT["rtl_proofs.skipped"]}
-    elif rtl:
-        out["rtl_proofs"] = {"status": "ok" if all(v == "proved" for v in rtl.values()) else "failed",
-                             "method": STAGE_TEXT["rtl_proofs"], "obligations": rtl}
-    else:
-        out["rtl_proofs"] = {"status": "failed"}
+    out["rtl_proofs"] = _rtl_stage(index, command)
     cos, mon, cov = _read(d, "cosim.json"), _read(d, "monitor_cosim.json"), _read(d, "coverage.json")
     if cos is None:
         out["cosim"] = {"status": "skipped", "reason": STAGE_TEXT["cosim.skipped"]}
@@ -157,6 +109,72 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
         if rec.get("status") == "failed" and "error" in stored.get(name, {}) and "error" not in rec:
             rec["error"] = stored[name]["error"]
     return out
+
+
+def _verify_stage(ver: dict | None, command: list[str]) -> dict:
+    from mi_certify.generator.bundle import STAGE_TEXT
+    if ver is None:
+        return {"status": "skipped", "reason": STAGE_TEXT["verify.skipped"]}
+    return {"status": "ok" if ver["status"] == "proved" else "failed", "result": ver["status"],
+            "properties": {r["id"]: r["verdict"] for r in ver["properties"]},
+            "reachable_actions": [a["action"] for a in ver["output_domain"]["actions"] if a["reachable"] == "yes"],
+            "timeout_s": float(command_option(command, "--verify-timeout", "60"))}
+
+
+def _lut_stage(d: Path, spec, lut_json: dict | None) -> dict:
+    """The ``lut`` record: from the distillation boxes, or lut.json's counts for a sampled LUT."""
+    from mi_certify.generator.bundle import STAGE_TEXT, distill_errors, read_distillation
+    if not (d / "distillation.json").exists():
+        counts = lut_counts(lut_json)
+        return {"status": "ok", "method": STAGE_TEXT["lut.sampled"], "cells": sum(counts.values()), **counts}
+    dist = read_distillation(d / "distillation.json")
+    counts = {"proven": 0, "resolved": 0, "sampled": 0}
+    for b in dist["boxes"]:
+        counts[b["verdict"]] += int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1))
+    cells = sum(counts.values())
+    fid = dist["fidelity"]
+    errors = distill_errors(spec, counts["resolved"], fid)
+    return {"status": "failed" if errors else "ok", "method": STAGE_TEXT["lut.distilled"], "cells": cells,
+            **counts, "proven_share": round(counts["proven"] / cells, 6),
+            "undecided_cells": sum(1 for r in dist["resolved_cells"] if r["undecided"]),
+            "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
+            **({"error": "; ".join(errors)} if errors else {})}
+
+
+def _fsm_stage(d: Path, spec, index: dict, lut: np.ndarray) -> dict:
+    from mi_certify.generator.bundle import STAGE_TEXT
+    from mi_certify.generator.lut import LutFsmArtefact, property_masks
+    from mi_certify.verification.fsm_proofs import entry_alphabet
+    fsm = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "fsm"}
+    machine = LutFsmArtefact.from_table(spec, lut, property_masks(spec))
+    traces = (_read(d, "proofs/fsm/without_rule_3a.json") or {"traces": {}})["traces"]
+    return {"status": "ok" if all(v == "proved" for v in fsm.values()) else "failed",
+            "method": STAGE_TEXT["fsm_proofs"], "obligations": fsm,
+            "lut_entries": len(entry_alphabet(machine)),
+            "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(traces))}
+
+
+def _emit_stage(spec, stored: dict, has_rom: bool) -> dict:
+    from mi_certify.generator.emit import rom_file_name
+    from mi_certify.generator.emit_monitor import module_name as monitor_module
+    encoding = stored.get("emit", {}).get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
+    return {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
+            "module": spec.module_name, "encoding": encoding,
+            **({"rom": rom_file_name(spec)} if has_rom else {}),
+            **({"encoding_estimates": stored["emit"]["encoding_estimates"]}
+               if spec.hdl.encoding == "auto" and "encoding_estimates" in stored.get("emit", {}) else {}),
+            "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
+
+
+def _rtl_stage(index: dict, command: list[str]) -> dict:
+    from mi_certify.generator.bundle import STAGE_TEXT
+    rtl = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "rtl"}
+    if "--skip-rtl-proofs" in command:
+        return {"status": "skipped", "reason": STAGE_TEXT["rtl_proofs.skipped"]}
+    if rtl:
+        return {"status": "ok" if all(v == "proved" for v in rtl.values()) else "failed",
+                "method": STAGE_TEXT["rtl_proofs"], "obligations": rtl}
+    return {"status": "failed"}
 
 
 def expected_documents(d: Path, spec, ir, manifest: dict, stages: dict) -> dict[str, object]:
@@ -208,10 +226,7 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     from mi_certify.generator.lut import Lut, property_masks
 
     lut_json = _read(d, "lut.json")
-    status = np.empty(lut.size, dtype=object)
-    for a, b, s in lut_json["cell_status"]:
-        status[a:b] = s
-    table = Lut((lut & 0x7F).astype(np.uint8), (lut >> 7).astype(bool), status)
+    table = Lut((lut & 0x7F).astype(np.uint8), (lut >> 7).astype(bool), cell_status(lut_json, lut.size))
     masks = property_masks(spec)
     inputs = manifest["inputs"]
     hashes = SourceHashes(inputs["model"]["sha256"], inputs["spec"]["sha256"], lut_json["sha256"])

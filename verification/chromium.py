@@ -19,14 +19,13 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tools import ToolUnavailable
+from .tools import ToolUnavailable, find_tool, kill_group, require_tool, start
 
 #: Flags for a quiet, isolated, headless browser.
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -35,12 +34,9 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 
 
 def find_chromium() -> str | None:
-    """Path of the chromium executable (``chromium``, ``chromium-browser``, ``google-chrome``) or None."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        exe = shutil.which(name)
-        if exe:
-            return exe
-    return None
+    """Path of the chromium executable (``MI_CERTIFY_CHROMIUM``, else ``chromium``,
+    ``chromium-browser``, ``google-chrome`` on PATH: :func:`.tools.find_tool`) or None."""
+    return find_tool("chromium")
 
 
 @dataclass
@@ -129,11 +125,10 @@ def load_page(page: Path, screenshot: Path | None = None, width: int = 1280, tim
     Args:
         screenshot: where to save a full-page PNG (height capped at 16000 px).
     Raises:
-        ToolUnavailable when chromium is not installed or does not start.
+        ToolUnavailable (:class:`mi_certify.generator.errors.ToolMissingError`) when chromium is
+        not installed or does not answer; OSError when it cannot start.
     """
-    exe = find_chromium()
-    if exe is None:
-        raise ToolUnavailable("chromium is not installed (apt-get install chromium)")
+    exe = require_tool("chromium")
     url = Path(page).resolve().as_uri()
     to_child_r, to_child_w = (_high_fd(f) for f in os.pipe())
     from_child_r, from_child_w = (_high_fd(f) for f in os.pipe())
@@ -143,9 +138,9 @@ def load_page(page: Path, screenshot: Path | None = None, width: int = 1280, tim
         os.dup2(from_child_w, 4)
 
     with tempfile.TemporaryDirectory(prefix="mi-certify-chromium-") as profile:
-        proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=wire,
-                                close_fds=False)
+        # its own process group, dying with us (.tools.start); fds 3 and 4 survive exec
+        proc = start([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, preexec_fn=wire, close_fds=False)
         os.close(to_child_r)
         os.close(from_child_w)
         pipe = _Pipe(proc, to_child_w, from_child_r)
@@ -159,8 +154,9 @@ def load_page(page: Path, screenshot: Path | None = None, width: int = 1280, tim
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                pass
+            finally:
+                kill_group(proc)   # a browser that did not close, and any helper process left behind
             os.close(to_child_w)
             os.close(from_child_r)
 

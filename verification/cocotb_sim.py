@@ -26,9 +26,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mi_certify.generator.lut import LutFsmArtefact
 from mi_certify.runtime.fsm import FsmConfig, LutFsm, MaskBox, Reason, allowed_at
 
-from .tools import ToolUnavailable, tool_version
+from .tools import ToolMissingError, ToolUnavailable, find_tool, require_tool, run, tool_env, tool_version
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class CosimResult:
     error: str | None = None
     directed_cycles: int = 0
     reasons_seen: dict = field(default_factory=dict)
+    #: the vectors (VectorJob) and the bench report (SimReport) of the run, when it ran
+    job: object = field(default=None, compare=False, repr=False)
+    report: object = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "cycles": self.cycles, "directed_cycles": self.directed_cycles,
@@ -313,37 +317,39 @@ def copy_memory_files(verilog: Path, workdir: Path) -> list[str]:
     return names
 
 
-def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir: Path,
+def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Path,
               runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1,
-              timeout_s: float = 3600.0, masks: tuple[MaskBox, ...] = (),
-              traces: tuple[list[dict], ...] = (), reference=None) -> CosimResult:
+              timeout_s: float = 3600.0, traces: tuple[list[dict], ...] = (), reference=None) -> CosimResult:
     """Co-simulate ``verilog`` (top ``toplevel``) against the reference, every cycle.
 
     The expected outputs are computed first (reference LUT-FSM, cross-checked with the emitted
     runtime), then Icarus runs the vector bench under cocotb (:mod:`.vector_sim`).
 
     Args:
-        lut: one byte per address (token | confident << 7), the LUT the RTL encodes.
+        machine: the LUT-FSM the RTL encodes (:class:`~mi_certify.generator.lut.LutFsmArtefact`:
+            table, FSM parameters, the allowed-action boxes of rule 3a).
         workdir: scratch directory (simulator build, logs); not part of the bundle.
         runtime_py: the emitted Python runtime, checked against the reference on the
             same stimulus.
-        masks: the allowed-action boxes of the sla.yaml properties (rule 3a).
         traces: counterexample traces of the proofs, replayed as directed sequences.
         reference: optional callable(stimulus, expected) -> expected, applied to the reference
             outputs before simulation (tests use it to show that a wrong expectation fails).
     Returns:
         CosimResult; ``error`` says why a run could not complete (tool missing,
-        simulator crash), which counts as failed. ``job``/``report`` (attributes) keep the
-        vectors and the bench report for coverage and a Verilator replay.
+        simulator crash), which counts as failed. ``job``/``report`` keep the vectors and the
+        bench report for coverage and a Verilator replay (not part of :meth:`CosimResult.to_json`).
     """
+    cfg, lut, masks = machine.config, machine.table, tuple(machine.masks)
     from .vector_sim import run_icarus
 
-    sim = f"icarus {tool_version('iverilog')}" if shutil.which("iverilog") else "icarus"
-    if shutil.which("iverilog") is None or shutil.which("vvp") is None:
-        return CosimResult(False, 0, 0, None, seed, sim, error="iverilog/vvp not found on PATH")
+    sim = f"icarus {tool_version('iverilog')}" if find_tool("iverilog") else "icarus"
+    try:
+        require_tool("iverilog")
+        require_tool("vvp")
+    except ToolMissingError as exc:
+        return CosimResult(False, 0, 0, None, seed, sim, error=str(exc))
     workdir.mkdir(parents=True, exist_ok=True)
     copy_memory_files(verilog, workdir)
-    masks = tuple(masks)
     stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks, tuple(traces))
     try:
         expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py, masks)
@@ -361,11 +367,9 @@ def run_cosim(verilog: Path, toplevel: str, cfg: FsmConfig, lut: bytes, workdir:
     if reference is not None:
         job.expected = reference(stimulus, job.expected)
     rep = run_icarus(job, workdir, timeout_s=timeout_s)
-    res = CosimResult(rep.ok, rep.cycles, rep.mismatches, rep.first_mismatch, seed, sim,
-                      error=None if rep.ok else rep.error, directed_cycles=directed, reasons_seen=reasons_seen)
-    object.__setattr__(res, "job", job)
-    object.__setattr__(res, "report", rep)
-    return res
+    return CosimResult(rep.ok, rep.cycles, rep.mismatches, rep.first_mismatch, seed, sim,
+                       error=None if rep.ok else rep.error, directed_cycles=directed, reasons_seen=reasons_seen,
+                       job=job, report=rep)
 
 
 def run_cosim_per_cycle(verilog: Path, toplevel: str, stimulus: list[list[int]], expected: list[list[int]],
@@ -380,8 +384,8 @@ def run_cosim_per_cycle(verilog: Path, toplevel: str, stimulus: list[list[int]],
     job = {"verilog": str(verilog.resolve()), "toplevel": toplevel, "build_dir": str((workdir / "sim_build").resolve()),
            "config": str(cfg_path.resolve()), "results": str((workdir / "results.xml").resolve())}
     with open(workdir / "cosim.log", "w", encoding="utf-8") as fh:
-        subprocess.run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
-                       stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s)
+        run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
+            stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s, env=tool_env("iverilog", "vvp"))
     return json.loads(report.read_text()) if report.exists() else {"cycles": 0, "mismatches": None}
 
 

@@ -30,6 +30,8 @@ import numpy as np
 
 from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode
 
+from .tools import run
+
 
 @dataclass(frozen=True)
 class MarabouAnswer:
@@ -105,9 +107,9 @@ def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C:
         np.savez(job, meta=np.array(json.dumps(meta)), **packed["arrays"])
         out = Path(tmp) / "answers.jsonl"
         try:
-            proc = subprocess.run([sys.executable, "-m", "mi_certify.verification.marabou", str(job), str(out)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout + 5,
-                                  cwd=tmp, env=_child_env())
+            proc = run([sys.executable, "-m", "mi_certify.verification.marabou", str(job), str(out)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout + 5, cwd=tmp,
+                       env=_child_env())
             err = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] if proc.returncode else []
         except subprocess.TimeoutExpired:
             err = [f"wall-clock timeout after {timeout:.1f} s"]

@@ -1,6 +1,8 @@
 """Synthesis numbers of the generated Verilog: Yosys cell counts and nextpnr-ice40 Fmax.
 
-Three measurements, each a subprocess with a timeout (docs/hdl.md, "Numbers"):
+Three measurements, each a subprocess with a timeout (docs/hdl.md, "Numbers"); Yosys runs
+through :mod:`.yosys` (script ``templates/yosys/synth.ys.j2``), nextpnr-ice40 through
+:func:`.tools.run`:
 
 1. **Generic synthesis** (``yosys: synth -top <module>; stat -json``): the cell count
    by type, technology-independent (Yosys internal gates ``$_AND_``, ``$_MUX_`` ...).
@@ -37,6 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import yosys
+from .tools import ToolMissingError, available, require_tool, run
+
 #: nextpnr-ice40 targets: name -> (device flag, package, Fmax goal for the reference controller in MHz).
 DEVICES = {"hx8k": ("--hx8k", "ct256", 130.0), "up5k": ("--up5k", "sg48", 50.0)}
 
@@ -50,23 +55,41 @@ BRAM_LUT4_COST = 176
 WRAPPER = "mi_certify_fmax_wrapper"
 
 
+#: The external tools of this module (:data:`mi_certify.verification.tools.TOOLS`).
+REQUIRED_TOOLS = ("yosys", "nextpnr-ice40")
+
+
 class SynthError(RuntimeError):
     """A synthesis or place-and-route tool failed (the message holds the tail of its log)."""
 
 
 def tools_missing() -> list[str]:
-    """The tools this module needs that are not on PATH (yosys, nextpnr-ice40)."""
-    return [t for t in ("yosys", "nextpnr-ice40") if shutil.which(t) is None]
+    """The tools of :data:`REQUIRED_TOOLS` that are not installed (or older than the minimum,
+    :func:`mi_certify.verification.tools.available`), in that order."""
+    return [t for t in REQUIRED_TOOLS if not available(t)]
 
 
-def _run(cmd: list[str], cwd: Path, timeout_s: float) -> str:
+def _nextpnr(args: list[str], cwd: Path, timeout_s: float) -> str:
+    """``nextpnr-ice40 <args>`` in ``cwd``; its stdout. Raises SynthError (missing, timeout, exit)."""
     try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+        exe = require_tool("nextpnr-ice40")
+    except ToolMissingError as exc:
+        raise SynthError(str(exc)) from exc
+    try:
+        proc = run([exe, *args], cwd=cwd, capture=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise SynthError(f"{cmd[0]} timed out after {timeout_s:.0f} s") from None
+        raise SynthError(f"nextpnr-ice40 timed out after {timeout_s:.0f} s") from None
     if proc.returncode != 0:
-        raise SynthError(f"{cmd[0]} failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
+        raise SynthError(f"nextpnr-ice40 failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
     return proc.stdout
+
+
+def _yosys_cells(sources: list[str], top: str, cwd: Path, timeout_s: float, **options) -> dict:
+    """:func:`.yosys.cell_stats` with its errors as SynthError (same messages)."""
+    try:
+        return yosys.cell_stats(sources, top, cwd, timeout_s, **options)
+    except yosys.YosysError as exc:
+        raise SynthError(str(exc)) from None
 
 
 def fmax_wrapper(top: str, address_bits: int, token_bits: int, reason_bits: int, reset_port: str) -> str:
@@ -111,25 +134,18 @@ def _ice40_counts(cells: dict) -> dict:
             "carry": int(cells.get("SB_CARRY", 0))}
 
 
-def _stat(text: str, top: str) -> dict:
-    """Cell counts by type of module ``top`` from ``stat -json`` output (Yosys prints it after the log)."""
-    data = json.loads(text[text.index("{"):])
-    mod = data["modules"].get(f"\\{top}") or data["modules"].get(top) or next(iter(data["modules"].values()))
-    return {"cells": int(mod["num_cells"]), "by_type": {k: int(v) for k, v in sorted(mod["num_cells_by_type"].items())}}
+#: Cell counts of ``stat -json`` output (:func:`.yosys.stat_cells`).
+_stat = yosys.stat_cells
 
 
 def generic_stats(verilog: Path, top: str, timeout_s: float = 900.0) -> dict:
     """Yosys generic ``synth`` of the controller: {"cells", "by_type"}. Raises SynthError."""
-    out = _run(["yosys", "-q", "-p", f"read_verilog {verilog.name}; synth -top {top}; tee -q -o /dev/stdout stat -json"],
-               verilog.resolve().parent, timeout_s)
-    return _stat(out, top)
+    return _yosys_cells([verilog.name], top, verilog.resolve().parent, timeout_s, target="generic")
 
 
 def ice40_stats(verilog: Path, top: str, timeout_s: float = 900.0) -> dict:
     """``synth_ice40`` of the controller alone: {"lut4", "dff", "bram", "carry", "by_type"}. Raises SynthError."""
-    out = _run(["yosys", "-q", "-p", f"read_verilog {verilog.name}; synth_ice40 -top {top}; "
-                "tee -q -o /dev/stdout stat -json"], verilog.resolve().parent, timeout_s)
-    st = _stat(out, top)
+    st = _yosys_cells([verilog.name], top, verilog.resolve().parent, timeout_s, target="ice40")
     return {**_ice40_counts(st["by_type"]), "by_type": st["by_type"]}
 
 
@@ -145,9 +161,9 @@ def _wrapper_counts(verilog: Path, top: str, address_bits: int, token_bits: int,
     """``synth_ice40 -nodffe`` of :func:`fmax_wrapper` around ``top`` in ``work`` (writes wrapper.json):
     {"lut4", "dff", "bram", "carry"}."""
     (work / "wrapper.v").write_text(fmax_wrapper(top, address_bits, token_bits, reason_bits, reset_port))
-    stat = _run(["yosys", "-q", "-p", f"read_verilog {verilog.name} wrapper.v; synth_ice40 -nodffe -top {WRAPPER} "
-                 "-json wrapper.json; tee -q -o /dev/stdout stat -json"], work, timeout_s)
-    return _ice40_counts(_stat(stat, WRAPPER)["by_type"])
+    st = _yosys_cells([verilog.name, "wrapper.v"], WRAPPER, work, timeout_s, target="ice40", nodffe=True,
+                      json_out="wrapper.json")
+    return _ice40_counts(st["by_type"])
 
 
 def estimate(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int, reset_port: str,
@@ -184,9 +200,9 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
             flag, package, goal = DEVICES[dev]
             t1 = time.monotonic()
             try:
-                _run(["nextpnr-ice40", flag, "--package", package, "--json", "wrapper.json", "--seed", str(seed),
-                      "--freq", str(goal), "--timing-allow-fail", "--pcf-allow-unconstrained",
-                      "--report", f"report_{dev}.json", "--quiet"], w, timeout_s)
+                _nextpnr([flag, "--package", package, "--json", "wrapper.json", "--seed", str(seed),
+                          "--freq", str(goal), "--timing-allow-fail", "--pcf-allow-unconstrained",
+                          "--report", f"report_{dev}.json", "--quiet"], w, timeout_s)
             except SynthError as exc:
                 full = re.search(r"Unable to place cell '[^']*', no BELs remaining to implement cell type '(\w+)'",
                                  str(exc))

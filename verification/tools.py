@@ -1,29 +1,369 @@
-"""Versions of external tools, for the manifest and reports."""
+"""The tool layer: every external program mi-certify runs, found, version-checked and started here.
+
+One registry (:data:`TOOLS`) says, per tool, the Debian package that installs it, the
+arguments that print its version, the oldest version known to work and the environment
+variable that overrides its path (``MI_CERTIFY_YOSYS=/opt/yosys/bin/yosys``). The tool
+wrappers (:mod:`.yosys`, :mod:`.verilator`, :mod:`.vector_sim` / :mod:`.cocotb_sim` for
+Icarus, :mod:`.synth` for nextpnr, :mod:`.chromium`) ask :func:`require_tool` for a path
+and start every child through :func:`run` (or :func:`start` for a process that lives
+while the caller talks to it), the one place where tool processes are made. Source of
+the habit: edalize (one wrapper module per tool: ``edalize/icarus.py``, ``edalize/yosys.py``
+...); the minimum versions are those of DESIGN.md "Toolchain facts" (Debian 12).
+
+A child of :func:`run` / :func:`start`
+
+- runs in its own session and process group (``start_new_session``), so a timeout,
+  an exception or Ctrl-C of the build (KeyboardInterrupt) kills the whole group
+  (``os.killpg``, SIGKILL): the tool and whatever it started (make and the C++
+  compiler under ``verilator --build``, ``vvp`` under cocotb);
+- gets ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux; skipped elsewhere): it dies with the
+  build even when the build is SIGKILLed and can clean nothing up. Linux sends that
+  signal when the *thread* that started the child ends, and to the child only (not to
+  its own children);
+- is killed with its group at interpreter exit if still running (a tool started from a
+  daemon thread, which exit does not wait for; such a child no longer gets the
+  terminal's SIGINT, being in its own session).
+
+Stdlib only, so that the Makefile can run it with the system python3 before the venv
+exists: ``python3 verification/tools.py commands`` (the commands, one line),
+``apt-packages`` (their Debian packages), ``versions`` (name, version, path per tool).
+"""
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
+import re
 import shutil
+import signal
 import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+try:
+    from mi_certify.generator.errors import ToolMissingError
+except ImportError:  # run as a plain script (``make tools``) before the package is installed
+    class ToolMissingError(RuntimeError):  # type: ignore[no-redef]
+        """Stand-in for mi_certify.generator.errors.ToolMissingError (same attributes)."""
+
+        exit_code = 2
+
+        def __init__(self, reason: str, *, tool: str | None = None, found: str | None = None,
+                     minimum: str | None = None, package: str | None = None, **_):
+            self.reason, self.tool, self.found, self.minimum, self.package = reason, tool, found, minimum, package
+            super().__init__(reason)
+
+#: The older name of :class:`ToolMissingError` (raised by :mod:`.chromium` when the browser
+#: does not answer); one class, so ``except ToolUnavailable`` catches both.
+ToolUnavailable = ToolMissingError
+
+__all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolUnavailable",
+           "apt_packages", "available", "die_with_parent", "find_tool", "kill_group", "manifest_tools",
+           "require_tool", "run", "start", "tool_env", "tool_version"]
 
 
-class ToolUnavailable(RuntimeError):
-    """An external tool is not installed or does not run."""
+@dataclass(frozen=True)
+class Tool:
+    """One external program.
+
+    name: the command (``nextpnr-ice40``); package: the Debian package that installs it;
+    version_args: arguments that print the version on the first line of stdout (or of
+    stderr when stdout is empty), None when the tool has no version option; min_version:
+    the oldest version known to work (dotted numbers), None for any; aliases: other
+    command names tried after ``name`` (Chromium's); use: what mi-certify runs it for.
+    """
+
+    name: str
+    package: str
+    version_args: tuple[str, ...] | None
+    min_version: str | None
+    use: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def env_var(self) -> str:
+        """The variable that overrides the tool's path: ``MI_CERTIFY_`` + name in capitals, ``-`` as ``_``."""
+        return "MI_CERTIFY_" + re.sub(r"[^A-Z0-9]", "_", self.name.upper())
 
 
-_VERSION_ARGS = {"iverilog": ["-V"], "verilator": ["--version"], "yosys": ["-V"]}
+#: Every external tool, in the order ``make tools`` checks them. Minimum versions: those
+#: measured on Debian 12 (DESIGN.md "Toolchain facts"; older ones were never tried), none
+#: for tools used only through long-stable options.
+TOOLS: dict[str, Tool] = {t.name: t for t in (
+    Tool("iverilog", "iverilog", ("-V",), "11.0", "Icarus Verilog compiler: co-simulation under cocotb"),
+    Tool("vvp", "iverilog", ("-V",), "11.0", "Icarus Verilog runtime: co-simulation under cocotb"),
+    Tool("yosys", "yosys", ("-V",), "0.23", "synthesis figures (synth, synth_ice40) and the RTL's SMT-LIB "
+         "(write_smt2)"),
+    Tool("verilator", "verilator", ("--version",), "5.006", "lint (--lint-only -Wall) and the C++ coverage bench "
+         "(--timing, --coverage)"),
+    Tool("chromium", "chromium", ("--version",), None, "screenshot and console check of report.html (DevTools "
+         "protocol over --remote-debugging-pipe)", aliases=("chromium-browser", "google-chrome")),
+    Tool("nextpnr-ice40", "nextpnr-ice40", ("--version",), "0.4", "place and route, Fmax (--report JSON)"),
+    Tool("icepack", "fpga-icestorm", None, None, "iCE40 bitstream packing for integrators (installed by make "
+         "tools, not run by the build)"),
+)}
+
+#: Tools whose versions the manifest records (``versions.tools``), in this order.
+MANIFEST_TOOLS = ("iverilog", "verilator", "yosys", "nextpnr-ice40")
+
+#: The oldest Verilator that cocotb 2.1's runner accepts (Debian 12's 5.006 is older:
+#: cocotb runs on Icarus here; DESIGN.md "Toolchain facts").
+COCOTB_VERILATOR_MIN = "5.036"
+
+_VERSION_NUMBER = re.compile(r"\d+(?:\.\d+)+")
+
+
+def apt_packages() -> list[str]:
+    """The Debian packages of :data:`TOOLS`, each once, in registry order."""
+    return list(dict.fromkeys(t.package for t in TOOLS.values()))
+
+
+def find_tool(name: str) -> str | None:
+    """Path of tool ``name``: the override variable when set (a path, or a command looked up
+    on PATH), else the command (then its aliases) on PATH; None when not found. Names outside
+    :data:`TOOLS` are looked up on PATH."""
+    tool = TOOLS.get(name)
+    if tool is None:
+        return shutil.which(name)
+    override = os.environ.get(tool.env_var)
+    if override:
+        return shutil.which(override)
+    for cmd in (tool.name, *tool.aliases):
+        exe = shutil.which(cmd)
+        if exe:
+            return exe
+    return None
 
 
 @functools.lru_cache(maxsize=None)
-def tool_version(name: str) -> str:
-    """First line of the tool's version output, or ``"not found"``."""
-    exe = shutil.which(name)
-    if exe is None:
-        return "not found"
+def _version_line(exe: str, args: tuple[str, ...]) -> str:
     try:
-        out = subprocess.run([exe, *_VERSION_ARGS.get(name, ["--version"])], capture_output=True, text=True,
-                             timeout=30)
+        out = run([exe, *args], capture=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"error: {exc}"
     text = (out.stdout or out.stderr).strip().splitlines()
     return text[0].strip() if text else "unknown"
+
+
+def tool_version(name: str) -> str:
+    """First line of the tool's version output (``"Yosys 0.23 (git sha1 7ce5011c24b)"``), or
+    ``"not found"``, ``"error: <reason>"``, ``"unknown"`` (it printed nothing). This text
+    goes into the manifest as it is. Cached per executable path."""
+    exe = find_tool(name)
+    if exe is None:
+        return "not found"
+    tool = TOOLS.get(name)
+    if tool is not None and tool.version_args is None:
+        return "unknown (no version option)"
+    return _version_line(exe, tool.version_args if tool is not None else ("--version",))
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    m = _VERSION_NUMBER.search(text)
+    return tuple(int(x) for x in m.group(0).split(".")) if m else None
+
+
+def require_tool(name: str, min_version: str | None = None) -> str:
+    """Path of tool ``name`` (a key of :data:`TOOLS`), at least ``min_version`` (default:
+    the registry's minimum; versions compare as dotted integers, ``5.006 < 5.036``).
+
+    Raises:
+        ToolMissingError naming the tool, what was found (nothing, or the path and its
+        version line), the minimum, the Debian package and the override variable.
+    """
+    tool = TOOLS[name]
+    minimum = min_version or tool.min_version
+    need = f"mi-certify needs it for {tool.use}"
+    hint = f"apt-get install {tool.package}, or set {tool.env_var} to its path"
+    exe = find_tool(name)
+    if exe is None:
+        where = (f"{tool.env_var}={os.environ[tool.env_var]} is not an executable"
+                 if os.environ.get(tool.env_var) else "not found on PATH")
+        raise ToolMissingError(f"{name}: {where}; minimum version {minimum or 'any'} ({need}; {hint})",
+                               tool=name, found=None, minimum=minimum, package=tool.package)
+    if minimum is None:
+        return exe
+    line = tool_version(name)
+    have = _version_tuple(line)
+    if have is None:
+        raise ToolMissingError(f"{name} at {exe}: cannot read a version in {line!r}; minimum version {minimum} "
+                               f"({need}; {hint})", tool=name, found=f"{exe}: {line}", minimum=minimum,
+                               package=tool.package)
+    if have < _version_tuple(minimum):
+        raise ToolMissingError(f"{name} at {exe} is too old: {line!r} is older than the minimum {minimum} "
+                               f"({need}; install a newer {tool.package}, or set {tool.env_var} to a newer {name})",
+                               tool=name, found=f"{exe}: {line}", minimum=minimum, package=tool.package)
+    return exe
+
+
+def available(name: str, min_version: str | None = None) -> bool:
+    """True when :func:`require_tool` would return a path."""
+    try:
+        require_tool(name, min_version)
+    except ToolMissingError:
+        return False
+    return True
+
+
+def manifest_tools() -> dict[str, str]:
+    """The manifest's ``versions.tools``: {name: :func:`tool_version`} for :data:`MANIFEST_TOOLS`."""
+    return {t: tool_version(t) for t in MANIFEST_TOOLS}
+
+
+def tool_env(*names: str) -> dict[str, str] | None:
+    """Environment for a child that runs ``names`` by their plain command (cocotb's runner
+    calls ``iverilog`` and ``vvp`` from PATH): the directories of overridden tools go first
+    on PATH. None (inherit ours unchanged) when no override is set."""
+    dirs = []
+    for n in names:
+        tool = TOOLS[n]
+        exe = find_tool(n) if os.environ.get(tool.env_var) else None
+        if exe and os.path.dirname(exe) not in dirs:
+            dirs.append(os.path.dirname(exe))
+    if not dirs:
+        return None
+    return {**os.environ, "PATH": os.pathsep.join(dirs + [os.environ.get("PATH", os.defpath)])}
+
+
+# --- processes --------------------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = int(signal.SIGKILL)
+
+
+def _load_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+#: libc ``prctl`` (resolved here, in the parent: the child between fork and exec only calls it).
+_PRCTL = _load_prctl()
+
+_LIVE: set[int] = set()          # process groups of running children (killed at interpreter exit)
+_LIVE_LOCK = threading.Lock()
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Ask Linux to SIGKILL this process when its parent (thread) ends (PR_SET_PDEATHSIG); if
+    the parent (``parent_pid``, when given) is already gone, die now. No-op off Linux.
+    Called in children before exec (:func:`run`) and by :mod:`.workers` at start-up."""
+    if _PRCTL is None:
+        return
+    _PRCTL(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:  # it died before the prctl
+        os.kill(os.getpid(), _SIGKILL)
+
+
+def _preexec(extra: Callable[[], None] | None) -> Callable[[], None]:
+    parent = os.getpid()
+
+    def setup():  # between fork and exec: no imports, no locks
+        die_with_parent(parent)
+        if extra is not None:
+            extra()
+    return setup
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of ``proc`` (started by :func:`start`) and reap ``proc``."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    with _LIVE_LOCK:
+        _LIVE.discard(proc.pid)
+
+
+def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subprocess.DEVNULL, stdout=None,
+          stderr=None, text: bool = False, preexec_fn: Callable[[], None] | None = None,
+          close_fds: bool = True, pass_fds: Sequence[int] = ()) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, ...)`` in a new session (process group = its pid) that dies with
+    this process (PR_SET_PDEATHSIG). ``preexec_fn`` runs in the child after that, before exec.
+    stdin defaults to /dev/null. The caller ends it with ``wait`` or :func:`kill_group`
+    (which also drops it from the groups killed at exit). Raises OSError as Popen does."""
+    proc = subprocess.Popen(list(map(str, cmd)), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                            text=text, start_new_session=True, preexec_fn=_preexec(preexec_fn),
+                            close_fds=close_fds, pass_fds=tuple(pass_fds))
+    with _LIVE_LOCK:
+        _LIVE.add(proc.pid)
+    return proc
+
+
+def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None = None,
+        stdin=subprocess.DEVNULL, stdout=None, stderr=None, capture: bool = False, text: bool = False,
+        input=None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` to completion, like ``subprocess.run`` (the one place mi-certify runs a tool).
+
+    Args:
+        timeout: seconds (None: no limit; every call site passes one).
+        stdout / stderr: None (inherit), ``subprocess.PIPE`` / ``DEVNULL`` / ``STDOUT`` or a file;
+            ``capture=True`` pipes both. ``text``: decode them. ``input``: sent to stdin (a pipe).
+    Returns:
+        CompletedProcess(args, returncode, stdout, stderr); a non-zero exit is not an error here.
+    Raises:
+        subprocess.TimeoutExpired after ``timeout`` s, once the child's whole process group is
+        killed and the child reaped; any exception while waiting (KeyboardInterrupt included)
+        likewise kills the group first, then propagates. OSError when ``cmd`` cannot start.
+    """
+    if capture:
+        stdout = subprocess.PIPE if stdout is None else stdout
+        stderr = subprocess.PIPE if stderr is None else stderr
+    proc = start(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else stdin, stdout=stdout,
+                 stderr=stderr, text=text)
+    try:
+        with proc:
+            try:
+                out, err = proc.communicate(input, timeout=timeout)
+            except BaseException:
+                kill_group(proc)   # then Popen.__exit__ closes the pipes
+                raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@atexit.register
+def _kill_at_exit() -> None:
+    with _LIVE_LOCK:
+        groups = list(_LIVE)
+        _LIVE.clear()
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# --- command line (the Makefile's) ------------------------------------------------------------
+
+def _main(argv: list[str]) -> int:
+    """``commands`` | ``apt-packages`` | ``versions``; prints to stdout, exit 0 (2 on a bad argument)."""
+    what = argv[0] if len(argv) == 1 else ""
+    if what == "commands":
+        print(" ".join(TOOLS))
+    elif what == "apt-packages":
+        print(" ".join(apt_packages()))
+    elif what == "versions":
+        for name in TOOLS:
+            print(f"{name}\t{tool_version(name)}\t{find_tool(name) or '-'}")
+    else:
+        print("usage: tools.py commands | apt-packages | versions", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

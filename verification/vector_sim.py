@@ -10,7 +10,12 @@ the simulator (cocotb per-cycle Python managed about 3,500 cycles/s; see bench/c
   the cocotb test waits for the bench's ``done`` and asserts on its mismatch count.
 - :func:`run_verilator_coverage`: the same bench and vectors under Verilator
   ``--coverage`` (line, toggle, branch; Verilator manual, "Coverage Analysis") with a
-  small C++ main that writes ``coverage.dat``; parsed by :func:`parse_coverage`.
+  small C++ main that writes ``coverage.dat``; built and run by
+  :func:`.verilator.coverage_run`, parsed by :func:`.verilator.parse_coverage`.
+
+The simulators are found and started by the tool layer (:mod:`.tools`: ``require_tool``,
+``run``); the Icarus run is a child Python process (cocotb's runner calls ``iverilog`` and
+``vvp``).
 
 A run that cannot complete (tool missing, crash, timeout, missing report) is a failure.
 """
@@ -18,43 +23,18 @@ A run that cannot complete (tool missing, crash, timeout, missing report) is a f
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-import jinja2
-
-from .tools import tool_version
+from . import verilator
+from .tools import ToolMissingError, require_tool, run, tool_env
+from .verilator import parse_coverage  # noqa: F401 - re-exported (tests, bench)
 
 TB_TOP = "mi_certify_tb"
-
-_MAIN_CPP = """\
-// Verilator main for the mi-certify co-simulation bench: run to $finish, write coverage.dat.
-#include "Vmi_certify_tb.h"
-#include "verilated.h"
-#include "verilated_cov.h"
-int main(int argc, char** argv) {
-    VerilatedContext* ctx = new VerilatedContext;
-    ctx->commandArgs(argc, argv);
-    Vmi_certify_tb* top = new Vmi_certify_tb{ctx};
-    while (!ctx->gotFinish()) {
-        top->eval();
-        if (!top->eventsPending()) break;
-        ctx->time(top->nextTimeSlot());
-    }
-    top->final();
-    ctx->coveragep()->write("coverage.dat");
-    delete top;
-    delete ctx;
-    return 0;
-}
-"""
 
 
 @dataclass(frozen=True)
@@ -141,10 +121,9 @@ def write_bench(job: VectorJob, workdir: Path) -> tuple[Path, Path]:
                "token_hi": fout[f["token"]]["hi"], "token_lo": fout[f["token"]]["lo"],
                "reason_hi": fout[f["reason"]]["hi"], "reason_lo": fout[f["reason"]]["lo"]}
     report = workdir / "tb_report.txt"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resources.files("mi_certify.templates"))),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True)
-    text = env.get_template("verilog/cosim_tb.v.j2").render(
+    from mi_certify.templates import environment
+
+    text = environment().get_template("verilog/cosim_tb.v.j2").render(
         n=len(job.stimulus), iw=iw, ow=ow, vector_file=vec.name, report_file=report.name, dut=job.dut,
         params=f"{job.params} " if job.params else "", clk_expr="clk", inputs=_fields(job.inputs),
         outputs=_fields(job.outputs), fsm=fsm)
@@ -188,8 +167,11 @@ def _read_report(job: VectorJob, report: Path, seconds: float) -> SimReport:
 def run_icarus(job: VectorJob, workdir: Path, timeout_s: float = 3600.0) -> SimReport:
     """Simulate ``job`` with Icarus Verilog under cocotb; the verdict needs the bench's report
     *and* a passing cocotb results XML."""
-    if shutil.which("iverilog") is None or shutil.which("vvp") is None:
-        return SimReport(False, error="iverilog/vvp not found on PATH")
+    try:
+        require_tool("iverilog")
+        require_tool("vvp")
+    except ToolMissingError as exc:
+        return SimReport(False, error=str(exc))
     workdir = workdir.resolve()
     bench, report = write_bench(job, workdir)
     report.unlink(missing_ok=True)
@@ -200,8 +182,9 @@ def run_icarus(job: VectorJob, workdir: Path, timeout_s: float = 3600.0) -> SimR
     t0 = time.perf_counter()
     with open(workdir / "icarus.log", "w", encoding="utf-8") as fh:
         try:
-            proc = subprocess.run([sys.executable, "-m", "mi_certify.verification.vector_sim", json.dumps(child)],
-                                  stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s)
+            proc = run([sys.executable, "-m", "mi_certify.verification.vector_sim", json.dumps(child)],
+                       stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s,
+                       env=tool_env("iverilog", "vvp"))
         except subprocess.TimeoutExpired:
             return SimReport(False, error=f"simulation did not finish within {timeout_s:.0f} s")
     seconds = time.perf_counter() - t0
@@ -217,10 +200,6 @@ def run_icarus(job: VectorJob, workdir: Path, timeout_s: float = 3600.0) -> SimR
         tail = (workdir / "icarus.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
         rep.error += ": " + " | ".join(tail)
     return rep
-
-
-def verilator_exe() -> str | None:
-    return shutil.which("verilator")
 
 
 #: A case statement with more items than this is a table (the LUT): left out of line coverage.
@@ -262,61 +241,29 @@ def run_verilator_coverage(job: VectorJob, workdir: Path, timeout_s: float = 180
     Coverage: {"line": {"points", "hit", "share"}, "toggle": ..., "branch": ..., "excluded_lines":
     [[file, first, last], ...]} over the DUT hierarchy (the bench is excluded with
     ``coverage_off``; LUT case tables with a Verilator control file, see :func:`table_case_lines`)."""
-    exe = verilator_exe()
-    if exe is None:
-        return SimReport(False, error="verilator not found on PATH"), {}
+    try:
+        require_tool("verilator")
+    except ToolMissingError as exc:
+        return SimReport(False, error=str(exc)), {}
     workdir = workdir.resolve()
     bench, report = write_bench(job, workdir)
     report.unlink(missing_ok=True)
-    (workdir / "main.cpp").write_text(_MAIN_CPP, encoding="ascii")
-    (workdir / "coverage.dat").unlink(missing_ok=True)
     excluded = [[Path(src).name, a, b] for src in job.sources for a, b in table_case_lines(Path(src))]
     (workdir / "coverage.vlt").write_text("`verilator_config\n" + "".join(
         f'coverage_off -file "*{name}" -lines {a}-{b}\n' for name, a, b in excluded), encoding="ascii")
-    cmd = [exe, "--cc", "--exe", "--build", "--timing", "--coverage", "-Wno-fatal", "-Wno-lint", "-Wno-style",
-           "-MAKEFLAGS", "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0", "-j", "2",
-           "+define+MI_CERTIFY_STANDALONE", "--top-module", TB_TOP, "-Mdir", "obj_dir",
-           "coverage.vlt", *[str(Path(s).resolve()) for s in job.sources], str(bench), "main.cpp"]
-    t0 = time.perf_counter()
-    try:
-        with open(workdir / "verilator.log", "w", encoding="utf-8") as fh:
-            proc = subprocess.run(cmd, cwd=workdir, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s)
-            if proc.returncode != 0:
-                return SimReport(False, error=f"verilator build failed (exit {proc.returncode}), see verilator.log"), {}
-            t1 = time.perf_counter()
-            proc = subprocess.run([str(workdir / "obj_dir" / f"V{TB_TOP}")], cwd=workdir, stdout=fh,
-                                  stderr=subprocess.STDOUT, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return SimReport(False, error=f"verilator did not finish within {timeout_s:.0f} s"), {}
-    rep = _read_report(job, report, time.perf_counter() - t1)
-    rep.build_seconds = t1 - t0  # type: ignore[attr-defined]
-    if proc.returncode != 0 and rep.error is None:
-        rep.ok, rep.error = False, f"verilated model exit {proc.returncode}"
-    cov = parse_coverage(workdir / "coverage.dat", f"TOP.{TB_TOP}.dut") if (workdir / "coverage.dat").exists() else {}
+    with open(workdir / "verilator.log", "w", encoding="utf-8") as fh:
+        got = verilator.coverage_run([*job.sources, bench], TB_TOP, workdir, fh, timeout_s,
+                                     defines=("MI_CERTIFY_STANDALONE",), control=("coverage.vlt",))
+    if got.model_exit is None:   # not built, or timed out
+        return SimReport(False, error=got.error), {}
+    rep = _read_report(job, report, got.run_seconds)
+    rep.build_seconds = got.build_seconds  # type: ignore[attr-defined]
+    if got.model_exit != 0 and rep.error is None:
+        rep.ok, rep.error = False, got.error
+    cov = parse_coverage(got.coverage, f"TOP.{TB_TOP}.dut") if got.coverage is not None else {}
     if cov:
         cov["excluded_lines"] = excluded
     return rep, cov
-
-
-def parse_coverage(path: Path, hierarchy: str) -> dict:
-    """Line / toggle / branch points of ``coverage.dat`` under ``hierarchy``: points, hit, share.
-
-    Format: Verilator's SystemC::Coverage-3 text, one ``C '<key>\\x02<value>\\x01...' count``
-    line per point; ``page`` is ``v_line/<module>``, ``v_toggle/...`` or ``v_branch/...``,
-    ``h`` the instance."""
-    kinds = {"line": [0, 0], "toggle": [0, 0], "branch": [0, 0]}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.startswith("C '"):
-            continue
-        body, count = line[3:].rsplit("' ", 1)
-        kv = dict(item.split("\x02", 1) for item in body.split("\x01") if "\x02" in item)
-        if not kv.get("h", "").startswith(hierarchy):
-            continue
-        kind = kv.get("page", "").split("/", 1)[0].removeprefix("v_")
-        if kind in kinds:
-            kinds[kind][0] += 1
-            kinds[kind][1] += int(count) > 0
-    return {k: {"points": p, "hit": h, "share": round(h / p, 6) if p else None} for k, (p, h) in kinds.items()}
 
 
 def _child(job: dict) -> int:

@@ -15,14 +15,19 @@ releases them.
 semaphores, no helper thread that exit waits for): the workers start with SIGINT
 blocked and ignore it (the parent decides), any exception in the parent
 (KeyboardInterrupt included) kills them before it propagates, and interpreter exit
-kills the workers of a call still running in another thread.
+kills the workers of a call still running in another thread. A worker also dies with its
+parent when the parent is SIGKILLed and can clean nothing up: it asks Linux for SIGKILL
+on its parent's death at start-up (PR_SET_PDEATHSIG, :func:`.tools.die_with_parent`).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 from typing import Callable, Sequence
+
+from .tools import die_with_parent
 
 __all__ = ["WorkersLost", "exiting", "map_in_processes"]
 
@@ -52,7 +57,8 @@ def _kill_at_exit() -> None:
         p.join()
 
 
-def _worker(conn, fn) -> None:
+def _worker(conn, fn, parent_pid: int | None = None) -> None:
+    die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         while True:
@@ -96,7 +102,7 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
         try:
             for _ in range(min(workers, len(items))):
                 parent, child = ctx.Pipe()
-                p = ctx.Process(target=_worker, args=(child, fn), daemon=True, name="mi-certify-worker")
+                p = ctx.Process(target=_worker, args=(child, fn, os.getpid()), daemon=True, name="mi-certify-worker")
                 p.start()
                 child.close()
                 _LIVE.add(p)

@@ -1,0 +1,211 @@
+"""The tool layer (verification/tools.py): one registry, version checks, one way to run a process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, running, spawned_workers
+
+from mi_certify.generator.errors import MiCertifyError, ToolMissingError
+from mi_certify.verification import tools, yosys
+
+
+def _fake(tmp_path: Path, name: str, line: str, to_stderr: bool = False) -> Path:
+    """An executable that prints one version line (the env-override target)."""
+    p = tmp_path / name
+    p.write_text(f"#!/bin/sh\necho '{line}'{' >&2' if to_stderr else ''}\n")
+    p.chmod(0o755)
+    return p
+
+
+def _gone(pids, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(running(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _wait_for(path: Path, within: float = 10.0) -> str:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text()
+        time.sleep(0.02)
+    raise AssertionError(f"{path} was not written within {within} s")
+
+
+def test_a_timeout_kills_the_tool_and_the_process_it_started(tmp_path):
+    pids = tmp_path / "pids"
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {pids}; wait"], timeout=1, capture=True, text=True)
+    assert time.monotonic() - t0 < 5
+    child, grandchild = map(int, pids.read_text().split())
+    assert not running(child)
+    assert _gone([grandchild], 3), "the grandchild (sleep 60) outlived the timeout"
+
+
+def test_ctrl_c_while_a_tool_runs_kills_its_process_group_and_propagates(tmp_path):
+    pids = tmp_path / "pids"
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {pids}; wait"], timeout=30)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, old)
+    assert _gone(map(int, pids.read_text().split()), 3)
+
+
+def test_run_returns_like_subprocess_run(tmp_path):
+    proc = tools.run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper()); sys.exit(3)"],
+                     timeout=30, capture=True, text=True, input="abc")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "ABC\n", "")
+    with open(tmp_path / "log", "w") as fh:
+        proc = tools.run(["sh", "-c", "echo out; echo err >&2"], timeout=30, stdout=fh, stderr=subprocess.STDOUT,
+                         cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "log").read_text() == "out\nerr\n"
+    assert not tools._LIVE
+
+
+_PARENT = """
+import sys, threading, time
+from pathlib import Path
+from mi_certify.verification import tools, workers
+out = Path(sys.argv[1])
+# a worker: item 0 returns at once (so it is past its start-up), item 1 sleeps
+threading.Thread(target=workers.map_in_processes, args=(time.sleep, [0, 60], 1),
+                 kwargs={"on_result": lambda i, n: (out / "worker_ready").write_text("1")}, daemon=True).start()
+tools.run(["sh", "-c", f"echo $$ > {out / 'tool'}; exec sleep 60"], timeout=60)
+"""
+
+
+def test_a_sigkilled_parent_takes_its_tool_and_its_worker_with_it(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", _PARENT, str(tmp_path)], start_new_session=True)
+    try:
+        tool = int(_wait_for(tmp_path / "tool"))
+        _wait_for(tmp_path / "worker_ready")
+        workers = spawned_workers(p.pid)
+        assert len(workers) == 1 and running(tool)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        assert _gone([tool, *workers], 5), "a child outlived its SIGKILLed parent"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+_EXITING = """
+import sys, threading, time
+from pathlib import Path
+from mi_certify.verification import tools
+out = Path(sys.argv[1])
+threading.Thread(target=tools.run, args=(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"],),
+                 kwargs={"timeout": 60}, daemon=True).start()
+while not (out / "pids").exists():
+    time.sleep(0.01)
+"""
+
+
+def test_exit_kills_a_tool_still_running_in_a_daemon_thread_and_its_children(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _EXITING, str(tmp_path)], timeout=30)
+    assert proc.returncode == 0
+    assert _gone(map(int, _wait_for(tmp_path / "pids").split()), 3)
+
+
+def test_a_missing_tool_names_itself_its_minimum_and_its_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("MI_CERTIFY_NEXTPNR_ICE40", raising=False)
+    with pytest.raises(ToolMissingError) as err:
+        tools.require_tool("nextpnr-ice40")
+    e = err.value
+    assert (e.tool, e.found, e.minimum, e.package) == ("nextpnr-ice40", None, "0.4", "nextpnr-ice40")
+    assert str(e).startswith("nextpnr-ice40: not found on PATH; minimum version 0.4 (")
+    assert "apt-get install nextpnr-ice40" in str(e) and "MI_CERTIFY_NEXTPNR_ICE40" in str(e)
+    assert isinstance(e, MiCertifyError) and isinstance(e, tools.ToolUnavailable) and e.exit_code == 2
+    assert not tools.available("nextpnr-ice40") and tools.tool_version("nextpnr-ice40") == "not found"
+    monkeypatch.setenv("MI_CERTIFY_IVERILOG", str(tmp_path / "no-such-iverilog"))
+    with pytest.raises(ToolMissingError, match=r"^iverilog: MI_CERTIFY_IVERILOG=\S+no-such-iverilog is not an "
+                                               r"executable; minimum version 11\.0 .*apt-get install iverilog"):
+        tools.require_tool("iverilog")
+
+
+def test_a_too_old_tool_behind_the_env_override_is_refused_with_the_minimum(tmp_path, monkeypatch):
+    fake = _fake(tmp_path, "yosys", "Yosys 0.9 (git sha1 1234567)")
+    monkeypatch.setenv("MI_CERTIFY_YOSYS", str(fake))
+    assert tools.find_tool("yosys") == str(fake)
+    assert tools.tool_version("yosys") == "Yosys 0.9 (git sha1 1234567)"
+    with pytest.raises(ToolMissingError) as err:
+        tools.require_tool("yosys")
+    assert err.value.minimum == "0.23" and err.value.found == f"{fake}: Yosys 0.9 (git sha1 1234567)"
+    assert str(err.value).startswith(f"yosys at {fake} is too old: 'Yosys 0.9 (git sha1 1234567)' is older than "
+                                     "the minimum 0.23 (")
+    assert not tools.available("yosys")
+    with pytest.raises(yosys.YosysError, match="too old"):   # the wrapper says so too, and runs nothing
+        yosys.run_script("synth", tmp_path, 10, sources=["x.v"], top="x", target="generic", nodffe=False, json="")
+
+
+def test_the_env_override_is_honoured_and_minimums_compare_numerically(tmp_path, monkeypatch):
+    fake = _fake(tmp_path, "verilator", "Verilator 5.006 2023-01-22 rev (Debian 5.006-3)")
+    monkeypatch.setenv("MI_CERTIFY_VERILATOR", str(fake))
+    assert tools.require_tool("verilator") == str(fake)              # 5.006 is the registry's minimum
+    with pytest.raises(ToolMissingError, match=r"older than the minimum 5\.036"):
+        tools.require_tool("verilator", min_version=tools.COCOTB_VERILATOR_MIN)
+    newer = _fake(tmp_path, "verilator-5.040", "Verilator 5.040 2025-08-30 rev v5.040")
+    monkeypatch.setenv("MI_CERTIFY_VERILATOR", str(newer))
+    assert tools.require_tool("verilator", min_version=tools.COCOTB_VERILATOR_MIN) == str(newer)
+    env = tools.tool_env("verilator", "iverilog")
+    assert env["PATH"].split(os.pathsep)[0] == str(tmp_path)
+    monkeypatch.delenv("MI_CERTIFY_VERILATOR")
+    monkeypatch.delenv("MI_CERTIFY_IVERILOG", raising=False)
+    assert tools.tool_env("verilator", "iverilog") is None          # no override: the child inherits our env
+
+
+def test_manifest_tools_records_the_first_version_line_of_the_four_tools(tmp_path, monkeypatch):
+    lines = {"iverilog": "Icarus Verilog version 12.0 (stable) ()", "verilator": "Verilator 5.040 2025-08-30",
+             "yosys": "Yosys 0.70 (git sha1 abc)", "nextpnr-ice40": "nextpnr-ice40 -- Next Generation Place and "
+             "Route (Version 0.7)"}
+    for name, line in lines.items():
+        # nextpnr prints its version on stderr: the first line of stdout, else of stderr
+        monkeypatch.setenv(tools.TOOLS[name].env_var, str(_fake(tmp_path, name, line, name == "nextpnr-ice40")))
+    assert tools.manifest_tools() == lines and list(tools.manifest_tools()) == list(tools.MANIFEST_TOOLS)
+
+
+def test_the_registry_cli_runs_without_the_package_and_matches_the_makefile_fallback():
+    def cli(what):
+        # -S: no site-packages, so mi_certify is not importable (a fresh machine before the venv)
+        return subprocess.run([sys.executable, "-S", str(ROOT / "verification" / "tools.py"), what],
+                              capture_output=True, text=True, timeout=30).stdout.split()
+    commands, packages = cli("commands"), cli("apt-packages")
+    assert commands == ["iverilog", "vvp", "yosys", "verilator", "chromium", "nextpnr-ice40", "icepack"]
+    assert commands == list(tools.TOOLS) and packages == tools.apt_packages()
+    assert packages == ["iverilog", "yosys", "verilator", "chromium", "nextpnr-ice40", "fpga-icestorm"]
+    make = (ROOT / "Makefile").read_text()
+    fallback = {m.group(1): m.group(2).split() for m in re.finditer(
+        r"^(TOOL_CMDS|APT_PKGS) := \$\(shell \$\(PYTHON\) verification/tools\.py \S+ 2>/dev/null \|\| echo ([^)]*)\)$",
+        make, re.M)}
+    assert fallback == {"TOOL_CMDS": commands, "APT_PKGS": packages}
+
+
+def test_yosys_scripts_render_to_the_commands_the_proofs_were_made_with():
+    assert yosys.script("smt2", source="c.v", top="c", out="/w/design.smt2") == (
+        "read_verilog c.v; hierarchy -check -top c; proc -norom; opt_expr -keepdc; opt_clean; check; "
+        "opt -noff -keepdc; wreduce -keepdc; opt_clean; memory_collect; memory_map; opt -noff -keepdc -fast; "
+        "async2sync; dffunmap; check -assert; write_smt2 -wires /w/design.smt2")
+    assert yosys.script("synth", sources=["c.v"], top="c", target="generic", nodffe=False, json="") == (
+        "read_verilog c.v; synth -top c; tee -q -o /dev/stdout stat -json")
+    assert yosys.script("synth", sources=["c.v", "wrapper.v"], top="w", target="ice40", nodffe=True,
+                        json="wrapper.json") == (
+        "read_verilog c.v wrapper.v; synth_ice40 -nodffe -top w -json wrapper.json; tee -q -o /dev/stdout stat -json")

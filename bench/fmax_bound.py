@@ -88,14 +88,14 @@ def main(argv=None) -> int:
     if args.slices is not None:
         import numpy as np
         from mi_certify.generator.emit import SourceHashes, emit_verilog, rom_file_name
-        from mi_certify.generator.lut import Lut, property_masks
+        from mi_certify.generator.lut import Lut, LutFsmArtefact, property_masks
         raw = np.frombuffer(bytes.fromhex((build / "lut.hex").read_text().replace("\n", "")), dtype=np.uint8)
         lut = Lut((raw & 0x7F).astype(np.uint8), (raw >> 7).astype(bool), np.full(raw.size, "proven", dtype=object))
         real = emit_mod.sliced_rom
         emit_mod.sliced_rom = lambda e, a, low_bits=None: real(e, a, args.slices)
         try:
-            alt = emit_verilog(spec, lut, SourceHashes("0" * 64, "0" * 64, "0" * 64), "bench", property_masks(spec),
-                               encoding="sliced_rom")
+            alt = emit_verilog(spec, LutFsmArtefact.from_lut(spec, lut, property_masks(spec)),
+                               SourceHashes("0" * 64, "0" * 64, "0" * 64), "bench", encoding="sliced_rom")
             hexes = emit_mod.emit_rom_hex(spec, lut, "sliced_rom")
         finally:
             emit_mod.sliced_rom = real

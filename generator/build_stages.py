@@ -31,7 +31,7 @@ from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.rtl_formal import rtl_obligations
 
-from .bundle import PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage, distill_errors, write_distillation
+from .bundle import PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage as cosim_record, distill_errors, write_distillation
 from .distill import DistillOptions, distill, fidelity
 from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
 from .emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
@@ -287,7 +287,8 @@ def fsm_proofs_stage(ctx: BuildContext) -> StageResult:
 
 # --- emit ------------------------------------------------------------------------------------
 
-def auto_encoding(spec: Spec, lut: Lut, hashes: SourceHashes, masks, boxes, version: str) -> tuple[str, dict]:
+def auto_encoding(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, boxes, version: str
+                  ) -> tuple[str, dict]:
     """The ``auto`` encoding: each of :data:`ENCODINGS` emitted and estimated by Yosys
     (:func:`mi_certify.verification.synth.estimate`: iCE40 LUT4 + carries + BRAM x 176 behind
     registered inputs); the smallest wins, ties in the order of ENCODINGS.
@@ -299,8 +300,8 @@ def auto_encoding(spec: Spec, lut: Lut, hashes: SourceHashes, masks, boxes, vers
             sub = Path(work) / enc
             sub.mkdir()
             v = sub / f"{spec.module_name}.v"
-            v.write_text(emit_verilog(spec, lut, hashes, version, masks, encoding=enc, boxes=boxes), encoding="utf-8")
-            rom_text = emit_rom_hex(spec, lut, enc) if enc in ("rom", "sliced_rom") else ""
+            v.write_text(emit_verilog(spec, machine, hashes, version, encoding=enc, boxes=boxes), encoding="utf-8")
+            rom_text = emit_rom_hex(spec, machine, enc) if enc in ("rom", "sliced_rom") else ""
             if rom_text:
                 (sub / rom_file_name(spec)).write_text(rom_text, encoding="ascii")
             try:
@@ -322,14 +323,14 @@ def emit_stage(ctx: BuildContext) -> StageResult:
     boxes = [(r["levels"][0], r["levels"][1]) for r in ctx.boxes] if ctx.boxes is not None else None
     encoding, estimates = spec.hdl.encoding, None
     if encoding == "auto":
-        encoding, estimates = ctx.timed("hdl_encoding", lambda: auto_encoding(spec, ctx.lut, ctx.hashes, ctx.masks,
-                                                                              boxes, ctx.version))
-    rom_text = emit_rom_hex(spec, ctx.lut, encoding) if encoding in ("rom", "sliced_rom") else ""
+        encoding, estimates = ctx.timed("hdl_encoding", lambda: auto_encoding(spec, ctx.machine, ctx.hashes, boxes,
+                                                                              ctx.version))
+    rom_text = emit_rom_hex(spec, ctx.machine, encoding) if encoding in ("rom", "sliced_rom") else ""
     rom_file = rom_file_name(spec) if rom_text else None
 
     def run():
-        ctx.py_path.write_text(emit_python(spec, ctx.lut, ctx.hashes, ctx.version, ctx.masks), encoding="utf-8")
-        ctx.v_path.write_text(emit_verilog(spec, ctx.lut, ctx.hashes, ctx.version, ctx.masks, encoding=encoding,
+        ctx.py_path.write_text(emit_python(spec, ctx.machine, ctx.hashes, ctx.version), encoding="utf-8")
+        ctx.v_path.write_text(emit_verilog(spec, ctx.machine, ctx.hashes, ctx.version, encoding=encoding,
                                            boxes=boxes), encoding="utf-8")
         if rom_file:
             (d / rom_file).write_text(rom_text, encoding="ascii")
@@ -391,7 +392,7 @@ def write_proof_index(ctx: BuildContext) -> None:
 
 # --- cosim -----------------------------------------------------------------------------------
 
-def cosim_stage_run(ctx: BuildContext) -> StageResult:
+def cosim_stage(ctx: BuildContext) -> StageResult:
     """Co-simulation: the FSM (cocotb + Icarus, every cycle, against the reference and the
     emitted runtime), the SLA monitor (Icarus), the Verilator code-coverage replay of the FSM
     vectors (beside Icarus, when sla.yaml sets a line, toggle or branch threshold); coverage
@@ -430,7 +431,7 @@ def _cosim(ctx: BuildContext) -> dict:
     ctx.evidence.write("monitor_cosim.json", mon.to_json())
     cov = coverage.assess(machine, res.report, code, dict(spec.cosim.coverage))
     ctx.evidence.write("coverage.json", cov)
-    return cosim_stage(res.to_json(), mon.to_json(), cov)
+    return cosim_record(res.to_json(), mon.to_json(), cov)
 
 
 # --- hdl -------------------------------------------------------------------------------------

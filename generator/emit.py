@@ -14,11 +14,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from mi_certify.runtime.fsm import REASON_BITS, MaskBox, Reason
+from mi_certify.runtime.fsm import REASON_BITS, Reason
 from mi_certify.templates import environment
 
 from .boxtree import Leaf, build_tree, tree_size
-from .lut import Lut, table_bytes
+from .lut import Lut, LutFsmArtefact, table_bytes
 from .spec import Spec
 
 #: LUT encodings of the generated Verilog (sla.yaml ``hdl.encoding``; "auto" is resolved by the pipeline).
@@ -42,8 +42,9 @@ def lut_bytes(lut: Lut) -> bytes:
     return table_bytes(lut.tokens, lut.confident)
 
 
-def _common(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox]) -> dict:
-    return {"spec": spec, "hashes": hashes, "version": version, "counts": lut.counts(),
+def _common(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str) -> dict:
+    masks = list(machine.masks)
+    return {"spec": spec, "hashes": hashes, "version": version, "counts": machine.lut.counts(),
             "reasons": [r.name for r in Reason], "reason_bits": REASON_BITS, "masks": masks,
             "mask_bits": [format(m.allowed, f"0{len(spec.actions)}b") for m in masks]}
 
@@ -74,22 +75,22 @@ def _level_tree(k: int, thresholds: tuple[float, ...], first: int, last: int, in
             + [f"{indent}else:"] + _level_tree(k, thresholds, mid, last, deeper))
 
 
-def emit_python(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = ()) -> str:
-    """Source text of ``<name>.py`` (stdlib only, integer LUT-FSM); ``masks``: the
-    allowed-action boxes of the sla.yaml properties (rule 3a of docs/fsm.md)."""
-    hexs = lut_bytes(lut).hex()
+def emit_python(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str) -> str:
+    """Source text of ``<name>.py`` (stdlib only, integer LUT-FSM) for ``machine``: its table, its
+    allowed-action boxes (rule 3a of docs/fsm.md), its FSM parameters from ``spec``."""
+    hexs = machine.table.hex()
     lines = [hexs[i:i + 96] for i in range(0, len(hexs), 96)]
     trees = [_level_tree(k, level_thresholds(i.min, i.max, i.bits), 0, (1 << i.bits) - 1, "")
              for k, i in enumerate(spec.inputs)]
     return environment().get_template("python/runtime.py.j2").render(
-        lut_hex=lines, level_trees=trees, **_common(spec, lut, hashes, version, list(masks)))
+        lut_hex=lines, level_trees=trees, **_common(spec, machine, hashes, version))
 
 
 def _width(max_value: int) -> int:
     return max(1, int(max_value).bit_length())
 
 
-def lut_entries(spec: Spec, lut: Lut) -> np.ndarray:
+def lut_entries(spec: Spec, lut: Lut | LutFsmArtefact) -> np.ndarray:
     """The RTL's LUT entries by address: ``{confident, token}`` (token_bits + 1 bits), int64."""
     return lut.tokens.astype(np.int64) | (lut.confident.astype(np.int64) << spec.token_bits)
 
@@ -196,7 +197,7 @@ def _columns_hex(sr: SlicedRom) -> str:
     return "".join(f"{int(w):0{digits}x}\n" for w in words)
 
 
-def emit_rom_hex(spec: Spec, lut: Lut, encoding: str = "rom") -> str:
+def emit_rom_hex(spec: Spec, lut: Lut | LutFsmArtefact, encoding: str = "rom") -> str:
     """Contents of :func:`rom_file_name`: one hex word per line (line number = ROM address).
     ``rom``: the entry ``{confident, token}`` of :func:`lut_entries` at every address;
     ``sliced_rom``: the stored columns of :func:`sliced_rom` (bit i = column i), empty
@@ -233,9 +234,10 @@ def _tree_lines(node, fields: list[dict], ew: int) -> tuple[list[str], set[str]]
     return lines, used
 
 
-def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks: list[MaskBox] = (),
+def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str,
                  encoding: str | None = None, boxes: list[tuple[list[int], list[int]]] | None = None) -> str:
-    """Source text of ``<name>.v`` (Verilog-2001; options from ``spec.hdl``, docs/hdl.md).
+    """Source text of ``<name>.v`` (Verilog-2001; options from ``spec.hdl``, docs/hdl.md) for
+    ``machine`` (table, allowed-action boxes of rule 3a).
 
     encoding: "case" | "rom" | "boxtree" | "sliced_rom" (default ``spec.hdl.encoding``; "auto"
     must be resolved by the caller). case: only entries that differ from the most common
@@ -250,7 +252,8 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown LUT encoding {encoding!r} (one of {', '.join(ENCODINGS)})")
     tw = spec.token_bits
-    entries = lut_entries(spec, lut)
+    entries = lut_entries(spec, machine)
+    masks = list(machine.masks)
     values, counts = np.unique(entries, return_counts=True)
     default = int(values[int(np.argmax(counts))])
     cases = [(int(a), int(entries[a])) for a in np.nonzero(entries != default)[0]] if encoding == "case" else []
@@ -265,7 +268,7 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
     if encoding == "case":
         note = f"case statement ({len(cases)} entries listed, the other {len(entries) - len(cases)} in the default arm)"
     elif encoding == "rom":
-        extra["rom_sha256"] = hashlib.sha256(emit_rom_hex(spec, lut).encode("ascii")).hexdigest()
+        extra["rom_sha256"] = hashlib.sha256(emit_rom_hex(spec, machine).encode("ascii")).hexdigest()
         note = (f"flat ROM of {len(entries)} x {tw + 1} bits read combinationally from {rom_file_name(spec)} "
                 "($readmemh)")
     elif encoding == "sliced_rom":
@@ -308,4 +311,4 @@ def emit_verilog(spec: Spec, lut: Lut, hashes: SourceHashes, version: str, masks
         lut_cases=cases, lut_default=default, addr_fields=fields, tw=tw, mask_terms=mask_terms,
         hw=_width(f.hysteresis - 1), dw=_width(f.cooldown), vw=_width(f.violations_to_fallback - 1),
         rw=_width(f.recovery - 1), encoding=encoding, encoding_note=note, hdl=spec.hdl, tree_fields=tree_fields,
-        **extra, **_common(spec, lut, hashes, version, list(masks)))
+        **extra, **_common(spec, machine, hashes, version))

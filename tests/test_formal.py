@@ -143,3 +143,14 @@ def test_the_reference_build_proves_the_fsm_and_the_rtl(reference_build):
     s3 = z3.Solver()
     s3.from_string((reference_build / eq["prelude"]).read_text() + (reference_build / eq["evidence"]).read_text())
     assert s3.check() == z3.unsat
+
+
+def test_a_latch_in_the_rtl_stops_the_formal_flow(tmp_path):
+    """Yosys ``check -assert`` does not catch latches (DESIGN.md): the SMT-LIB script asserts
+    that none was inferred, so an incomplete combinational assignment fails the RTL proofs."""
+    from mi_certify.verification import yosys
+    v = tmp_path / "latchy.v"
+    v.write_text("module latchy(input wire [1:0] addr, output reg [1:0] token);\n"
+                 "always @(*) if (addr[0]) token = addr;\nendmodule\n")
+    with pytest.raises(yosys.YosysError, match=r"\$dlatch"):
+        yosys.smt2(v, "latchy")

@@ -47,7 +47,8 @@ def _emit(spec, lut, boxes, out, encoding, **hdl):
     spec = dataclasses.replace(spec, hdl=dataclasses.replace(spec.hdl, **hdl))
     out.mkdir(parents=True, exist_ok=True)
     v = out / f"{spec.module_name}.v"
-    v.write_text(emit_verilog(spec, lut, HASHES, "test", property_masks(spec), encoding=encoding, boxes=boxes))
+    machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
+    v.write_text(emit_verilog(spec, machine, HASHES, "test", encoding=encoding, boxes=boxes))
     if encoding in ("rom", "sliced_rom") and emit_rom_hex(spec, lut, encoding):
         (out / rom_file_name(spec)).write_text(emit_rom_hex(spec, lut, encoding))
     return spec, v
@@ -312,7 +313,7 @@ def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_th
     out = subprocess.run(["yosys", "-q", "-p", f"read_verilog {v.name} wrapper.v; synth_ice40 -top {synth.WRAPPER}; "
                           "tee -q -o /dev/stdout stat -json"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert synth._ice40_counts(synth._stat(out.stdout, synth.WRAPPER)["by_type"])["bram"] == 1  # 1024 x 3 bits
-    enc, est = auto_encoding(spec, lut, HASHES, property_masks(spec), boxes, "test")
+    enc, est = auto_encoding(spec, LutFsmArtefact.from_lut(spec, lut, property_masks(spec)), HASHES, boxes, "test")
     assert set(est) == {"case", "rom", "boxtree", "sliced_rom"} and est[enc] == min(est.values())
 
 

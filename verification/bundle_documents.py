@@ -223,11 +223,11 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     from mi_certify.generator.bundle import read_distillation
     from mi_certify.generator.emit import SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
     from mi_certify.generator.emit_monitor import emit_sla_monitor, module_name as monitor_module
-    from mi_certify.generator.lut import Lut, property_masks
+    from mi_certify.generator.lut import Lut, LutFsmArtefact, property_masks
 
     lut_json = _read(d, "lut.json")
     table = Lut((lut & 0x7F).astype(np.uint8), (lut >> 7).astype(bool), cell_status(lut_json, lut.size))
-    masks = property_masks(spec)
+    machine = LutFsmArtefact.from_lut(spec, table, property_masks(spec))
     inputs = manifest["inputs"]
     hashes = SourceHashes(inputs["model"]["sha256"], inputs["spec"]["sha256"], lut_json["sha256"])
     version = manifest["mi_certify"]["version"]
@@ -237,11 +237,11 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
         boxes = [(b["level_lo"], b["level_hi"]) for b in read_distillation(d / "distillation.json")["boxes"]]
     from importlib import resources
     core = resources.files("mi_certify.hdl").joinpath("sla_monitor.v").read_text(encoding="utf-8")
-    out = {f"{spec.name}.py": emit_python(spec, table, hashes, version, masks), "sla_monitor.v": core,
-           f"{spec.module_name}.v": emit_verilog(spec, table, hashes, version, masks, encoding=encoding, boxes=boxes),
+    out = {f"{spec.name}.py": emit_python(spec, machine, hashes, version), "sla_monitor.v": core,
+           f"{spec.module_name}.v": emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes),
            f"{monitor_module(spec)}.v": emit_sla_monitor(spec, hashes.spec, version)}
     if encoding in ("rom", "sliced_rom"):
-        rom = emit_rom_hex(spec, table, encoding)
+        rom = emit_rom_hex(spec, machine, encoding)
         if rom:
             out[rom_file_name(spec)] = rom
     return out

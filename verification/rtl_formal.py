@@ -1,7 +1,7 @@
 """Formal checks of the generated Verilog: Yosys → SMT-LIB 2 → Z3, and the LUT by exhaustive simulation.
 
 The RTL is read by Yosys (``read_verilog``; the steps of ``prep -top`` with ``proc -norom``;
-``check -assert``: no latches, loops or undriven nets; ``write_smt2 -wires``, Yosys
+no latch (``select -assert-none t:$dlatch``), ``check -assert``: no loops or undriven nets; ``write_smt2 -wires``, Yosys
 manual, "write_smt2"); its transition relation ``|top_t|`` and signal accessors
 ``|top_n name|`` are used as they are. Obligations (each an SMT-LIB script whose
 expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/design.smt2``):

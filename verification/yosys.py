@@ -101,7 +101,7 @@ def cell_stats(sources: list[str], top: str, cwd: Path, timeout_s: float, target
 
 def smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
     """SMT-LIB 2 of module ``top`` of ``verilog`` (templates/yosys/smt2.ys.j2: the ``prep`` steps
-    with ``proc -norom``, ``memory_map``, ``async2sync``, ``dffunmap``, ``check -assert``,
+    with ``proc -norom``, no latch, ``memory_map``, ``async2sync``, ``dffunmap``, ``check -assert``,
     ``write_smt2 -wires``), run beside the file. Raises YosysError (``"yosys failed: <last 400
     characters of its log>"`` also when Yosys exits 0 but writes no file)."""
     with tempfile.TemporaryDirectory(prefix="mi-certify-yosys-") as work:

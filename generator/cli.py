@@ -478,9 +478,23 @@ def _terminate(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, exit 13
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``mi-certify`` command (``argv`` defaults to sys.argv[1:]); returns the exit code.
+    Callable from Python (a notebook, a script, another thread): SIGTERM is handled as Ctrl-C
+    only in the main thread, and the caller's handler is put back on return."""
     import signal
+    import threading
 
-    signal.signal(signal.SIGTERM, _terminate)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     console = Console(stderr=True, soft_wrap=True)
     try:

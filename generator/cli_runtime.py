@@ -103,9 +103,46 @@ def _key(path):
 
 
 def run_command(args, console: Console) -> int:
+    """``mi-certify run``: the live loop on onnxruntime under a built controller (docs/runtime.md)."""
+    build, plans, probe, features = _live_inputs(args)
     from mi_certify.runtime.audit import AuditLog
-    from mi_certify.runtime.engine import DEFAULT_PLANS, Workload, parse_plan, run_live
-    from mi_certify.runtime.live import ControlLoop, load_build
+    from mi_certify.runtime.engine import Workload, run_live
+    from mi_certify.runtime.live import ControlLoop
+
+    key = _key(args.key)
+    console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
+    workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
+    loop = ControlLoop(build, probe, features)
+    log = head = rep = None
+    interrupted: list[int] = []
+    restore = _stop_on_signals(interrupted)
+    try:
+        if args.audit:
+            log = _located(AuditLog, args.audit, key=key, fsync=args.fsync,
+                           header={**loop.audit_header(), "workload": Path(args.workload).name,
+                                   "plans": {a: plans[a].describe() for a in build.actions}})
+            loop.audit = log
+        _print_inputs(probe, features, console)
+        rep = run_live(loop, workload, args.requests, args.background_load, args.interval,
+                       stop=lambda: bool(interrupted))
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, without the summary
+        interrupted.append(signal.SIGINT)
+    finally:
+        restore()
+        try:
+            if log is not None:
+                head = log.close()
+        finally:
+            probe.close()
+            workload.close()
+    _print_run_end(args, build, rep, log, head, interrupted, console)
+    return 130 if interrupted else 0
+
+
+def _live_inputs(args):
+    """(build, plans, probe, feature map) of ``mi-certify run``; RuntimeInputError on bad options."""
+    from mi_certify.runtime.engine import DEFAULT_PLANS, parse_plan
+    from mi_certify.runtime.live import load_build
     from mi_certify.runtime.probes import FeatureMap, LinuxProbe, TraceProbe
 
     if args.requests < 1:
@@ -135,44 +172,28 @@ def run_command(args, console: Console) -> int:
         offered = probe.columns
     else:
         raise RuntimeInputError(f"--probe {args.probe!r}: expected linux or trace:FILE.csv")
-    features = _located(FeatureMap.build, build.inputs, overrides, offered)
-    key = _key(args.key)
-    console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
-    workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
-    loop = ControlLoop(build, probe, features)
-    log = head = rep = None
-    interrupted: list[int] = []
+    return build, plans, probe, _located(FeatureMap.build, build.inputs, overrides, offered)
+
+
+def _print_inputs(probe, features, console: Console) -> None:
+    """The table of controller inputs, their sources and a first reading (not used up from a trace)."""
+    from mi_certify.runtime.probes import TraceProbe
+
     t = Table(title="inputs and their sources")
     for col in ("controller input", "source", "first reading"):
         t.add_column(col)
-    restore = _stop_on_signals(interrupted)
-    try:
-        if args.audit:
-            log = _located(AuditLog, args.audit, key=key, fsync=args.fsync,
-                           header={**loop.audit_header(), "workload": Path(args.workload).name,
-                                   "plans": {a: plans[a].describe() for a in build.actions}})
-            loop.audit = log
-        first = features(probe.read())
-        if isinstance(probe, TraceProbe):
-            probe.index = 0  # the table's sample must not use up the trace's first row
-        for n, s, v, e in zip(features.inputs, features.sources, *first):
-            t.add_row(n, s, f"{v:.4g}" if v is not None else f"[yellow]unavailable[/]: {e}")
-        console.print(t)
-        if any(v is None for v in first[0]):
-            console.print("[yellow]warning:[/] some inputs are unavailable: every step is a probe fault "
-                          "(conservative action). Map them with --map INPUT=EXPR (a number = an assumed constant).")
-        rep = run_live(loop, workload, args.requests, args.background_load, args.interval,
-                       stop=lambda: bool(interrupted))
-    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, without the summary
-        interrupted.append(signal.SIGINT)
-    finally:
-        restore()
-        try:
-            if log is not None:
-                head = log.close()
-        finally:
-            probe.close()
-            workload.close()
+    first = features(probe.read())
+    if isinstance(probe, TraceProbe):
+        probe.index = 0  # the table's sample must not use up the trace's first row
+    for n, s, v, e in zip(features.inputs, features.sources, *first):
+        t.add_row(n, s, f"{v:.4g}" if v is not None else f"[yellow]unavailable[/]: {e}")
+    console.print(t)
+    if any(v is None for v in first[0]):
+        console.print("[yellow]warning:[/] some inputs are unavailable: every step is a probe fault "
+                      "(conservative action). Map them with --map INPUT=EXPR (a number = an assumed constant).")
+
+
+def _print_run_end(args, build, rep, log, head, interrupted: list, console: Console) -> None:
     if rep is not None:
         _print_live(rep, build, console)
         if args.json_out:
@@ -186,7 +207,6 @@ def run_command(args, console: Console) -> int:
         console.print(f"audit log: {args.audit}; head record {head.seq}, sha256 {head.sha256}\n"
                       f"keep that hash elsewhere: mi-certify audit verify {args.audit}"
                       f"{' --key ' + args.key if args.key else ''} --anchor {head.seq}:{head.sha256}", highlight=False)
-    return 130 if interrupted else 0
 
 
 def _stop_on_signals(flag: list) -> Callable[[], None]:

@@ -1,8 +1,10 @@
-"""The LUT over the quantized grid.
+"""The LUT over the quantized grid, and the LUT-FSM artefact every later stage reads.
 
-In this version every cell takes the decoded action at its centre (``sampled``):
-nothing about the rest of the cell is proven. The proven distillation replaces
-:func:`sample_lut` and marks cells ``proven`` or ``resolved``.
+:class:`Lut`: a token, a confident bit and a status per cell. :func:`sample_lut` takes the
+decoded action at each cell's centre (``sampled``: nothing about the rest of the cell is
+proven); the certified distillation (:mod:`.distill`) marks cells ``proven`` or
+``resolved``. :class:`LutFsmArtefact`: the table with the property masks, the FSM
+parameters and the widths, handed to the proofs, emitters, co-simulation and checker.
 
 Decode: argmax or argmin over the raw outputs, ties to the lowest index (as
 numpy and onnxruntime). Confidence: the softmax probability of the decoded action
@@ -79,6 +81,23 @@ class LutFsmArtefact:
     token_bits: int
     actions: tuple[str, ...]
     status: np.ndarray | None = None
+
+    def __post_init__(self):
+        """Own read-only copies of the arrays (so :attr:`sha256` cannot change); raises
+        ValueError when the table is not 2^address_bits entries or holds an undeclared token."""
+        n = 1 << sum(self.input_bits)
+        arrays = {"tokens": np.array(self.tokens, dtype=np.uint8), "confident": np.array(self.confident, dtype=bool)}
+        if self.status is not None:
+            arrays["status"] = np.array(self.status, dtype=object)
+        for name, a in arrays.items():
+            if a.shape != (n,):
+                raise ValueError(f"LUT-FSM {name} has shape {a.shape}, not ({n},) for {sum(self.input_bits)} "
+                                 "address bits")
+            a.flags.writeable = False
+            object.__setattr__(self, name, a)
+        if n and int(arrays["tokens"].max()) >= self.config.n_actions:
+            raise ValueError(f"LUT-FSM table holds token {int(arrays['tokens'].max())}; the FSM has "
+                             f"{self.config.n_actions} actions")
 
     @classmethod
     def from_lut(cls, spec: Spec, lut: Lut, masks) -> "LutFsmArtefact":

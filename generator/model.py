@@ -57,7 +57,7 @@ class LoadedModel:
         (n, n_outputs) float64. Raises ModelImportError when onnxruntime refuses the model."""
         if self._session is None:
             self._session = onnxruntime_session(self.data, self.path)
-        return run_session(self._session, self.feeds, points)
+        return run_session(self._session, self.feeds, np.atleast_2d(np.asarray(points, dtype=np.float64)))
 
     def cross_check(self, lo: np.ndarray, hi: np.ndarray, n_points: int = 256, seed: int = 0,
                     rtol: float = ORT_RTOL) -> float:

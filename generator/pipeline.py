@@ -1,14 +1,18 @@
 """The build pipeline: ONNX + sla.yaml → runtime, RTL, co-simulation, evidence bundle.
 
-Stages (each reads typed objects and writes files into a staging directory):
-spec → import → lut → emit → lint → cosim → bundle. Bad input (spec, model)
-raises a ``MiCertifyError`` and leaves nothing behind. A stage that fails (lint
-warning, co-simulation mismatch, missing tool) still publishes the directory, with
-``summary.json`` ``"status": "failed"`` and a ``FAILED`` file, so it can never be
-mistaken for a good build. The directory appears atomically (rename) when complete.
+Stages, in order: spec → import → (verify, in a background thread beside the rest) →
+lut → lut_properties → fsm_proofs → emit → lint → rtl_proofs → cosim → hdl → bundle.
+After import each is a function of :mod:`.build_stages` listed in :data:`STAGES`: it
+reads the typed objects of the :class:`~.build_stages.BuildContext` and returns a
+:class:`~.results.StageResult`. Bad input (spec, model) raises a ``MiCertifyError`` and
+leaves nothing behind. A stage that fails (lint warning, co-simulation mismatch,
+missing tool) still publishes the directory, with ``summary.json`` ``"status":
+"failed"`` and a ``FAILED`` file, so it can never be mistaken for a good build. The
+directory appears atomically (rename) when complete.
 
-Determinism: every file except ``build.log`` is a pure function of the inputs and
-the tool versions (no timestamps, fixed seeds); ``manifest.json`` hashes them all.
+Determinism: every file except the unhashed ones (:data:`~.bundle.UNHASHED`: times,
+onnxruntime figures, provenance, screenshot, signature) is a pure function of the inputs
+and the tool versions (no timestamps, fixed seeds); ``manifest.json`` hashes them all.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from mi_certify.verification.tools import manifest_tools
+from mi_certify.verification.tools import manifest_tools, misconfigured
 
 from . import build_stages as stages
 from .build_stages import BuildContext
@@ -126,6 +130,22 @@ def _is_previous_build(out: Path) -> bool:
     return all(sha256_file(out / rel) == digest for rel, digest in files.items() if (out / rel).is_file())
 
 
+def _remove_abandoned_stages(out: Path) -> None:
+    """Remove staging directories of earlier builds into ``out`` whose process is gone (a build
+    killed with SIGKILL cannot remove its own): ``.<name>.partial-<pid>-*`` with no live <pid>."""
+    for old in out.parent.glob(f".{out.name}.partial-*"):
+        pid = old.name[len(f".{out.name}.partial-"):].split("-", 1)[0]
+        if not pid.isdigit() or not old.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # that build is still running
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except PermissionError:  # someone else's live process
+            continue
+
+
 def _prepare_out(out: Path) -> Path:
     out = out.resolve()
     try:
@@ -136,7 +156,8 @@ def _prepare_out(out: Path) -> Path:
                 raise BuildError("exists, is not empty and is not an unmodified mi-certify build; refusing to "
                                  "overwrite", file=str(out))
         out.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        _remove_abandoned_stages(out)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
         stage.chmod(0o755)
         return stage
     except OSError as exc:
@@ -158,6 +179,30 @@ def _check_heatmap(spec: Spec, heatmap) -> None:
     if len(heatmap) != 2 or any(n not in names for n in heatmap) or heatmap[0] == heatmap[1]:
         raise SpecError(f"--heatmap {','.join(heatmap)}: give two different inputs as X,Y "
                         f"(inputs: {', '.join(names)})", file=spec.path)
+
+
+def tools_needed(spec: Spec, opts: BuildOptions) -> list[str]:
+    """The external tools the stages that will run call (verification/tools.py names)."""
+    need = []
+    if not opts.skip_lint:
+        need.append("verilator")
+    if not opts.skip_rtl_proofs or spec.hdl.encoding == "auto":
+        need.append("yosys")
+    if not opts.skip_cosim:
+        need += ["iverilog", "vvp"] + (["verilator"] if spec.cosim.code_coverage else [])
+    if not opts.skip_synth:
+        need += ["yosys", "nextpnr-ice40"]
+    return list(dict.fromkeys(need))
+
+
+def _check_tools(spec: Spec, opts: BuildOptions) -> None:
+    """Refuse, before any work, a tool the build will call that is there but unusable (an override
+    that is no executable, a version below the minimum): ToolMissingError (exit 2). An absent
+    tool is the stage's business (hdl: skipped; lint, cosim: failed)."""
+    for name in tools_needed(spec, opts):
+        problem = misconfigured(name)
+        if problem is not None:
+            raise problem
 
 
 def _import(spec: Spec, model_path: Path) -> tuple[LoadedModel, float]:
@@ -193,6 +238,7 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         opts = dataclasses.replace(opts, cosim_cycles=spec.cosim.cycles)
     if opts.heatmap:
         _check_heatmap(spec, opts.heatmap)
+    _check_tools(spec, opts)
     model, worst = stages.run_timed(emit, times, "import", lambda: _import(spec, model_path))
     stage_dir = _prepare_out(out)
     ctx = BuildContext(spec, model, opts, stage_dir, emit, version(), times=times)

@@ -66,12 +66,13 @@ def children(pid: int) -> list[int]:
 
 
 def spawned_workers(pid: int) -> list[int]:
-    """Child processes of ``pid`` started by multiprocessing's spawn."""
+    """Worker processes of ``pid`` (verification/workers.py; multiprocessing spawn's too)."""
     out = []
     for c in children(pid):
         try:
             with open(f"/proc/{c}/cmdline") as fh:
-                if "spawn_main" in fh.read():
+                cmd = fh.read()
+                if "spawn_main" in cmd or "mi_certify.verification.workers" in cmd:
                     out.append(c)
         except OSError:
             pass

@@ -252,7 +252,7 @@ def test_mutated_python_runtime_is_caught(reference_build, tmp_path, copy, metho
     at = [i for i in range(len(src)) if src.startswith("if self.h == HYSTERESIS:", i)][copy]
     mutant = tmp_path / "meta_controller.py"
     mutant.write_text(src[:at] + "if self.h == HYSTERESIS - 1:" + src[at + len("if self.h == HYSTERESIS:"):])
-    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
+    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _machine(reference_build),
                     tmp_path / "work", runtime_py=mutant)
     assert not res.passed and res.error == "emitted Python runtime disagrees with the reference"
     got, ref = res.first_mismatch["python_runtime"], res.first_mismatch["reference"]
@@ -267,7 +267,7 @@ def test_a_quantizer_constant_off_by_one_float_is_caught(reference_build, tmp_pa
     assert "if x0 < 0.5:" in src
     mutant = tmp_path / "meta_controller.py"
     mutant.write_text(src.replace("if x0 < 0.5:", f"if x0 < {math.nextafter(0.5, 1)!r}:", 1))
-    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _cfg(), _lut(reference_build),
+    res = run_cosim(reference_build / "meta_controller.v", "meta_controller", _machine(reference_build),
                     tmp_path / "work", runtime_py=mutant)
     assert not res.passed and res.first_mismatch["python_runtime"]["method"] in ("step", "step_record")
 
@@ -413,7 +413,12 @@ def test_a_sigkilled_build_leaves_no_process_behind(tmp_path):
     for w in left:  # never leave them to the next test
         os.kill(w, signal.SIGKILL)
     assert left == [] and not out.exists()
-    assert all(x.name.startswith(".out.partial-") for x in tmp_path.iterdir())
+    stale = [x for x in tmp_path.iterdir()]
+    assert len(stale) == 1 and stale[0].name.startswith(f".out.partial-{p.pid}-")
+    # the next build into the same directory removes the dead build's staging directory
+    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(verify=False, distill=False, skip_cosim=True,
+                                                            skip_lint=True, skip_rtl_proofs=True, skip_synth=True))
+    assert [x.name for x in tmp_path.iterdir()] == ["out"]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
@@ -530,3 +535,29 @@ def test_readme_runtime_snippet_switches_as_its_comment_says(reference_build):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["keep PENDING", "keep PENDING", "merge_conv SWITCH"]
     assert "# keep PENDING, keep PENDING, merge_conv SWITCH" in block
+
+
+def test_an_unusable_tool_stops_the_build_before_any_work(tmp_path):
+    """A tool override that is no executable, or a tool below its minimum version: one error line
+    naming the tool, the minimum and the variable, exit 2, before the model is even imported,
+    nothing written. Without the stage that needs it (--skip-*), the build does not care."""
+    import os
+    old = tmp_path / "yosys"
+    old.write_text("#!/bin/sh\necho 'Yosys 0.9 (fake)'\n")
+    old.chmod(0o755)
+    base = [sys.executable, "-m", "mi_certify.generator.cli", "build", str(REFERENCE_MODEL), "--sla",
+            str(REFERENCE_SLA)]
+    for value, words in ((str(tmp_path / "nonexistent"), "is not an executable"), (str(old), "is too old")):
+        out = tmp_path / "out"
+        proc = subprocess.run(base + ["--out", str(out)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "MI_CERTIFY_YOSYS": value})
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and lines[-1].startswith("error: yosys"), proc.stderr
+        assert words in lines[-1] and "0.23" in lines[-1] and "MI_CERTIFY_YOSYS" in lines[-1], lines[-1]
+        assert not any("import ONNX" in ln for ln in lines) and not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    from mi_certify.generator.pipeline import tools_needed
+    from mi_certify.generator.spec import load_spec
+    spec = load_spec(REFERENCE_SLA)
+    assert "yosys" not in tools_needed(spec, BuildOptions(skip_rtl_proofs=True, skip_synth=True))
+    assert tools_needed(spec, BuildOptions()) == ["verilator", "yosys", "iverilog", "vvp", "nextpnr-ice40"]

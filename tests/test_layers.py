@@ -80,15 +80,28 @@ def imports(module: str, source: str) -> list[tuple[str, tuple[str, ...], int]]:
     return out
 
 
+def _public_names(sources: dict[str, str]) -> dict[str, dict[str, str]]:
+    """{package: {public name: its submodule}} from the packages' lazy ``_PUBLIC`` tables."""
+    out = {}
+    for pkg in PACKAGES.values():
+        for node in ast.walk(ast.parse(sources.get(pkg, ""))):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_PUBLIC" for t in node.targets):
+                out[pkg] = {k: f"{pkg}.{v}" for k, v in ast.literal_eval(node.value).items()}
+    return out
+
+
 def violations(sources: dict[str, str]) -> list[str]:
     """Every import against the layers, and every private name imported from another module."""
     modules = set(sources)
+    public = _public_names(sources)
     bad = []
     for mod, src in sources.items():
         mine = layer_of(mod)
         for target, names, line in imports(mod, src):
-            # `from package import submodule` imports that submodule
-            targets = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules] or [target]
+            # `from package import submodule` imports that submodule; `from package import Name`
+            # the submodule its lazy table names
+            targets = [f"{target}.{n}" if f"{target}.{n}" in modules else public[target][n] for n in names
+                       if f"{target}.{n}" in modules or n in public.get(target, {})] or [target]
             for t in targets:
                 theirs = layer_of(t)
                 if mine is None or theirs is None or t == mod:
@@ -121,6 +134,7 @@ def test_imports_follow_the_layers_and_no_private_name_crosses_a_module():
     ("mi_certify.verification.bundle_check", "from mi_certify.generator.pipeline import build"),  # checker → pipeline
     ("mi_certify.generator.report", "from .emit import _fraction"),                              # a private name
     ("mi_certify.runtime.fsm", "def f():\n    from mi_certify.generator.lut import Lut"),        # runtime → core, nested
+    ("mi_certify.generator.distill", "from mi_certify.generator import build"),                 # via a public name
 ])
 def test_an_arrow_against_the_flow_is_caught(module, line):
     sources = _sources()

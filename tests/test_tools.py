@@ -167,7 +167,8 @@ def test_the_env_override_is_honoured_and_minimums_compare_numerically(tmp_path,
     monkeypatch.setenv("MI_CERTIFY_VERILATOR", str(newer))
     assert tools.require_tool("verilator", min_version=tools.COCOTB_VERILATOR_MIN) == str(newer)
     env = tools.tool_env("verilator", "iverilog")
-    assert env["PATH"].split(os.pathsep)[0] == str(tmp_path)
+    first = env["PATH"].split(os.pathsep)[0]                         # links named by the plain commands
+    assert os.path.realpath(os.path.join(first, "verilator")) == str(newer.resolve())
     monkeypatch.delenv("MI_CERTIFY_VERILATOR")
     monkeypatch.delenv("MI_CERTIFY_IVERILOG", raising=False)
     assert tools.tool_env("verilator", "iverilog") is None          # no override: the child inherits our env
@@ -210,3 +211,44 @@ def test_yosys_scripts_render_to_the_commands_the_proofs_were_made_with():
     assert yosys.script("synth", sources=["c.v", "wrapper.v"], top="w", target="ice40", nodffe=True,
                         json="wrapper.json") == (
         "read_verilog c.v wrapper.v; synth_ice40 -nodffe -top w -json wrapper.json; tee -q -o /dev/stdout stat -json")
+
+
+def test_an_override_under_another_file_name_is_what_a_child_calls_by_the_plain_command(tmp_path, monkeypatch):
+    """cocotb's runner calls ``iverilog`` from PATH: the override (here a file called
+    ``myverilog``) must be what that name runs, or the manifest would record a tool not used."""
+    fake = tmp_path / "myverilog"
+    fake.write_text("#!/bin/sh\necho 'Icarus Verilog version 11.0 (wrapper)'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("MI_CERTIFY_IVERILOG", str(fake))
+    env = tools.tool_env("iverilog", "vvp")
+    first = env["PATH"].split(os.pathsep)[0]
+    assert os.path.realpath(os.path.join(first, "iverilog")) == str(fake.resolve())
+    assert not os.path.exists(os.path.join(first, "vvp"))  # not overridden: found on PATH as before
+    out = subprocess.run(["iverilog"], env=env, capture_output=True, text=True).stdout
+    assert out.strip() == "Icarus Verilog version 11.0 (wrapper)"
+    monkeypatch.delenv("MI_CERTIFY_IVERILOG")
+    assert tools.tool_env("iverilog", "vvp") is None
+
+
+_GRANDPARENT = """
+import sys
+from pathlib import Path
+from mi_certify.verification import tools
+out = Path(sys.argv[1])
+# the tool starts a child of its own (as verilator starts make and g++): PR_SET_PDEATHSIG
+# reaches only the tool; the guardian kills the rest of its process group
+tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"], timeout=60)
+"""
+
+
+def test_a_sigkilled_parent_takes_the_tools_own_children_with_it(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", _GRANDPARENT, str(tmp_path)], start_new_session=True)
+    try:
+        pids = [int(x) for x in _wait_for(tmp_path / "pids").split()]
+        assert all(running(x) for x in pids)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        assert _gone(pids, 5), "the tool's child outlived the SIGKILLed build"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)

@@ -28,12 +28,12 @@ def check_tools(c: Checker, ev: CheckContext) -> None:
 def _tool_item(c: Checker, name: str, tools: str | tuple[str, ...], fn) -> None:
     """One re-run item: a SKIP with ``--quick`` or without one of ``tools`` (verification/tools.py),
     else ``fn`` run."""
-    from mi_certify.verification.tools import available
-    missing = [t for t in ((tools,) if isinstance(tools, str) else tools) if not available(t)]
+    from mi_certify.verification.tools import why_unavailable
+    missing = [(t, why) for t in ((tools,) if isinstance(tools, str) else tools) if (why := why_unavailable(t))]
     if not c.opts.rerun_tools:
         c.add(name, SKIP, "same code", "--quick")
     elif missing:
-        c.add(name, SKIP, "same code", f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed")
+        c.add(name, SKIP, "same code", "; ".join(f"{t} is {why}" for t, why in missing))
     else:
         c.run(name, "same code", fn)
 

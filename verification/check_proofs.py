@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from .check_common import SKIP, Checker, CheckContext, require
-from .tools import available
+from .tools import why_unavailable
 
 #: Z3 seconds per SMT-LIB obligation.
 SMT_TIMEOUT_S = 600
@@ -48,8 +48,9 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
     c.run("fsm proofs: made again and compared", "same code", fsm)
     if not any(o["group"] == "rtl" for o in index["obligations"]):
         return
-    if not available("yosys"):
-        c.add("rtl proofs: made again from the Verilog and compared", SKIP, "same code", "yosys is not installed")
+    if why_unavailable("yosys"):
+        c.add("rtl proofs: made again from the Verilog and compared", SKIP, "same code",
+              f"yosys is {why_unavailable('yosys')}")
         return
 
     def rtl():

@@ -32,6 +32,7 @@ docs/hdl.md).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -40,7 +41,7 @@ import time
 from pathlib import Path
 
 from . import yosys
-from .tools import ToolMissingError, available, require_tool, run
+from .tools import TOOLS, ToolMissingError, find_tool, require_tool, run
 
 #: nextpnr-ice40 targets: name -> (device flag, package, Fmax goal for the reference controller in MHz).
 DEVICES = {"hx8k": ("--hx8k", "ct256", 130.0), "up5k": ("--up5k", "sg48", 50.0)}
@@ -64,9 +65,10 @@ class SynthError(RuntimeError):
 
 
 def tools_missing() -> list[str]:
-    """The tools of :data:`REQUIRED_TOOLS` that are not installed (or older than the minimum,
-    :func:`mi_certify.verification.tools.available`), in that order."""
-    return [t for t in REQUIRED_TOOLS if not available(t)]
+    """The tools of :data:`REQUIRED_TOOLS` that are not installed (no override, not on PATH), in
+    that order. One that is there but too old is not missing: the build refuses it up front
+    (:func:`mi_certify.verification.tools.misconfigured`) and :func:`hdl_numbers` fails on it."""
+    return [t for t in REQUIRED_TOOLS if find_tool(t) is None and not os.environ.get(TOOLS[t].env_var)]
 
 
 def _nextpnr(args: list[str], cwd: Path, timeout_s: float) -> str:

@@ -18,8 +18,9 @@ A child of :func:`run` / :func:`start`
   compiler under ``verilator --build``, ``vvp`` under cocotb);
 - gets ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux; skipped elsewhere): it dies with the
   build even when the build is SIGKILLed and can clean nothing up. Linux sends that
-  signal when the *thread* that started the child ends, and to the child only (not to
-  its own children);
+  signal when the *thread* that started the child ends, and to the child only; its own
+  children (its process group) are killed by the guardian, a small process that sees the
+  build's end as the close of a pipe and SIGKILLs every group still listed;
 - is killed with its group at interpreter exit if still running (a tool started from a
   daemon thread, which exit does not wait for; such a child no longer gets the
   terminal's SIGINT, being in its own session).
@@ -199,6 +200,29 @@ def require_tool(name: str, min_version: str | None = None) -> str:
     return exe
 
 
+def misconfigured(name: str) -> ToolMissingError | None:
+    """The :func:`require_tool` error of a tool that is there but unusable: its override
+    variable set to something that is not an executable, or a version below the minimum (or
+    unreadable). None when it is usable, and when it is simply absent (no override, not on
+    PATH): stages decide what an absent tool means, a misconfigured one stops the build."""
+    tool = TOOLS[name]
+    if find_tool(name) is None and not os.environ.get(tool.env_var):
+        return None
+    try:
+        require_tool(name)
+    except ToolMissingError as exc:
+        return exc
+    return None
+
+
+def why_unavailable(name: str) -> str | None:
+    """None when ``name`` is usable, else "not installed" or the reason it is not usable."""
+    if find_tool(name) is None and not os.environ.get(TOOLS[name].env_var):
+        return "not installed"
+    problem = misconfigured(name)
+    return None if problem is None else f"not usable: {problem}"
+
+
 def available(name: str, min_version: str | None = None) -> bool:
     """True when :func:`require_tool` would return a path."""
     try:
@@ -215,17 +239,31 @@ def manifest_tools() -> dict[str, str]:
 
 def tool_env(*names: str) -> dict[str, str] | None:
     """Environment for a child that runs ``names`` by their plain command (cocotb's runner
-    calls ``iverilog`` and ``vvp`` from PATH): the directories of overridden tools go first
-    on PATH. None (inherit ours unchanged) when no override is set."""
-    dirs = []
-    for n in names:
-        tool = TOOLS[n]
-        exe = find_tool(n) if os.environ.get(tool.env_var) else None
-        if exe and os.path.dirname(exe) not in dirs:
-            dirs.append(os.path.dirname(exe))
-    if not dirs:
+    calls ``iverilog`` and ``vvp`` from PATH): a private folder of links named by the plain
+    commands (``iverilog`` → the override, whatever its file is called) goes first on PATH,
+    so the child runs exactly the tool whose version the manifest records. None (inherit ours
+    unchanged) when no override is set."""
+    links = {n: find_tool(n) for n in names if os.environ.get(TOOLS[n].env_var)}
+    links = {n: exe for n, exe in links.items() if exe}
+    if not links:
         return None
-    return {**os.environ, "PATH": os.pathsep.join(dirs + [os.environ.get("PATH", os.defpath)])}
+    folder = _link_folder()
+    for name, exe in links.items():
+        link = os.path.join(folder, name)
+        if os.path.islink(link) and os.readlink(link) != exe:
+            os.unlink(link)
+        if not os.path.lexists(link):
+            os.symlink(exe, link)
+    return {**os.environ, "PATH": os.pathsep.join([folder, os.environ.get("PATH", os.defpath)])}
+
+
+@functools.lru_cache(maxsize=1)
+def _link_folder() -> str:
+    import atexit
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="mi-certify-tools-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 # --- processes --------------------------------------------------------------------------------
@@ -252,6 +290,57 @@ _PRCTL = _load_prctl()
 
 _LIVE: set[int] = set()          # process groups of running children (killed at interpreter exit)
 _LIVE_LOCK = threading.Lock()
+
+#: The guardian: a small process that holds the read end of a pipe from this process, keeps
+#: the list of live child process groups we write into it, and when the pipe closes (this
+#: process died, however: SIGKILL included) SIGKILLs every group still listed, so a tool's
+#: own children (make and g++ under ``verilator --build``, vvp under cocotb) go too.
+_GUARDIAN_CODE = """
+import os, signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+live, buf = set(), b""
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    buf += chunk
+    *lines, buf = buf.split(b"\\n")
+    for ln in lines:
+        (live.add if ln[:1] == b"+" else live.discard)(int(ln[1:]))
+for g in live:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+_GUARDIAN: list = []             # [Popen, write fd, pid of the process that started it]
+
+
+def _guard(pgid: int, live: bool) -> None:
+    """Tell the guardian that process group ``pgid`` started (``live``) or ended; starts the
+    guardian on first use (one per process: a forked or spawned child starts its own)."""
+    with _LIVE_LOCK:
+        (_LIVE.add if live else _LIVE.discard)(pgid)
+        if _GUARDIAN and _GUARDIAN[2] != os.getpid():
+            _GUARDIAN.clear()
+        if not _GUARDIAN:
+            if not live:
+                return
+            r, w = os.pipe()
+            try:
+                proc = subprocess.Popen([sys.executable, "-S", "-I", "-c", _GUARDIAN_CODE], stdin=r,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True, close_fds=True)
+            except OSError:
+                os.close(w)
+                return
+            finally:
+                os.close(r)
+            _GUARDIAN[:] = [proc, w, os.getpid()]
+        try:
+            os.write(_GUARDIAN[1], f"{'+' if live else '-'}{pgid}\n".encode())
+        except OSError:
+            pass
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
@@ -282,8 +371,7 @@ def kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
-    with _LIVE_LOCK:
-        _LIVE.discard(proc.pid)
+    _guard(proc.pid, False)
 
 
 def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subprocess.DEVNULL, stdout=None,
@@ -296,8 +384,7 @@ def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subpro
     proc = subprocess.Popen(list(map(str, cmd)), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
                             text=text, start_new_session=True, preexec_fn=_preexec(preexec_fn),
                             close_fds=close_fds, pass_fds=tuple(pass_fds))
-    with _LIVE_LOCK:
-        _LIVE.add(proc.pid)
+    _guard(proc.pid, True)
     return proc
 
 
@@ -330,8 +417,7 @@ def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None
                 kill_group(proc)   # then Popen.__exit__ closes the pipes
                 raise
     finally:
-        with _LIVE_LOCK:
-            _LIVE.discard(proc.pid)
+        _guard(proc.pid, False)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

@@ -45,7 +45,7 @@ def lint(verilog: Path, top: str, timeout_s: float = 900.0, extra: tuple[Path, .
     try:
         exe = require_tool("verilator")
     except ToolMissingError as exc:
-        return LintResult(False, "verilator not found", (), error=str(exc))
+        return LintResult(False, "verilator not usable" if exc.found else "verilator not found", (), error=str(exc))
     try:
         proc = run([exe, "--lint-only", "-Wall", "--top-module", top, str(verilog), *map(str, extra)],
                    capture=True, text=True, timeout=timeout_s)

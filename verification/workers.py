@@ -1,29 +1,25 @@
-"""Worker processes that Ctrl-C stops at once.
+"""Worker processes that Ctrl-C and a killed parent stop at once.
 
-``concurrent.futures.ProcessPoolExecutor`` (spawn) made Ctrl-C slow and noisy: the
-terminal sends SIGINT to the whole process group, so every worker raised
-KeyboardInterrupt (a traceback each while still starting up) and then went on with the
-queued tasks; leaving the ``with`` block and interpreter exit wait for them (up to the
-Z3 budget, minutes, when the pool runs in the build's verification thread), and a
-worker that died at start-up could crash the executor's manager thread (CPython's
-``InvalidStateError: CANCELLED``) and leave its queue feeder blocked, so the process
-never exits. Its queues hold named semaphores registered with multiprocessing's
-resource tracker, which reports them as leaked when the process is killed before it
-releases them.
+``concurrent.futures.ProcessPoolExecutor`` made Ctrl-C slow and noisy (every worker
+raised KeyboardInterrupt, went on with queued tasks; exit waited for them; a worker that
+died at start-up could leave the executor's queue feeder blocked), and multiprocessing's
+spawn runs the caller's main script again in every worker: a script that calls
+``main([...])`` without an ``if __name__ == "__main__"`` guard ran the whole build again
+in each of them.
 
-:func:`map_in_processes` uses plain spawned processes with one pipe each (no
-semaphores, no helper thread that exit waits for): the workers start with SIGINT
-blocked and ignore it (the parent decides), any exception in the parent
-(KeyboardInterrupt included) kills them before it propagates, and interpreter exit
-kills the workers of a call still running in another thread. A worker also dies with its
-parent when the parent is SIGKILLed and can clean nothing up: it asks Linux for SIGKILL
-on its parent's death at start-up (PR_SET_PDEATHSIG, :func:`.tools.die_with_parent`).
+:func:`map_in_processes` starts plain interpreters, ``python -m
+mi_certify.verification.workers``, through :func:`.tools.start` (own process group,
+SIGKILL when the parent dies: PR_SET_PDEATHSIG) with two pipes each (multiprocessing
+``Connection`` framing: pickles), hands out one item at a time, and kills the workers on
+any exception in the parent (KeyboardInterrupt included) before it propagates, and at
+interpreter exit for a call still running in another thread.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import signal
 from typing import Callable, Sequence
 
@@ -53,16 +49,24 @@ def _kill_at_exit() -> None:
     global _EXITING
     _EXITING = True
     for p in list(_LIVE):
-        p.kill()
-        p.join()
+        _stop(p)
 
 
-def _worker(conn, fn, parent_pid: int | None = None) -> None:
+def _stop(proc) -> None:
+    from .tools import kill_group
+    kill_group(proc)
+    _LIVE.discard(proc)
+
+
+def _serve(conn_in, conn_out, parent_pid: int | None) -> None:
+    """Worker body: the function first, then ``(index, item)`` messages until ``None``; each
+    answer ``(True, result)`` or ``(False, exception)``."""
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        fn = conn_in.recv()
         while True:
-            item = conn.recv()
+            item = conn_in.recv()
             if item is None:
                 return
             try:
@@ -70,54 +74,77 @@ def _worker(conn, fn, parent_pid: int | None = None) -> None:
             except Exception as exc:  # noqa: BLE001 - raised again in the parent
                 out = (False, exc)
             try:
-                conn.send(out)
+                conn_out.send(out)
             except Exception as exc:  # noqa: BLE001 - e.g. an exception that does not pickle
-                conn.send((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+                conn_out.send((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
     except (EOFError, OSError):  # the parent is gone
         return
 
 
+def _start_worker(fn):
+    """One worker: ``python -m mi_certify.verification.workers RFD WFD PARENT`` with two pipes.
+    Its own interpreter, not multiprocessing's spawn: it never imports the caller's main
+    script again (a script without an ``if __name__ == "__main__"`` guard ran again in every
+    spawned worker), and starts through :func:`.tools.start` (own process group, dies with us)."""
+    import sys
+    from multiprocessing.connection import Connection
+
+    from .tools import start
+
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the modules this process imports
+    try:
+        proc = start([sys.executable, "-m", "mi_certify.verification.workers", str(down_r), str(up_w),
+                      str(os.getpid())], env=env, pass_fds=(down_r, up_w))
+    finally:
+        os.close(down_r)
+        os.close(up_w)
+    send, recv = Connection(down_w, readable=False), Connection(up_r, writable=False)
+    _LIVE.add(proc)
+    send.send(fn)
+    return proc, send, recv
+
+
 def map_in_processes(fn: Callable, items: Sequence, workers: int,
                      on_result: Callable[[int, int], None] | None = None) -> list:
-    """``[fn(item) for item in items]`` computed in ``workers`` spawned processes, one item
+    """``[fn(item) for item in items]`` computed in ``workers`` worker processes, one item
     at a time each, handed out in order; results in item order. ``fn`` and the items must
-    pickle (``fn`` a module-level function). ``on_result(index, done)`` is called as each
-    result arrives (``done`` = results so far).
+    pickle (``fn`` a module-level function of an importable module). ``on_result(index, done)``
+    is called as each result arrives (``done`` = results so far).
 
     Raises:
         WorkersLost if a worker cannot start or dies (the caller computes the rest itself,
         unless :func:`exiting`); the exception ``fn`` raised in a worker (the workers are
         stopped first).
     """
-    from multiprocessing import connection, get_context
+    from multiprocessing import connection
 
-    ctx = get_context("spawn")
     todo = list(range(len(items)))
     done: dict = {}
-    procs, conns, busy = [], [], {}
+    procs, links, busy = [], [], {}
     finished = False
     try:
         # the mask survives fork and exec: a Ctrl-C during start-up prints no traceback either
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             for _ in range(min(workers, len(items))):
-                parent, child = ctx.Pipe()
-                p = ctx.Process(target=_worker, args=(child, fn, os.getpid()), daemon=True, name="mi-certify-worker")
-                p.start()
-                child.close()
-                _LIVE.add(p)
-                procs.append(p)
-                conns.append(parent)
-        except (OSError, RuntimeError, AssertionError) as exc:  # no processes here (e.g. in a daemon)
+                proc, send, recv = _start_worker(fn)
+                procs.append(proc)
+                links.append((send, recv))
+        except (OSError, RuntimeError, ValueError, AttributeError, pickle.PicklingError) as exc:
+            # no processes here, or fn does not pickle (a local function): the caller computes
             raise WorkersLost(done) from exc
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         failed = None
+        sender = {recv: send for send, recv in links}
         try:
-            for c in conns:
+            for send, recv in links:
                 k = todo.pop(0)
-                c.send((k, items[k]))
-                busy[c] = k
+                send.send((k, items[k]))
+                busy[recv] = k
             while busy and failed is None:
                 for c in connection.wait(list(busy)):
                     ok, res = c.recv()
@@ -130,7 +157,7 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
                         on_result(k, len(done))
                     if todo:
                         k = todo.pop(0)
-                        c.send((k, items[k]))
+                        sender[c].send((k, items[k]))
                         busy[c] = k
         except (EOFError, OSError) as exc:  # a worker died (or could not start)
             raise WorkersLost(done) from exc
@@ -139,16 +166,25 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
         finished = True
         return [done[k] for k in range(len(items))]
     finally:
-        for c in conns:
+        for send, _ in links:
             try:
-                c.send(None)
+                send.send(None)
             except OSError:
                 pass
-        for p in procs:
-            p.join(0.5 if finished else 0)   # idle workers leave at None; busy ones are killed
-            if p.is_alive():
-                p.kill()
-                p.join()
-            _LIVE.discard(p)
-        for c in conns:
-            c.close()
+        for proc in procs:
+            try:
+                proc.wait(0.5 if finished else 0.001)   # idle workers leave at None; busy ones are killed
+            except Exception:  # noqa: BLE001 - TimeoutExpired: still busy
+                pass
+            _stop(proc)
+        for send, recv in links:
+            send.close()
+            recv.close()
+
+
+if __name__ == "__main__":  # a worker (see _start_worker)
+    import sys
+    from multiprocessing.connection import Connection
+
+    _rfd, _wfd, _ppid = (int(a) for a in sys.argv[1:4])
+    _serve(Connection(_rfd, writable=False), Connection(_wfd, readable=False), _ppid)

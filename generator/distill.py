@@ -49,7 +49,7 @@ import numpy as np
 from .ir import ControllerIR
 from .lut import PROVEN, RESOLVED, Lut, decode
 from .model import LoadedModel
-from .numerics import softmax_lower, sum_last
+from .numerics import corner_signs, softmax_lower, sum_last
 from .spec import Spec
 
 
@@ -147,7 +147,8 @@ def _witnesses(spec: Spec, model: LoadedModel,
                cells: list[tuple[np.ndarray, np.ndarray, list[np.ndarray]]]) -> list[list[dict]]:
     """Replayed witnesses of distinct actions, per single cell (lo, hi, extra points).
 
-    Candidates: the centre, the corners pulled 2^-20 of the half-width towards it (strictly
+    Candidates: the centre, the corners (:func:`~.numerics.corner_signs`: all of them up to
+    6 inputs, a fixed sample of 64 beyond) pulled 2^-20 of the half-width towards it (strictly
     inside the half-open cell), then the extra points; the first candidate of each
     decoded action is replayed on the IR and onnxruntime (one batch for all cells).
 
@@ -161,7 +162,7 @@ def _witnesses(spec: Spec, model: LoadedModel,
         return []
     ir = model.ir
     n = len(spec.inputs)
-    signs = np.array([[(c >> k) & 1 for k in range(n)] for c in range(1 << n)], dtype=bool)
+    signs = corner_signs(n)  # every corner up to 6 inputs, a fixed sample beyond: no cost 2^n
     pts, owner = [], []
     for ci, (lo, hi, extra) in enumerate(cells):
         centre = (lo + hi) / 2

@@ -162,3 +162,19 @@ def vdot(a, b) -> float:
     of a contiguous array (pairwise summation with eight partial sums per block of 128,
     an order fixed by the length alone; plain C additions, not BLAS)."""
     return float(np.add.reduce(np.ascontiguousarray(np.asarray(a, dtype=_F) * np.asarray(b, dtype=_F)).reshape(-1)))
+
+
+#: Largest corner set enumerated in full; beyond it a fixed seeded sample (no cost 2^n).
+MAX_CORNERS = 64
+
+
+def corner_signs(n: int, limit: int = MAX_CORNERS, seed: int = 0) -> np.ndarray:
+    """(m, n) bool: which end of each of ``n`` intervals a box corner takes (True = upper).
+    Every corner (m = 2^n, in binary order of the index, bit k for interval k) when 2^n <=
+    ``limit``; else ``limit`` corners drawn once from ``numpy.random.default_rng(seed)``
+    (the all-lower and all-upper corners first), the same on every call and machine."""
+    if n < 63 and (1 << n) <= limit:
+        return np.array([[(c >> k) & 1 for k in range(n)] for c in range(1 << n)], dtype=bool).reshape(1 << n, n)
+    rng = np.random.default_rng(seed)
+    drawn = rng.random((max(limit - 2, 0), n)) < 0.5
+    return np.vstack([np.zeros((1, n), dtype=bool), np.ones((1, n), dtype=bool), drawn])[:limit]

@@ -32,7 +32,7 @@ from onnx import numpy_helper
 
 from .errors import ModelImportError, ModelMismatchError
 from .ir import AffineNode, ControllerIR, InputNode, ReluNode
-from .numerics import matmul
+from .numerics import corner_signs, matmul
 
 #: Largest number of (flattened) network inputs the importer accepts.
 MAX_INPUTS = 4096
@@ -616,8 +616,9 @@ def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarr
                 n_points: int = 256, seed: int = 0, rtol: float = ORT_RTOL) -> float:
     """Compare the IR (float64) with onnxruntime (float32) inside the box [lo, hi].
 
-    Points: the box centre, all 2^n corners when n <= 8 (else none), then uniform
-    random points from ``numpy.random.default_rng(seed)`` up to ``n_points`` (>= 256).
+    Points: the box centre, the corners (all 2^n while they fill at most half of the
+    points, else that many drawn by :func:`~.numerics.corner_signs`: no cost 2^n), then
+    uniform random points from ``numpy.random.default_rng(seed)`` up to ``n_points`` (>= 256).
     A point fails when ``|ir - ort| > rtol * max(1, max|ort|)`` for any output.
 
     Returns:
@@ -644,12 +645,11 @@ def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path
         i = int(bad[0])
         raise ModelImportError(f"empty or inverted input box for input {i}: [{lo[i]}, {hi[i]}]", file=str(path))
     rng = np.random.default_rng(seed)
+    total = max(n_points, 256)
     pts = [(lo + hi) / 2]
-    if ir.n_inputs <= 8:
-        for k in range(2 ** ir.n_inputs):
-            bits = np.array([(k >> j) & 1 for j in range(ir.n_inputs)], dtype=bool)
-            pts.append(np.where(bits, hi, lo))
-    n_rand = max(n_points, 256) - len(pts)
+    # every corner while they take at most half of the points, else a fixed sample of them
+    pts.extend(np.where(corner_signs(ir.n_inputs, limit=total // 2), hi, lo))
+    n_rand = total - len(pts)
     pts.extend(lo + (hi - lo) * rng.random((n_rand, ir.n_inputs)))
     pts = np.asarray(np.asarray(pts, dtype=np.float32), dtype=np.float64)
     off = 0

@@ -561,3 +561,35 @@ def test_an_unusable_tool_stops_the_build_before_any_work(tmp_path):
     spec = load_spec(REFERENCE_SLA)
     assert "yosys" not in tools_needed(spec, BuildOptions(skip_rtl_proofs=True, skip_synth=True))
     assert tools_needed(spec, BuildOptions()) == ["verilator", "yosys", "iverilog", "vvp", "nextpnr-ice40"]
+
+
+def test_a_twelve_input_controller_imports_verifies_and_distills(tmp_path):
+    """12 one-bit inputs (4096 cells): the cross-check and the witness candidates no longer grow
+    as 2^n (an 8-input network failed at import before); every stage that runs passes and every
+    cell is decided (proven, or resolved with replayed witnesses)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    n = 12
+    inits = [numpy_helper.from_array(rng.normal(size=s).astype(np.float32), k)
+             for k, s in (("W1", (n, 16)), ("b1", (16,)), ("W2", (16, 3)), ("b2", (3,)))]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h1"]),
+         helper.make_node("Relu", ["h1"], ["r"]), helper.make_node("MatMul", ["r", "W2"], ["o"]),
+         helper.make_node("Add", ["o", "b2"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "n12.onnx"))
+    inputs = "\n".join(f"  - {{name: x{i}, min: 0.0, max: 1.0, bits: 1}}" for i in range(n))
+    (tmp_path / "n12.yaml").write_text(
+        "schema: mi-certify/v1\ncontroller: {name: ctl12, decode: argmax}\ninputs:\n" + inputs + "\n"
+        "actions:\n  - {name: a0, conservative: true}\n  - {name: a1}\n  - {name: a2}\n"
+        "fsm: {hysteresis: 2, cooldown: 3, violations_to_fallback: 3, recovery: 4}\n")
+    res = build(tmp_path / "n12.onnx", tmp_path / "n12.yaml", tmp_path / "out",
+                BuildOptions(skip_cosim=True, skip_synth=True))
+    s = res.summary
+    assert s["failed_stages"] == [] and s["skipped_stages"] == ["cosim", "hdl"], s["failed_stages"]
+    assert s["lut"]["cells"] == 4096 and s["lut"]["proven"] + s["lut"]["resolved"] == 4096
+    assert s["lut"]["fidelity"]["proven_agree"] == s["lut"]["fidelity"]["proven_points"]

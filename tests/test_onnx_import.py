@@ -195,3 +195,33 @@ def test_garbage_file_is_refused(tmp_path):
     path.write_bytes(b"\x00\x01not a model")
     with pytest.raises(ModelImportError, match="junk.onnx"):
         import_onnx(path)
+
+
+def _mlp(tmp_path, n_in: int, hidden: int = 16, n_out: int = 3, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h1"]),
+             helper.make_node("Relu", ["h1"], ["r"]), helper.make_node("MatMul", ["r", "W2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"])]
+    inits = [("W1", rng.normal(size=(n_in, hidden))), ("b1", rng.normal(size=hidden)),
+             ("W2", rng.normal(size=(hidden, n_out))), ("b2", rng.normal(size=n_out))]
+    return save_model(tmp_path, f"mlp{n_in}", nodes, [tensor("x", [1, n_in])], [tensor("y", [1, n_out])], inits)
+
+
+@pytest.mark.parametrize("n_in", [1, 7, 8, 12, 24, 200])
+def test_the_cross_check_takes_any_input_count(tmp_path, n_in):
+    """8 inputs and more failed with "negative dimensions" (the centre and 2^n corners did not fit
+    in 256 points); the corners are now all of them while they fill half the points, else a
+    fixed sample: 256 points whatever the input count."""
+    path = _mlp(tmp_path, n_in)
+    assert cross_check(import_onnx(path), path, np.zeros(n_in), np.ones(n_in)) < 1e-5
+
+
+def test_corner_sets_are_exhaustive_while_small_and_a_fixed_sample_beyond():
+    from mi_certify.generator.numerics import MAX_CORNERS, corner_signs
+    five = corner_signs(5)
+    assert five.shape == (32, 5) and len({tuple(r) for r in five}) == 32
+    assert [int("".join("1" if b else "0" for b in reversed(r)), 2) for r in five] == list(range(32))
+    big = corner_signs(24)
+    assert big.shape == (MAX_CORNERS, 24) and not big[0].any() and big[1].all()
+    assert np.array_equal(big, corner_signs(24)) and len({tuple(r) for r in big}) == MAX_CORNERS
+    assert corner_signs(0).shape == (1, 0)

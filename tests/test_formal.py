@@ -154,3 +154,29 @@ def test_a_latch_in_the_rtl_stops_the_formal_flow(tmp_path):
                  "always @(*) if (addr[0]) token = addr;\nendmodule\n")
     with pytest.raises(yosys.YosysError, match=r"\$dlatch"):
         yosys.smt2(v, "latchy")
+
+
+def test_a_lut_of_two_entries_that_differ_in_one_bit_is_proved(tmp_path):
+    """Yosys narrows ``lut_entry`` to its one varying bit (a Bool in SMT-LIB) when the entries
+    share their upper bits; the proofs read the design again with the wire kept (it raised a
+    Z3 sort error before)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.array([[-1.0, 1.0, 0.0, 0.0]], dtype=np.float32), "W")
+    b = numpy_helper.from_array(np.array([0.5, -0.4, -5.0, -5.0], dtype=np.float32), "b")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "four.onnx"))
+    (tmp_path / "four.yaml").write_text(
+        "schema: mi-certify/v1\ncontroller: {name: four, decode: argmax}\n"
+        "inputs:\n  - {name: x, min: 0.0, max: 1.0, bits: 1}\n"
+        "actions:\n  - {name: a0, conservative: true}\n  - {name: a1}\n  - {name: a2}\n  - {name: a3}\n"
+        "fsm: {hysteresis: 1, cooldown: 0, violations_to_fallback: 1, recovery: 1}\n")
+    res = build(tmp_path / "four.onnx", tmp_path / "four.yaml", tmp_path / "out",
+                BuildOptions(skip_cosim=True, skip_synth=True, skip_lint=True))
+    assert (tmp_path / "out" / "lut.hex").read_text().split() == ["80", "81"]   # a0 and a1, both confident
+    assert res.summary["rtl_proofs"] and set(res.summary["rtl_proofs"].values()) == {"proved"}
+    assert "; yosys-smt2-wire lut_entry 3\n" in (tmp_path / "out" / "proofs" / "rtl" / "design.smt2").read_text()

@@ -84,7 +84,8 @@ def _rerun(c: Checker, ev: CheckContext, o: dict, z3) -> str | tuple[str, str]:
     if o.get("kind") == "exhaustive":  # the RTL's LUT, evaluated again at every address
         from mi_certify.verification.rtl_formal import lut_table, yosys_smt2
         spec = ev.spec
-        ob = lut_table(yosys_smt2(p, spec.module_name), spec.module_name, bytes(ev.lut_hex()),
+        ob = lut_table(yosys_smt2(p, spec.module_name, entry_bits=spec.token_bits + 1), spec.module_name,
+                       bytes(ev.lut_hex()),
                        spec.address_bits, spec.token_bits)
         require(ob.verdict == o["verdict"], f"re-evaluation gives {ob.verdict}: {ob.detail}")
         return f"{ob.detail} (recorded {o['verdict']})"

@@ -47,11 +47,17 @@ REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "
 AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
 
 
-def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
+def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0, entry_bits: int | None = None) -> str:
     """SMT-LIB 2 of the design (Yosys ``prep`` steps; ``write_smt2 -wires``): :func:`.yosys.smt2`,
-    script ``templates/yosys/smt2.ys.j2``. Raises RuntimeError (:class:`.yosys.YosysError`:
-    Yosys missing or too old, failed, or timed out)."""
-    return yosys.smt2(verilog, top, timeout_s)
+    script ``templates/yosys/smt2.ys.j2``. When the LUT's entries share constant upper bits
+    (e.g. two entries that differ in one bit), Yosys narrows ``lut_entry`` below its declared
+    ``entry_bits`` (even to a Bool): the design is then read again with that wire kept, so the
+    proofs see the whole entry. Raises RuntimeError (:class:`.yosys.YosysError`: Yosys missing
+    or too old, failed, or timed out)."""
+    design = yosys.smt2(verilog, top, timeout_s)
+    if entry_bits is not None and f"; yosys-smt2-wire lut_entry {entry_bits}\n" not in design:
+        design = yosys.smt2(verilog, top, timeout_s, keep=("lut_entry",))
+    return design
 
 
 def cut_lut(design: str, top: str) -> str:
@@ -179,7 +185,7 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
     cfg, masks, bits, token_bits, lut = (machine.config, list(machine.masks), list(machine.input_bits),
                                          machine.token_bits, machine.table)
     t0 = time.monotonic()
-    design = yosys_smt2(verilog, top)
+    design = yosys_smt2(verilog, top, entry_bits=token_bits + 1)
     rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits, reset_port, reset_active_low)
     ref = FsmModel(cfg, masks, alphabet)
     tw = token_bits

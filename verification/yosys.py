@@ -99,14 +99,16 @@ def cell_stats(sources: list[str], top: str, cwd: Path, timeout_s: float, target
     return stat_cells(out, top)
 
 
-def smt2(verilog: Path, top: str, timeout_s: float = 600.0) -> str:
+def smt2(verilog: Path, top: str, timeout_s: float = 600.0, keep: tuple[str, ...] = ()) -> str:
     """SMT-LIB 2 of module ``top`` of ``verilog`` (templates/yosys/smt2.ys.j2: the ``prep`` steps
     with ``proc -norom``, no latch, ``memory_map``, ``async2sync``, ``dffunmap``, ``check -assert``,
-    ``write_smt2 -wires``), run beside the file. Raises YosysError (``"yosys failed: <last 400
+    ``write_smt2 -wires``), run beside the file; ``keep``: wires kept at their declared width
+    (``setattr -set keep``: Yosys otherwise narrows a wire whose upper bits are constant). Raises YosysError (``"yosys failed: <last 400
     characters of its log>"`` also when Yosys exits 0 but writes no file)."""
     with tempfile.TemporaryDirectory(prefix="mi-certify-yosys-") as work:
         out = Path(work) / "design.smt2"
-        proc = _run("smt2", verilog.resolve().parent, timeout_s, source=verilog.name, top=top, out=str(out))
+        proc = _run("smt2", verilog.resolve().parent, timeout_s, source=verilog.name, top=top, out=str(out),
+                    keep=list(keep))
         if proc.returncode != 0 or not out.exists():
             log = (proc.stderr or proc.stdout).strip()
             raise YosysError(f"yosys failed: {log[-400:]}", log=log)

@@ -14,7 +14,11 @@ Unsqueeze ``axes``: attribute before opset 13, input from 13).
 
 Supported: Gemm, MatMul, Relu, Add, Sub, Mul, Div (by a constant), Neg, Flatten,
 Reshape (0 = copy, -1 = infer), Squeeze, Unsqueeze, Transpose, Identity, Constant,
-and the constant-only shape operators Shape, Gather, Concat, Cast. Anything else is
+and the constant-only shape operators Shape, Gather, Concat, Cast. Exporter idioms, exact
+as ReLU combinations or folded constants: LeakyRelu and PRelu (constant slopes:
+slope·x + (1 − slope)·relu(x)), Abs (2·relu(x) − x), Clip with constant bounds (ReLU6,
+Hardtanh: lo + relu(x − lo), then hi − relu(hi − ·)), Max / Min of tensors (y + relu(x − y)),
+Dropout (inference: identity), BatchNormalization (inference: folded into an affine map). Anything else is
 refused with a ``ModelImportError`` naming file, node and reason.
 
 Symbolic (or zero) leading dimensions are bound to 1 and reported in ``ir.notes``.
@@ -290,13 +294,104 @@ class _Importer:
                 return np.asarray(attrs[key], dtype=dtype)
         raise self.fail(f"Constant with attributes {sorted(attrs)} is not supported")
 
-    def op_Relu(self, a, attrs):
-        x = a[0]
-        if not _is_lin(x):
-            return np.maximum(x, 0)
+    def relu(self, x: _Lin) -> _Lin:
+        """max(x, 0) of an expression: materialised operand, one ReluNode."""
         src = self.materialize(x)
         self.nodes.append(ReluNode(src, self.nodes[src].size))
         return self.node_lin(len(self.nodes) - 1, x.shape)
+
+    def op_Relu(self, a, attrs):
+        x = a[0]
+        return self.relu(x) if _is_lin(x) else np.maximum(x, 0)
+
+    # piecewise-linear activations, exact as ReLU combinations (ONNX operator specification)
+    def _leaky(self, x, slope):
+        """x where x >= 0, slope·x below: slope·x + (1 − slope)·relu(x) (any slope)."""
+        slope = np.asarray(slope, dtype=np.float64)
+        if not _is_lin(x):
+            return np.where(np.asarray(x) >= 0, x, slope * np.asarray(x))
+        shape = tuple(np.broadcast_shapes(x.shape, slope.shape))
+        x = self.lin_broadcast(x, shape)
+        return self.lin_add(self.lin_scale(x, slope), self.lin_scale(self.relu(x), 1.0 - slope))
+
+    def op_LeakyRelu(self, a, attrs):
+        return self._leaky(a[0], float(attrs.get("alpha", 0.01)))
+
+    def op_PRelu(self, a, attrs):
+        return self._leaky(a[0], self.const(self.current_input(1), "PRelu slope"))
+
+    def op_Abs(self, a, attrs):
+        x = a[0]
+        if not _is_lin(x):
+            return np.abs(x)
+        return self.lin_add(self.lin_scale(self.relu(x), 2.0), x, -1.0)        # 2·relu(x) − x
+
+    def op_Clip(self, a, attrs):
+        x = a[0]
+        if self.opset >= 11:
+            lo = self.const(self.current_input(1), "Clip min") if len(a) > 1 and a[1] is not None else None
+            hi = self.const(self.current_input(2), "Clip max") if len(a) > 2 and a[2] is not None else None
+        else:
+            lo, hi = attrs.get("min"), attrs.get("max")
+        if not _is_lin(x):
+            return np.clip(x, lo, hi)
+        # a bound at or beyond float32's largest value (what exporters write for "none") is no bound:
+        # lo + relu(x − lo) would lose x to rounding there
+        lo = None if lo is None or not abs(float(lo)) < 3.4e38 else float(lo)
+        hi = None if hi is None or not abs(float(hi)) < 3.4e38 else float(hi)
+        if lo is not None and hi is not None and float(lo) > float(hi):
+            return self.lin_add(self.lin_scale(x, 0.0), float(hi))     # ONNX: min > max gives max everywhere
+        y = x
+        if lo is not None:                                                 # lo + relu(x − lo)
+            y = self.lin_add(self.relu(self.lin_add(y, float(lo), -1.0)), float(lo))
+        if hi is not None:                                                 # hi − relu(hi − y)
+            y = self.lin_add(float(hi), self.relu(self.lin_add(float(hi), y, -1.0)), -1.0)
+        return y
+
+    def _max2(self, x, y, take_max: bool):
+        if not _is_lin(x) and not _is_lin(y):
+            return np.maximum(x, y) if take_max else np.minimum(x, y)
+        d = self.lin_add(x, y, -1.0)
+        if not _is_lin(d):
+            d = self.lin_add(self.lin_scale(x if _is_lin(x) else y, 0.0), d)
+        r = self.relu(d)                                                   # relu(x − y)
+        return self.lin_add(y, r) if take_max else self.lin_add(x, r, -1.0)  # y + relu(x−y) | x − relu(x−y)
+
+    def op_Max(self, a, attrs):
+        out = a[0]
+        for v in a[1:]:
+            out = self._max2(out, v, True)
+        return out
+
+    def op_Min(self, a, attrs):
+        out = a[0]
+        for v in a[1:]:
+            out = self._max2(out, v, False)
+        return out
+
+    def op_Dropout(self, a, attrs):
+        """Inference: the identity (ONNX Dropout with training_mode false or absent)."""
+        if len(a) > 2 and a[2] is not None and bool(np.asarray(self.const(self.current_input(2),
+                                                                         "Dropout training_mode")).reshape(-1)[0]):
+            raise self.fail("Dropout in training mode is random; export the model for inference")
+        return a[0]
+
+    def op_BatchNormalization(self, a, attrs):
+        """Inference form, folded: scale·(x − mean)/sqrt(var + epsilon) + B along axis 1."""
+        if int(attrs.get("training_mode", 0)):
+            raise self.fail("BatchNormalization in training mode; export the model for inference")
+        x = a[0]
+        scale, bias, mean, var = (np.asarray(self.const(self.current_input(k), f"BatchNormalization input {k}"),
+                                             dtype=np.float64).reshape(-1) for k in (1, 2, 3, 4))
+        shape = self.shape_of(x)
+        if len(shape) < 2 or not scale.size == bias.size == mean.size == var.size == shape[1]:
+            raise self.fail(f"BatchNormalization over {shape[1] if len(shape) > 1 else '?'} channels with "
+                            f"parameters of {scale.size}")
+        s = scale / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))
+        per = (-1,) + (1,) * (len(shape) - 2)
+        if not _is_lin(x):
+            return np.asarray(x) * s.reshape(per) + (bias - mean * s).reshape(per)
+        return self.lin_add(self.lin_scale(x, s.reshape(per)), (bias - mean * s).reshape(per))
 
     def op_Add(self, a, attrs):
         return self.lin_add(a[0], a[1], 1.0)

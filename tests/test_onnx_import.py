@@ -225,3 +225,49 @@ def test_corner_sets_are_exhaustive_while_small_and_a_fixed_sample_beyond():
     assert big.shape == (MAX_CORNERS, 24) and not big[0].any() and big[1].all()
     assert np.array_equal(big, corner_signs(24)) and len({tuple(r) for r in big}) == MAX_CORNERS
     assert corner_signs(0).shape == (1, 0)
+
+
+def _one_op(tmp_path, name, node, extra_inits=(), n=6, opset=13):
+    """x (1, n) → W (n × n affine) → node → y: the idiom after a layer, as exporters emit it."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]), node]
+    inits = [("W", rng.normal(size=(n, n)) * 2), ("b", rng.normal(size=n)), *extra_inits]
+    return save_model(tmp_path, name, nodes, [tensor("x", [1, n])], [tensor("y", [1, n])], inits, opset=opset)
+
+
+@pytest.mark.parametrize("name, node, inits, opset", [
+    ("leaky", helper.make_node("LeakyRelu", ["a"], ["y"], alpha=0.1), (), 13),
+    ("leaky_default", helper.make_node("LeakyRelu", ["a"], ["y"]), (), 13),
+    ("prelu", helper.make_node("PRelu", ["a", "slope"], ["y"]), (("slope", [0.25, -0.5, 0.0, 1.0, 2.0, 0.1]),), 13),
+    ("abs", helper.make_node("Abs", ["a"], ["y"]), (), 13),
+    ("relu6", helper.make_node("Clip", ["a", "lo", "hi"], ["y"]), (("lo", 0.0), ("hi", 6.0)), 13),
+    ("hardtanh", helper.make_node("Clip", ["a", "lo", "hi"], ["y"]), (("lo", -1.0), ("hi", 1.0)), 13),
+    ("clip_min_only", helper.make_node("Clip", ["a", "lo"], ["y"]), (("lo", 0.5),), 13),
+    ("clip_attrs", helper.make_node("Clip", ["a"], ["y"], min=-0.5, max=0.75), (), 10),
+    ("max_two", helper.make_node("Max", ["a", "x"], ["y"]), (), 13),
+    ("min_two", helper.make_node("Min", ["a", "x"], ["y"]), (), 13),
+    ("max_const", helper.make_node("Max", ["a", "c"], ["y"]), (("c", [0.1, -0.2, 0.3, 0.0, 1.0, -1.0]),), 13),
+    ("dropout", helper.make_node("Dropout", ["a"], ["y"]), (), 13),
+    ("batchnorm", helper.make_node("BatchNormalization", ["a", "s", "bb", "m", "v"], ["y"], epsilon=1e-3),
+     (("s", [1.0, 2.0, 0.5, -1.0, 3.0, 1.5]), ("bb", [0.0, 1.0, -1.0, 0.5, 0.2, 0.0]),
+      ("m", [0.1, -0.2, 0.3, 0.0, 1.0, 2.0]), ("v", [1.0, 0.5, 2.0, 4.0, 0.25, 1.0])), 13),
+])
+def test_exporter_idioms_import_exactly(tmp_path, name, node, inits, opset):
+    """Each idiom is exact in the affine + ReLU IR (a ReLU combination or a folded constant):
+    the IR equals onnxruntime at 256 points of the box, corners included."""
+    path = _one_op(tmp_path, name, node, inits, opset=opset)
+    ir = import_onnx(path)
+    assert cross_check(ir, path, -2 * np.ones(6), 2 * np.ones(6)) < 1e-5
+    x = np.linspace(-2, 2, 6)
+    np.testing.assert_allclose(ir.evaluate(x[None])[0], evaluate_onnxruntime(path, x[None])[0], atol=1e-5)
+
+
+def test_dropout_in_training_mode_is_refused_by_name(tmp_path):
+    path = _one_op(tmp_path, "dropout_train", helper.make_node("Dropout", ["a", "r", "t"], ["y"]),
+                   (("r", 0.5),), opset=13)
+    import onnx
+    m = onnx.load(str(path))
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.array(True), "t"))
+    onnx.save(m, str(path))
+    with pytest.raises(ModelImportError, match="training mode"):
+        import_onnx(path)

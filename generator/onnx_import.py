@@ -18,7 +18,8 @@ and the constant-only shape operators Shape, Gather, Concat, Cast. Exporter idio
 as ReLU combinations or folded constants: LeakyRelu and PRelu (constant slopes:
 slope·x + (1 − slope)·relu(x)), Abs (2·relu(x) − x), Clip with constant bounds (ReLU6,
 Hardtanh: lo + relu(x − lo), then hi − relu(hi − ·)), Max / Min of tensors (y + relu(x − y)),
-Dropout (inference: identity), BatchNormalization (inference: folded into an affine map). Anything else is
+Dropout (inference: identity), BatchNormalization (inference: folded into an affine map),
+Concat and Split of variable tensors (exact rearrangements). Anything else is
 refused with a ``ModelImportError`` naming file, node and reason.
 
 Symbolic (or zero) leading dimensions are bound to 1 and reported in ``ir.notes``.
@@ -538,11 +539,55 @@ class _Importer:
             raise self.fail("Gather on a variable tensor is not supported")
         return np.take(np.asarray(a[0]), np.asarray(a[1]), axis=int(attrs.get("axis", 0)))
 
+    def lin_stack(self, parts: list) -> tuple[_Lin, list[np.ndarray]]:
+        """All ``parts`` (expressions or constants) as one flat expression, and per part the
+        indices of its entries in it (shaped like the part): for Concat and Split."""
+        total = sum(int(np.prod(self.shape_of(v), dtype=np.int64)) for v in parts)
+        terms: dict[int, np.ndarray] = {}
+        bias = np.zeros(total)
+        idx, off = [], 0
+        for v in parts:
+            n = int(np.prod(self.shape_of(v), dtype=np.int64))
+            if _is_lin(v):
+                for src, m in v.terms.items():
+                    if src not in terms:
+                        terms[src] = np.zeros((total, m.shape[1]))
+                    terms[src][off:off + n] = m
+                bias[off:off + n] = v.bias
+            else:
+                bias[off:off + n] = np.asarray(v, dtype=np.float64).reshape(-1)
+            idx.append(off + np.arange(n, dtype=np.int64).reshape(self.shape_of(v)))
+            off += n
+        return _Lin((total,), terms, bias), idx
+
     def op_Concat(self, a, attrs):
-        if any(_is_lin(v) for v in a):
-            raise self.fail("Concat of variable tensors is not supported")
-        return np.concatenate([np.asarray(v).reshape(-1) if np.ndim(v) == 0 else np.asarray(v) for v in a],
-                              axis=int(attrs["axis"]))
+        axis = int(attrs["axis"])
+        if not any(_is_lin(v) for v in a):
+            return np.concatenate([np.asarray(v).reshape(-1) if np.ndim(v) == 0 else np.asarray(v) for v in a],
+                                  axis=axis)
+        stacked, idx = self.lin_stack(a)                   # variable tensors: an exact rearrangement
+        return self.lin_take(stacked, np.concatenate(idx, axis=axis))
+
+    def op_Split(self, a, attrs):
+        x = a[0]
+        shape = self.shape_of(x)
+        axis = int(attrs.get("axis", 0))
+        axis += len(shape) if axis < 0 else 0
+        if self.opset >= 13 and len(a) > 1 and a[1] is not None:
+            sizes = [int(v) for v in self.const(self.current_input(1), "Split sizes").reshape(-1)]
+        elif "split" in attrs:
+            sizes = [int(v) for v in attrs["split"]]
+        else:
+            k = len(self._current.output)
+            if shape[axis] % k:
+                raise self.fail(f"Split of {shape[axis]} into {k} equal parts")
+            sizes = [shape[axis] // k] * k
+        if sum(sizes) != shape[axis]:
+            raise self.fail(f"Split sizes {sizes} do not add up to dimension {shape[axis]}")
+        cuts = np.cumsum(sizes)[:-1]
+        if not _is_lin(x):
+            return list(np.split(np.asarray(x), cuts, axis=axis))
+        return [self.lin_take(x, part) for part in np.split(self.lin_index(x), cuts, axis=axis)]
 
     def op_Cast(self, a, attrs):
         if _is_lin(a[0]):

@@ -271,3 +271,24 @@ def test_dropout_in_training_mode_is_refused_by_name(tmp_path):
     onnx.save(m, str(path))
     with pytest.raises(ModelImportError, match="training mode"):
         import_onnx(path)
+
+
+def test_concat_of_two_graph_inputs_and_split_of_a_layer_import_exactly(tmp_path):
+    """Two inputs concatenated (sensor groups), a layer split and re-joined around a ReLU."""
+    rng = np.random.default_rng(11)
+    nodes = [helper.make_node("Concat", ["u", "v"], ["x"], axis=1),
+             helper.make_node("MatMul", ["x", "W"], ["h"]),
+             helper.make_node("Split", ["h", "sizes"], ["h1", "h2"], axis=1),
+             helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("Concat", ["h2", "r1", "c"], ["j"], axis=1),
+             helper.make_node("MatMul", ["j", "W2"], ["y"])]
+    inits = [("W", rng.normal(size=(5, 6))), ("W2", rng.normal(size=(7, 3))), ("c", [[0.5]])]
+    path = save_model(tmp_path, "concat_split", nodes, [tensor("u", [1, 2]), tensor("v", [1, 3])],
+                      [tensor("y", [1, 3])], inits)
+    import onnx
+    m = onnx.load(str(path))
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.array([4, 2], dtype=np.int64), "sizes"))
+    onnx.save(m, str(path))
+    ir = import_onnx(path)
+    assert ir.n_inputs == 5 and ir.n_relus == 4
+    assert cross_check(ir, path, -2 * np.ones(5), 2 * np.ones(5)) < 1e-5

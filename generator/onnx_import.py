@@ -46,6 +46,16 @@ ORT_RTOL = 1e-5
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
+#: What to do instead, for operators exporters often emit that the IR does not hold (yet).
+_HINTS = {
+    "Softmax": ": export the logits (the layer before it): decode argmax/argmin is the same on them, and "
+               "sla.yaml confidence: softmax computes the probabilities from them",
+    "LogSoftmax": ": export the logits (the layer before it): decode argmax/argmin is the same on them",
+    "Sigmoid": ": as the last layer, export the layer before it (sigmoid is monotone: the decoded action is the "
+               "same); as a hidden layer it is not piecewise linear",
+    "Tanh": ": not piecewise linear; train the controller with ReLU (mi-certify train does)",
+}
+
 
 @dataclass(frozen=True)
 class _Lin:
@@ -247,10 +257,14 @@ class _Importer:
             label = f"'{node.name}'" if node.name else f"#{i}"
             self.node_desc = f"node {label} ({node.op_type})"
             if node.domain not in _DEFAULT_DOMAINS:
-                raise self.fail(f"operator domain '{node.domain}' is not supported")
+                hint = (" (scikit-learn exports through skl2onnx: export the MLP's layers without the ai.onnx.ml "
+                        "classifier head, e.g. skl2onnx options {'zipmap': False} and the raw scores)"
+                        if node.domain == "ai.onnx.ml" else "")
+                raise self.fail(f"operator domain '{node.domain}' ({node.op_type}) is not supported{hint}")
             handler = getattr(self, f"op_{node.op_type}", None)
             if handler is None:
-                raise self.fail(f"operator {node.op_type} is not supported (supported: {', '.join(supported_ops())})")
+                raise self.fail(f"operator {node.op_type} is not supported{_HINTS.get(node.op_type, '')} "
+                                f"(supported: {', '.join(supported_ops())})")
             self._current = node
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             args = [self.get(n) for n in node.input]

@@ -292,3 +292,12 @@ def test_concat_of_two_graph_inputs_and_split_of_a_layer_import_exactly(tmp_path
     ir = import_onnx(path)
     assert ir.n_inputs == 5 and ir.n_relus == 4
     assert cross_check(ir, path, -2 * np.ones(5), 2 * np.ones(5)) < 1e-5
+
+
+@pytest.mark.parametrize("op, words", [("Softmax", "export the logits"), ("Sigmoid", "monotone"),
+                                        ("Tanh", "not piecewise linear")])
+def test_an_activation_outside_the_ir_is_refused_with_what_to_do(tmp_path, op, words):
+    path = _one_op(tmp_path, op.lower(), helper.make_node(op, ["a"], ["y"]))
+    with pytest.raises(ModelImportError, match=words) as err:
+        import_onnx(path)
+    assert f"operator {op} is not supported" in str(err.value)

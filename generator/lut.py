@@ -85,10 +85,24 @@ class LutFsmArtefact:
     def __post_init__(self):
         """Own read-only copies of the arrays (so :attr:`sha256` cannot change); raises
         ValueError when the table is not 2^address_bits entries or holds an undeclared token."""
+        if any(int(b) < 1 for b in self.input_bits) or not 1 <= self.config.n_actions <= 128:
+            raise ValueError(f"LUT-FSM input bits {tuple(self.input_bits)} / {self.config.n_actions} actions: each "
+                             "input needs at least 1 bit, and 1 to 128 actions fit the entry format")
+        if len(self.actions) != self.config.n_actions or self.token_bits < (self.config.n_actions - 1).bit_length():
+            raise ValueError(f"LUT-FSM has {len(self.actions)} action names and {self.token_bits}-bit tokens for "
+                             f"{self.config.n_actions} actions")
         n = 1 << sum(self.input_bits)
-        arrays = {"tokens": np.array(self.tokens, dtype=np.uint8), "confident": np.array(self.confident, dtype=bool)}
+        tokens, confident = np.asarray(self.tokens), np.asarray(self.confident)
+        if tokens.dtype.kind not in "iub" or (tokens.size and (int(tokens.min()) < 0)):
+            raise ValueError(f"LUT-FSM tokens must be non-negative integers (got {tokens.dtype})")
+        if confident.dtype.kind not in "iub" or (confident.size and not np.isin(confident, (0, 1)).all()):
+            raise ValueError("LUT-FSM confident bits must be booleans (0 or 1)")
+        arrays = {"tokens": tokens.astype(np.uint8) if tokens.size and int(tokens.max()) < 256 else tokens,
+                  "confident": confident.astype(bool)}
         if self.status is not None:
             arrays["status"] = np.array(self.status, dtype=object)
+            if not set(np.unique(arrays["status"]).tolist()) <= {SAMPLED, PROVEN, RESOLVED}:
+                raise ValueError(f"LUT-FSM cell status must be {SAMPLED}, {PROVEN} or {RESOLVED}")
         for name, a in arrays.items():
             if a.shape != (n,):
                 raise ValueError(f"LUT-FSM {name} has shape {a.shape}, not ({n},) for {sum(self.input_bits)} "

@@ -130,20 +130,49 @@ def _is_previous_build(out: Path) -> bool:
     return all(sha256_file(out / rel) == digest for rel, digest in files.items() if (out / rel).is_file())
 
 
+#: Staging directories this process is building in: path -> fd holding an exclusive flock on it.
+_STAGING_LOCKS: dict[str, int] = {}
+
+
+def _lock_stage(stage: Path) -> None:
+    """Hold an exclusive flock on the staging directory while this build lives (the kernel drops it
+    when the process dies, however): how a later build tells a dead build's directory from a live one."""
+    import fcntl
+    fd = os.open(stage, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _STAGING_LOCKS[str(stage)] = fd
+
+
+def _unlock_stage(stage: Path) -> None:
+    fd = _STAGING_LOCKS.pop(str(stage), None)
+    if fd is not None:
+        os.close(fd)
+
+
 def _remove_abandoned_stages(out: Path) -> None:
-    """Remove staging directories of earlier builds into ``out`` whose process is gone (a build
-    killed with SIGKILL cannot remove its own): ``.<name>.partial-<pid>-*`` with no live <pid>."""
-    for old in out.parent.glob(f".{out.name}.partial-*"):
-        pid = old.name[len(f".{out.name}.partial-"):].split("-", 1)[0]
-        if not pid.isdigit() or not old.is_dir():
+    """Remove staging directories of earlier builds into ``out`` that no live build holds (a build
+    killed with SIGKILL cannot remove its own): ``.<name>.partial-<pid>-<random>`` directories (not
+    links) whose flock can be taken. A live build, in any PID namespace on this file system,
+    holds its lock."""
+    import fcntl
+    import re
+    pattern = re.compile(r"\.%s\.partial-\d+-[A-Za-z0-9_]+" % re.escape(out.name))
+    for old in out.parent.iterdir():
+        if not pattern.fullmatch(old.name) or old.is_symlink() or not old.is_dir():
             continue
         try:
-            os.kill(int(pid), 0)
-            continue  # that build is still running
-        except ProcessLookupError:
-            shutil.rmtree(old, ignore_errors=True)
-        except PermissionError:  # someone else's live process
+            fd = os.open(old, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
             continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: that build is alive
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _prepare_out(out: Path) -> Path:
@@ -159,6 +188,7 @@ def _prepare_out(out: Path) -> Path:
         _remove_abandoned_stages(out)
         stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
         stage.chmod(0o755)
+        _lock_stage(stage)
         return stage
     except OSError as exc:
         raise BuildError(f"cannot create the output directory: {exc.strerror or exc}", file=str(out)) from None
@@ -265,6 +295,8 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
     except BaseException:
         shutil.rmtree(stage_dir, ignore_errors=True)
         raise
+    finally:
+        _unlock_stage(stage_dir)
     return BuildResult(summary["status"], out.resolve(), summary, ctx.times, list(ctx.results.values()))
 
 

@@ -593,3 +593,27 @@ def test_a_twelve_input_controller_imports_verifies_and_distills(tmp_path):
     assert s["failed_stages"] == [] and s["skipped_stages"] == ["cosim", "hdl"], s["failed_stages"]
     assert s["lut"]["cells"] == 4096 and s["lut"]["proven"] + s["lut"]["resolved"] == 4096
     assert s["lut"]["fidelity"]["proven_agree"] == s["lut"]["fidelity"]["proven_points"]
+
+
+def test_a_live_builds_staging_directory_is_never_removed(tmp_path):
+    """Only staging directories no live build holds (flock) are removed; names with glob
+    characters and look-alike names of other outputs are left alone."""
+    from mi_certify.generator import pipeline
+    live = tmp_path / ".b1.partial-999999-live"
+    live.mkdir()
+    pipeline._lock_stage(live)                       # a live build (its pid says nothing: other namespace)
+    dead = tmp_path / ".b1.partial-1-dead"
+    dead.mkdir()
+    other = tmp_path / ".b1.partial-999999-x.partial-1-y"    # staging of output "b1.partial-999999-x"
+    other.mkdir()
+    globby = tmp_path / ".b[12].partial-1-zz"
+    globby.mkdir()
+    try:
+        pipeline._remove_abandoned_stages(tmp_path / "b1")
+        assert live.is_dir() and other.is_dir() and globby.is_dir() and not dead.exists()
+        pipeline._remove_abandoned_stages(tmp_path / "b[12]")
+        assert not globby.exists() and live.is_dir()
+    finally:
+        pipeline._unlock_stage(live)
+    pipeline._remove_abandoned_stages(tmp_path / "b1")
+    assert not live.exists() and other.is_dir()

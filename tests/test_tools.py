@@ -252,3 +252,39 @@ def test_a_sigkilled_parent_takes_the_tools_own_children_with_it(tmp_path):
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_a_tool_whose_version_command_fails_has_no_version(tmp_path, monkeypatch):
+    """A yosys that cannot start (a missing shared library: exit 127, a path with numbers in its
+    message) must not pass the minimum-version check on those numbers."""
+    broken = _fake(tmp_path, "yosys", "")
+    broken.write_text("#!/bin/sh\necho 'yosys: error while loading shared libraries: libboost_filesystem.so.1.74.0' >&2"
+                      "\nexit 127\n")
+    monkeypatch.setenv("MI_CERTIFY_YOSYS", str(broken))
+    tools._version_line.cache_clear()
+    with pytest.raises(ToolMissingError, match="cannot read a version"):
+        tools.require_tool("yosys")
+    assert tools.tool_version("yosys").startswith("error: exit 127")
+
+
+_GUARDIAN_KILLED = """
+import sys
+from pathlib import Path
+from mi_certify.verification import tools
+out = Path(sys.argv[1])
+tools.run(["true"], timeout=30)          # starts the guardian
+tools._GUARDIAN[0].kill()                # it dies: the next start must bring a new one
+tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"], timeout=60)
+"""
+
+
+def test_a_dead_guardian_is_replaced(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", _GUARDIAN_KILLED, str(tmp_path)], start_new_session=True)
+    try:
+        pids = [int(x) for x in _wait_for(tmp_path / "pids").split()]
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        assert _gone(pids, 5), "the tool's child outlived the build after the guardian was replaced"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)

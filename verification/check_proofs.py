@@ -83,6 +83,8 @@ def _rerun(c: Checker, ev: CheckContext, o: dict, z3) -> str | tuple[str, str]:
     require(o["evidence"] in c.manifest["files"], f"{o['evidence']} is not hashed in manifest.json")
     if o.get("kind") == "exhaustive":  # the RTL's LUT, evaluated again at every address
         from mi_certify.verification.rtl_formal import lut_table, yosys_smt2
+        if why_unavailable("yosys"):
+            return SKIP, f"yosys is {why_unavailable('yosys')}"
         spec = ev.spec
         ob = lut_table(yosys_smt2(p, spec.module_name, entry_bits=spec.token_bits + 1), spec.module_name,
                        bytes(ev.lut_hex()),

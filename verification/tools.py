@@ -146,6 +146,8 @@ def _version_line(exe: str, args: tuple[str, ...]) -> str:
     except (OSError, subprocess.SubprocessError) as exc:
         return f"error: {exc}"
     text = (out.stdout or out.stderr).strip().splitlines()
+    if out.returncode != 0:  # a tool that cannot start (missing library, wrong binary) has no version
+        return f"error: exit {out.returncode}" + (f": {text[0].strip()}" if text else "")
     return text[0].strip() if text else "unknown"
 
 
@@ -163,6 +165,8 @@ def tool_version(name: str) -> str:
 
 
 def _version_tuple(text: str) -> tuple[int, ...] | None:
+    if text.startswith(("error:", "unknown", "not found")):
+        return None
     m = _VERSION_NUMBER.search(text)
     return tuple(int(x) for x in m.group(0).split(".")) if m else None
 
@@ -326,21 +330,56 @@ def _guard(pgid: int, live: bool) -> None:
         if not _GUARDIAN:
             if not live:
                 return
-            r, w = os.pipe()
-            try:
-                proc = subprocess.Popen([sys.executable, "-S", "-I", "-c", _GUARDIAN_CODE], stdin=r,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True, close_fds=True)
-            except OSError:
-                os.close(w)
-                return
-            finally:
-                os.close(r)
-            _GUARDIAN[:] = [proc, w, os.getpid()]
+            _start_guardian()
+            return
         try:
             os.write(_GUARDIAN[1], f"{'+' if live else '-'}{pgid}\n".encode())
+        except OSError:  # full (the guardian is stopped) or closed (it died): a new one gets the whole list
+            _start_guardian()
+
+
+def _start_guardian() -> None:
+    """(Re)start the guardian and hand it every live group (caller holds _LIVE_LOCK). The write
+    end is non-blocking: a guardian that stops reading never blocks a tool start."""
+    if _GUARDIAN:
+        old, w, _ = _GUARDIAN
+        os.close(w)
+        old.kill()
+        old.wait()
+        _GUARDIAN.clear()
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-S", "-I", "-c", _GUARDIAN_CODE], stdin=r,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    except OSError:
+        os.close(w)
+        return
+    finally:
+        os.close(r)
+    os.set_blocking(w, False)
+    _GUARDIAN[:] = [proc, w, os.getpid()]
+    try:
+        os.write(w, "".join(f"+{g}\n" for g in sorted(_LIVE)).encode())
+    except OSError:
+        pass
+
+
+def _forget_in_child() -> None:
+    """After os.fork(), in the child: the parent's children and guardian are not ours (our exit
+    must not kill them, and the inherited pipe end must not keep the parent's guardian waiting)."""
+    global _LIVE_LOCK
+    _LIVE_LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
+    _LIVE.clear()
+    if _GUARDIAN:
+        try:
+            os.close(_GUARDIAN[1])
         except OSError:
             pass
+        _GUARDIAN.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:

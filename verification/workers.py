@@ -21,6 +21,7 @@ import atexit
 import os
 import pickle
 import signal
+import sys
 from typing import Callable, Sequence
 
 from .tools import die_with_parent
@@ -52,6 +53,9 @@ def _kill_at_exit() -> None:
         _stop(p)
 
 
+os.register_at_fork(after_in_child=_LIVE.clear)  # a forked child's exit must not kill our workers
+
+
 def _stop(proc) -> None:
     from .tools import kill_group
     kill_group(proc)
@@ -64,7 +68,10 @@ def _serve(conn_in, conn_out, parent_pid: int | None) -> None:
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        fn = conn_in.recv()
+        try:
+            fn = conn_in.recv()
+        except Exception:  # noqa: BLE001 - fn not importable here (e.g. defined in __main__): the caller
+            sys.exit(3)    # sees the worker end (WorkersLost) and computes itself
         while True:
             item = conn_in.recv()
             if item is None:
@@ -72,7 +79,7 @@ def _serve(conn_in, conn_out, parent_pid: int | None) -> None:
             try:
                 out = (True, fn(item[1]))
             except Exception as exc:  # noqa: BLE001 - raised again in the parent
-                out = (False, exc)
+                out = (False, exc if _survives_pickling(exc) else RuntimeError(f"{type(exc).__name__}: {exc}"))
             try:
                 conn_out.send(out)
             except Exception as exc:  # noqa: BLE001 - e.g. an exception that does not pickle
@@ -81,12 +88,21 @@ def _serve(conn_in, conn_out, parent_pid: int | None) -> None:
         return
 
 
+def _survives_pickling(exc: BaseException) -> bool:
+    """True when ``exc`` unpickles in the parent (an exception whose __init__ takes other
+    arguments than its args does not)."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _start_worker(fn):
     """One worker: ``python -m mi_certify.verification.workers RFD WFD PARENT`` with two pipes.
     Its own interpreter, not multiprocessing's spawn: it never imports the caller's main
     script again (a script without an ``if __name__ == "__main__"`` guard ran again in every
     spawned worker), and starts through :func:`.tools.start` (own process group, dies with us)."""
-    import sys
     from multiprocessing.connection import Connection
 
     from .tools import start
@@ -96,7 +112,8 @@ def _start_worker(fn):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the modules this process imports
     try:
-        proc = start([sys.executable, "-m", "mi_certify.verification.workers", str(down_r), str(up_w),
+        # -P: the current directory does not go first on sys.path (a numpy.py there would be imported)
+        proc = start([sys.executable, "-P", "-m", "mi_certify.verification.workers", str(down_r), str(up_w),
                       str(os.getpid())], env=env, pass_fds=(down_r, up_w))
     finally:
         os.close(down_r)
@@ -183,7 +200,6 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
 
 
 if __name__ == "__main__":  # a worker (see _start_worker)
-    import sys
     from multiprocessing.connection import Connection
 
     _rfd, _wfd, _ppid = (int(a) for a in sys.argv[1:4])

@@ -241,17 +241,23 @@ tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"], timeout
 """
 
 
-def test_a_sigkilled_parent_takes_the_tools_own_children_with_it(tmp_path):
-    p = subprocess.Popen([sys.executable, "-c", _GRANDPARENT, str(tmp_path)], start_new_session=True)
+def _sigkill_leaves_nothing(script: str, tmp_path: Path) -> bool:
+    """Run ``script`` (it writes the tool's pid and its child's to tmp_path/pids), SIGKILL it once
+    they run; True when both are gone within 5 s."""
+    p = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], start_new_session=True)
     try:
         pids = [int(x) for x in _wait_for(tmp_path / "pids").split()]
         assert all(running(x) for x in pids)
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=10)
-        assert _gone(pids, 5), "the tool's child outlived the SIGKILLed build"
+        return _gone(pids, 5)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_a_sigkilled_parent_takes_the_tools_own_children_with_it(tmp_path):
+    assert _sigkill_leaves_nothing(_GRANDPARENT, tmp_path), "the tool's child outlived the SIGKILLed build"
 
 
 def test_a_tool_whose_version_command_fails_has_no_version(tmp_path, monkeypatch):
@@ -279,12 +285,4 @@ tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"], timeout
 
 
 def test_a_dead_guardian_is_replaced(tmp_path):
-    p = subprocess.Popen([sys.executable, "-c", _GUARDIAN_KILLED, str(tmp_path)], start_new_session=True)
-    try:
-        pids = [int(x) for x in _wait_for(tmp_path / "pids").split()]
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
-        assert _gone(pids, 5), "the tool's child outlived the build after the guardian was replaced"
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    assert _sigkill_leaves_nothing(_GUARDIAN_KILLED, tmp_path), "a tool's child outlived the build"

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, running, spawned_workers
 
 from mi_certify.generator.errors import MiCertifyError, ToolMissingError
-from mi_certify.verification import tools, yosys
+from mi_certify.verification import tools, workers, yosys
 
 
 def _fake(tmp_path: Path, name: str, line: str, to_stderr: bool = False) -> Path:
@@ -286,3 +286,11 @@ tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"], timeout
 
 def test_a_dead_guardian_is_replaced(tmp_path):
     assert _sigkill_leaves_nothing(_GUARDIAN_KILLED, tmp_path), "a tool's child outlived the build"
+
+
+def test_a_function_that_does_not_pickle_falls_back_and_leaves_no_worker():
+    """map_in_processes with a lambda: WorkersLost (the caller computes itself), no worker left."""
+    from conftest import spawned_workers
+    with pytest.raises(workers.WorkersLost):
+        workers.map_in_processes(lambda x: x, [1, 2], 2)
+    assert spawned_workers(os.getpid()) == [] and workers.map_in_processes(abs, [-1, -2, 3], 2) == [1, 2, 3]

@@ -120,7 +120,13 @@ def _start_worker(fn):
         os.close(up_w)
     send, recv = Connection(down_w, readable=False), Connection(up_r, writable=False)
     _LIVE.add(proc)
-    send.send(fn)
+    try:
+        send.send(fn)
+    except BaseException:  # fn does not pickle (a local function), or Ctrl-C: this worker goes now
+        _stop(proc)
+        send.close()
+        recv.close()
+        raise
     return proc, send, recv
 
 

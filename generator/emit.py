@@ -18,7 +18,7 @@ from mi_certify.runtime.fsm import REASON_BITS, Reason
 from mi_certify.templates import environment
 
 from .boxtree import Leaf, build_tree, tree_size
-from .lut import Lut, LutFsmArtefact, table_bytes
+from .lut import Lut, LutFsmArtefact
 from .spec import Spec
 
 #: LUT encodings of the generated Verilog (sla.yaml ``hdl.encoding``; "auto" is resolved by the pipeline).
@@ -35,11 +35,6 @@ class SourceHashes:
     model: str
     spec: str
     lut: str
-
-
-def lut_bytes(lut: Lut) -> bytes:
-    """One byte per address: token in bits 0-6, confident bit 7 (the runtime format)."""
-    return table_bytes(lut.tokens, lut.confident)
 
 
 def _common(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str) -> dict:

@@ -54,6 +54,13 @@ def table_bytes(tokens: np.ndarray, confident: np.ndarray) -> bytes:
             ).astype(np.uint8).tobytes()
 
 
+def split_table(table: bytes | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens uint8, confident bool) of lut.hex bytes: the inverse of :func:`table_bytes`."""
+    a = np.frombuffer(bytes(table), dtype=np.uint8) if isinstance(table, (bytes, bytearray)) \
+        else np.asarray(table, dtype=np.uint8)
+    return (a & 0x7F).astype(np.uint8), (a >> 7).astype(bool)
+
+
 @dataclass(frozen=True, eq=False)
 class LutFsmArtefact:
     """The LUT-FSM as every stage after distillation sees it: the one source of truth for
@@ -122,9 +129,8 @@ class LutFsmArtefact:
     @classmethod
     def from_table(cls, spec: Spec, table: bytes | np.ndarray, masks) -> "LutFsmArtefact":
         """The artefact of ``spec`` from its lut.hex bytes (token | confident << 7 per address)."""
-        a = np.frombuffer(bytes(table), dtype=np.uint8) if isinstance(table, (bytes, bytearray)) \
-            else np.asarray(table, dtype=np.uint8)
-        return cls((a & 0x7F).astype(np.uint8), (a >> 7).astype(bool), tuple(masks), spec.fsm_config(),
+        tokens, confident = split_table(table)
+        return cls(tokens, confident, tuple(masks), spec.fsm_config(),
                    tuple(i.bits for i in spec.inputs), spec.token_bits, tuple(x.name for x in spec.actions))
 
     @classmethod
@@ -132,9 +138,9 @@ class LutFsmArtefact:
                  ) -> "LutFsmArtefact":
         """An artefact without a spec (tests, tools): ``table`` one byte per address, ``input_bits``
         defaulting to one input over the whole address, actions named by their token."""
-        a = np.frombuffer(bytes(table), dtype=np.uint8)
-        bits = input_bits or (max(0, (len(a) - 1).bit_length()),)
-        return cls((a & 0x7F).astype(np.uint8), (a >> 7).astype(bool), tuple(masks), config, tuple(bits),
+        tokens, confident = split_table(table)
+        bits = input_bits or (max(0, (len(tokens) - 1).bit_length()),)
+        return cls(tokens, confident, tuple(masks), config, tuple(bits),
                    max(1, (config.n_actions - 1).bit_length()), tuple(str(t) for t in range(config.n_actions)))
 
     @property

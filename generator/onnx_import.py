@@ -366,10 +366,7 @@ class _Importer:
     def _max2(self, x, y, take_max: bool):
         if not _is_lin(x) and not _is_lin(y):
             return np.maximum(x, y) if take_max else np.minimum(x, y)
-        d = self.lin_add(x, y, -1.0)
-        if not _is_lin(d):
-            d = self.lin_add(self.lin_scale(x if _is_lin(x) else y, 0.0), d)
-        r = self.relu(d)                                                   # relu(x − y)
+        r = self.relu(self.lin_add(x, y, -1.0))                            # one operand is variable                                                   # relu(x − y)
         return self.lin_add(y, r) if take_max else self.lin_add(x, r, -1.0)  # y + relu(x−y) | x − relu(x−y)
 
     def op_Max(self, a, attrs):

@@ -47,7 +47,6 @@ from .spec import Spec, load_spec
 #: Random co-simulation cycles (directed sequences come on top).
 COSIM_RANDOM_CYCLES = 10_000
 COSIM_SEED = 1
-FIDELITY_POINTS = stages.FIDELITY_POINTS
 
 
 def version() -> str:

@@ -280,6 +280,7 @@ from mi_certify.verification import tools
 out = Path(sys.argv[1])
 tools.run(["true"], timeout=30)          # starts the guardian
 tools._GUARDIAN[0].kill()                # it dies: the next start must bring a new one
+tools._GUARDIAN[0].wait()
 tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"], timeout=60)
 """
 

@@ -332,9 +332,21 @@ def _guard(pgid: int, live: bool) -> None:
                 return
             _start_guardian()
             return
+        if _GUARDIAN[0].poll() is not None:  # it died: a new one gets the whole list
+            _start_guardian()
+            return
         try:
             os.write(_GUARDIAN[1], f"{'+' if live else '-'}{pgid}\n".encode())
         except OSError:  # full (the guardian is stopped) or closed (it died): a new one gets the whole list
+            _start_guardian()
+
+
+def _ensure_guardian() -> None:
+    """Start the guardian (or replace a dead one) if this process has none running."""
+    with _LIVE_LOCK:
+        if _GUARDIAN and _GUARDIAN[2] != os.getpid():
+            _GUARDIAN.clear()
+        if not _GUARDIAN or _GUARDIAN[0].poll() is not None:
             _start_guardian()
 
 
@@ -420,6 +432,7 @@ def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subpro
     this process (PR_SET_PDEATHSIG). ``preexec_fn`` runs in the child after that, before exec.
     stdin defaults to /dev/null. The caller ends it with ``wait`` or :func:`kill_group`
     (which also drops it from the groups killed at exit). Raises OSError as Popen does."""
+    _ensure_guardian()  # before the tool: a build killed right after the start still has its guardian
     proc = subprocess.Popen(list(map(str, cmd)), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
                             text=text, start_new_session=True, preexec_fn=_preexec(preexec_fn),
                             close_fds=close_fds, pass_fds=tuple(pass_fds))

@@ -62,6 +62,39 @@ Node = InputNode | AffineNode | ReluNode
 
 
 @dataclass(frozen=True)
+class Head:
+    """A strictly monotone output head the importer stripped (the IR outputs its logits).
+
+    Softmax (last axis), LogSoftmax and Sigmoid keep the order of the logits in each row, so
+    argmax/argmin ``decode`` is the same on the logits as on the head's output; the IR and every
+    onnxruntime comparison use the logits. Attributes:
+        kind: ``softmax``, ``logsoftmax`` or ``sigmoid`` (elementwise).
+        node: the ONNX node that applied it (for reports), e.g. ``node 'sm' (Softmax)``.
+        output: the ONNX tensor holding the head's output (probabilities), read back to confirm
+            that it orders the actions as the logits do.
+        readout: how the onnxruntime logits (the IR output, concatenated) are read:
+            ``(tensor, sign)`` segments, ``sign`` +1 / -1 (the tensor or its negation) or 0 (zeros of
+            its size: skl2onnx's binary ``[1 - sigmoid(z), sigmoid(z)] = softmax([0, z])``).
+        extra_nodes: serialized ONNX NodeProtos added to the in-memory copy of the model so that
+            onnxruntime computes a logits tensor the graph does not expose (a LinearClassifier's raw
+            scores); the shipped file is never changed.
+        detail: one line for reports.
+    """
+
+    kind: str
+    node: str
+    output: str
+    readout: tuple[tuple[str, int], ...]
+    extra_nodes: tuple[bytes, ...] = ()
+    detail: str = ""
+
+    def describe(self) -> str:
+        return (f"head {self.kind} stripped ({self.node}): the IR outputs its logits, tensor(s) "
+                f"{', '.join(('-' if g < 0 else '0·' if g == 0 else '') + repr(t) for t, g in self.readout)}; "
+                f"the head's output {self.output!r} is read back to confirm the order")
+
+
+@dataclass(frozen=True)
 class ControllerIR:
     """A checked affine/ReLU network.
 
@@ -71,6 +104,7 @@ class ControllerIR:
         input_names: ONNX graph input names, in order (flattened and concatenated).
         output_names: ONNX graph output names, in order.
         notes: import remarks for the report (bound batch dims, folded constants...).
+        head: the monotone output head stripped at import (:class:`Head`), or None.
     """
 
     nodes: tuple[Node, ...]
@@ -78,6 +112,7 @@ class ControllerIR:
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    head: Head | None = None
 
     @property
     def n_inputs(self) -> int:
@@ -132,4 +167,6 @@ class ControllerIR:
             else:
                 lines.append(f"%{i} = relu[{node.size}](%{node.src})")
         lines.append("output = concat(" + ", ".join(f"%{i}" for i in self.outputs) + ")")
+        if self.head is not None:
+            lines.append(self.head.describe())
         return lines

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from .ir import ControllerIR
-from .onnx_import import (ORT_RTOL, compare_with_onnxruntime, feed_shapes, import_model, onnxruntime_session,
-                          parse_model, read_model_file, run_session)
+from .onnx_import import (ORT_RTOL, OnnxruntimeReadout, compare_with_onnxruntime, feed_shapes, import_model,
+                          parse_model, read_model_file)
 
 __all__ = ["LoadedModel", "load_model"]
 
@@ -46,7 +46,7 @@ class LoadedModel:
         return self.path.name
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_session"}
+        return {k: v for k, v in self.__dict__.items() if k != "_session"}  # the readout: rebuilt per process
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -54,10 +54,15 @@ class LoadedModel:
 
     def evaluate_onnxruntime(self, points: np.ndarray) -> np.ndarray:
         """onnxruntime (float32 CPU kernels, one intra-op thread) at ``points`` (n, n_inputs):
-        (n, n_outputs) float64. Raises ModelImportError when onnxruntime refuses the model."""
+        (n, n_outputs) float64, the tensors the IR equals. When the importer stripped a monotone head
+        (``ir.head``), these are its logits, read from an in-memory copy of ``data`` with the logits added
+        as graph outputs (``data`` and ``sha256`` are untouched), and every call confirms that the head's
+        own output orders the actions as the logits do (:class:`~.onnx_import.OnnxruntimeReadout`).
+        Raises ModelImportError when onnxruntime refuses the model, ModelMismatchError when the head
+        disagrees."""
         if self._session is None:
-            self._session = onnxruntime_session(self.data, self.path)
-        return run_session(self._session, self.feeds, np.atleast_2d(np.asarray(points, dtype=np.float64)))
+            self._session = OnnxruntimeReadout(self.data, self.ir, self.path)
+        return self._session(np.atleast_2d(np.asarray(points, dtype=np.float64)))
 
     def cross_check(self, lo: np.ndarray, hi: np.ndarray, n_points: int = 256, seed: int = 0,
                     rtol: float = ORT_RTOL) -> float:

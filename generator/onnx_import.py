@@ -19,7 +19,13 @@ as ReLU combinations or folded constants: LeakyRelu and PRelu (constant slopes:
 slope·x + (1 − slope)·relu(x)), Abs (2·relu(x) − x), Clip with constant bounds (ReLU6,
 Hardtanh: lo + relu(x − lo), then hi − relu(hi − ·)), Max / Min of tensors (y + relu(x − y)),
 Dropout (inference: identity), BatchNormalization (inference: folded into an affine map),
-Concat and Split of variable tensors (exact rearrangements). Anything else is
+Concat and Split of variable tensors (exact rearrangements). A strictly monotone head on
+the final output (Softmax over the whole output, LogSoftmax, elementwise Sigmoid, skl2onnx's
+binary ``[1 - sigmoid(z), sigmoid(z)]``) is stripped: the IR keeps the logits and records the
+head (``ir.head``); onnxruntime is read before it (:class:`OnnxruntimeReadout`). skl2onnx's
+``ai.onnx.ml`` nodes: LinearClassifier and LinearRegressor are read (affine scores), Normalizer
+after a head is order-preserving; a ZipMap output is read as the tensor it zips, class-label
+outputs are left out and nodes that do not feed the output are skipped. Anything else is
 refused with a ``ModelImportError`` naming file, node and reason.
 
 Symbolic (or zero) leading dimensions are bound to 1 and reported in ``ir.notes``.
@@ -36,7 +42,7 @@ import onnx
 from onnx import numpy_helper
 
 from .errors import ModelImportError, ModelMismatchError
-from .ir import AffineNode, ControllerIR, InputNode, ReluNode
+from .ir import AffineNode, ControllerIR, Head, InputNode, ReluNode
 from .numerics import corner_signs, matmul
 
 #: Largest number of (flattened) network inputs the importer accepts.
@@ -48,13 +54,26 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 #: What to do instead, for operators exporters often emit that the IR does not hold (yet).
 _HINTS = {
-    "Softmax": ": export the logits (the layer before it): decode argmax/argmin is the same on them, and "
-               "sla.yaml confidence: softmax computes the probabilities from them",
-    "LogSoftmax": ": export the logits (the layer before it): decode argmax/argmin is the same on them",
-    "Sigmoid": ": as the last layer, export the layer before it (sigmoid is monotone: the decoded action is the "
-               "same); as a hidden layer it is not piecewise linear",
-    "Tanh": ": not piecewise linear; train the controller with ReLU (mi-certify train does)",
+    "Tanh": ": it is not piecewise linear, so the affine + ReLU IR has no exact solver for it; train the "
+            "controller with ReLU (mi-certify train does)",
+    "ArgMax": ": a class-index output is not a controller output; export the scores or probabilities "
+              "(the spec's decode picks the action from them)",
 }
+#: What to do instead, for ai.onnx.ml operators (skl2onnx) the importer does not read.
+_ML_HINTS = {
+    "ZipMap": "export with options={'zipmap': False}",
+    "ArrayFeatureExtractor": "it belongs to the class-label path; the controller reads the probabilities output, "
+                             "so export them as a graph output (skl2onnx does)",
+    "LabelEncoder": "it belongs to the class-label path; the controller reads the probabilities output",
+}
+_ML_DEFAULT_HINT = ("export a ReLU MLPClassifier / MLPRegressor or a LogisticRegression / LinearRegression, "
+                    "with options={'zipmap': False}")
+#: Monotone output heads (stripped: the IR keeps their logits).
+_HEAD_OPS = ("Softmax", "LogSoftmax", "Sigmoid")
+#: What a head's output may still pass through on its way to the graph output (order-preserving, no
+#: rearrangement of the entries).
+_HEAD_PASS = ("Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Sub", "Concat", "Normalizer")
+_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,29 @@ class _Lin:
 
 def _is_lin(v) -> bool:
     return isinstance(v, _Lin)
+
+
+@dataclass(frozen=True)
+class _Headed:
+    """``kind(lin)``: the output of a monotone head (Softmax over the whole tensor, LogSoftmax, or
+    elementwise Sigmoid); ``readout`` = the onnxruntime tensors giving ``lin`` (see ir.Head)."""
+
+    kind: str
+    lin: _Lin
+    node: str
+    readout: tuple[tuple[str, int], ...]
+    extra_nodes: tuple[bytes, ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.lin.shape
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A tensor the importer cannot represent (a class label): refused only if something reads it."""
+
+    reason: str
 
 
 class _Importer:
@@ -194,7 +236,10 @@ class _Importer:
             return None
         if name not in self.env:
             raise self.fail(f"input tensor '{name}' is not produced by any earlier node")
-        return self.env[name]
+        v = self.env[name]
+        if isinstance(v, _Refused):
+            raise self.fail(f"reads '{name}': {v.reason}")
+        return v
 
     def const(self, name: str, what: str) -> np.ndarray:
         v = self.get(name)
@@ -253,21 +298,38 @@ class _Importer:
         self.input_shapes = shapes
         self.input_names = tuple(vi.name for vi in inputs)
 
+        chosen = self.select_outputs(graph)
+        needed = self.backward_slice(graph, [t for _, t in chosen])
+        skipped = [n.op_type for i, n in enumerate(graph.node) if i not in needed]
+        if skipped:
+            self.notes.append(f"{len(skipped)} node(s) not on the path to the controller output skipped "
+                              f"({', '.join(sorted(set(skipped)))})")
         for i, node in enumerate(graph.node):
+            if i not in needed:
+                continue
             label = f"'{node.name}'" if node.name else f"#{i}"
             self.node_desc = f"node {label} ({node.op_type})"
-            if node.domain not in _DEFAULT_DOMAINS:
-                hint = (" (scikit-learn exports through skl2onnx: export the MLP's layers without the ai.onnx.ml "
-                        "classifier head, e.g. skl2onnx options {'zipmap': False} and the raw scores)"
-                        if node.domain == "ai.onnx.ml" else "")
-                raise self.fail(f"operator domain '{node.domain}' ({node.op_type}) is not supported{hint}")
-            handler = getattr(self, f"op_{node.op_type}", None)
+            if node.domain == "ai.onnx.ml":
+                handler = getattr(self, f"ml_{node.op_type}", None)
+                if handler is None:
+                    raise self.fail(f"operator ai.onnx.ml {node.op_type} is not supported: "
+                                    f"{_ML_HINTS.get(node.op_type, _ML_DEFAULT_HINT)} (supported ai.onnx.ml: "
+                                    f"{', '.join(supported_ml_ops())})")
+            elif node.domain not in _DEFAULT_DOMAINS:
+                raise self.fail(f"operator domain '{node.domain}' ({node.op_type}) is not supported")
+            else:
+                handler = getattr(self, f"op_{node.op_type}", None)
             if handler is None:
                 raise self.fail(f"operator {node.op_type} is not supported{_HINTS.get(node.op_type, '')} "
                                 f"(supported: {', '.join(supported_ops())})")
             self._current = node
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             args = [self.get(n) for n in node.input]
+            heads = [v for v in args if isinstance(v, _Headed)]
+            if heads:
+                if node.op_type not in _HEAD_PASS:
+                    raise self.fail(self.hidden_head_reason(heads[0]))
+                handler = functools.partial(self.head_op, node.op_type, handler)
             try:
                 outs = handler(args, attrs)
             except ModelImportError:
@@ -284,17 +346,146 @@ class _Importer:
             if isinstance(node, AffineNode) and not (np.all(np.isfinite(node.bias)) and
                                                      all(np.all(np.isfinite(w)) for _, w in node.terms)):
                 raise self.fail("weights or biases contain NaN or infinity (after folding constants)")
-        outputs = []
-        for vo in graph.output:
-            v = self.env.get(vo.name)
+        outputs, head = [], None
+        for gname, tname in chosen:
+            v = self.env.get(tname)
             if v is None:
-                raise self.fail(f"graph output '{vo.name}' is never produced", where=f"graph.output[{vo.name}]")
+                raise self.fail(f"graph output '{gname}' is never produced", where=f"graph.output[{gname}]")
+            if isinstance(v, _Headed):
+                if len(chosen) > 1:
+                    raise self.fail(f"a {v.kind} head ({v.node}) on output '{gname}' beside other outputs: the "
+                                    "decode over the concatenation is not the decode over the logits; export one "
+                                    "output", where=f"graph.output[{gname}]")
+                head = Head(v.kind, v.node, tname, v.readout, v.extra_nodes)
+                self.notes.append(head.describe() + "; decode argmax/argmin is unchanged (the head is strictly "
+                                  "monotone); confidence: softmax is the softmax of these logits")
+                v = v.lin
             if not _is_lin(v):
-                raise self.fail(f"graph output '{vo.name}' does not depend on the input", where=f"graph.output[{vo.name}]")
+                raise self.fail(f"graph output '{gname}' does not depend on the input", where=f"graph.output[{gname}]")
             outputs.append(self.materialize(v))
-        self.output_shapes = [self.env[vo.name].shape for vo in graph.output]
+        self.output_shapes = [self.env[t].shape for _, t in chosen]
         return ControllerIR(tuple(self.nodes), tuple(outputs), self.input_names,
-                            tuple(vo.name for vo in graph.output), tuple(self.notes))
+                            tuple(t for _, t in chosen), tuple(self.notes), head)
+
+    # -------------------------------------------------------- outputs, heads
+    def select_outputs(self, graph) -> list[tuple[str, str]]:
+        """(graph output, tensor read) of each controller output: a ZipMap's sequence of maps is read as
+        the probability tensor it zips; a non-float output (a class label) is left out, with a note."""
+        producers = {o: n for n in graph.node for o in n.output if o}
+        chosen = []
+        for vo in graph.output:
+            kind = vo.type.WhichOneof("value")
+            where = f"graph.output[{vo.name}]"
+            if kind != "tensor_type":
+                prod = producers.get(vo.name)
+                if prod is not None and prod.op_type == "ZipMap" and prod.domain == "ai.onnx.ml":
+                    self.notes.append(f"output '{vo.name}' (ZipMap: per-class maps) read as the probability tensor "
+                                      f"'{prod.input[0]}' it zips; actions = class indices in order")
+                    chosen.append((vo.name, prod.input[0]))
+                    continue
+                raise self.fail(f"graph output '{vo.name}' is a {str(kind).replace('_type', '')}, not a tensor; "
+                                "export tensors (skl2onnx: options={'zipmap': False})", where=where)
+            elem = vo.type.tensor_type.elem_type
+            if elem not in _FLOAT_TYPES:
+                self.notes.append(f"output '{vo.name}' ({onnx.TensorProto.DataType.Name(elem)}, a class label) "
+                                  "ignored: the action is decoded from the other output")
+                continue
+            chosen.append((vo.name, vo.name))
+        if not chosen:
+            raise self.fail("no floating-point graph output (only class labels); export the scores or "
+                            "probabilities", where="graph.output")
+        return chosen
+
+    @staticmethod
+    def backward_slice(graph, tensors) -> set[int]:
+        """Indices of the nodes the ``tensors`` depend on."""
+        producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+        need: set[int] = set()
+        stack = list(tensors)
+        while stack:
+            i = producer.get(stack.pop())
+            if i is None or i in need:
+                continue
+            need.add(i)
+            stack.extend(graph.node[i].input)
+        return need
+
+    def hidden_head_reason(self, h: _Headed) -> str:
+        return (f"{h.kind} ({h.node}) feeds a hidden layer: Softmax/Sigmoid/Tanh hidden layers are not piecewise "
+                "linear and the affine + ReLU IR has no exact solver for them; only a Softmax (last axis), "
+                "LogSoftmax or Sigmoid on the final output is imported (as its logits)")
+
+    def make_head(self, kind: str, x, tensor: str):
+        """``kind`` applied to ``x`` (read from ONNX tensor ``tensor``) by the current node."""
+        if not _is_lin(x):
+            v = np.asarray(x, dtype=np.float64)
+            if kind == "sigmoid":
+                return 1.0 / (1.0 + np.exp(-v))
+            e = np.exp(v - np.max(v, axis=-1, keepdims=True))
+            sm = e / e.sum(axis=-1, keepdims=True)
+            return sm if kind == "softmax" else np.log(sm)
+        return _Headed(kind, x, self.node_desc, ((tensor, 1),))
+
+    def _softmax_like(self, kind: str, a, attrs):
+        x = a[0]
+        shape = self.shape_of(x)
+        rank = len(shape)
+        axis = int(attrs.get("axis", -1 if self.opset >= 13 else 1))
+        axis += rank if axis < 0 else 0
+        # opset < 13: over the flattened dims [axis, rank); from 13: over one axis (trailing 1s keep the order)
+        group = int(np.prod(shape[axis:], dtype=np.int64)) if self.opset < 13 else shape[axis] if rank else 1
+        if not 0 <= axis < max(rank, 1) or (self.opset >= 13 and any(d != 1 for d in shape[axis + 1:])):
+            raise self.fail(f"{kind} over axis {attrs.get('axis')} of shape {shape}: only the last axis is imported")
+        if rank and group != int(np.prod(shape, dtype=np.int64)):
+            raise self.fail(f"{kind} over axis {axis} of shape {shape} normalises several rows separately; the "
+                            "decode runs over the whole output: export one row")
+        return self.make_head(kind, x, self._current.input[0])
+
+    def op_Softmax(self, a, attrs):
+        return self._softmax_like("softmax", a, attrs)
+
+    def op_LogSoftmax(self, a, attrs):
+        return self._softmax_like("logsoftmax", a, attrs)
+
+    def op_Sigmoid(self, a, attrs):
+        return self.make_head("sigmoid", a[0], self._current.input[0])
+
+    def head_op(self, op: str, handler, a, attrs):
+        """The order-preserving operators a head's output may pass through to the graph output."""
+        h = next(v for v in a if isinstance(v, _Headed))
+        if op in ("Identity", "Normalizer"):
+            if op == "Normalizer":     # divides each row by a positive norm: the order of the entries is kept
+                self.notes.append(f"{self.node_desc} after the {h.kind} head: a positive rescaling, order kept")
+            return h
+        if op == "Cast":
+            if int(attrs["to"]) not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+                raise self.fail("Cast of a head output to a non-float type is not supported")
+            return h
+        if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):   # the flat order is unchanged
+            out = handler([h.lin] + list(a[1:]), attrs)
+            return _Headed(h.kind, out, h.node, h.readout, h.extra_nodes)
+        if op == "Sub" and h.kind == "sigmoid" and not _is_lin(a[0]) and a[1] is h and \
+                np.all(np.asarray(a[0]) == 1.0) and np.broadcast_shapes(np.shape(a[0]), h.shape) == h.shape:
+            # 1 − sigmoid(z) = sigmoid(−z)
+            return _Headed("sigmoid", self.lin_scale(h.lin, -1.0), h.node, tuple((t, -g) for t, g in h.readout),
+                           h.extra_nodes)
+        if op == "Concat" and all(isinstance(v, _Headed) and v.kind == "sigmoid" for v in a):
+            axis = int(attrs["axis"])
+            axis += len(h.shape) if axis < 0 else 0
+            if int(np.prod(h.shape[:axis], dtype=np.int64)) != 1:   # the entries would interleave
+                raise self.fail(self.hidden_head_reason(h))
+            lin = self.op_Concat([v.lin for v in a], attrs)
+            if len(a) == 2 and a[0].lin.numel == a[1].lin.numel == 1 and \
+                    a[0].readout == tuple((t, -g) for t, g in a[1].readout):
+                # skl2onnx binary: [1 − sigmoid(z), sigmoid(z)] = softmax([0, z]) exactly
+                zero = self.lin_scale(a[1].lin, 0.0)
+                lin = self.op_Concat([zero, a[1].lin], attrs)
+                node = f"{a[1].node} then {self.node_desc}: [1 − sigmoid(z), sigmoid(z)] = softmax([0, z])"
+                return _Headed("softmax", lin, node, tuple((t, 0) for t, _ in a[1].readout) + a[1].readout,
+                               a[1].extra_nodes)
+            return _Headed("sigmoid", lin, a[0].node, tuple(s for v in a for s in v.readout),
+                           tuple(e for v in a for e in v.extra_nodes))
+        raise self.fail(self.hidden_head_reason(h))
 
     # ------------------------------------------------------------ operators
     def op_Identity(self, a, attrs):
@@ -609,9 +800,68 @@ class _Importer:
         return np.asarray(a[0]).astype(onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])))
 
 
+    # ------------------------------------------------ ai.onnx.ml (skl2onnx)
+    def _linear_ml(self, x, attrs, what: str) -> _Lin:
+        """X @ coefficients.T + intercepts (ai.onnx.ml LinearClassifier / LinearRegressor)."""
+        if not _is_lin(x):
+            raise self.fail(f"{what} of a constant input")
+        coef = np.asarray(attrs.get("coefficients", []), dtype=np.float64)
+        shape = x.shape
+        n_feat = shape[-1] if shape else 1
+        if len(shape) > 2 or (len(shape) == 2 and shape[0] != 1) or coef.size % max(n_feat, 1):
+            raise self.fail(f"{what} input of shape {shape} with {coef.size} coefficients")
+        k = coef.size // n_feat
+        icpt = np.asarray(attrs.get("intercepts", np.zeros(k)), dtype=np.float64)
+        if icpt.size != k:
+            raise self.fail(f"{what} has {k} coefficient rows and {icpt.size} intercepts")
+        return self.lin_add(self.lin_matmul(self.reshape(x, (1, n_feat)), coef.reshape(k, n_feat).T), icpt.reshape(1, k))
+
+    def ml_LinearRegressor(self, a, attrs):
+        post = attrs.get("post_transform", b"NONE")
+        post = post.decode() if isinstance(post, bytes) else str(post)
+        if post != "NONE":
+            raise self.fail(f"LinearRegressor post_transform {post}: only NONE (the values) is exact")
+        return self._linear_ml(a[0], attrs, "LinearRegressor")
+
+    def ml_LinearClassifier(self, a, attrs):
+        post = attrs.get("post_transform", b"NONE")
+        post = post.decode() if isinstance(post, bytes) else str(post)
+        labels = attrs.get("classlabels_ints", attrs.get("classlabels_strings", []))
+        scores = self._linear_ml(a[0], attrs, "LinearClassifier")
+        k = scores.numel
+        if k != len(labels):
+            raise self.fail(f"LinearClassifier with {k} score row(s) for {len(labels)} classes (onnxruntime's "
+                            "one-row binary form) is not supported; export with skl2onnx (it writes one row per class)")
+        label = _Refused("the class label of a LinearClassifier is not a controller output")
+        self.notes.append(f"{self.node_desc}: scores X·Wᵀ + b of {k} classes {list(labels)} (actions in this "
+                          f"order), post_transform {post}")
+        if post == "NONE":
+            return [label, scores]
+        if post not in ("SOFTMAX", "LOGISTIC"):
+            raise self.fail(f"LinearClassifier post_transform {post} is not imported (not a strictly monotone head "
+                            "of the scores); export with post_transform NONE, SOFTMAX or LOGISTIC")
+        node = self._current
+        out = node.output[1] if len(node.output) > 1 and node.output[1] else "scores"
+        raw = onnx.helper.make_node("LinearClassifier", list(node.input), [out + "__mi_label", out + "__mi_logits"],
+                                    domain="ai.onnx.ml", name=(node.name or "LinearClassifier") + "__mi_logits")
+        raw.attribute.extend(a for a in node.attribute if a.name != "post_transform")
+        raw.attribute.append(onnx.helper.make_attribute("post_transform", "NONE"))
+        return [label, _Headed("softmax" if post == "SOFTMAX" else "sigmoid", scores, self.node_desc,
+                               ((out + "__mi_logits", 1),), (raw.SerializeToString(),))]
+
+    def ml_Normalizer(self, a, attrs):
+        raise self.fail("Normalizer of the scores is not piecewise linear (only after a Softmax/Sigmoid head, "
+                        "where it keeps the order)")
+
+
 def supported_ops() -> list[str]:
     """Names of the ONNX operators the importer accepts."""
     return sorted(n[3:] for n in dir(_Importer) if n.startswith("op_"))
+
+
+def supported_ml_ops() -> list[str]:
+    """Names of the ai.onnx.ml operators the importer reads (ZipMap and label outputs are left out, not read)."""
+    return sorted(n[3:] for n in dir(_Importer) if n.startswith("ml_"))
 
 
 def _check_versions(path: Path, model: onnx.ModelProto) -> None:
@@ -722,9 +972,15 @@ def onnxruntime_session(model: str | Path | bytes, name: str | Path):
         raise ModelImportError(f"onnxruntime refuses the model: {msg}", file=str(name)) from None
 
 
-def run_session(sess, feeds, points: np.ndarray) -> np.ndarray:
+def run_session(sess, feeds, points: np.ndarray, output_names=None) -> np.ndarray:
     """Evaluate ``sess`` at (n, n_inputs) points, one run per point (float32 feeds split by
-    ``feeds`` = :func:`feed_shapes`); returns (n, n_outputs) float64, outputs concatenated flat."""
+    ``feeds`` = :func:`feed_shapes`); returns (n, n_outputs) float64, the outputs ``output_names``
+    (default: every graph output) concatenated flat."""
+    return np.concatenate(run_session_outputs(sess, feeds, points, output_names), axis=1)
+
+
+def run_session_outputs(sess, feeds, points: np.ndarray, output_names=None) -> list[np.ndarray]:
+    """:func:`run_session`, one (n, size) float64 array per output."""
     out_rows = []
     pts = np.asarray(points, dtype=np.float32)
     for row in pts:
@@ -733,15 +989,100 @@ def run_session(sess, feeds, points: np.ndarray) -> np.ndarray:
             n = int(np.prod(shape, dtype=np.int64))
             feed[name] = row[off:off + n].reshape(shape).astype(dtype)
             off += n
-        res = sess.run(None, feed)
-        out_rows.append(np.concatenate([np.asarray(r, dtype=np.float64).reshape(-1) for r in res]))
-    return np.stack(out_rows)
+        res = sess.run(list(output_names) if output_names is not None else None, feed)
+        out_rows.append([np.asarray(r, dtype=np.float64).reshape(-1) for r in res])
+    if not out_rows:
+        return [np.zeros((0, 0))]
+    return [np.stack([r[k] for r in out_rows]) for k in range(len(out_rows[0]))]
+
+
+#: Largest admissible disorder of a head's output against its logits (float32 rounding of exp).
+HEAD_ORDER_TOL = 1e-6
+
+
+class OnnxruntimeReadout:
+    """onnxruntime evaluation of the tensors the IR equals: the graph outputs the IR reads, or, when
+    the importer stripped a monotone head (:class:`~.ir.Head`), the logits before it.
+
+    The logits (and a ZipMap's probability tensor) are read by adding them as graph outputs to an
+    in-memory copy of the model bytes (and, for a LinearClassifier, a copy of the node with
+    post_transform NONE); the shipped file and its hash are untouched. Every evaluation also reads
+    the head's own output and confirms that it orders the actions as the logits do (so argmax and
+    argmin decode the same action): a ModelMismatchError otherwise.
+    """
+
+    def __init__(self, data: bytes, ir: ControllerIR, name: str | Path):
+        self.ir, self.name, self.head = ir, name, ir.head
+        proto = onnx.load_from_string(data)
+        logits = [t for t, _ in self.head.readout] if self.head else list(ir.output_names)
+        fetch = list(dict.fromkeys(logits + ([self.head.output] if self.head else [])))
+        outs = [o.name for o in proto.graph.output]
+        self.fetch = fetch
+        if fetch and (fetch != outs or (self.head and self.head.extra_nodes)):
+            inputs = {i.name for i in proto.graph.input}
+            for blob in (self.head.extra_nodes if self.head else ()):
+                node = onnx.NodeProto()
+                node.ParseFromString(blob)
+                proto.graph.node.append(node)
+            types = {}
+            try:
+                inferred = onnx.shape_inference.infer_shapes(proto)
+                for vi in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input):
+                    if vi.type.HasField("tensor_type"):
+                        types[vi.name] = vi.type.tensor_type.elem_type
+            except Exception:  # inference is only used for the element types; FLOAT otherwise
+                pass
+            self.fetch = []
+            for t in fetch:
+                src = t
+                if t in inputs:   # a graph input read as a logits tensor: through an Identity
+                    src = t + "__mi_readout"
+                    proto.graph.node.append(onnx.helper.make_node("Identity", [t], [src]))
+                if src not in outs:
+                    proto.graph.output.append(onnx.helper.make_tensor_value_info(
+                        src, types.get(t, onnx.TensorProto.FLOAT), None))
+                self.fetch.append(src)
+            data = proto.SerializeToString()
+        self._index = {t: k for k, t in enumerate(fetch)}
+        self.session = onnxruntime_session(data, name)
+        self.feeds = feed_shapes(proto)
+
+    def __call__(self, points: np.ndarray) -> np.ndarray:
+        """(n, n_outputs) float64: the IR's outputs as onnxruntime computes them at ``points`` (n, n_inputs)."""
+        pts = np.atleast_2d(np.asarray(points, dtype=np.float64))
+        if not self.fetch:
+            return run_session(self.session, self.feeds, pts)
+        vals = run_session_outputs(self.session, self.feeds, pts, self.fetch)
+        if self.head is None:
+            return np.concatenate(vals, axis=1)
+        parts = [vals[self._index[t]] * g if g else np.zeros_like(vals[self._index[t]]) for t, g in self.head.readout]
+        logits = np.concatenate(parts, axis=1)
+        probs = vals[self._index[self.head.output]]
+        self.confirm_order(pts, logits, probs)
+        return logits
+
+    def confirm_order(self, pts, logits: np.ndarray, probs: np.ndarray) -> None:
+        if probs.shape != logits.shape:
+            raise ModelMismatchError(f"the head output '{self.head.output}' has {probs.shape[1]} entries, its logits "
+                                     f"{logits.shape[1]}", file=str(self.name))
+        order = np.argsort(logits, axis=1, kind="stable")
+        p = np.take_along_axis(probs, order, axis=1)
+        tol = HEAD_ORDER_TOL * np.maximum(1.0, np.abs(p[:, 1:]))
+        bad = np.nonzero(np.any(np.diff(p, axis=1) < -tol, axis=1))[0]
+        if bad.size:
+            i = int(bad[0])
+            raise ModelMismatchError(
+                f"onnxruntime's {self.head.kind} output '{self.head.output}' orders the actions differently from its "
+                f"logits at point {pts[i].tolist()}: {probs[i].tolist()} vs logits {logits[i].tolist()}",
+                file=str(self.name))
 
 
 @functools.lru_cache(maxsize=8)
 def _session(path: str, _mtime: int, _size: int):
-    """One onnxruntime session (and input feed layout) per model file version."""
-    return onnxruntime_session(path, path), input_feed_shapes(path)
+    """One onnxruntime readout (and input feed layout) per model file version."""
+    data = read_model_file(path)
+    proto = parse_model(data, path)
+    return OnnxruntimeReadout(data, import_model(proto, path), path), feed_shapes(proto)
 
 
 def _cached_session(path: str | Path):
@@ -750,7 +1091,8 @@ def _cached_session(path: str | Path):
 
 
 def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
-    """Evaluate the model with onnxruntime (float32, CPU), one point per run.
+    """Evaluate the model with onnxruntime (float32, CPU), one point per run: the tensors its IR
+    equals (:class:`OnnxruntimeReadout`: the logits when a head was stripped).
 
     Args:
         points: (n, n_inputs) array, flattened concatenated inputs.
@@ -759,8 +1101,8 @@ def evaluate_onnxruntime(path: str | Path, points: np.ndarray) -> np.ndarray:
     Raises:
         ModelImportError if onnxruntime refuses the model.
     """
-    sess, feeds = _cached_session(path)
-    return run_session(sess, feeds, points)
+    readout, _feeds = _cached_session(path)
+    return readout(points)
 
 
 def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarray,

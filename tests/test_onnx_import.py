@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -138,12 +139,12 @@ def test_every_acasxu_network_imports():
 # --- refusals: one message naming file, node and reason ---------------------------------
 
 def test_unsupported_operator_is_refused_naming_the_node(tmp_path):
-    path = save_model(tmp_path, "sig", [helper.make_node("Sigmoid", ["x"], ["y"], name="act1")],
+    path = save_model(tmp_path, "erf", [helper.make_node("Erf", ["x"], ["y"], name="act1")],
                       [tensor("x", [1, 2])], [tensor("y", [1, 2])])
     with pytest.raises(ModelImportError) as exc:
         import_onnx(path)
     msg = str(exc.value)
-    assert "sig.onnx" in msg and "node 'act1' (Sigmoid)" in msg and "not supported" in msg
+    assert "erf.onnx" in msg and "node 'act1' (Erf)" in msg and "not supported" in msg
 
 
 def test_division_by_a_variable_is_refused(tmp_path):
@@ -294,10 +295,232 @@ def test_concat_of_two_graph_inputs_and_split_of_a_layer_import_exactly(tmp_path
     assert cross_check(ir, path, -2 * np.ones(5), 2 * np.ones(5)) < 1e-5
 
 
-@pytest.mark.parametrize("op, words", [("Softmax", "export the logits"), ("Sigmoid", "monotone"),
-                                        ("Tanh", "not piecewise linear")])
-def test_an_activation_outside_the_ir_is_refused_with_what_to_do(tmp_path, op, words):
-    path = _one_op(tmp_path, op.lower(), helper.make_node(op, ["a"], ["y"]))
-    with pytest.raises(ModelImportError, match=words) as err:
+def test_a_final_tanh_is_refused_with_why(tmp_path):
+    path = _one_op(tmp_path, "tanh", helper.make_node("Tanh", ["a"], ["y"]))
+    with pytest.raises(ModelImportError, match="not piecewise linear.*no exact solver") as err:
         import_onnx(path)
-    assert f"operator {op} is not supported" in str(err.value)
+    assert "operator Tanh is not supported" in str(err.value) and "tanh.onnx" in str(err.value)
+
+
+# --- trailing monotone heads: the IR keeps the logits, onnxruntime is read before the head --------
+
+def _mlp_head(tmp_path, name, head_nodes, in_shape=(1, 4), out_shape=(1, 3), opset=13, hidden_head=None, n_out=None):
+    """x → MatMul+Add → Relu → MatMul+Add (logits 'z') → head_nodes → y."""
+    rng = np.random.default_rng(5)
+    n_in, n_out = in_shape[-1], n_out or out_shape[-1]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h1"]),
+             helper.make_node(hidden_head or "Relu", ["h1"], ["r"]),
+             helper.make_node("MatMul", ["r", "W2"], ["o"]), helper.make_node("Add", ["o", "b2"], ["z"]), *head_nodes]
+    inits = [("W1", rng.normal(size=(n_in, 8))), ("b1", rng.normal(size=8)),
+             ("W2", rng.normal(size=(8, n_out)) * 3), ("b2", rng.normal(size=n_out))]
+    return save_model(tmp_path, name, nodes, [tensor("x", in_shape)], [tensor("y", out_shape)], inits, opset=opset)
+
+
+def _raw_outputs(path, x):
+    """The shipped file's own graph outputs on onnxruntime (no readout), one point per run."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+    return [sess.run(None, {inp.name: row.reshape(shape).astype(np.float32)}) for row in x]
+
+
+def _assert_logits_match(ir, path, n_in, lo=-2.0, hi=2.0):
+    assert cross_check(ir, path, lo * np.ones(n_in), hi * np.ones(n_in)) < 1e-5
+    x = np.random.default_rng(9).uniform(lo, hi, (300, n_in)).astype(np.float32).astype(np.float64)
+    mine, ort = ir.evaluate(x), evaluate_onnxruntime(path, x)
+    assert mine.shape == ort.shape and np.max(np.abs(mine - ort)) < 1e-5
+    assert np.array_equal(np.argmax(mine, axis=1), np.argmax(ort, axis=1))
+    assert np.array_equal(np.argmin(mine, axis=1), np.argmin(ort, axis=1))
+    return x, mine
+
+
+@pytest.mark.parametrize("name, head, kind, in_shape, out_shape, opset", [
+    ("softmax13", helper.make_node("Softmax", ["z"], ["y"]), "softmax", (1, 4), (1, 3), 13),
+    ("softmax11_axis1", helper.make_node("Softmax", ["z"], ["y"], axis=1), "softmax", (1, 4), (1, 3), 11),
+    ("softmax_batch", helper.make_node("Softmax", ["z"], ["y"], axis=-1), "softmax", ("N", 4), ("N", 3), 13),
+    ("softmax_rank3", helper.make_node("Softmax", ["z"], ["y"], axis=2), "softmax", (1, 1, 4), (1, 1, 3), 13),
+    ("logsoftmax", helper.make_node("LogSoftmax", ["z"], ["y"]), "logsoftmax", (1, 4), (1, 3), 13),
+    ("sigmoid", helper.make_node("Sigmoid", ["z"], ["y"]), "sigmoid", (1, 4), (1, 3), 13),
+])
+def test_a_trailing_monotone_head_is_stripped_and_recorded(tmp_path, name, head, kind, in_shape, out_shape, opset):
+    path = _mlp_head(tmp_path, name, [head], in_shape, out_shape, opset)
+    ir = import_onnx(path)
+    assert ir.head is not None and ir.head.kind == kind and ir.head.readout == (("z", 1),) and ir.head.output == "y"
+    assert any(f"head {kind} stripped" in line for line in ir.describe())
+    assert any(f"head {kind} stripped" in n for n in ir.notes)
+    x, mine = _assert_logits_match(ir, path, 4)
+    # the decode on the IR logits is the decode on the network's own head output
+    probs = np.array([r[0].reshape(-1) for r in _raw_outputs(path, x[:100])])
+    assert np.array_equal(np.argmax(mine[:100], axis=1), np.argmax(probs, axis=1))
+    if kind == "softmax":   # confidence: softmax of the logits = the network's own probabilities
+        e = np.exp(mine[:100] - mine[:100].max(axis=1, keepdims=True))
+        np.testing.assert_allclose(e / e.sum(axis=1, keepdims=True), probs, atol=1e-6)
+
+
+def test_the_loaded_model_reads_the_logits_and_keeps_the_file_bytes(tmp_path):
+    import hashlib
+    import pickle
+
+    from mi_certify.generator.model import load_model
+    path = _mlp_head(tmp_path, "sm", [helper.make_node("Softmax", ["z"], ["y"])])
+    m = load_model(path)
+    assert m.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and m.data == path.read_bytes()
+    x = np.random.default_rng(2).uniform(-2, 2, (50, 4)).astype(np.float32).astype(np.float64)
+    assert np.max(np.abs(m.evaluate_onnxruntime(x) - m.ir.evaluate(x))) < 1e-5
+    assert m.cross_check(-2 * np.ones(4), 2 * np.ones(4)) < 1e-5
+    again = pickle.loads(pickle.dumps(m))           # worker processes build their own readout
+    np.testing.assert_array_equal(again.evaluate_onnxruntime(x), m.evaluate_onnxruntime(x))
+
+
+def test_a_head_that_disagrees_with_its_logits_is_caught():
+    from mi_certify.generator.onnx_import import OnnxruntimeReadout
+    r = OnnxruntimeReadout.__new__(OnnxruntimeReadout)
+    r.head = type("H", (), {"kind": "softmax", "output": "y"})()
+    r.name = "m.onnx"
+    r.confirm_order(np.zeros((1, 2)), np.array([[0.1, 0.9, 0.5]]), np.array([[0.2, 0.5, 0.3]]))  # same order
+    with pytest.raises(ModelMismatchError, match="orders the actions differently"):
+        r.confirm_order(np.zeros((1, 2)), np.array([[0.1, 0.9, 0.5]]), np.array([[0.2, 0.3, 0.5]]))
+
+
+@pytest.mark.parametrize("op", ["Softmax", "Sigmoid", "Tanh"])
+def test_a_hidden_softmax_sigmoid_or_tanh_is_refused_with_why(tmp_path, op):
+    path = _mlp_head(tmp_path, f"hidden_{op.lower()}", [helper.make_node("Identity", ["z"], ["y"])], hidden_head=op)
+    with pytest.raises(ModelImportError) as err:
+        import_onnx(path)
+    msg = str(err.value)
+    assert f"hidden_{op.lower()}.onnx" in msg and "not piecewise linear" in msg and "no exact solver" in msg
+    assert len(msg.splitlines()) == 1
+    if op != "Tanh":
+        assert "feeds a hidden layer" in msg and "only a Softmax (last axis), LogSoftmax or Sigmoid" in msg
+
+
+def test_a_softmax_over_several_rows_or_beside_another_output_is_refused(tmp_path):
+    path = _mlp_head(tmp_path, "rows", [helper.make_node("Reshape", ["z", "shp"], ["z2"]),
+                                        helper.make_node("Softmax", ["z2"], ["y"])], out_shape=(2, 2), n_out=4)
+    import onnx
+    m = onnx.load(str(path))
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.array([2, 2], dtype=np.int64), "shp"))
+    onnx.save(m, str(path))
+    with pytest.raises(ModelImportError, match="several rows separately"):
+        import_onnx(path)
+    path = _mlp_head(tmp_path, "two", [helper.make_node("Softmax", ["z"], ["y"])])
+    m = onnx.load(str(path))
+    m.graph.output.append(tensor("z", [1, 3]))
+    onnx.save(m, str(path))
+    with pytest.raises(ModelImportError, match="beside other outputs"):
+        import_onnx(path)
+
+
+def test_a_rank3_input_with_matmul_add_imports_and_cross_checks(tmp_path):
+    rng = np.random.default_rng(4)
+    path = save_model(tmp_path, "r3", [helper.make_node("MatMul", ["x", "W"], ["h"]),
+                                       helper.make_node("Add", ["h", "b"], ["y"])],
+                      [tensor("x", [1, 1, 5])], [tensor("y", [1, 1, 3])],
+                      [("W", rng.normal(size=(5, 3))), ("b", rng.normal(size=3))])
+    ir = import_onnx(path)
+    assert (ir.n_inputs, ir.n_outputs) == (5, 3)
+    _assert_logits_match(ir, path, 5, 0.0, 1.0)
+
+
+# --- scikit-learn through skl2onnx -------------------------------------------------------
+
+def _sk_data(n_in=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (400, n_in)).astype(np.float32)
+    y3 = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.3).astype(int)
+    return x, y3, (x[:, 0] + x[:, 1] > 0).astype(int)
+
+
+def _sk_export(tmp_path, name, est, n_in, zipmap, batch):
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from skl2onnx.common.data_types import FloatTensorType
+    opts = None if zipmap else {id(est): {"zipmap": False}}
+    onx = skl2onnx.convert_sklearn(est, initial_types=[("input", FloatTensorType([batch, n_in]))], options=opts,
+                                   target_opset={"": 17, "ai.onnx.ml": 3})
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(onx.SerializeToString())
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _classifiers():
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    x, y3, y2 = _sk_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return {"mlp3": MLPClassifier(hidden_layer_sizes=(8,), max_iter=300, random_state=0).fit(x, y3),
+                "mlp2": MLPClassifier(hidden_layer_sizes=(8,), max_iter=300, random_state=0).fit(x, y2),
+                "logreg3": LogisticRegression().fit(x, y3), "logreg2": LogisticRegression().fit(x, y2)}
+
+
+@pytest.mark.parametrize("zipmap", [True, False], ids=["zipmap", "nozipmap"])
+@pytest.mark.parametrize("batch", [None, 1], ids=["batchN", "batch1"])
+@pytest.mark.parametrize("which, kind", [("mlp3", "softmax"), ("mlp2", "softmax"), ("logreg3", "softmax"),
+                                         ("logreg2", "sigmoid")])
+def test_skl2onnx_classifiers_import_their_logits(tmp_path, which, kind, zipmap, batch):
+    pytest.importorskip("skl2onnx")
+    est = _classifiers()[which]
+    path = _sk_export(tmp_path, f"{which}_{zipmap}_{batch}", est, 3, zipmap, batch)
+    ir = import_onnx(path)
+    assert ir.n_inputs == 3 and ir.n_outputs == len(est.classes_) and ir.head.kind == kind
+    assert any("class label" in n and "ignored" in n for n in ir.notes)
+    if zipmap:
+        assert any("ZipMap" in n for n in ir.notes)
+    x, mine = _assert_logits_match(ir, path, 3, -1.0, 1.0)
+    # decode = scikit-learn's prediction = the export's own label output
+    assert np.array_equal(np.argmax(mine, axis=1), est.predict(x.astype(np.float32)))
+    labels = np.array([np.ravel(r[0])[0] for r in _raw_outputs(path, x[:100])])
+    assert np.array_equal(np.argmax(mine[:100], axis=1), labels)
+    if which == "mlp2":       # [1 − sigmoid(z), sigmoid(z)] = softmax([0, z]): the logits give the probabilities
+        assert ir.head.readout[0][1] == 0
+        e = np.exp(mine - mine.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(e / e.sum(axis=1, keepdims=True), est.predict_proba(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [None, 1], ids=["batchN", "batch1"])
+@pytest.mark.parametrize("which", ["mlp1", "mlp2", "linear"])
+def test_skl2onnx_regressors_import_their_values(tmp_path, which, batch):
+    pytest.importorskip("skl2onnx")
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LinearRegression
+    from sklearn.neural_network import MLPRegressor
+    x, _, _ = _sk_data()
+    t = np.c_[x @ [1.0, 2.0, -1.0], x[:, 0] - x[:, 2]] if which == "mlp2" else x @ [1.0, 2.0, -1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = (LinearRegression() if which == "linear" else
+               MLPRegressor(hidden_layer_sizes=(8,), max_iter=300, random_state=0)).fit(x, t)
+    path = _sk_export(tmp_path, f"reg_{which}_{batch}", est, 3, True, batch)
+    ir = import_onnx(path)
+    assert ir.head is None and ir.n_outputs == (2 if which == "mlp2" else 1)
+    pts, mine = _assert_logits_match(ir, path, 3, -1.0, 1.0)
+    np.testing.assert_allclose(mine, est.predict(pts.astype(np.float32)).reshape(len(pts), -1), atol=1e-4)
+
+
+def test_skl2onnx_exports_that_are_not_exact_are_refused_by_name(tmp_path):
+    pytest.importorskip("skl2onnx")
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.tree import DecisionTreeClassifier
+    x, y3, _ = _sk_data()
+    tree = _sk_export(tmp_path, "tree", DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, y3), 3, True, None)
+    with pytest.raises(ModelImportError) as err:
+        import_onnx(tree)
+    msg = str(err.value)
+    assert "tree.onnx" in msg and "TreeEnsembleClassifier" in msg and "options={'zipmap': False}" in msg
+    assert len(msg.splitlines()) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        tanh = MLPClassifier(hidden_layer_sizes=(4,), activation="tanh", max_iter=50, random_state=0).fit(x, y3)
+    path = _sk_export(tmp_path, "tanh_mlp", tanh, 3, False, None)
+    with pytest.raises(ModelImportError, match="tanh_mlp.onnx.*Tanh.*not piecewise linear"):
+        import_onnx(path)

@@ -23,7 +23,10 @@ TOLERANCE = 1e-4
 
 def onnxruntime_outputs(ev: CheckContext, xs) -> np.ndarray:
     """onnxruntime outputs (n, n_actions) float64 of the bundle's model at points ``xs``
-    (n, n_inputs), rounded to float32 first as the network reads them."""
+    (n, n_inputs), rounded to float32 first as the network reads them. These are the tensors the IR
+    equals: the logits before a stripped output head (LoadedModel.evaluate_onnxruntime reads them
+    from an in-memory copy of the model with the logits as extra outputs, and confirms the head's
+    own output orders the actions the same way)."""
     return ev.loaded.evaluate_onnxruntime(np.asarray(xs, dtype=np.float32).astype(np.float64))
 
 

@@ -92,8 +92,9 @@ def _add_build_parser(sub, cosim_random_cycles: int, cosim_seed: int) -> None:
                    help="also write heatmap_X_Y.png: the LUT over inputs X and Y (other inputs at their middle "
                         "level), resolved cells marked")
     b.add_argument("--verify-timeout", type=float, default=60.0, metavar="S",
-                   help="wall-clock seconds per verification query (default 60); a timeout is UNKNOWN and fails "
-                        "the build")
+                   help="wall-clock seconds per verification query for its search, and as many for its exact "
+                        "Z3 confirmation (default 60: a query ends within 2 x 60 s); a timeout is UNKNOWN and "
+                        "fails the build")
     b.add_argument("--json", action="store_true", help="print summary.json to stdout instead of a table")
 
 
@@ -210,6 +211,10 @@ def _progress_events(progress: Progress, console: Console):
             tasks[name] = progress.add_task(_STAGE_TITLES.get(name, name), total=1.0)
         elif kind == "progress":
             progress.update(tasks[name], completed=value)
+        elif kind == "detail" and name in tasks:
+            progress.update(tasks[name], description=f"{_STAGE_TITLES.get(name, name)} ({value})")
+        elif kind == "note":
+            console.print(f"  {_STAGE_TITLES.get(name, name)}: {value}", highlight=False)
         elif kind == "done":
             stage, status = name.split(":")
             progress.remove_task(tasks.pop(stage))
@@ -395,7 +400,15 @@ def _verify_sla(args, model, opts, console: Console) -> int:
     spec = load_spec(args.sla)
     check_shapes(spec, model.ir, args.model)
     model.cross_check(np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs]))
-    result = verify_spec(model, spec, opts)
+    n_queries = len(spec.properties) + len(spec.actions)
+    console.print(f"verifying {n_queries} queries ({len(spec.properties)} properties, {len(spec.actions)} actions); "
+                  f"each at most {opts.timeout:g} s search + {opts.confirm_timeout:g} s confirmation", highlight=False)
+
+    def shown(r, done: int, total: int) -> None:  # a long run is never silent: one line per query
+        console.print(f"  [{done}/{total}] {r.id}: {_verdict_style(r.verdict.value)} in {r.time_s:.2f} s "
+                      f"({r.method})", highlight=False)
+
+    result = verify_spec(model, spec, opts, on_result=shown)
     t = Table(title=f"properties of {args.model}")
     for col in ("property", "verdict", "time (s)", "method", "witness"):
         t.add_column(col)

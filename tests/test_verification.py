@@ -263,3 +263,136 @@ def test_z3_confirmation_in_worker_processes_equals_the_one_in_this_process():
     assert [r for r, _ in par] == [r for r, _ in seq] == ["sat", "unsat", "sat", "unsat", "sat"]
     for (_, a), (_, b) in zip(par, seq):
         assert (a is None and b is None) or np.array_equal(a, b)
+
+
+# --- many actions, wide and deep networks: every timeout bounds the wall time it names (issue 17) ---
+
+def _random_mlp(tmp_path, sizes, seed=0, dead_action=None, name="mlp"):
+    """A seeded random ReLU MLP ``sizes[0] -> ... -> sizes[-1]`` (conftest.save_model). With
+    ``dead_action``, that output's bias is -1000: it is never the argmax (by construction)."""
+    from conftest import save_model, tensor
+    from onnx import helper
+    rng = np.random.default_rng(seed)
+    nodes, inits, cur = [], [], "x"
+    for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        w = rng.standard_normal((a, b)) * np.sqrt(2.0 / a)
+        bias = 0.1 * rng.standard_normal(b)
+        last = k == len(sizes) - 2
+        if last and dead_action is not None:
+            bias[dead_action] = -1000.0
+        inits += [(f"W{k}", w), (f"B{k}", bias)]
+        nodes += [helper.make_node("MatMul", [cur, f"W{k}"], [f"m{k}"]),
+                  helper.make_node("Add", [f"m{k}", f"B{k}"], ["y" if last else f"a{k}"])]
+        cur = f"a{k}"
+        if not last:
+            nodes.append(helper.make_node("Relu", [cur], [f"r{k}"]))
+            cur = f"r{k}"
+    return save_model(tmp_path, name, nodes, [tensor("x", [1, sizes[0]])], [tensor("y", [1, sizes[-1]])], inits)
+
+
+def _sla(tmp_path, n_in, n_act, properties, name="sla"):
+    bits = max(1, min(8, 24 // n_in))
+    text = ("schema: mi-certify/v1\ncontroller: {name: many, decode: argmax}\ninputs:\n"
+            + "".join(f"  - {{name: x{i}, min: 0, max: 1, bits: {bits}}}\n" for i in range(n_in))
+            + "actions:\n" + "".join(f"  - {{name: a{j}, conservative: {str(j == 0).lower()}, "
+                                     "sla: {latency_ms: 50, accuracy_loss_pct: 0.0}}\n" for j in range(n_act))
+            + "fsm: {hysteresis: 1, cooldown: 0, violations_to_fallback: 1, recovery: 1}\nproperties:\n"
+            + properties)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("n_act", [8, 16])
+def test_many_actions_verify_within_the_timeouts_with_the_known_verdicts(tmp_path, n_act):
+    """8 and 16 actions, 32 ReLUs (Z3-confirmed): the whole spec within queries x (timeout +
+    confirm timeout) + slack (it ran past 600 s: the Z3 confirmation gave every box the whole
+    budget); a property true by construction is PROVED, a false one VIOLATED with a replayed witness."""
+    import time
+    from mi_certify.verification.network import verify_spec
+    dead = n_act - 1
+    model = load_model(_random_mlp(tmp_path, [5, 32, n_act], seed=n_act, dead_action=dead))
+    spec = load_spec(_sla(tmp_path, 5, n_act, f"  - {{id: DEAD, when: {{}}, forbid: [a{dead}]}}\n"
+                                               "  - {id: ONLY0, when: {}, require: [a0]}\n"
+                                               "  - {id: BOUND, when: {x0: [0, 0.5]}, output: {a0: {max: 10000}}}\n"))
+    timeout, confirm = 2.0, 2.0
+    seen = []
+    t0 = time.monotonic()
+    res = verify_spec(model, spec, VerifyOptions(timeout=timeout, confirm_timeout=confirm),
+                      on_result=lambda r, done, total: seen.append((r.id, done, total)))
+    took = time.monotonic() - t0
+    n_q = len(spec.properties) + n_act
+    assert [d for _, d, _ in seen] == list(range(1, n_q + 1)) and {t for _, _, t in seen} == {n_q}
+    assert took <= 1.5 * n_q * (timeout + confirm) + 20, took
+    for r in res.properties + res.reachability:
+        assert r.time_s <= timeout + confirm + 3, (r.id, r.time_s, r.detail)
+    by_id = {r.id: r for r in res.properties}
+    assert by_id["DEAD"].verdict == Verdict.PROVED, by_id["DEAD"]
+    assert by_id["BOUND"].verdict == Verdict.PROVED, by_id["BOUND"]
+    only0 = by_id["ONLY0"]
+    assert only0.verdict == Verdict.VIOLATED
+    x = np.array(only0.witness["x"])
+    assert np.all((0 <= x) & (x <= 1))
+    y = evaluate_onnxruntime(model.path, np.array(only0.witness["x_float32"])[None])[0]
+    assert np.argmax(y) != 0 and np.max(y) >= y[0]  # a witness: some other action beats a0 there
+    dead_reach = {r.id: r for r in res.reachability}[f"reach:a{dead}"]
+    assert dead_reach.verdict == Verdict.PROVED  # the dead action is unreachable
+    for k, r in enumerate(res.reachability):
+        if r.verdict == Verdict.VIOLATED:  # reachable: the witness decodes that action (ties within 1e-4)
+            assert max(r.witness["y_ir"]) - r.witness["y_ir"][k] <= 1e-4, r.id
+
+
+def test_cli_verify_16_actions_shows_progress_and_keeps_within_its_timeouts(tmp_path):
+    """`verify --timeout T --confirm-timeout T` on 16 actions prints one line per query as it
+    goes and ends within queries x 2T + slack (it ran past 120 s printing nothing)."""
+    import time
+    model = _random_mlp(tmp_path, [5, 32, 16], seed=3)
+    sla = _sla(tmp_path, 5, 16, "  - {id: P1, when: {x0: [0.9, 1]}, forbid: [a1]}\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "verify", str(model), "--sla", str(sla),
+                           "--timeout", "2", "--confirm-timeout", "2"], capture_output=True, text=True, timeout=600)
+    took = time.monotonic() - t0
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if re.match(r"\s+\[\d+/17\] ", ln)]
+    assert len(lines) == 17 and "[17/17] reach:a15:" in lines[-1], proc.stderr
+    assert "each at most 2 s search + 2 s confirmation" in proc.stderr
+    assert took <= 1.5 * 17 * 4 + 30, took
+
+
+def test_z3_confirmation_tasks_share_one_deadline():
+    """8 tasks that each run for minutes on 2 workers: confirm_boxes(timeout 3) ends in about 3 s
+    with every task unknown and no worker left (each task used to get the whole 3 s: 12 s)."""
+    import os
+    import time
+    from mi_certify.verification.z3_exact import confirm_boxes
+    ir = import_onnx(ANCHORS / "acasxu" / "onnx" / "ACASXU_run2a_1_1_batch_2000.onnx")
+    C = np.zeros((1, ir.n_outputs))
+    C[0, 0] = 1.0
+    tasks = [(C, np.array([-1e9]), np.full(ir.n_inputs, -0.3 + 0.01 * k), np.full(ir.n_inputs, 0.3))
+             for k in range(8)]
+    t0 = time.monotonic()
+    out = confirm_boxes(ir, tasks, 3.0, workers=2)
+    took = time.monotonic() - t0
+    assert [r for r, _ in out] == ["unknown"] * 8
+    assert took < 3.0 + 4.0, took
+    assert spawned_workers(os.getpid()) == []
+
+
+def test_wide_deep_network_query_ends_at_its_timeout_as_unknown_or_decided(tmp_path):
+    """24 inputs, 6 x 256 ReLUs, 32 actions: one CROWN pass over a box takes seconds here, so
+    the deadline is checked inside the bound computation too; the query ends within its timeout
+    plus slack, and a timeout is UNKNOWN (never PROVED)."""
+    import time
+    from mi_certify.verification.properties import reachability_queries
+    model = load_model(_random_mlp(tmp_path, [24] + [256] * 6 + [32], seed=1))
+    spec = load_spec(_sla(tmp_path, 24, 32, "  - {id: B, when: {}, output: {a0: {max: 1000000}}}\n"))
+    for query in reachability_queries(spec)[:4]:
+        t0 = time.monotonic()
+        r = decide(model, query, VerifyOptions(timeout=3.0))
+        took = time.monotonic() - t0
+        assert took <= 3.0 + 4.0, (query.id, took, r.detail)
+        if r.verdict == Verdict.VIOLATED:
+            assert np.argmax(r.witness["y_ir"]) == int(query.id.split(":a")[1]) or \
+                np.max(r.witness["y_ir"]) - r.witness["y_ir"][int(query.id.split(":a")[1])] <= 1e-4
+        elif r.verdict == Verdict.UNKNOWN:
+            assert "timeout" in r.detail or "open" in r.detail, r.detail

@@ -88,7 +88,8 @@ def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C:
 
     Args:
         boxes: list of (lo, hi) input boxes, each non-empty.
-        timeout: wall-clock seconds for all boxes together; boxes not reached are unknown.
+        timeout: wall-clock seconds for all boxes together, the child's start included (it is
+            killed one second after); boxes not reached are unknown.
         per_box_timeout: Marabou's own timeout per box (default: whatever time is left).
         node_bounds: optional per-box NodeBounds (sound) to tighten Marabou's variables.
     Returns:
@@ -108,7 +109,7 @@ def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C:
         out = Path(tmp) / "answers.jsonl"
         try:
             proc = run([sys.executable, "-m", "mi_certify.verification.marabou", str(job), str(out)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout + 5, cwd=tmp,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=max(0.0, timeout) + 1.0, cwd=tmp,
                        env=_child_env())
             err = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] if proc.returncode else []
         except subprocess.TimeoutExpired:
@@ -116,7 +117,10 @@ def solve_boxes(ir: ControllerIR, boxes: list[tuple[np.ndarray, np.ndarray]], C:
         answers: list[MarabouAnswer] = []
         if out.exists():
             for line in out.read_text().splitlines():
-                rec = json.loads(line)
+                try:
+                    rec = json.loads(line)
+                except ValueError:  # the last line of a child killed while writing it
+                    break
                 x = np.array(rec["x"]) if rec.get("x") is not None else None
                 answers.append(MarabouAnswer(rec["status"], x, rec.get("reason", "")))
     reason = "; ".join(err) or "not reached before the deadline"
@@ -184,6 +188,7 @@ def _child(job_path: str, out_path: str) -> int:
                 ipq.addEquation(eq)
             opts = MarabouCore.Options()
             cap = meta.get("per_box") or remaining
+            # whole seconds (at least 1; the parent kills the child one second after the deadline)
             opts._timeoutInSeconds = max(1, int(min(remaining, cap)))
             opts._verbosity = 0
             try:

@@ -71,12 +71,16 @@ def _machine_independent(witness: dict | None) -> dict | None:
 
 
 def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = None,
-                progress=None) -> SpecVerification:
+                progress=None, on_result=None) -> SpecVerification:
     """Decide all properties and the output domain of ``spec`` on ``model`` (its IR; onnxruntime
     replays each counterexample).
 
+    There are ``len(properties) + len(actions)`` queries; each takes at most ``opts.timeout``
+    seconds of search plus ``opts.confirm_timeout`` of Z3 confirmation (and a fixed slack).
+
     Args:
         progress: optional callable(done, total).
+        on_result: optional callable(QueryResult, done, total), after each query.
     """
     opts = opts or VerifyOptions()
     props = spec_queries(spec)
@@ -84,16 +88,14 @@ def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = Non
     total = len(props) + len(reach)
     done = 0
     out_p, out_r = [], []
-    for q in props:
-        out_p.append(decide(model, q, opts))
+    for q in props + reach:
+        res = decide(model, q, opts)
+        (out_p if len(out_p) < len(props) else out_r).append(res)
         done += 1
         if progress:
             progress(done, total)
-    for q in reach:
-        out_r.append(decide(model, q, opts))
-        done += 1
-        if progress:
-            progress(done, total)
+        if on_result:
+            on_result(res, done, total)
     ir = model.ir
     lo, hi = envelope(spec)
     low, up = output_bounds(ir, lo, hi)

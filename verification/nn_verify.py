@@ -35,7 +35,7 @@ from mi_certify.generator.numerics import matmul
 from mi_certify.generator.results import Verdict
 
 from . import marabou
-from .bounds import crown_bounds, output_matrix_lower
+from .bounds import BoundsTimeout, NodeBounds, crown_bounds, output_matrix_lower
 from .properties import Disjunct, Query
 from .z3_exact import ExactChecker, confirm_boxes
 
@@ -168,14 +168,8 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         ok, wit = replay(model, dj, (dj.lo + dj.hi) / 2)
         return (Verdict.VIOLATED, wit, "evaluation", "no output constraint") if ok else \
             (Verdict.UNKNOWN, None, "evaluation", "centre point does not replay")
-    rng = np.random.default_rng(0)  # a deterministic look for easy witnesses first
-    pts = dj.lo + (dj.hi - dj.lo) * rng.random((256, dj.lo.size))
-    ys = ir.evaluate(pts)
-    inside = np.nonzero(np.all(matmul(ys, dj.C.T) - dj.d <= 0, axis=1))[0]
-    for i in inside[:5]:
-        ok, wit = replay(model, dj, pts[i])
-        if ok:
-            return Verdict.VIOLATED, wit, "sampling", "random point in the region"
+    if time.monotonic() >= deadline:
+        return Verdict.UNKNOWN, None, "bounds", "timeout before this disjunct was searched"
     start = time.monotonic()
     bab_deadline = start + (deadline - start) * (opts.bound_share if opts.use_marabou else 1.0)
     heap = [(0.0, 0, dj.lo.copy(), dj.hi.copy())]
@@ -185,12 +179,16 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     while heap:
         now = time.monotonic()
         if stats["boxes"] >= opts.max_boxes or now > deadline or (now > bab_deadline and len(heap) <= MARABOU_MAX_BOXES):
-            open_boxes = [(lo, hi) for _, _, lo, hi in heap]
+            open_boxes += [(lo, hi) for _, _, lo, hi in heap]  # (+=: keep the point boxes left open)
             break
         _, _, lo, hi = heapq.heappop(heap)
         stats["boxes"] += 1
-        nb = crown_bounds(ir, lo, hi)
-        low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb)
+        try:  # the deadline is checked before every backward pass, not only between boxes
+            nb = crown_bounds(ir, lo, hi, deadline=deadline)
+            low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb, deadline=deadline)
+        except BoundsTimeout:
+            open_boxes += [(lo, hi)] + [(a, b) for _, _, a, b in heap]
+            break
         margin = low - dj.d
         if np.max(margin) > 0:
             closed.append((lo, hi))
@@ -226,9 +224,12 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     if remaining <= 0.5 or len(open_boxes) > MARABOU_MAX_BOXES:
         return Verdict.UNKNOWN, None, "bounds", f"timeout with {len(open_boxes)} boxes open"
     stats["marabou_boxes"] += len(open_boxes)
-    nbs = [crown_bounds(ir, lo, hi) for lo, hi in open_boxes]
+    nbs = _open_box_bounds(ir, open_boxes, time.monotonic() + 0.2 * remaining)
+    remaining = deadline - time.monotonic()
+    if remaining <= 0.5:
+        return Verdict.UNKNOWN, None, "bounds", f"timeout with {len(open_boxes)} boxes open"
     answers = marabou.solve_boxes(ir, open_boxes, dj.C, dj.d, remaining, node_bounds=nbs,
-                                  per_box_timeout=max(2.0, remaining / len(open_boxes)))
+                                  per_box_timeout=max(1.0, remaining / len(open_boxes)))
     unknown = []
     for (lo, hi), ans in zip(open_boxes, answers):
         if ans.status == "sat":
@@ -249,6 +250,41 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     return Verdict.PROVED, None, "bounds+marabou", f"{stats['boxes']} boxes; {len(open_boxes)} closed by Marabou"
 
 
+def _open_box_bounds(ir: ControllerIR, boxes: list, deadline: float) -> list:
+    """CROWN node bounds for Marabou's variables, all boxes in one batched pass; ``None`` per
+    box when the pass would end after ``deadline`` (Marabou then starts from the box alone)."""
+    try:
+        nb = crown_bounds(ir, np.array([lo for lo, _ in boxes]), np.array([hi for _, hi in boxes]), deadline=deadline)
+    except BoundsTimeout:
+        return [None] * len(boxes)
+    return [NodeBounds([v[b] for v in nb.lower], [v[b] for v in nb.upper]) for b in range(len(boxes))]
+
+
+def _sample_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[int, dict] | None:
+    """A deterministic look for easy witnesses before any search: 256 seeded random points per
+    distinct input box (evaluated once for every disjunct on that box), at most 5 replays per
+    disjunct. Returns (disjunct index, replayed witness) or None."""
+    ir = model.ir
+    by_box: dict[bytes, list[int]] = {}
+    for k, dj in enumerate(query.disjuncts):
+        if dj.C.shape[0] and not dj.empty_input():
+            by_box.setdefault(dj.lo.tobytes() + dj.hi.tobytes(), []).append(k)
+    for ks in by_box.values():
+        if time.monotonic() >= deadline:
+            return None
+        lo, hi = query.disjuncts[ks[0]].lo, query.disjuncts[ks[0]].hi
+        pts = lo + (hi - lo) * np.random.default_rng(0).random((256, lo.size))
+        ys = ir.evaluate(pts)
+        for k in ks:
+            dj = query.disjuncts[k]
+            inside = np.nonzero(np.all(matmul(ys, dj.C.T) - dj.d <= 0, axis=1))[0]
+            if inside.size:
+                for (ok, wit) in replay_many(model, [(dj, pts[i]) for i in inside[:5]]):
+                    if ok:
+                        return k, wit
+    return None
+
+
 def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) -> QueryResult:
     """Decide a query (disjunction of unsafe regions) within ``opts.timeout`` seconds on ``model``
     (:class:`~mi_certify.generator.model.LoadedModel`: the IR is queried, onnxruntime replays
@@ -262,6 +298,18 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
     methods, details = [], []
     verdict = Verdict.PROVED
     partitions: list[list] = []
+    try:
+        found = _sample_witness(model, query, deadline)
+    except Exception as exc:  # noqa: BLE001 - a failed look is no answer; the search below decides
+        log.exception("query %s: sampling failed", query.id)
+        errors.append(f"sampling: {type(exc).__name__}: {exc}")
+        found = None
+    if found is not None:
+        k, wit = found
+        wit["disjunct"] = k
+        dj = query.disjuncts[k]
+        return QueryResult(query.id, Verdict.VIOLATED, time.monotonic() - t0, "sampling", wit,
+                           f"[{dj.label or k}] random point in the region", errors, stats)
     for k, dj in enumerate(query.disjuncts):
         partitions.append([])
         try:
@@ -311,7 +359,21 @@ def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], 
         if abs(vol - 1.0) > 1e-9:
             return f"partition covers {vol:.12f} of the region, not all of it"
         tasks.extend((dj.C, dj.d, lo, hi) for lo, hi in boxes)
-    while 0 < len(tasks) < 4 * Z3_WORKERS:
+    # boxes exact rational intervals already close need neither Z3 nor worker processes (a
+    # quarter of the budget at most here)
+    pre_deadline = time.monotonic() + 0.25 * max(0.0, deadline - time.monotonic())
+    n_all, kept = len(tasks), []
+    for k, (C, d, lo, hi) in enumerate(tasks):
+        if time.monotonic() > pre_deadline:
+            kept.extend(tasks[k:])
+            break
+        if not ExactChecker(ir, C, d).interval_unsat(lo, hi):
+            kept.append((C, d, lo, hi))
+    tasks = kept
+    stats["z3_interval_closed"] = stats.get("z3_interval_closed", 0) + n_all - len(tasks)
+    if not tasks:
+        return None
+    while 0 < len(tasks) < 4 * Z3_WORKERS and time.monotonic() < deadline:
         k = int(np.argmax([float(np.prod(np.where(hi > lo, hi - lo, 1.0))) for _, _, lo, hi in tasks]))
         C, d, lo, hi = tasks.pop(k)
         halves = ExactChecker(ir, C, d)._split(lo, hi)
@@ -323,8 +385,14 @@ def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], 
     if left <= 0:
         return "Z3 confirmation ran out of time"
     stats["z3_calls"] += len(tasks)
-    results = confirm_boxes(ir, tasks, left, workers=Z3_WORKERS)
-    for (_, _, lo, hi), (res, x) in zip(tasks, results):
+    results = confirm_boxes(ir, tasks, left, workers=Z3_WORKERS, first_failure=True)
+    # a box Z3 found a point in (sat) names the failure first, then the first unknown one
+    order = sorted(range(len(tasks)), key=lambda k: results[k][0] != "sat")
+    for (_, _, lo, hi), (res, x) in ((tasks[k], results[k]) for k in order):
+        if res == "unknown":
+            n_ok = sum(r == "unsat" for r, _ in results)
+            return (f"Z3 confirmation unfinished when its time ran out ({n_ok} of {len(tasks)} boxes confirmed; "
+                    f"first open: lo={np.round(lo, 6).tolist()} hi={np.round(hi, 6).tolist()})")
         if res != "unsat":
             return (f"Z3 does not confirm PROVED on box lo={np.round(lo, 6).tolist()} hi={np.round(hi, 6).tolist()}: "
                     f"{res}" + (f" at x={np.round(x, 6).tolist()}" if x is not None else ""))

@@ -22,11 +22,12 @@ import os
 import pickle
 import signal
 import sys
+import time
 from typing import Callable, Sequence
 
 from .tools import die_with_parent
 
-__all__ = ["WorkersLost", "exiting", "map_in_processes"]
+__all__ = ["WorkersLost", "WorkersTimedOut", "exiting", "map_in_processes"]
 
 _LIVE: set = set()
 _EXITING = False
@@ -38,6 +39,11 @@ class WorkersLost(Exception):
     def __init__(self, done: dict):
         super().__init__(f"a worker process was lost ({len(done)} results so far)")
         self.done = done
+
+
+class WorkersTimedOut(WorkersLost):
+    """``deadline`` passed (or ``stop`` said so) before every item was done; the busy workers
+    were killed. ``done``: item index -> result so far (the caller does not compute the rest)."""
 
 
 def exiting() -> bool:
@@ -131,13 +137,18 @@ def _start_worker(fn):
 
 
 def map_in_processes(fn: Callable, items: Sequence, workers: int,
-                     on_result: Callable[[int, int], None] | None = None) -> list:
+                     on_result: Callable[[int, int], None] | None = None, deadline: float | None = None,
+                     stop: Callable[[object], bool] | None = None) -> list:
     """``[fn(item) for item in items]`` computed in ``workers`` worker processes, one item
     at a time each, handed out in order; results in item order. ``fn`` and the items must
     pickle (``fn`` a module-level function of an importable module). ``on_result(index, done)``
-    is called as each result arrives (``done`` = results so far).
+    is called as each result arrives (``done`` = results so far). ``deadline``
+    (``time.monotonic()``): no result is waited for after it. ``stop(result)`` True: no
+    further item is needed.
 
     Raises:
+        WorkersTimedOut (a WorkersLost) when ``deadline`` passed or ``stop`` returned True
+        with items left: the busy workers are killed, ``done`` holds the results so far;
         WorkersLost if a worker cannot start or dies (the caller computes the rest itself,
         unless :func:`exiting`); the exception ``fn`` raised in a worker (the workers are
         stopped first).
@@ -168,8 +179,13 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
                 k = todo.pop(0)
                 send.send((k, items[k]))
                 busy[recv] = k
-            while busy and failed is None:
-                for c in connection.wait(list(busy)):
+            stopped = False
+            while busy and failed is None and not stopped:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready = connection.wait(list(busy), timeout=wait)
+                if not ready and deadline is not None and time.monotonic() >= deadline:
+                    raise WorkersTimedOut(done)
+                for c in ready:
                     ok, res = c.recv()
                     if not ok:
                         failed = res
@@ -178,6 +194,9 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
                     done[k] = res
                     if on_result:
                         on_result(k, len(done))
+                    if stop is not None and stop(res):
+                        stopped = True
+                        break
                     if todo:
                         k = todo.pop(0)
                         sender[c].send((k, items[k]))
@@ -186,6 +205,8 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
             raise WorkersLost(done) from exc
         if failed is not None:
             raise failed
+        if len(done) < len(items):
+            raise WorkersTimedOut(done)
         finished = True
         return [done[k] for k in range(len(items))]
     finally:

@@ -137,6 +137,22 @@ class ExactChecker:
             return "sat", np.array([float(m.eval(v, model_completion=True).as_fraction()) for v in xs])
         return "unknown", None
 
+    def interval_unsat(self, lo, hi) -> bool:
+        """True when exact rational interval arithmetic alone shows some row of ``C y <= d``
+        fails everywhere in the box (its lower bound over the output intervals exceeds d_r):
+        ``unsat`` without a solver call. Exact (Fractions, no rounding), like the Z3 encoding."""
+        iv = exact_intervals(self.ir, lo, hi)
+        ys = [b for nid in self.ir.outputs for b in iv[nid]]
+        for r in range(self.C.shape[0]):
+            low = Fraction(0)
+            for j in np.nonzero(self.C[r])[0]:
+                c = Fraction(float(self.C[r, j]))
+                a, b = ys[int(j)]
+                low += c * (a if c > 0 else b)
+            if low > Fraction(float(self.d[r])):
+                return True
+        return False
+
     def _unstable(self, lo, hi) -> int:
         from mi_certify.generator.ir import AffineNode, InputNode
         iv = exact_intervals(self.ir, lo, hi)
@@ -186,19 +202,27 @@ def exact_check(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, C: np.ndarray,
 
 
 def _confirm_task(args) -> tuple[str, list | None]:
-    ir, C, d, lo, hi, timeout_s = args
-    res, x = ExactChecker(ir, C, d).check(lo, hi, timeout_s)
+    import time
+
+    ir, C, d, lo, hi, wall_deadline = args  # time.time(): the one clock every process reads alike
+    left = wall_deadline - time.time()
+    if left <= 0:
+        return "unknown", None
+    res, x = ExactChecker(ir, C, d).check(lo, hi, left)
     return res, None if x is None else x.tolist()
 
 
 def confirm_boxes(ir: ControllerIR, tasks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-                  timeout_s: float, workers: int = 2) -> list[tuple[str, np.ndarray | None]]:
+                  timeout_s: float, workers: int = 2,
+                  first_failure: bool = False) -> list[tuple[str, np.ndarray | None]]:
     """Run :meth:`ExactChecker.check` on (C, d, lo, hi) tasks in ``workers`` processes.
 
-    Each task gets the whole remaining budget; results come back in task order. With
-    one task or one worker everything runs in this process, and so do the tasks left
-    when a worker process cannot start or dies. Ctrl-C (or any exception) stops the
-    worker processes at once.
+    ``timeout_s`` bounds the wall time of all tasks together (they share one deadline: a
+    task started late gets what is left; tasks not decided by then are "unknown"). With
+    ``first_failure`` the tasks stop at the first answer that is not "unsat" (the rest are
+    "unknown"). Results come back in task order. With one task or one worker everything
+    runs in this process, and so do the tasks left when a worker process cannot start or
+    dies. Ctrl-C (or any exception) stops the worker processes at once.
     """
     import time
 
@@ -206,18 +230,28 @@ def confirm_boxes(ir: ControllerIR, tasks: list[tuple[np.ndarray, np.ndarray, np
     if workers <= 1 or len(tasks) <= 1:
         out = []
         for C, d, lo, hi in tasks:
-            out.append(ExactChecker(ir, C, d).check(lo, hi, max(0.0, deadline - time.monotonic())))
+            left = deadline - time.monotonic()
+            if left <= 0 or (first_failure and out and out[-1][0] != "unsat"):
+                out.append(("unknown", None))
+                continue
+            out.append(ExactChecker(ir, C, d).check(lo, hi, left))
         return out
-    from .workers import WorkersLost, exiting, map_in_processes
+    from .workers import WorkersLost, WorkersTimedOut, exiting, map_in_processes
 
+    wall_deadline = time.time() + max(0.0, deadline - time.monotonic())
     try:
-        got = dict(enumerate(map_in_processes(_confirm_task, [(ir, C, d, lo, hi, timeout_s)
-                                                              for C, d, lo, hi in tasks], workers)))
+        got = dict(enumerate(map_in_processes(_confirm_task, [(ir, C, d, lo, hi, wall_deadline)
+                                                              for C, d, lo, hi in tasks], workers,
+                                              deadline=deadline,
+                                              stop=(lambda r: r[0] != "unsat") if first_failure else None)))
+    except WorkersTimedOut as late:  # out of time (or a failure found): the rest stay unknown
+        return [(late.done[k][0], None if late.done[k][1] is None else np.array(late.done[k][1]))
+                if k in late.done else ("unknown", None) for k in range(len(tasks))]
     except WorkersLost as lost:  # no worker processes here: check the rest in this process
         if exiting():
             raise SystemExit(130) from None
         got = lost.done
     rest = iter(confirm_boxes(ir, [t for k, t in enumerate(tasks) if k not in got],
-                              max(0.0, deadline - time.monotonic()), workers=1))
+                              max(0.0, deadline - time.monotonic()), workers=1, first_failure=first_failure))
     return [(got[k][0], None if got[k][1] is None else np.array(got[k][1])) if k in got else next(rest)
             for k in range(len(tasks))]

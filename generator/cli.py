@@ -289,7 +289,8 @@ def _hdl_detail(st: dict) -> str:
     missed = [d for d in ("hx8k", "up5k") if not st.get(f"meets_clock_{d}", True)]
     return (f"Fmax {mhz['fmax_mhz_hx8k']} HX8K, {mhz['fmax_mhz_up5k']} UP5K (registered-input wrapper)"
             + ("" if st["goal_met"] else " below the 130 / 50 MHz goal")
-            + f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM"
+            + (f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM" if st.get("lut4") is not None
+               else f"; controller alone not synthesised ({st.get('not_measured', 'too large')})")
             + (f"; wrapper {w['lut4']} LUT4, {w['dff']} DFF, {w['bram']} BRAM" if w else "")
             + (f"; misses hdl.clock_mhz {st.get('clock_mhz'):g} MHz on " + " and ".join(missed).upper()
                if missed else ""))

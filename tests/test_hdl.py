@@ -328,3 +328,79 @@ def test_a_prefixed_active_low_rom_design_co_simulates_through_the_adapter(small
     assert top == hdl_adapter.ADAPTER and "acme_meta_controller dut (" in sim_v.read_text()
     res = run_cosim(sim_v, top, machine, tmp_path / "work", random_cycles=2000)
     assert res.passed and res.mismatches == 0 and res.cycles > 2000, res.to_json()
+
+
+# --- fit pre-check, ROM limit, bounded LUT evaluation (issue 17) -----------------------------
+
+def test_block_ram_need_and_the_fit_detail_follow_the_devices_capacity():
+    assert synth.ice40_brams(65536, 12) == 192      # the 20-bit reference's sliced ROM: 2048 x 2 mode
+    assert synth.ice40_brams(4096, 12) == 12 and synth.ice40_brams(1024, 3) == 1
+    assert synth.fit_problem("hx8k", {"bram": 192, "lut4": 397}) == "does not fit: needs 192 SB_RAM40_4K, HX8K has 32"
+    assert synth.fit_problem("up5k", {"bram": 192, "lut4": 397}) == "does not fit: needs 192 SB_RAM40_4K, UP5K has 30"
+    assert synth.fit_problem("up5k", {"bram": 2, "lut4": 6000}) == "does not fit: needs 6,000 SB_LUT4, UP5K has 5,280"
+    assert synth.fit_problem("hx8k", {"bram": 32, "lut4": 7680}) is None
+    assert synth.fit_problem("hx8k", {"bram": None, "lut4": None}) is None
+
+
+@pytest.mark.skipif(shutil.which("yosys") is None, reason="yosys is required (make setup)")
+def test_a_design_over_a_devices_capacity_is_recorded_without_running_nextpnr(small, tmp_path, monkeypatch):
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "rom")           # 1024 x 3 bits: one block RAM on the wrapper
+    monkeypatch.setitem(synth.CAPACITY, "hx8k", {"lut4": 7680, "bram": 0})
+
+    def no_nextpnr(*a, **k):
+        raise AssertionError("nextpnr-ice40 was run for a design that cannot fit")
+    monkeypatch.setattr(synth, "_nextpnr", no_nextpnr)
+    rec = synth.place_and_route(v, spec.module_name, spec.address_bits, spec.token_bits, 4, "rst", devices=("hx8k",))
+    hx = rec["hx8k"]
+    assert hx["fits"] is False and hx["fmax_mhz"] is None and hx["meets_goal"] is False and hx["bram"] == 1
+    assert hx["detail"] == "does not fit: needs 1 SB_RAM40_4K, HX8K has 0"
+    assert {"lut4", "dff", "carry", "seed", "package", "goal_mhz"} <= set(hx)
+
+
+def test_a_rom_above_the_yosys_limit_is_refused_before_any_tool_runs(small, tmp_path, monkeypatch):
+    from mi_certify.verification import yosys
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "rom")
+    assert synth.rom_shapes(v) == [("lut_rom", 1024, 3)] and synth.rom_brams(v) == 1
+    assert synth.rom_refusal(v) is None                          # 3 Kbit: under the default limit
+
+    def no_tool(*a, **k):
+        raise AssertionError("a tool was run on a refused design")
+    monkeypatch.setattr(yosys, "cell_stats", no_tool)
+    monkeypatch.setattr(synth, "_nextpnr", no_tool)
+    monkeypatch.setenv(synth.MAX_ROM_ENV, "2")                   # 2 Kbit: the 3 Kbit ROM is over it
+    why = synth.rom_refusal(v)
+    assert why.startswith("not run: the ROM (lut_rom 1,024 x 3 bits = 3 Kbit) is above the limit of 2 Kbit")
+    rec = synth.hdl_numbers(spec, v)
+    assert rec["lut4"] is rec["dff"] is rec["bram"] is None and rec["generic"]["cells"] is None
+    assert rec["not_measured"] == why and rec["generic"]["detail"] == why and rec["goal_met"] is False
+    for dev in ("hx8k", "up5k"):
+        p = rec["place_and_route"][dev]
+        # one block RAM fits either device: not measured rather than "does not fit"
+        assert p["fits"] is None and p["bram"] == 1 and p["synthesised"] is False and "not measured" in p["detail"]
+    monkeypatch.setitem(synth.CAPACITY, "up5k", {"lut4": 5280, "bram": 0})
+    p = synth.place_and_route(v, spec.module_name, spec.address_bits, spec.token_bits, 4, "rst")["up5k"]
+    assert p["fits"] is False and p["detail"].startswith("does not fit: needs 1 SB_RAM40_4K, UP5K has 0 (")
+    assert synth.estimate(v, spec.module_name, spec.address_bits, spec.token_bits, 4, "rst") == synth.BRAM_LUT4_COST
+    monkeypatch.setenv(synth.MAX_ROM_ENV, "lots")
+    with pytest.raises(ValueError, match=synth.MAX_ROM_ENV):
+        synth.rom_refusal(v)
+
+
+@pytest.mark.skipif(shutil.which("yosys") is None, reason="yosys is required (make setup)")
+def test_the_lut_is_evaluated_in_chunks_with_the_same_result(small, tmp_path):
+    import tracemalloc
+
+    from mi_certify.verification.rtl_formal import lut_from_smt2, yosys_smt2
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "sliced_rom")
+    design = yosys_smt2(v, spec.module_name, entry_bits=spec.token_bits + 1)
+    want = (lut_entries(spec, lut)).astype(np.int64)
+    whole = lut_from_smt2(design, spec.module_name, spec.address_bits)
+    tracemalloc.start()
+    parts = lut_from_smt2(design, spec.module_name, spec.address_bits, chunk=100)   # 11 chunks, the last short
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.array_equal(whole, parts) and np.array_equal(parts, want)
+    assert peak < 2_000_000, peak   # the result (8 KB) and one chunk's live values, not 2^10 x definitions

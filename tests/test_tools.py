@@ -295,3 +295,71 @@ def test_a_function_that_does_not_pickle_falls_back_and_leaves_no_worker():
     with pytest.raises(workers.WorkersLost):
         workers.map_in_processes(lambda x: x, [1, 2], 2)
     assert spawned_workers(os.getpid()) == [] and workers.map_in_processes(abs, [-1, -2, 3], 2) == [1, 2, 3]
+
+
+# --- time and memory limits of the hardware tools (issue 17) ---------------------------------
+
+def test_the_memory_limit_is_configurable_and_lifts_with_zero(monkeypatch):
+    monkeypatch.delenv(tools.MEMORY_ENV, raising=False)
+    assert tools.memory_limit_mb() == tools.DEFAULT_MEMORY_MB
+    monkeypatch.setenv(tools.MEMORY_ENV, "512")
+    assert tools.memory_limit_mb() == 512
+    for off in ("0", "none"):
+        monkeypatch.setenv(tools.MEMORY_ENV, off)
+        assert tools.memory_limit_mb() is None
+    monkeypatch.setenv(tools.MEMORY_ENV, "4G")
+    with pytest.raises(ValueError, match=tools.MEMORY_ENV):
+        tools.memory_limit_mb()
+    assert "chromium" not in tools.MEMORY_LIMITED_TOOLS
+    assert tools.memory_error("yosys", 1, "ERROR: syntax error", 512) is None      # an ordinary failure
+    assert tools.memory_error("yosys", -9, "", None) is None                        # no limit applied
+
+
+def test_a_child_over_its_memory_limit_dies_of_it_and_says_so(tmp_path):
+    grab = [sys.executable, "-S", "-c", "b = bytearray(1 << 30); print(len(b))"]    # 1 GiB
+    proc = tools.run(grab, timeout=60, capture=True, text=True, memory_mb=256)
+    assert proc.returncode != 0 and "MemoryError" in proc.stderr
+    msg = tools.memory_error("yosys", proc.returncode, proc.stderr, 256)
+    assert msg == (f"yosys ran out of memory: it exceeded the limit of 256 MiB of address space "
+                   f"({tools.MEMORY_ENV}; 0 lifts it) and died (exit {proc.returncode})")
+    ok = tools.run(grab, timeout=60, capture=True, text=True)                       # no limit: it runs
+    assert ok.returncode == 0 and ok.stdout.strip() == str(1 << 30)
+
+
+def _fake_yosys(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "yosys"
+    p.write_text(f"#!/bin/sh\nif [ \"$1\" = -V ]; then echo 'Yosys 0.23 (fake)'; exit 0; fi\n{body}\n")
+    p.chmod(0o755)
+    return p
+
+
+def test_yosys_over_the_memory_limit_gives_one_clear_line(tmp_path, monkeypatch):
+    body = f"exec {sys.executable} -S -c 'bytearray(1 << 30)'"
+    monkeypatch.setenv("MI_CERTIFY_YOSYS", str(_fake_yosys(tmp_path, body)))
+    monkeypatch.setenv(tools.MEMORY_ENV, "256")
+    with pytest.raises(yosys.YosysError) as e:
+        yosys.run_script("synth", tmp_path, 60, sources=["x.v"], top="x", target="generic", nodffe=False, json="")
+    assert str(e.value).startswith("yosys ran out of memory: it exceeded the limit of 256 MiB of address space")
+    assert "synth.ys.j2" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_yosys_past_its_time_limit_is_killed_with_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("MI_CERTIFY_YOSYS", str(_fake_yosys(tmp_path, "sleep 30")))
+    t0 = time.monotonic()
+    with pytest.raises(yosys.YosysError) as e:
+        yosys.run_script("synth", tmp_path, 1, sources=["x.v"], top="x", target="generic", nodffe=False, json="")
+    assert time.monotonic() - t0 < 10 and e.value.timed_out
+    assert str(e.value) == "yosys timed out after 1 s (its time limit; script synth.ys.j2, killed)"
+
+
+def test_lint_and_nextpnr_past_their_time_limit_say_so(tmp_path, monkeypatch):
+    from mi_certify.verification import synth, verilator
+    for name, version in (("verilator", "Verilator 5.006 (fake)"), ("nextpnr-ice40", "nextpnr-ice40 -- 0.4 (fake)")):
+        p = tmp_path / name
+        p.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo '{version}'; exit 0; fi\nsleep 30\n")
+        p.chmod(0o755)
+        monkeypatch.setenv(tools.TOOLS[name].env_var, str(p))
+    res = verilator.lint(tmp_path / "x.v", "x", timeout_s=1)
+    assert not res.clean and res.error == "verilator did not finish within 1 s (its time limit; killed)"
+    with pytest.raises(synth.SynthError, match=r"^nextpnr-ice40 timed out after 1 s \(its time limit; killed\)$"):
+        synth._nextpnr(["--hx8k"], tmp_path, 1)

@@ -29,7 +29,8 @@ from pathlib import Path
 from mi_certify.generator.lut import LutFsmArtefact
 from mi_certify.runtime.fsm import FsmConfig, LutFsm, MaskBox, Reason, allowed_at
 
-from .tools import ToolMissingError, ToolUnavailable, find_tool, require_tool, run, tool_env, tool_version
+from .tools import (ToolMissingError, ToolUnavailable, find_tool, memory_limit_mb, require_tool, run, tool_env,
+                    tool_version)
 
 
 @dataclass(frozen=True)
@@ -384,8 +385,13 @@ def run_cosim_per_cycle(verilog: Path, toplevel: str, stimulus: list[list[int]],
     job = {"verilog": str(verilog.resolve()), "toplevel": toplevel, "build_dir": str((workdir / "sim_build").resolve()),
            "config": str(cfg_path.resolve()), "results": str((workdir / "results.xml").resolve())}
     with open(workdir / "cosim.log", "w", encoding="utf-8") as fh:
-        run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
-            stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s, env=tool_env("iverilog", "vvp"))
+        try:
+            run([sys.executable, "-m", "mi_certify.verification.cocotb_sim", json.dumps(job)],
+                stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, timeout=timeout_s, env=tool_env("iverilog", "vvp"),
+                memory_mb=memory_limit_mb())
+        except subprocess.TimeoutExpired:
+            return {"cycles": 0, "mismatches": None,
+                    "error": f"cocotb + Icarus did not finish within {timeout_s:.0f} s (its time limit; killed)"}
     return json.loads(report.read_text()) if report.exists() else {"cycles": 0, "mismatches": None}
 
 

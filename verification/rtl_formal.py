@@ -300,41 +300,89 @@ def _sexp(text: str):
     return stack[0][0]
 
 
-def lut_from_smt2(design: str, top: str, address_bits: int) -> np.ndarray:
+#: Addresses evaluated at once by :func:`lut_from_smt2` (memory: about 8 bytes per address for
+#: each intermediate still needed; at 2^20 addresses all at once, the 20-bit reference's ~1,700
+#: definitions took 13 GB).
+LUT_EVAL_CHUNK = 1 << 16
+
+
+def lut_from_smt2(design: str, top: str, address_bits: int, chunk: int = LUT_EVAL_CHUNK) -> np.ndarray:
     """Evaluate the RTL's ``lut_entry`` (as Yosys compiled it to SMT-LIB) at every address.
 
     A small evaluator of the SMT-LIB subset Yosys emits for the LUT (ite, =, or, and, not,
     bit-vector constants, extract, concat, bitwise and/or/not, unsigned comparisons),
-    vectorised over all 2^address_bits addresses at once. Raises ValueError on anything else.
+    vectorised over ``chunk`` addresses at a time (every address in turn); a definition's
+    values are dropped once its last use in the chunk has read them, so memory stays
+    bounded by the chunk, not by 2^address_bits x definitions. Raises ValueError on anything else.
     """
     defs: dict[str, list] = {}
     for line in design.splitlines():
         if line.startswith("(define-fun |") and line.count("(") == line.count(")"):  # one-line definitions
             e = _sexp(line.split(" ; ")[0])
             defs[e[1]] = e[4]
-    addrs = np.arange(1 << address_bits, dtype=np.int64)
-    inputs = {}
+    addr_fns = set()
     for line in design.splitlines():
         if line.startswith("(define-fun |%s_n addr|" % top):
-            inputs[_sexp(line)[4][0]] = addrs  # the addr accessor's underlying function
+            addr_fns.add(_sexp(line)[4][0])  # the addr accessor's underlying function
+    accessor = next(_sexp(ln)[4] for ln in design.splitlines() if ln.startswith("(define-fun |%s_n lut_entry|" % top))
+
+    # uses of each definition reachable from the accessor (one per occurrence)
+    uses: dict[str, int] = {}
+    seen: set[str] = set()
+    stack = [accessor]
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, list) or not e:
+            continue
+        head = e[0]
+        if isinstance(head, str) and head.startswith("|"):
+            if head in addr_fns:
+                continue
+            uses[head] = uses.get(head, 0) + 1
+            if head not in seen and head in defs:
+                seen.add(head)
+                stack.append(defs[head])
+            continue
+        stack.extend(e[1:])
+    total = 1 << address_bits
+    chunk = max(1, min(chunk, total))
+    out = np.empty(total, dtype=np.int64)
+    for start in range(0, total, chunk):
+        addrs = np.arange(start, min(start + chunk, total), dtype=np.int64)
+        out[start:start + addrs.size] = _eval_lut_chunk(accessor, defs, addr_fns, dict(uses), addrs, address_bits)
+    return out
+
+
+def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.ndarray, address_bits: int
+                    ) -> np.ndarray:
+    """:func:`lut_from_smt2` on the addresses ``addrs``; ``left``: uses still to come per definition
+    (consumed here: a value is freed after its last use)."""
     cache: dict[str, tuple] = {}
+    n = addrs.size
 
     def ev(e):
         if isinstance(e, str):
+            # constants as numpy scalars: they broadcast, and cost no memory per address
             if e == "true":
-                return np.ones(addrs.size, dtype=bool), 0
+                return np.True_, 0
             if e == "false":
-                return np.zeros(addrs.size, dtype=bool), 0
+                return np.False_, 0
             if e.startswith("#b"):
-                return np.full(addrs.size, int(e[2:], 2), dtype=np.int64), len(e) - 2
+                return np.int64(int(e[2:], 2)), len(e) - 2
             raise ValueError(f"unsupported atom {e}")
         head = e[0]
         if isinstance(head, str) and head.startswith("|"):  # (|fn| state)
-            if head in inputs:
-                return inputs[head], address_bits
-            if head not in cache:
-                cache[head] = ev(defs[head])
-            return cache[head]
+            if head in addr_fns:
+                return addrs, address_bits
+            val = cache.get(head)
+            if val is None:
+                val = ev(defs[head])
+            left[head] -= 1
+            if left[head] > 0:
+                cache[head] = val
+            else:
+                cache.pop(head, None)
+            return val
         if isinstance(head, list) and head[0] == "_" and head[1] == "extract":
             hi, lo = int(head[2]), int(head[3])
             v, _ = ev(e[1])
@@ -368,8 +416,7 @@ def lut_from_smt2(design: str, top: str, address_bits: int) -> np.ndarray:
             return {"bvuge": a >= b, "bvule": a <= b, "bvugt": a > b, "bvult": a < b}[head], 0
         raise ValueError(f"unsupported operator {head}")
 
-    accessor = next(_sexp(ln)[4] for ln in design.splitlines() if ln.startswith("(define-fun |%s_n lut_entry|" % top))
-    return ev(accessor)[0]
+    return np.broadcast_to(ev(accessor)[0], n)  # a constant LUT evaluates to a scalar
 
 
 def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: int) -> Obligation:

@@ -36,6 +36,7 @@ import atexit
 import functools
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -63,7 +64,7 @@ ToolUnavailable = ToolMissingError
 
 __all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolUnavailable",
            "apt_packages", "available", "die_with_parent", "find_tool", "kill_group", "manifest_tools",
-           "require_tool", "run", "start", "tool_env", "tool_version"]
+           "memory_error", "memory_limit_mb", "require_tool", "run", "start", "tool_env", "tool_version"]
 
 
 @dataclass(frozen=True)
@@ -405,11 +406,55 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         os.kill(os.getpid(), _SIGKILL)
 
 
-def _preexec(extra: Callable[[], None] | None) -> Callable[[], None]:
+#: Tools run under an address-space limit (RLIMIT_AS, set in the child before exec; inherited by
+#: what they start: yosys-abc under Yosys, make and g++ under ``verilator --build``). Never the
+#: browser (Chromium reserves far more address space than it uses).
+MEMORY_LIMITED_TOOLS = ("yosys", "nextpnr-ice40", "iverilog", "vvp", "verilator")
+
+#: Default address-space limit of :data:`MEMORY_LIMITED_TOOLS`, MiB (override: :data:`MEMORY_ENV`).
+DEFAULT_MEMORY_MB = 8192
+
+#: Environment variable that sets the limit in MiB; ``0`` or ``none`` lifts it.
+MEMORY_ENV = "MI_CERTIFY_TOOL_MEMORY_MB"
+
+
+def memory_limit_mb() -> int | None:
+    """The address-space limit of the hardware tools, MiB: :data:`MEMORY_ENV` when set (``0`` /
+    ``none``: None, no limit), else :data:`DEFAULT_MEMORY_MB`. Raises ValueError on another value."""
+    raw = os.environ.get(MEMORY_ENV, "").strip().lower()
+    if not raw:
+        return DEFAULT_MEMORY_MB
+    if raw in ("0", "none", "off", "unlimited"):
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{MEMORY_ENV}={raw!r}: not a number of MiB (0 or none: no limit)")
+    return int(raw)
+
+
+_OOM_TEXT = re.compile(r"bad_alloc|out of memory|cannot allocate memory|memory exhausted|MemoryError", re.I)
+
+
+def memory_error(tool: str, returncode: int | None, log: str, limit_mb: int | None) -> str | None:
+    """One line when a tool run under ``limit_mb`` (:func:`memory_limit_mb`) died of it: its log
+    names a failed allocation (``std::bad_alloc``, ``out of memory`` ...), or it was killed by
+    SIGKILL / SIGABRT / SIGSEGV (what an allocation failure becomes in a C++ tool). None otherwise,
+    and always when no limit applied or the tool exited 0."""
+    if limit_mb is None or returncode in (0, None):
+        return None
+    if _OOM_TEXT.search(log or "") or returncode in (-signal.SIGKILL, -signal.SIGABRT, -signal.SIGSEGV):
+        return (f"{tool} ran out of memory: it exceeded the limit of {limit_mb} MiB of address space "
+                f"({MEMORY_ENV}; 0 lifts it) and died (exit {returncode})")
+    return None
+
+
+def _preexec(extra: Callable[[], None] | None, memory_mb: int | None = None) -> Callable[[], None]:
     parent = os.getpid()
+    limit = None if memory_mb is None else int(memory_mb) << 20
 
     def setup():  # between fork and exec: no imports, no locks
         die_with_parent(parent)
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         if extra is not None:
             extra()
     return setup
@@ -427,14 +472,16 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subprocess.DEVNULL, stdout=None,
           stderr=None, text: bool = False, preexec_fn: Callable[[], None] | None = None,
-          close_fds: bool = True, pass_fds: Sequence[int] = ()) -> subprocess.Popen:
+          close_fds: bool = True, pass_fds: Sequence[int] = (), memory_mb: int | None = None) -> subprocess.Popen:
     """``subprocess.Popen(cmd, ...)`` in a new session (process group = its pid) that dies with
     this process (PR_SET_PDEATHSIG). ``preexec_fn`` runs in the child after that, before exec.
+    ``memory_mb``: an address-space limit (RLIMIT_AS) of the child and what it starts, MiB (None:
+    none); for the tools of :data:`MEMORY_LIMITED_TOOLS` only, never a browser.
     stdin defaults to /dev/null. The caller ends it with ``wait`` or :func:`kill_group`
     (which also drops it from the groups killed at exit). Raises OSError as Popen does."""
     _ensure_guardian()  # before the tool: a build killed right after the start still has its guardian
     proc = subprocess.Popen(list(map(str, cmd)), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                            text=text, start_new_session=True, preexec_fn=_preexec(preexec_fn),
+                            text=text, start_new_session=True, preexec_fn=_preexec(preexec_fn, memory_mb),
                             close_fds=close_fds, pass_fds=tuple(pass_fds))
     _guard(proc.pid, True)
     return proc
@@ -442,13 +489,15 @@ def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subpro
 
 def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None = None,
         stdin=subprocess.DEVNULL, stdout=None, stderr=None, capture: bool = False, text: bool = False,
-        input=None) -> subprocess.CompletedProcess:
+        input=None, memory_mb: int | None = None) -> subprocess.CompletedProcess:
     """Run ``cmd`` to completion, like ``subprocess.run`` (the one place mi-certify runs a tool).
 
     Args:
         timeout: seconds (None: no limit; every call site passes one).
         stdout / stderr: None (inherit), ``subprocess.PIPE`` / ``DEVNULL`` / ``STDOUT`` or a file;
             ``capture=True`` pipes both. ``text``: decode them. ``input``: sent to stdin (a pipe).
+        memory_mb: address-space limit of the child, MiB (:func:`start`; None: none);
+            :func:`memory_error` tells a death of it from another failure.
     Returns:
         CompletedProcess(args, returncode, stdout, stderr); a non-zero exit is not an error here.
     Raises:
@@ -460,7 +509,7 @@ def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None
         stdout = subprocess.PIPE if stdout is None else stdout
         stderr = subprocess.PIPE if stderr is None else stderr
     proc = start(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else stdin, stdout=stdout,
-                 stderr=stderr, text=text)
+                 stderr=stderr, text=text, memory_mb=memory_mb)
     try:
         with proc:
             try:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .tools import ToolMissingError, require_tool, run, tool_version
+from .tools import ToolMissingError, memory_error, memory_limit_mb, require_tool, run, tool_version
 
 
 def version() -> str:
@@ -46,12 +46,16 @@ def lint(verilog: Path, top: str, timeout_s: float = 900.0, extra: tuple[Path, .
         exe = require_tool("verilator")
     except ToolMissingError as exc:
         return LintResult(False, "verilator not usable" if exc.found else "verilator not found", (), error=str(exc))
+    limit = memory_limit_mb()
     try:
         proc = run([exe, "--lint-only", "-Wall", "--top-module", top, str(verilog), *map(str, extra)],
-                   capture=True, text=True, timeout=timeout_s)
+                   capture=True, text=True, timeout=timeout_s, memory_mb=limit)
     except subprocess.TimeoutExpired:
         return LintResult(False, f"verilator {tool_version('verilator')}", (),
-                          error=f"verilator did not finish within {timeout_s:.0f} s")
+                          error=f"verilator did not finish within {timeout_s:.0f} s (its time limit; killed)")
+    oom = memory_error("verilator", proc.returncode, proc.stderr + proc.stdout, limit)
+    if oom:
+        return LintResult(False, f"verilator {tool_version('verilator')}", (), error=oom)
     msgs = tuple(line.replace(str(verilog), verilog.name).replace(str(verilog.parent) + "/", "") for line in (proc.stdout + proc.stderr).splitlines()
                  if line.startswith("%"))
     clean = proc.returncode == 0 and not msgs
@@ -106,19 +110,35 @@ def coverage_run(sources: list[Path], top: str, workdir: Path, log, timeout_s: f
            *[f"+define+{d}" for d in defines], "--top-module", top, "-Mdir", "obj_dir",
            *control, *[str(Path(s).resolve()) for s in sources], "main.cpp"]
     t0 = time.perf_counter()
+    limit, step = memory_limit_mb(), "build"
     try:
-        proc = run(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+        proc = run(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, memory_mb=limit)
         if proc.returncode != 0:
-            return CoverageRun(False, f"verilator build failed (exit {proc.returncode}), see {Path(log.name).name}",
-                               build_seconds=time.perf_counter() - t0)
-        t1 = time.perf_counter()
+            oom = memory_error("verilator (build: make, g++)", proc.returncode, _tail(log), limit)
+            return CoverageRun(False, oom or f"verilator build failed (exit {proc.returncode}), see "
+                               f"{Path(log.name).name}", build_seconds=time.perf_counter() - t0)
+        t1, step = time.perf_counter(), "model run"
         proc = run([str(workdir / "obj_dir" / f"V{top}")], cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                   timeout=timeout_s)
+                   timeout=timeout_s, memory_mb=limit)
     except subprocess.TimeoutExpired:
-        return CoverageRun(False, f"verilator did not finish within {timeout_s:.0f} s")
+        return CoverageRun(False, f"verilator did not finish within {timeout_s:.0f} s (its time limit, {step}; "
+                                  f"killed)")
+    oom = memory_error("verilated model", proc.returncode, _tail(log), limit)
+    if oom:
+        return CoverageRun(False, oom, t1 - t0, time.perf_counter() - t1, proc.returncode, None)
     dat, ok = workdir / "coverage.dat", proc.returncode == 0
     return CoverageRun(ok, None if ok else f"verilated model exit {proc.returncode}", t1 - t0,
                        time.perf_counter() - t1, proc.returncode, dat if dat.exists() else None)
+
+
+def _tail(log, size: int = 4000) -> str:
+    """The last ``size`` characters written to the open log file ``log`` ("" when unreadable)."""
+    try:
+        log.flush()
+        with open(log.name, encoding="utf-8", errors="replace") as fh:
+            return fh.read()[-size:]
+    except (OSError, AttributeError, TypeError):
+        return ""
 
 
 def parse_coverage(path: Path, hierarchy: str) -> dict:

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .tools import ToolMissingError, require_tool, run, tool_version
+from .tools import ToolMissingError, memory_error, memory_limit_mb, require_tool, run, tool_version
 
 __all__ = ["YosysError", "cell_stats", "run_script", "script", "smt2", "stat_cells", "version"]
 
@@ -57,10 +57,17 @@ def _run(name: str, cwd: Path, timeout_s: float, **params) -> subprocess.Complet
         exe = require_tool("yosys")
     except ToolMissingError as exc:
         raise YosysError(str(exc)) from exc
+    limit = memory_limit_mb()
     try:
-        return run([exe, "-q", "-p", script(name, **params)], cwd=cwd, capture=True, text=True, timeout=timeout_s)
+        proc = run([exe, "-q", "-p", script(name, **params)], cwd=cwd, capture=True, text=True, timeout=timeout_s,
+                   memory_mb=limit)
     except subprocess.TimeoutExpired:
-        raise YosysError(f"yosys timed out after {timeout_s:.0f} s", timed_out=True) from None
+        raise YosysError(f"yosys timed out after {timeout_s:.0f} s (its time limit; script {name}.ys.j2, "
+                         f"killed)", timed_out=True) from None
+    oom = memory_error("yosys", proc.returncode, proc.stderr or proc.stdout, limit)
+    if oom:
+        raise YosysError(f"{oom}; script {name}.ys.j2", log=(proc.stderr or proc.stdout).strip())
+    return proc
 
 
 def run_script(name: str, cwd: Path, timeout_s: float, **params) -> str:
@@ -69,7 +76,9 @@ def run_script(name: str, cwd: Path, timeout_s: float, **params) -> str:
 
     Raises:
         YosysError: Yosys missing or too old (the message of :func:`.tools.require_tool`),
-        ``"yosys timed out after <s> s"``, or ``"yosys failed: <last 600 characters of its log>"``.
+        ``"yosys timed out after <s> s (its time limit; ...)"``, ``"yosys ran out of memory: it
+        exceeded the limit of <n> MiB ..."`` (:func:`.tools.memory_error`), or
+        ``"yosys failed: <last 600 characters of its log>"``.
     """
     proc = _run(name, cwd, timeout_s, **params)
     if proc.returncode != 0:

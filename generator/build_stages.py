@@ -31,8 +31,8 @@ from mi_certify.verification.network import verify_spec
 from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.rtl_formal import rtl_obligations
 
-from .bundle import PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage as cosim_record, distill_errors, write_distillation
-from .distill import DistillOptions, distill, fidelity
+from .bundle import DISTILLATION_TABLES, PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage as cosim_record, distill_errors, write_distillation
+from .distill import UNDECIDED, DistillOptions, distill, fidelity
 from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
 from .emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from .errors import BuildError
@@ -84,7 +84,7 @@ class BuildContext:
 
     ``d`` is the staging directory (renamed to the output directory when the build is
     complete); ``on_event(kind, name, value)`` receives progress ("start", "progress",
-    "done"); ``times`` the seconds per stage (timings.json, build.log: not hashed).
+    "detail", "note", "done"); ``times`` the seconds per stage (timings.json, build.log: not hashed).
     """
 
     spec: Spec
@@ -120,8 +120,18 @@ class BuildContext:
         """Run ``fn()`` as stage ``name`` (:func:`run_timed`)."""
         return run_timed(self.on_event, self.times, name, fn, status_of)
 
-    def progress(self, name: str) -> Callable[[int, int], None]:
-        return lambda a, b: self.on_event("progress", name, a / b)
+    def progress(self, name: str, unit: str | None = None) -> Callable[[int, int], None]:
+        """``progress(done, total)`` for stage ``name``: a "progress" event (the fraction) and,
+        with ``unit``, a "detail" event ("12,288 / 65,536 cells decided")."""
+        def report(a: int, b: int) -> None:
+            self.on_event("progress", name, a / b)
+            if unit:
+                self.on_event("detail", name, f"{a:,} / {b:,} {unit}")
+        return report
+
+    def note(self, name: str, text: str) -> None:
+        """A line for the user about stage ``name`` (a "note" event), e.g. an estimate."""
+        self.on_event("note", name, text)
 
     def record(self, result: StageResult) -> StageResult:
         self.results[result.name] = result
@@ -144,7 +154,8 @@ def start_verify(ctx: BuildContext) -> StageResult:
     the IR and the spec, so it runs beside distillation and the later stages."""
     if not ctx.opts.verify:
         return StageResult.skipped("verify", STAGE_TEXT["verify.skipped"])
-    vopts = VerifyOptions(timeout=ctx.opts.verify_timeout)
+    # the search and the exact confirmation of a query get --verify-timeout each
+    vopts = VerifyOptions(timeout=ctx.opts.verify_timeout, confirm_timeout=ctx.opts.verify_timeout)
     ctx.verify_job = Background(lambda: ctx.timed(
         "verify", lambda: verify_spec(ctx.model, ctx.spec, vopts, progress=ctx.progress("verify")),
         lambda r: _status(r.status == Verdict.PROVED.value)))
@@ -179,7 +190,8 @@ def lut_stage(ctx: BuildContext) -> StageResult:
     spec = ctx.spec
     if ctx.opts.distill:
         def run():
-            r = distill(spec, ctx.model, DistillOptions(resolve=spec.resolve), progress=ctx.progress("lut"))
+            r = distill(spec, ctx.model, DistillOptions(resolve=spec.resolve),
+                        progress=ctx.progress("lut", "cells decided"))
             fid, fid_diag = fidelity(spec, ctx.model, r.lut, n_points=FIDELITY_POINTS)
             ctx.diagnostics["fidelity_onnxruntime"] = fid_diag
             return r, fid
@@ -190,13 +202,13 @@ def lut_stage(ctx: BuildContext) -> StageResult:
         ctx.lut, ctx.boxes = dres.lut, dres.boxes
         counts = ctx.lut.counts()
         errors = errors_of((dres, fid))
-        write_distillation(ctx.d / "distillation.json", dres.boxes, dres.resolved, spec.resolve, fid)
+        write_distillation(ctx.d, dres.boxes, dres.witnesses, spec.resolve, fid)
         record = {"status": _status(not errors), "method": STAGE_TEXT["lut.distilled"],
                   **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
-                  "undecided_cells": sum(1 for r in dres.resolved if r["undecided"]),
+                  "undecided_cells": int(np.sum(dres.boxes["method"] == UNDECIDED)),
                   "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
                   **({"error": "; ".join(errors)} if errors else {})}
-        evidence = ("distillation.json",)
+        evidence = ("distillation.json", *DISTILLATION_TABLES.values())
     else:
         ctx.lut = ctx.timed("lut", lambda: sample_lut(spec, ctx.model.ir, progress=ctx.progress("lut")))
         record = {"status": "ok", "method": STAGE_TEXT["lut.sampled"], **ctx.lut.counts()}
@@ -320,7 +332,8 @@ def emit_stage(ctx: BuildContext) -> StageResult:
     ctx.py_path, ctx.v_path = d / f"{spec.name}.py", d / f"{spec.module_name}.v"
     ctx.mon_path = d / f"{monitor_module(spec)}.v"
     # the distillation partition, for the box-tree encoding (inclusive level ranges)
-    boxes = [(r["levels"][0], r["levels"][1]) for r in ctx.boxes] if ctx.boxes is not None else None
+    boxes = (list(zip(ctx.boxes["level_lo"].astype(int).tolist(), ctx.boxes["level_hi"].astype(int).tolist()))
+             if ctx.boxes is not None else None)
     encoding, estimates = spec.hdl.encoding, None
     if encoding == "auto":
         encoding, estimates = ctx.timed("hdl_encoding", lambda: auto_encoding(spec, ctx.machine, ctx.hashes, boxes,

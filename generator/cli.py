@@ -187,6 +187,9 @@ def _run_build(args, console: Console) -> int:
     if out is None:
         out = str(Path("build") / load_spec(args.sla).name)
     _check_out_dir(Path(out))
+    # the stage lines and the table are the build's output (stdout); stderr holds only errors,
+    # so a refused input gives exactly one line there
+    console = Console(soft_wrap=True)
     opts = BuildOptions(cosim_cycles=args.cosim_cycles, cosim_seed=args.seed, skip_cosim=args.skip_cosim,
                         skip_lint=args.skip_lint, skip_rtl_proofs=args.skip_rtl_proofs,
                         skip_synth=args.skip_synth, verify=not args.no_verify, distill=not args.sample_lut,

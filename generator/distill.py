@@ -1,31 +1,34 @@
 """Certified distillation: the network → a LUT whose every cell is PROVEN or RESOLVED.
 
-The quantized grid is partitioned recursively in level space (DESIGN.md,
-"Distillation"), breadth first, every level of the partition bounded in one vectorised
-CROWN pass (:mod:`mi_certify.verification.bounds`, best of four lower ReLU relaxations):
+The quantized grid is cut into slices (:func:`slices_of`: the boxes of the first address
+bits) and each slice partitioned recursively in level space (DESIGN.md, "Distillation"),
+breadth first, every level bounded in vectorised CROWN passes of :data:`BOUND_CHUNK`
+boxes (:func:`bound_boxes`: CROWN, the adaptive lower ReLU relaxation, then the best of four):
 
-1. **Grid vertices.** The network is evaluated (IR, float64) at every vertex of the
-   grid. A box whose vertices decode to different actions cannot have one strict
-   winner everywhere: it is split without being bounded. Otherwise its candidate
-   action a is the vertices' action.
-2. **Boxes.** CROWN lower bounds of ``y_a - y_j`` (argmax; ``y_j - y_a`` for argmin)
-   that are > 0 for every j != a prove that a wins strictly everywhere in the closed
-   box (exact rational cell edges rounded outward), so every cell of it is **proven**
-   a (ties cannot occur there). Otherwise the box is halved along the input with the
-   most levels left (ties broken by the larger influence ``sum_j |Λ_j,i| · width_i``)
-   down to single cells.
-3. **Single cells.** A cell whose vertices disagree is first searched for witnesses
-   (centre and corners pulled inside the half-open cell); a cell the bounds leave
-   open is bisected inside (continuous boxes, all such cells in one batch per round)
-   up to ``cell_boxes`` boxes; each sub-box's centre and the corner minimising its
-   worst margin's linear bound are witness candidates; cells still open get
-   ``RANDOM_LOOK`` seeded random points (seed = address). Every witness is **replayed**
-   on the IR and on onnxruntime float32 (:func:`mi_certify.verification.nn_verify.replay_many`,
-   tolerance 1e-4). A cell with replayed witnesses of two actions holds both; a cell
-   neither proven nor witnessed within the budget is **undecided**. Both are
-   **resolved** by the sla.yaml policy (``distill.resolve``): ``conservative``
-   (default: the conservative action, confident), ``centre`` (the centre's action, not
-   confident) or ``refuse`` (the build fails), and listed with their witnesses.
+1. **Boxes.** The candidate action a of a box is its centre's (IR, float64). CROWN lower
+   bounds of ``y_a - y_j`` (argmax; ``y_j - y_a`` for argmin) that are > 0 for every
+   j != a prove that a wins strictly everywhere in the closed box (exact rational cell
+   edges rounded outward), so every cell of it is **proven** a (ties cannot occur there).
+   Otherwise the box is halved along the input with the most levels left (ties broken by
+   the larger influence ``sum_j |Λ_j,i| · width_i``, then the lower index) down to single
+   cells.
+2. **Single cells.** A cell the bounds leave open is first searched for witnesses (centre
+   and corners pulled inside the half-open cell: :func:`~.numerics.corner_signs`, all of
+   them up to 6 inputs, a fixed sample beyond); then bisected inside (continuous boxes, all
+   such cells in one batch per round) up to ``cell_boxes`` boxes; each sub-box's centre and
+   the corner minimising its worst margin's linear bound are witness candidates; cells
+   still open get ``RANDOM_LOOK`` seeded random points (seed = address). Every witness is
+   **replayed** on the IR and on onnxruntime float32
+   (:func:`mi_certify.verification.nn_verify.replay_many`, tolerance 1e-4). A cell with
+   replayed witnesses of two actions holds both; a cell neither proven nor witnessed
+   within the budget is **undecided**. Both are **resolved** by the sla.yaml policy
+   (``distill.resolve``): ``conservative`` (default: the conservative action, confident),
+   ``centre`` (the centre's action, not confident) or ``refuse`` (the build fails), and
+   listed with their witnesses.
+
+Cost: linear in the number of boxes bounded (nothing is enumerated over 2^inputs: no grid
+of vertices, no corner set beyond a fixed sample); memory: the table (a few bytes a cell)
+and the partition as arrays (:func:`box_dtype`: 2n + 12 bytes a box).
 
 Budgets are counted in boxes, never seconds, so the LUT is the same on any machine.
 Ties at a cell centre follow numpy/onnxruntime: the lowest index wins.
@@ -36,8 +39,8 @@ CROWN lower bounds of the margins (for argmin the softmax of ``-y``); for a cell
 by bisection, the minimum over its sub-boxes. A box whose bound is under the threshold
 is split further; a single cell under it is not confident.
 
-Independent top-level slices run in two worker processes; results are merged in slice
-order, so the LUT does not depend on scheduling.
+The slices run in two worker processes; results are merged in slice order, so the LUT
+does not depend on scheduling.
 """
 
 from __future__ import annotations
@@ -69,12 +72,18 @@ class DistillOptions:
 
 @dataclass
 class DistillResult:
-    """The LUT, every final box (deterministic records), resolved cells, statistics."""
+    """The LUT, the partition (final boxes, :func:`box_dtype`), the replayed witnesses of the
+    resolved cells (:func:`witness_dtype`, address ascending), the policy, statistics."""
 
     lut: Lut
-    boxes: list[dict]
-    resolved: list[dict]
+    boxes: np.ndarray
+    witnesses: np.ndarray
+    policy: str
     stats: dict
+
+    def resolved(self, spec: Spec) -> list[dict]:
+        """The resolved cells as records (:func:`resolved_cells`)."""
+        return resolved_cells(spec, self.boxes, self.witnesses, self.policy)
 
 
 def cell_edges(spec: Spec) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -104,25 +113,6 @@ def box_of_cells(edges, qlo: np.ndarray, qhi: np.ndarray) -> tuple[np.ndarray, n
     return lo, hi
 
 
-def vertex_actions(spec: Spec, ir: ControllerIR, chunk: int = 1 << 17) -> np.ndarray:
-    """Decoded action (IR, float64; lowest index on ties) at every vertex of the grid.
-
-    Returns:
-        int16 array of shape ``(2**bits_i + 1 for each input)``. Used only to choose
-        which boxes to bound: a closed box whose vertices decode differently cannot have
-        one strict winner everywhere, so bounding it is skipped and it is split at once.
-    """
-    lows, highs = cell_edges(spec)
-    axes = [np.append(lo_e, hi_e[-1]) for lo_e, hi_e in zip(lows, highs)]
-    shape = tuple(len(ax) for ax in axes)
-    out = np.empty(int(np.prod(shape)), dtype=np.int16)
-    for start in range(0, out.size, chunk):
-        idx = np.unravel_index(np.arange(start, min(start + chunk, out.size)), shape)
-        pts = np.stack([ax[i] for ax, i in zip(axes, idx)], axis=1)
-        out[start:start + len(pts)] = decode(spec, ir.evaluate(pts))[0]
-    return out.reshape(shape)
-
-
 def _addresses(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
     addr = np.zeros(1, dtype=np.int64)
     for i, inp in enumerate(spec.inputs):
@@ -131,16 +121,17 @@ def _addresses(spec: Spec, qlo: np.ndarray, qhi: np.ndarray) -> np.ndarray:
     return addr
 
 
-def _split(qlo: np.ndarray, qhi: np.ndarray, influence: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Halve the box along the input with the most levels left (ties: larger influence,
-    then lower index)."""
-    spans = qhi - qlo
-    keys = (np.arange(len(spans)),) if influence is None else (np.arange(len(spans)), -influence)
-    i = int(np.lexsort(keys + (-spans,))[0])
-    mid = (qlo[i] + qhi[i]) // 2
-    a_hi, b_lo = qhi.copy(), qlo.copy()
-    a_hi[i], b_lo[i] = mid, mid + 1
-    return [(qlo, a_hi), (b_lo, qhi)]
+def _split_all(QLO: np.ndarray, QHI: np.ndarray, influence: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Halve every box (B, n) along the input with the most levels left (ties: larger
+    influence, then lower index): the two halves of box b are rows b and B + b."""
+    spans = QHI - QLO
+    widest = spans == spans.max(axis=1, keepdims=True)
+    axis = np.argmax(np.where(widest, influence, -np.inf), axis=1)  # first maximum: lowest index
+    rows = np.arange(len(QLO))
+    mid = (QLO[rows, axis] + QHI[rows, axis]) // 2
+    a_hi, b_lo = QHI.copy(), QLO.copy()
+    a_hi[rows, axis], b_lo[rows, axis] = mid, mid + 1
+    return np.vstack([QLO, b_lo]), np.vstack([a_hi, QHI])
 
 
 def _witnesses(spec: Spec, model: LoadedModel,
@@ -190,130 +181,217 @@ def _witnesses(spec: Spec, model: LoadedModel,
     return found
 
 
-def _distill_slice(args) -> tuple[list, list, list, dict]:
-    """Worker: distill the level box [qlo, qhi]; returns (assignments, box records, resolved, stats).
+#: Box methods (``method`` code in the box table), in code order.
+METHODS = ("bounds", "bounds+cell split", "sampling", "bounds+cell split+sampling",
+           "bounds+cell split (budget spent)")
+#: The method code of a cell left undecided within its budget.
+UNDECIDED = 4
+#: Box verdicts (``verdict`` code in the box table), in code order.
+VERDICTS = ("proven", "resolved")
+#: Boxes bounded in one vectorised pass (bounded working memory; the bounds of a box do not
+#: depend on its batch).
+BOUND_CHUNK = 1024
+#: Top-level slices handed to the worker processes (the partition starts from them).
+MAX_SLICES = 64
 
-    Breadth first: every level of the partition is bounded in one vectorised CROWN pass;
-    then the single cells the bounds left open are split inside (:func:`bisect_cells`)
-    up to ``opts.cell_boxes`` boxes each; what is still open gets a seeded random look
-    for witnesses and, without two, is resolved as undecided.
+
+def box_dtype(n_inputs: int) -> np.dtype:
+    """One final box of the partition (little-endian, packed, 2n + 12 bytes): inclusive level
+    ranges per input (levels < 256: at most 8 bits per input), the action token, verdict and
+    method codes (:data:`VERDICTS`, :data:`METHODS`), the confident bit, and for a box proven
+    by bounds the CROWN margin lower bound (NaN otherwise)."""
+    return np.dtype([("level_lo", "u1", (n_inputs,)), ("level_hi", "u1", (n_inputs,)), ("action", "u1"),
+                     ("verdict", "u1"), ("method", "u1"), ("confident", "u1"), ("margin_lower", "<f8")])
+
+
+def witness_dtype(n_inputs: int) -> np.dtype:
+    """One replayed witness of a resolved cell: its LUT address, the action token it shows,
+    the point (float64 per input)."""
+    return np.dtype([("address", "<u4"), ("action", "u1"), ("x", "<f8", (n_inputs,))])
+
+
+def addresses_of(spec: Spec, Q: np.ndarray) -> np.ndarray:
+    """LUT addresses (int64) of single cells given as levels (B, n) (input 0 most significant)."""
+    addr = np.zeros(len(Q), dtype=np.int64)
+    for i, inp in enumerate(spec.inputs):
+        addr = addr << inp.bits | Q[:, i].astype(np.int64)
+    return addr
+
+
+class _Partition:
+    """The final boxes and witnesses of one slice, collected as arrays (a few bytes per box)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.boxes: list[np.ndarray] = []
+        self.witnesses: list[np.ndarray] = []
+
+    def add(self, QLO, QHI, action, verdict: int, method: int, confident, margin=None) -> None:
+        b = np.zeros(len(QLO), dtype=box_dtype(self.n))
+        b["level_lo"], b["level_hi"], b["action"] = QLO, QHI, action
+        b["verdict"], b["method"], b["confident"] = verdict, method, confident
+        b["margin_lower"] = np.nan if margin is None else margin
+        self.boxes.append(b)
+
+    def witness(self, address: int, action: int, x) -> None:
+        w = np.zeros(1, dtype=witness_dtype(self.n))
+        w["address"], w["action"], w["x"] = address, action, x
+        self.witnesses.append(w)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return (np.concatenate(self.boxes) if self.boxes else np.zeros(0, box_dtype(self.n)),
+                np.concatenate(self.witnesses) if self.witnesses else np.zeros(0, witness_dtype(self.n)))
+
+
+def _distill_slice(args) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Worker: distill the level box [qlo, qhi]; returns (boxes (:func:`box_dtype`), witnesses
+    (:func:`witness_dtype`), stats).
+
+    Breadth first: every level of the partition is bounded in vectorised CROWN passes (the
+    candidate action of a box is its centre's); a single cell the bounds leave open is first
+    searched for witnesses of two actions, then split inside (:func:`bisect_cells`) up to
+    ``opts.cell_boxes`` boxes; what is still open gets a seeded random look for witnesses
+    and, without two, is resolved as undecided. Memory: the frontier and the final boxes as
+    arrays, O(boxes · inputs) bytes.
     """
-    spec, model, qlo0, qhi0, opts, verts = args
+    spec, model, qlo0, qhi0, opts = args
     ir = model.ir
     thr = spec.confidence_threshold
     edges = cell_edges(spec)
-    assigns, records, resolved = [], [], []
-    stats = {"boxes": 0, "bound_calls": 0, "skipped_boxes": 0, "sampled_cells": 0, "cell_split_boxes": 0,
+    part = _Partition(len(spec.inputs))
+    stats = {"boxes": 0, "bound_calls": 0, "sampled_cells": 0, "cell_split_boxes": 0,
              "split_proven_cells": 0, "undecided_cells": 0}
 
     def confident(low) -> np.ndarray:
         return np.ones(low.shape[:-1], dtype=bool) if thr is None else softmax_lower(low) >= thr
 
-    def proven(qlo, qhi, a, conf, method, margin=None):
-        assigns.append((qlo, qhi, a, conf, PROVEN))
-        rec = {"levels": [qlo.tolist(), qhi.tolist()], "verdict": "proven", "action": a, "method": method,
-               "confident": conf}
-        if margin is not None:
-            rec["margin_lower"] = float(margin)
-        records.append(rec)
+    # 1. the partition of the slice, level by level
+    QLO, QHI = np.array(qlo0, dtype=np.int64)[None], np.array(qhi0, dtype=np.int64)[None]
+    opened = []  # (levels, action) of single cells the bounds left open, per level
+    while len(QLO):
+        stats["boxes"] += len(QLO)
+        stats["bound_calls"] += len(QLO)
+        LO, HI = box_of_cells(edges, QLO, QHI)
+        A = decode(spec, ir.evaluate((LO + HI) / 2))[0]
+        single = np.all(QLO == QHI, axis=1)
+        LOW, INF, _ = bound_boxes(spec, ir, LO, HI, A, retry=single)
+        conf = confident(LOW)
+        ok = np.all(LOW > 0, axis=1) & (conf | single)
+        part.add(QLO[ok], QHI[ok], A[ok], 0, 0, conf[ok], LOW[ok].min(axis=1, initial=np.inf))
+        opened.append((QLO[single & ~ok], A[single & ~ok]))
+        split = ~single & ~ok
+        QLO, QHI = _split_all(QLO[split], QHI[split], INF[split])
+    Q = np.concatenate([q for q, _ in opened])
+    A = np.concatenate([a for _, a in opened]).astype(np.int64)
+    if len(Q):
+        _decide_cells(spec, model, opts, edges, Q, A, part, stats)
+    return (*part.arrays(), stats)
 
-    def centre_action(lo, hi) -> int:
-        return int(decode(spec, ir.evaluate(((lo + hi) / 2)[None]))[0][0])
 
-    def resolve(qlo, lo, hi, wits, undecided, method):
-        tok, conf = (centre_action(lo, hi), False) if opts.resolve == "centre" else (spec.conservative, True)
-        assigns.append((qlo, qlo, tok, conf, RESOLVED))
-        held = [w["action"] for w in wits]
-        resolved.append({"address": int(_addresses(spec, qlo, qlo)[0]), "levels": qlo.tolist(), "actions": held,
-                         "witnesses": [{"action": w["action"], "x": w["x"]} for w in wits],
-                         "undecided": undecided, "resolved_to": spec.actions[tok].name, "policy": opts.resolve})
-        records.append({"levels": [qlo.tolist(), qlo.tolist()], "verdict": "resolved", "action": tok,
-                        "method": method, "confident": conf, "held": held})
+def _decide_cells(spec: Spec, model: LoadedModel, opts: DistillOptions, edges, Q: np.ndarray, A: np.ndarray,
+                  part: _Partition, stats: dict) -> None:
+    """Single cells (levels Q (C, n), candidate actions A) whose box bound failed: witnesses of
+    two actions resolve a cell; the others are bisected inside, then sampled, then resolved
+    as undecided (:data:`METHODS`)."""
+    ir = model.ir
+    thr = spec.confidence_threshold
+    LO, HI = box_of_cells(edges, Q, Q)
+    addr = addresses_of(spec, Q)
+    centre_act = decode(spec, ir.evaluate((LO + HI) / 2))[0]
 
-    # 1. the partition of the grid, level by level
-    open_cells = []  # (qlo, lo, hi, action): single cells the bounds left open
-    frontier = [(np.array(qlo0), np.array(qhi0))]
-    while frontier:
-        nxt, cand, mixed = [], [], []
-        for qlo, qhi in frontier:
-            stats["boxes"] += 1
-            sub = verts[tuple(slice(int(l), int(h) + 2) for l, h in zip(qlo, qhi))]
-            first = int(sub.flat[0])
-            if np.all(sub == first):
-                cand.append((qlo, qhi, first))
-            elif np.any(qlo != qhi):
-                stats["skipped_boxes"] += 1
-                nxt.extend(_split(qlo, qhi, None))
-            else:
-                mixed.append(qlo)
-        if mixed:
-            lo_m, hi_m = box_of_cells(edges, np.array(mixed), np.array(mixed))
-            for qlo, lo, hi, wits in zip(mixed, lo_m, hi_m, _witnesses(spec, model,
-                                                                      [(l, h, []) for l, h in zip(lo_m, hi_m)])):
-                if len(wits) >= 2:
-                    stats["sampled_cells"] += 1
-                    resolve(qlo, lo, hi, wits, False, "sampling")
-                else:
-                    cand.append((qlo, qlo, centre_action(lo, hi)))
-        if cand:
-            QLO, QHI = np.array([c[0] for c in cand]), np.array([c[1] for c in cand])
-            LO, HI = box_of_cells(edges, QLO, QHI)
-            LOW, INF, _ = _bound(spec, ir, LO, HI, [c[2] for c in cand])
-            stats["bound_calls"] += len(cand)
-            conf = confident(LOW)
-            for k, (qlo, qhi, a) in enumerate(cand):
-                single = bool(np.all(qlo == qhi))
-                if np.all(LOW[k] > 0) and (conf[k] or single):
-                    proven(qlo, qhi, a, bool(conf[k]), "bounds", LOW[k].min())
-                elif not single:
-                    nxt.extend(_split(qlo, qhi, INF[k]))
-                else:
-                    open_cells.append((qlo, LO[k], HI[k], a))
-        frontier = nxt
+    def resolve(c: int, wits: list[dict], method: int) -> None:
+        tok, conf = (int(centre_act[c]), False) if opts.resolve == "centre" else (spec.conservative, True)
+        part.add(Q[c:c + 1], Q[c:c + 1], tok, 1, method, conf)
+        for w in wits:
+            part.witness(int(addr[c]), w["token"], w["x"])
 
-    # 2. open single cells: bisection inside each cell, all cells batched per round
-    status, conf_low, hits, split_boxes = bisect_cells(spec, ir, [(lo, hi, a) for _, lo, hi, a in open_cells],
-                                                       opts.cell_boxes)
-    stats["cell_split_boxes"] += split_boxes
-    # cells left open by the budget: a seeded random look for witnesses (seed = address)
-    for c, st in enumerate(status):
-        if st == "budget":
-            qlo, lo, hi = open_cells[c][:3]
-            rng = np.random.default_rng(int(_addresses(spec, qlo, qlo)[0]))
-            hits[c].extend(lo + (hi - lo) * rng.random((RANDOM_LOOK, lo.size)))
-    looked = [c for c, st in enumerate(status) if st in ("witness", "budget")]
-    found = dict(zip(looked, _witnesses(spec, model, [(open_cells[c][1], open_cells[c][2], hits[c])
-                                                                for c in looked])))
-    for c, (qlo, lo, hi, a) in enumerate(open_cells):
-        if status[c] == "proven":
-            stats["split_proven_cells"] += 1
-            proven(qlo, qlo, a, bool(thr is None or conf_low[c] >= thr), "bounds+cell split")
-            continue
-        wits = found[c]
+    found = _witnesses(spec, model, [(lo, hi, []) for lo, hi in zip(LO, HI)])
+    rest = []
+    for c, wits in enumerate(found):
         if len(wits) >= 2:
             stats["sampled_cells"] += 1
-            resolve(qlo, lo, hi, wits, False, "bounds+cell split+sampling")
+            resolve(c, wits, 2)
+        else:
+            rest.append(c)
+    if not rest:
+        return
+    status, conf_low, hits, split_boxes = bisect_cells(spec, ir, [(LO[c], HI[c], int(A[c])) for c in rest],
+                                                       opts.cell_boxes)
+    stats["cell_split_boxes"] += split_boxes
+    for k, c in enumerate(rest):  # cells left open by the budget: a seeded random look (seed = address)
+        if status[k] == "budget":
+            rng = np.random.default_rng(int(addr[c]))
+            hits[k].extend(LO[c] + (HI[c] - LO[c]) * rng.random((RANDOM_LOOK, LO.shape[1])))
+    looked = [k for k, st in enumerate(status) if st in ("witness", "budget")]
+    found = dict(zip(looked, _witnesses(spec, model, [(LO[rest[k]], HI[rest[k]], hits[k]) for k in looked])))
+    for k, c in enumerate(rest):
+        a = int(A[c])
+        if status[k] == "proven":
+            stats["split_proven_cells"] += 1
+            part.add(Q[c:c + 1], Q[c:c + 1], a, 0, 1, bool(thr is None or conf_low[k] >= thr))
+            continue
+        wits = found[k]
+        if len(wits) >= 2:
+            stats["sampled_cells"] += 1
+            resolve(c, wits, 3)
             continue
         # undecided within the budget: resolved like a cell holding several actions
         stats["undecided_cells"] += 1
         if not any(w["token"] == a for w in wits):
-            wits = [{"action": spec.actions[a].name, "x": ((lo + hi) / 2).tolist()}] + wits
-        resolve(qlo, lo, hi, wits, True, "bounds+cell split (budget spent)")
-    return assigns, records, resolved, stats
+            wits = [{"token": a, "x": (LO[c] + HI[c]) / 2}] + wits
+        resolve(c, wits, UNDECIDED)
 
 
-def _bound(spec: Spec, ir: ControllerIR, LO: np.ndarray, HI: np.ndarray, A) -> tuple:
-    """Lower bounds (B, n_act - 1) of the winning margins of A[b] over each box (best of the
-    lower ReLU relaxations), input influence (B, n) and, per box, the corner minimising
-    the linear bound of its worst margin."""
-    from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
+def _bound_pass(spec: Spec, ir: ControllerIR, LO: np.ndarray, HI: np.ndarray, A, slopes) -> tuple:
+    """One CROWN pass with the lower ReLU relaxations ``slopes``, in chunks of :data:`BOUND_CHUNK`."""
+    from mi_certify.verification.bounds import crown_bounds, output_matrix_lower
     from mi_certify.verification.properties import decoded_rows
 
     n_act = len(spec.actions)
-    D = np.stack([-decoded_rows(n_act, a, spec.decode)[0] for a in A])
-    LOW, LIN = output_matrix_lower(ir, D, LO, HI, crown_bounds(ir, LO, HI, LOWER_SLOPES), LOWER_SLOPES)
-    worst = LIN[np.arange(len(A)), np.argmin(LOW, axis=1)]
-    return LOW, sum_last(np.swapaxes(np.abs(LIN), 1, 2)) * (HI - LO), np.where(worst >= 0, LO, HI)
+    rows = {a: -decoded_rows(n_act, a, spec.decode)[0] for a in set(int(a) for a in A)}
+    LOW, INF, CORNER = [], [], []
+    for s in range(0, len(A), BOUND_CHUNK):  # chunks: bounded working memory, cache-sized arrays
+        lo, hi, acts = LO[s:s + BOUND_CHUNK], HI[s:s + BOUND_CHUNK], A[s:s + BOUND_CHUNK]
+        D = np.stack([rows[int(a)] for a in acts])
+        low, lin = output_matrix_lower(ir, D, lo, hi, crown_bounds(ir, lo, hi, slopes), slopes)
+        worst = lin[np.arange(len(acts)), np.argmin(low, axis=1)]
+        LOW.append(low)
+        INF.append(sum_last(np.swapaxes(np.abs(lin), 1, 2)) * (hi - lo))
+        CORNER.append(np.where(worst >= 0, lo, hi))
+    return np.concatenate(LOW), np.concatenate(INF), np.concatenate(CORNER)
+
+
+def bound_boxes(spec: Spec, ir: ControllerIR, LO: np.ndarray, HI: np.ndarray, A,
+                retry: np.ndarray | None = None) -> tuple:
+    """Lower bounds (B, n_act - 1) of the winning margins of A[b] over each closed box [LO, HI],
+    the input influence (B, n) and, per box, the corner minimising the linear bound of its
+    worst margin.
+
+    A cascade: CROWN with the adaptive lower ReLU relaxation first; a box it does not prove
+    (margins > 0 and, with confidence gating, the softmax bound >= threshold) and that
+    ``retry`` marks (default: every box; the partition retries only single cells, a larger
+    box is split instead, which is cheaper) is bounded again with the best of all four
+    (:data:`~mi_certify.verification.bounds.LOWER_SLOPES`) unless the network decodes another
+    action at its minimising corner (then no bound can prove it). The result is a
+    deterministic function of the box and its mark, so ``check`` recomputes every recorded
+    margin bit for bit with this function.
+    """
+    from mi_certify.verification.bounds import LOWER_SLOPES
+
+    A = np.asarray(A, dtype=np.int64)
+    if not len(A):
+        n = LO.shape[1]
+        return np.zeros((0, len(spec.actions) - 1)), np.zeros((0, n)), np.zeros((0, n))
+    LOW, INF, CORNER = _bound_pass(spec, ir, LO, HI, A, LOWER_SLOPES[:1])
+    thr = spec.confidence_threshold
+    ok = np.all(LOW > 0, axis=1) & (True if thr is None else softmax_lower(LOW) >= thr)
+    retry = np.nonzero(~ok & (True if retry is None else retry))[0]
+    if retry.size:
+        retry = retry[decode(spec, ir.evaluate(CORNER[retry]))[0] == A[retry]]
+    if retry.size:
+        low, inf, corner = _bound_pass(spec, ir, LO[retry], HI[retry], A[retry], LOWER_SLOPES)
+        LOW[retry], INF[retry], CORNER[retry] = low, inf, corner
+    return LOW, INF, CORNER
 
 
 def bisect_cells(spec: Spec, ir: ControllerIR, cells: list[tuple[np.ndarray, np.ndarray, int]], budget: int
@@ -336,7 +414,7 @@ def bisect_cells(spec: Spec, ir: ControllerIR, cells: list[tuple[np.ndarray, np.
     n_boxes = 0
     if not cells:
         return [], [], [], 0
-    _, INF0, _ = _bound(spec, ir, np.array([c[0] for c in cells]), np.array([c[1] for c in cells]),
+    _, INF0, _ = bound_boxes(spec, ir, np.array([c[0] for c in cells]), np.array([c[1] for c in cells]),
                         [c[2] for c in cells])
     boxes = []  # (cell, lo, hi)
     for c, (lo, hi, _) in enumerate(cells):
@@ -354,7 +432,7 @@ def bisect_cells(spec: Spec, ir: ControllerIR, cells: list[tuple[np.ndarray, np.
         if not boxes:
             break
         LO, HI = np.array([b[1] for b in boxes]), np.array([b[2] for b in boxes])
-        LOW, INF, CORNER = _bound(spec, ir, LO, HI, [cells[c][2] for c, _, _ in boxes])
+        LOW, INF, CORNER = bound_boxes(spec, ir, LO, HI, [cells[c][2] for c, _, _ in boxes])
         n_boxes += len(boxes)
         probs = np.ones(len(boxes)) if thr is None else softmax_lower(LOW)
         # the corner that minimises the worst margin's linear bound (pulled inside the cell)
@@ -391,61 +469,150 @@ def _bisect(lo: np.ndarray, hi: np.ndarray, influence: np.ndarray) -> list[tuple
     return [(lo, a_hi), (b_lo, hi)]
 
 
+#: Build memory model (measured with /usr/bin/time on the shipped reference at 16 and 20
+#: address bits, every stage but place and route): a base plus bytes per LUT cell.
+BASE_BYTES = 400 * 2**20
+BYTES_PER_CELL = 160
+#: Seconds of distillation per cell and per network weight on 2 cores (the reference: 400
+#: weights, 53 s at 2^20 cells); the time class is this times 4 (boundaries differ).
+SECONDS_PER_CELL_WEIGHT = 1.3e-7
+TIME_CLASSES = ((60, "under a minute"), (900, "minutes"), (3600, "tens of minutes"), (float("inf"), "hours"))
+
+
+def estimate(spec: Spec, ir: ControllerIR, workers: int = 2) -> dict:
+    """What a build of ``spec`` will take, before distilling: {"cells", "memory_bytes" (peak
+    resident, all stages), "seconds" (distillation, pessimistic), "time_class"}. A model
+    fitted on measurements (:data:`BYTES_PER_CELL`, :data:`SECONDS_PER_CELL_WEIGHT`): cells
+    near a decision boundary cost more, so the time is a class, not a promise."""
+    from .ir import AffineNode
+    cells = 1 << spec.address_bits
+    weights = sum(int(w.size) for n in ir.nodes if isinstance(n, AffineNode) for _, w in n.terms)
+    seconds = 4 * cells * max(weights, 1) * SECONDS_PER_CELL_WEIGHT * 2 / max(workers, 1)
+    return {"cells": cells, "memory_bytes": BASE_BYTES + BYTES_PER_CELL * cells, "seconds": seconds,
+            "time_class": next(name for limit, name in TIME_CLASSES if seconds < limit)}
+
+
+def slices_of(spec: Spec) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The top-level slices: the boxes of the first ``min(6, address_bits)`` address bits (a
+    prefix of the address fixes the leading levels, so each slice is a box of levels), at
+    most :data:`MAX_SLICES`, in address order."""
+    bits = [i.bits for i in spec.inputs]
+    prefix = min(int(np.log2(MAX_SLICES)), sum(bits))
+    out = []
+    for p in range(1 << prefix):
+        lo = np.zeros(len(bits), dtype=np.int64)
+        hi = np.array([(1 << b) - 1 for b in bits], dtype=np.int64)
+        left, rest = prefix, p
+        for i, b in enumerate(bits):
+            take = min(b, left)
+            if take == 0:
+                break
+            top = (rest >> (left - take)) & ((1 << take) - 1)
+            lo[i] = top << (b - take)
+            hi[i] = lo[i] + (1 << (b - take)) - 1
+            left -= take
+        out.append((lo, hi))
+    return out
+
+
 def distill(spec: Spec, model: LoadedModel, opts: DistillOptions | None = None,
             progress=None) -> DistillResult:
     """Build the certified LUT over the whole grid of ``spec`` for ``model`` (its IR is bounded;
     witnesses of RESOLVED cells are replayed on its onnxruntime session).
 
+    Args:
+        progress: called as ``progress(cells_decided, cells_total)`` after every slice.
     Returns:
         DistillResult; ``lut.status`` holds PROVEN or RESOLVED for every cell.
+    Cost: linear in the number of final boxes (no grid of vertices, no corner set); memory
+    O(cells) bytes for the table plus O(boxes · inputs) for the partition.
     """
     opts = opts or DistillOptions()
-    ir = model.ir
     n = 1 << spec.address_bits
-    tokens = np.zeros(n, dtype=np.uint8)
-    conf = np.zeros(n, dtype=bool)
-    status = np.full(n, "", dtype=object)
-    # top-level slices along input 0 (most significant) for the worker processes
-    b0 = spec.inputs[0].bits
-    slices = []
-    n_slices = min(1 << b0, 4)
-    per = (1 << b0) // n_slices
-    full_hi = np.array([(1 << i.bits) - 1 for i in spec.inputs])
-    verts = vertex_actions(spec, ir)
-    for s in range(n_slices):
-        qlo = np.zeros(len(spec.inputs), dtype=np.int64)
-        qhi = full_hi.copy()
-        qlo[0], qhi[0] = s * per, (s + 1) * per - 1
-        slices.append((spec, model, qlo, qhi, opts, verts))
-    records, resolved = [], []
-    stats: dict[str, int] = {}
+    slices = [(spec, model, lo, hi, opts) for lo, hi in slices_of(spec)]
+    per = n // len(slices)
     results = []
     if opts.workers > 1:
         from mi_certify.verification.workers import WorkersLost, map_in_processes
         try:  # results come back in slice order, whatever the workers' order
             results = map_in_processes(_distill_slice, slices, opts.workers,
-                                       on_result=(lambda k, done: progress(done, len(slices))) if progress else None)
+                                       on_result=(lambda k, done: progress(done * per, n)) if progress else None)
         except WorkersLost:  # e.g. called from a script without a __main__ guard
             results = []
     if not results:
         for k, s in enumerate(slices):
             results.append(_distill_slice(s))
             if progress:
-                progress(k + 1, len(slices))
-    for assigns, recs, res, st in results:
-        for qlo, qhi, tok, c, stt in assigns:
-            addr = _addresses(spec, qlo, qhi)
-            tokens[addr] = tok
-            conf[addr] = c
-            status[addr] = stt
-        records.extend(recs)
-        resolved.extend(res)
-        for k, v in st.items():
+                progress((k + 1) * per, n)
+    boxes = np.concatenate([r[0] for r in results])
+    witnesses = np.concatenate([r[1] for r in results])
+    witnesses = witnesses[np.argsort(witnesses["address"], kind="stable")]
+    stats: dict[str, int] = {}
+    for r in results:
+        for k, v in r[2].items():
             stats[k] = stats.get(k, 0) + v
-    if np.any(status == ""):
-        raise AssertionError("distillation left cells unassigned")  # pragma: no cover - partition bug
-    resolved.sort(key=lambda e: e["address"])
-    return DistillResult(Lut(tokens, conf, status), records, resolved, stats)
+    return DistillResult(lut_of_boxes(spec, boxes), boxes, witnesses, opts.resolve,
+                         stats)
+
+
+def box_addresses(spec: Spec, boxes: np.ndarray):
+    """Yield (box indices, addresses (len, cells per box)) for the boxes, grouped by the shape
+    of the box (vectorised: a few distinct shapes cover every box)."""
+    bits = [i.bits for i in spec.inputs]
+    lo = boxes["level_lo"].astype(np.int64)
+    span = boxes["level_hi"].astype(np.int64) - lo
+    base = np.zeros(len(boxes), dtype=np.int64)
+    for i, b in enumerate(bits):
+        base = base << b | lo[:, i]
+    shapes, inverse = np.unique(span, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    for k, sh in enumerate(shapes):
+        idx = np.nonzero(inverse == k)[0]
+        off = _addresses(spec, np.zeros(len(bits), dtype=np.int64), sh)
+        yield idx, base[idx, None] + off[None, :]
+
+
+def lut_of_boxes(spec: Spec, boxes: np.ndarray) -> Lut:
+    """The LUT the partition gives: every cell the action, confident bit and status of its box.
+
+    Raises:
+        ValueError when the boxes do not cover every cell exactly once.
+    """
+    n = 1 << spec.address_bits
+    tokens = np.zeros(n, dtype=np.uint8)
+    conf = np.zeros(n, dtype=bool)
+    code = np.full(n, 255, dtype=np.uint8)
+    cover = np.zeros(n, dtype=np.uint8)
+    for idx, addr in box_addresses(spec, boxes):
+        tokens[addr] = boxes["action"][idx, None]
+        conf[addr] = boxes["confident"][idx, None].astype(bool)
+        code[addr] = boxes["verdict"][idx, None]
+        np.add.at(cover, addr.reshape(-1), 1)
+    if np.any(cover != 1):
+        raise ValueError(f"the boxes leave {int(np.sum(cover == 0))} cells uncovered and cover "
+                         f"{int(np.sum(cover > 1))} more than once")
+    status = np.array([PROVEN, RESOLVED], dtype=object)[code]
+    return Lut(tokens, conf, status)
+
+
+def resolved_cells(spec: Spec, boxes: np.ndarray, witnesses: np.ndarray, policy: str) -> list[dict]:
+    """The resolved cells as records (address ascending): {"address", "levels", "actions" (shown
+    by witnesses, in witness order), "witnesses" [{"action", "x"}], "undecided",
+    "resolved_to", "policy"}."""
+    names = [a.name for a in spec.actions]
+    res = boxes[boxes["verdict"] == 1]
+    res = res[np.argsort(addresses_of(spec, res["level_lo"]), kind="stable")]
+    addr = addresses_of(spec, res["level_lo"])
+    starts = np.searchsorted(witnesses["address"], addr, side="left")
+    ends = np.searchsorted(witnesses["address"], addr, side="right")
+    out = []
+    for b, a, s, e in zip(res, addr, starts, ends):
+        wits = [{"action": names[int(w["action"])], "x": w["x"].tolist()} for w in witnesses[s:e]]
+        out.append({"address": int(a), "levels": b["level_lo"].astype(int).tolist(),
+                    "actions": [w["action"] for w in wits], "witnesses": wits,
+                    "undecided": int(b["method"]) == UNDECIDED, "resolved_to": names[int(b["action"])],
+                    "policy": policy})
+    return out
 
 
 def fidelity(spec: Spec, model: LoadedModel, lut: Lut, n_points: int = 100_000,

@@ -27,6 +27,8 @@ import numpy as np
 __all__ = ["exp", "exp_upper", "gram", "log", "matmul", "rowdot", "softmax_lower", "sum_last", "vdot"]
 
 _F = np.float64
+#: Rows (a's elements per contracted index) from which :func:`matmul` goes column by column.
+_COLUMN_MIN = 4096
 
 
 def matmul(a, b) -> np.ndarray:
@@ -54,6 +56,18 @@ def matmul(a, b) -> np.ndarray:
         for i in range(k):
             out += a[i] * b[..., i, :]
         return out
+    if b.ndim == 2 and a.size // k >= _COLUMN_MIN:
+        # the same products and sums in the same order, one output column at a time over
+        # contiguous rows (a batch of boxes times a short matrix: ~3x faster than below)
+        at = np.ascontiguousarray(np.moveaxis(a, -1, 0))
+        out = np.zeros((b.shape[1],) + a.shape[:-1], dtype=_F)
+        tmp = np.empty(a.shape[:-1], dtype=_F)
+        for j in range(b.shape[1]):
+            col = out[j]
+            for i in range(k):
+                np.multiply(at[i], b[i, j], out=tmp)
+                col += tmp
+        return np.ascontiguousarray(np.moveaxis(out, 0, -1))
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     out = np.zeros(shape, dtype=_F)
     for i in range(k):

@@ -243,6 +243,25 @@ def _import(spec: Spec, model_path: Path) -> tuple[LoadedModel, float]:
     return model, model.cross_check(lo, hi, n_points=CROSS_CHECK_POINTS)
 
 
+def _check_size(spec: Spec, model: LoadedModel, spec_path: Path, emit: Callable) -> dict:
+    """The build's estimate (:func:`~.distill.estimate`) as a note; refused with one line when
+    its memory exceeds what the machine has available (``MI_CERTIFY_MEMORY_BYTES`` overrides
+    the machine's figure, for tests). Raises BuildError."""
+    import psutil
+
+    from .distill import estimate
+    plan = estimate(spec, model.ir)
+    avail = int(os.environ.get("MI_CERTIFY_MEMORY_BYTES") or psutil.virtual_memory().available)
+    emit("note", "lut", f"{plan['cells']:,} cells ({spec.address_bits} address bits); estimated peak memory "
+                        f"{plan['memory_bytes'] / 2**30:.1f} GiB of {avail / 2**30:.1f} GiB available; time class: "
+                        f"{plan['time_class']}")
+    if plan["memory_bytes"] > avail:
+        raise BuildError(f"a {spec.address_bits}-bit LUT ({plan['cells']:,} cells) needs an estimated "
+                         f"{plan['memory_bytes'] / 2**30:.1f} GiB of memory and {avail / 2**30:.1f} GiB are "
+                         "available: use fewer bits", file=str(spec_path), where="inputs[*].bits")
+    return plan
+
+
 def build(model_path: str | Path, spec_path: str | Path, out: str | Path, options: BuildOptions | None = None,
           on_event: Callable | None = None) -> BuildResult:
     """Run the whole pipeline: spec, import, then :data:`STAGES`, then the bundle.
@@ -269,6 +288,8 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         _check_heatmap(spec, opts.heatmap)
     _check_tools(spec, opts)
     model, worst = stages.run_timed(emit, times, "import", lambda: _import(spec, model_path))
+    if opts.distill:
+        _check_size(spec, model, spec_path, emit)
     stage_dir = _prepare_out(out)
     ctx = BuildContext(spec, model, opts, stage_dir, emit, version(), times=times)
     ctx.record(StageResult("spec", {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),

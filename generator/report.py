@@ -249,14 +249,20 @@ def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence
         return ev.read(rel) if ev.has(rel) else None
     summary = doc("summary.json")
     ver = doc("verification.json")
-    dist = read_distillation(d / "distillation.json") if (d / "distillation.json").exists() else None
+    dist = read_distillation(d) if (d / "distillation.json").exists() else None
     lut_json = doc("lut.json")
     cosim = doc("cosim.json")
     lint = doc("lint.json")
     lut_props = (doc("lut_properties.json") or {}).get("properties", [])
     vfile = d / f"{spec.module_name}.v"
     vtext = vfile.read_text(encoding="utf-8") if vfile.exists() else ""
-    methods = Counter((b["verdict"], b["method"]) for b in dist["boxes"]) if dist else Counter()
+    methods = Counter()
+    if dist:
+        from .distill import METHODS, UNDECIDED, VERDICTS
+        pairs, n = np.unique(np.stack([dist["boxes"]["verdict"], dist["boxes"]["method"]], axis=1), axis=0,
+                             return_counts=True)
+        methods = Counter({(VERDICTS[v], METHODS[m]): int(k) for (v, m), k in zip(pairs, n)})
+        dist = {**dist, "undecided": int(np.sum(dist["boxes"]["method"] == UNDECIDED))}
     required = [o for o in obligations if o["required"]]
     open_obs = [o for o in required if o["verdict"] not in GOOD_VERDICTS]
     verdict = "CERTIFIED" if summary["status"] == "ok" and not open_obs else (

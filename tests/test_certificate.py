@@ -81,12 +81,19 @@ def test_every_proof_obligation_has_a_verdict_method_evidence_and_time(reference
     assert set(times) == set(ids) and times["network.P1"] > 0 and times["cosim.rtl_vs_reference"] > 0
 
 
-def test_distillation_json_is_compact_and_complete(reference_build):
-    size = (reference_build / "distillation.json").stat().st_size
-    assert size < 6_000_000, size  # 16.8 MB in the indented form, 5.1 MB now
-    dist = read_distillation(reference_build / "distillation.json")
-    cells = sum(int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1)) for b in dist["boxes"])
-    assert cells == 65536 and len(dist["resolved_cells"]) == 6310
+def test_distillation_tables_are_compact_and_complete(reference_build):
+    from mi_certify.generator.distill import box_dtype
+    from mi_certify.generator.spec import load_spec
+    dist = read_distillation(reference_build, load_spec(reference_build / "inputs" / "spec" / "sla.yaml"))
+    boxes = dist["boxes"]
+    assert boxes.dtype == box_dtype(5) and boxes.dtype.itemsize == 22
+    # 22 bytes a box plus the .npy header (the JSON lines of distillation-v2 took ~150 bytes a box)
+    assert (reference_build / "distillation_boxes.npy").stat().st_size == 128 + 22 * len(boxes)
+    assert (reference_build / "distillation.json").stat().st_size < 4000
+    cells = int(np.prod(boxes["level_hi"].astype(int) - boxes["level_lo"].astype(int) + 1, axis=1).sum())
+    resolved = dist["resolved_cells"]
+    assert cells == 65536 and len(resolved) == int((boxes["verdict"] == 1).sum()) > 5000
+    assert all(len(set(r["actions"])) >= 2 for r in resolved if not r["undecided"])
 
 
 # --- reproducible ---------------------------------------------------------------------------
@@ -190,23 +197,37 @@ def test_check_re_derives_the_synthesis_numbers(bundle_copy, monkeypatch):
     assert item.status == "FAIL" and item.detail.endswith("in: generic, meets_clock_up5k")
 
 
+def _edit_boxes(d: Path, edit) -> np.ndarray:
+    """A consistent forger: edit distillation_boxes.npy and restate its SHA-256 in distillation.json."""
+    import io
+    boxes = np.load(d / "distillation_boxes.npy")
+    edit(boxes)
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, boxes, version=(1, 0))
+    (d / "distillation_boxes.npy").write_bytes(buf.getvalue())
+    _edit_json(d / "distillation.json", lambda j: j["tables"]["boxes"].update(
+        sha256=hashlib.sha256(buf.getvalue()).hexdigest()))
+    return boxes
+
+
 def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agrees(bundle_copy):
-    """The forger changes a proven box's action in distillation.json and in lut.hex consistently: only the
+    """The forger changes a proven box's action in the box table and in lut.hex consistently: only the
     re-computed bounds and onnxruntime can tell."""
-    raw = (bundle_copy / "distillation.json").read_text().splitlines()
-    k = next(i for i, ln in enumerate(raw) if '"proven",0,"bounds"' in ln)
-    box = json.loads(raw[k].strip().rstrip(","))
-    raw[k] = raw[k].replace('"proven",0,"bounds"', '"proven",2,"bounds"')
-    (bundle_copy / "distillation.json").write_text("\n".join(raw) + "\n")
-    dist = read_distillation(bundle_copy / "distillation.json")
-    lines = (bundle_copy / "lut.hex").read_text().splitlines()
     from mi_certify.verification.check_distillation import addresses
     from mi_certify.generator.spec import load_spec
     spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
-    for a in addresses(spec, box[0], box[1]):
+    picked = {}
+
+    def edit(boxes):
+        k = int(np.nonzero((boxes["verdict"] == 0) & (boxes["method"] == 0) & (boxes["action"] == 0))[0][0])
+        boxes["action"][k] = 2
+        picked["box"] = boxes[k].copy()
+    _edit_boxes(bundle_copy, edit)
+    box = picked["box"]
+    lines = (bundle_copy / "lut.hex").read_text().splitlines()
+    for a in addresses(spec, box["level_lo"].astype(int), box["level_hi"].astype(int)):
         lines[a] = f"{(int(lines[a], 16) & 0x80) | 2:02x}"
     (bundle_copy / "lut.hex").write_text("\n".join(lines) + "\n")
-    assert sum(b["action"] == 2 and b["level_lo"] == box[0] for b in dist["boxes"]) >= 1
     _rehash(bundle_copy)
     proc, items = _check(bundle_copy, "--quick")
     assert proc.returncode == 1
@@ -429,12 +450,10 @@ def test_report_lists_only_hashed_files_as_bound_and_reachability_as_findings(re
 
 
 def _forge_margin(d: Path) -> None:
-    from mi_certify.generator.bundle import BOX_COLUMNS
-    raw = json.loads((d / "distillation.json").read_text())
-    k = BOX_COLUMNS.index("margin_lower")
-    box = next(b for b in raw["boxes"] if b[k] is not None)
-    box[k] = box[k] * 10
-    (d / "distillation.json").write_text(json.dumps(raw) + "\n")
+    def edit(boxes):
+        k = int(np.nonzero(boxes["method"] == 0)[0][0])
+        boxes["margin_lower"][k] *= 10
+    _edit_boxes(d, edit)
 
 
 @pytest.mark.parametrize("what, edit, item", [

@@ -41,12 +41,13 @@ def _spec(tmp_path, confidence="", distill_section=""):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_cuts(tmp_path, workers):
     model = _model(tmp_path)
-    res = distill(_spec(tmp_path), load_model(model), DistillOptions(workers=workers))
+    spec = _spec(tmp_path)
+    res = distill(spec, load_model(model), DistillOptions(workers=workers))
     # address = x level (2 bits) << 1 | z level; x cells [-1,-.5) [-.5,0) [0,.5) [.5,1]
     assert res.lut.tokens.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
     assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2
-    assert [r["address"] for r in res.resolved] == [4, 5]
-    for r in res.resolved:
+    assert [r["address"] for r in res.resolved(spec)] == [4, 5]
+    for r in res.resolved(spec):
         assert sorted(r["actions"]) == ["a0", "a1"] and r["resolved_to"] == "a0" and not r["undecided"]
         assert 0 <= r["witnesses"][1]["x"][0] <= 0.5  # the witness lies in the cell
     f, diag = fidelity(_spec(tmp_path), load_model(model), res.lut, n_points=2000)
@@ -104,10 +105,11 @@ def test_an_island_inside_a_cell_whose_vertices_agree_is_found_and_resolved(tmp_
     model = save_model(tmp_path, "island", nodes, [tensor("in", [1, 2])], [tensor("y", [1, 2])],
                        inits=[("W1", [[1.0, 0.0], [-1.0, 0.0]]), ("b1", [-0.25, 0.25]),
                               ("W2", [[4.0, 4.0], [0.0, 0.0]]), ("b2", [0.0, 0.4])])
-    res = distill(_spec(tmp_path), load_model(model), DistillOptions(workers=1))
+    spec = _spec(tmp_path)
+    res = distill(spec, load_model(model), DistillOptions(workers=1))
     assert res.lut.tokens.tolist() == [0] * 8
     assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2
-    for r in res.resolved:
+    for r in res.resolved(spec):
         assert sorted(r["actions"]) == ["a0", "a1"] and not r["undecided"]
         a1 = next(w for w in r["witnesses"] if w["action"] == "a1")
         assert 0.15 < a1["x"][0] < 0.35

@@ -127,16 +127,17 @@ def _lut_stage(d: Path, spec, lut_json: dict | None) -> dict:
     if not (d / "distillation.json").exists():
         counts = lut_counts(lut_json)
         return {"status": "ok", "method": STAGE_TEXT["lut.sampled"], "cells": sum(counts.values()), **counts}
-    dist = read_distillation(d / "distillation.json")
-    counts = {"proven": 0, "resolved": 0, "sampled": 0}
-    for b in dist["boxes"]:
-        counts[b["verdict"]] += int(np.prod(np.array(b["level_hi"]) - np.array(b["level_lo"]) + 1))
+    from mi_certify.generator.distill import UNDECIDED, VERDICTS
+    dist = read_distillation(d)
+    boxes = dist["boxes"]
+    size = np.prod(boxes["level_hi"].astype(np.int64) - boxes["level_lo"].astype(np.int64) + 1, axis=1)
+    counts = {"sampled": 0, **{v: int(size[boxes["verdict"] == k].sum()) for k, v in enumerate(VERDICTS)}}
     cells = sum(counts.values())
     fid = dist["fidelity"]
     errors = distill_errors(spec, counts["resolved"], fid)
     return {"status": "failed" if errors else "ok", "method": STAGE_TEXT["lut.distilled"], "cells": cells,
             **counts, "proven_share": round(counts["proven"] / cells, 6),
-            "undecided_cells": sum(1 for r in dist["resolved_cells"] if r["undecided"]),
+            "undecided_cells": int(np.sum(boxes["method"] == UNDECIDED)),
             "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
             **({"error": "; ".join(errors)} if errors else {})}
 
@@ -234,7 +235,8 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     encoding = summary["stages"]["emit"]["encoding"]
     boxes = None
     if (d / "distillation.json").exists():
-        boxes = [(b["level_lo"], b["level_hi"]) for b in read_distillation(d / "distillation.json")["boxes"]]
+        table = read_distillation(d)["boxes"]
+        boxes = list(zip(table["level_lo"].astype(int).tolist(), table["level_hi"].astype(int).tolist()))
     from importlib import resources
     core = resources.files("mi_certify.hdl").joinpath("sla_monitor.v").read_text(encoding="utf-8")
     out = {f"{spec.name}.py": emit_python(spec, machine, hashes, version), "sla_monitor.v": core,

@@ -1,6 +1,7 @@
-"""Distillation group of ``mi-certify check``: distillation.json against the grid and the network.
+"""Distillation group of ``mi-certify check``: distillation.json and its tables against the grid and the network.
 
-Re-derives from distillation.json, lut.hex, lut_properties.json and the network:
+Re-derives from distillation.json, distillation_boxes.npy, distillation_witnesses.npy,
+lut.hex, lut_properties.json and the network:
 
 * the boxes partition the quantized grid, cell by cell (independent);
 * the LUT the boxes (and the overridden cells) give equals lut.hex (independent); the
@@ -71,44 +72,65 @@ def check_distillation(c: Checker, ev: CheckContext) -> None:
         return
     from mi_certify.generator.bundle import read_distillation
     try:
-        dist = read_distillation(c.d / "distillation.json")
+        dist = read_distillation(c.d)
+        n = len(ev.spec.inputs)
+        require(dist["boxes"]["level_lo"].shape[1:] == (n,) and dist["witnesses"]["x"].shape[1:] == (n,),
+                f"the tables do not hold {n} inputs per record")
     except (ValueError, KeyError) as exc:
-        c.add("distillation.json readable", FAIL, "integrity", str(exc))
+        c.add("distillation tables readable", FAIL, "integrity", str(exc))
         return
-    if not c.run("lut.partition: boxes partition the grid", "independent", lambda: _partition(ev.spec, dist)):
+    boxes = dist["boxes"]
+    if not c.run("lut.partition: boxes partition the grid", "independent", lambda: _partition(ev.spec, boxes)):
         return
-    c.run("lut.tables: LUT = distillation boxes", "independent", lambda: _lut_from_boxes(c, ev, dist))
-    proven = [b for b in dist["boxes"] if b["verdict"] == "proven"]
+    c.run("lut.tables: LUT = distillation boxes", "independent", lambda: _lut_from_boxes(c, ev, boxes))
+    proven = boxes[boxes["verdict"] == 0]
     c.run("lut.proven_cells: CROWN bounds re-computed per proven box", "same code", lambda: _crown_bounds(ev, proven))
-    others = [b for b in proven if b["method"] != "bounds"]
-    if others:
+    others = proven[proven["method"] != 0]
+    if len(others):
         c.run("lut.proven_cells: single cells re-decided", "same code", lambda: _bisected_cells(ev, others))
     c.run("lut.proven_cells: onnxruntime agrees in every proven cell", "independent", lambda: _onnxruntime_agrees(ev))
     c.run("lut.resolved_cells: witnesses replay, policy applied", "independent", lambda: _resolved(ev, dist))
 
 
-def _partition(spec, dist: dict) -> str:
+def _box_cells(spec, boxes: np.ndarray):
+    """Yield (box indices, their addresses (k, cells per box)), boxes grouped by their extent."""
+    lo = boxes["level_lo"].astype(np.int64)
+    span = boxes["level_hi"].astype(np.int64) - lo
+    base = np.zeros(len(boxes), dtype=np.int64)
+    for i, inp in enumerate(spec.inputs):
+        base = (base << inp.bits) + lo[:, i]
+    extents, which = np.unique(span, axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    for k, ext in enumerate(extents):
+        idx = np.nonzero(which == k)[0]
+        yield idx, base[idx, None] + addresses(spec, np.zeros_like(ext), ext)[None, :]
+
+
+def _partition(spec, boxes: np.ndarray) -> str:
     n = 1 << spec.address_bits
+    lo, hi = boxes["level_lo"].astype(np.int64), boxes["level_hi"].astype(np.int64)
+    top = np.array([1 << i.bits for i in spec.inputs])
+    bad = np.nonzero(~(np.all(lo <= hi, axis=1) & np.all(hi < top, axis=1)))[0]
+    require(bad.size == 0, f"box {lo[bad[:1]].tolist()}..{hi[bad[:1]].tolist()} outside the grid")
     cover = np.zeros(n, dtype=np.int32)
-    for b in dist["boxes"]:
-        lo, hi = np.array(b["level_lo"]), np.array(b["level_hi"])
-        require(np.all(lo <= hi) and np.all(lo >= 0) and
-                np.all(hi < np.array([1 << i.bits for i in spec.inputs])), f"box {b} outside the grid")
-        cover[addresses(spec, lo, hi)] += 1
+    for _, addr in _box_cells(spec, boxes):
+        np.add.at(cover, addr.reshape(-1), 1)
     require(np.all(cover == 1), f"{int(np.sum(cover == 0))} cells in no box, {int(np.sum(cover > 1))} in "
                                 "several")
-    return f"{len(dist['boxes'])} boxes cover the {n} cells exactly once"
+    return f"{len(boxes)} boxes cover the {n} cells exactly once"
 
 
-def _lut_from_boxes(c: Checker, ev: CheckContext, dist: dict) -> str:
+def _lut_from_boxes(c: Checker, ev: CheckContext, boxes: np.ndarray) -> str:
     spec, lut = ev.spec, ev.lut
     n = 1 << spec.address_bits
     tok = np.zeros(n, dtype=np.uint8)
     conf = np.zeros(n, dtype=bool)
-    status = np.empty(n, dtype=object)
-    for b in dist["boxes"]:
-        a = addresses(spec, b["level_lo"], b["level_hi"])
-        tok[a], conf[a], status[a] = b["action"], b["confident"], b["verdict"]
+    code = np.zeros(n, dtype=np.uint8)
+    for idx, addr in _box_cells(spec, boxes):
+        tok[addr] = boxes["action"][idx, None]
+        conf[addr] = boxes["confident"][idx, None] != 0
+        code[addr] = boxes["verdict"][idx, None]
+    status = np.array(["proven", "resolved", "overridden"], dtype=object)[code]
     # cells a sla.yaml property forbids were overridden to the conservative action, confident
     over = (c.read_json("lut_properties.json").get("overridden_cells", [])
             if (c.d / "lut_properties.json").exists() else [])
@@ -124,43 +146,39 @@ def _lut_from_boxes(c: Checker, ev: CheckContext, dist: dict) -> str:
     return f"{n} entries re-derived from the boxes equal lut.hex"
 
 
-def _crown_bounds(ev: CheckContext, proven: list[dict]) -> str:
-    from mi_certify.generator.distill import box_of_cells, cell_edges
+def _crown_bounds(ev: CheckContext, proven: np.ndarray) -> str:
+    from mi_certify.generator.distill import BOUND_CHUNK, bound_boxes, box_of_cells, cell_edges
     from mi_certify.generator.numerics import softmax_lower
-    from mi_certify.verification.bounds import LOWER_SLOPES, crown_bounds, output_matrix_lower
-    from mi_certify.verification.properties import decoded_rows
     spec, ir, thr = ev.spec, ev.ir, ev.spec.confidence_threshold
-    by_bounds = [b for b in proven if b["method"] == "bounds"]
+    by_bounds = proven[proven["method"] == 0]
     edges = cell_edges(spec)
-    for start in range(0, len(by_bounds), 2048):  # batched, as the build bounds them
-        chunk = by_bounds[start:start + 2048]
-        lo, hi = box_of_cells(edges, np.array([b["level_lo"] for b in chunk]), np.array([b["level_hi"] for b in chunk]))
-        D = np.stack([-decoded_rows(len(spec.actions), b["action"], spec.decode)[0] for b in chunk])
-        low, _ = output_matrix_lower(ir, D, lo, hi, crown_bounds(ir, lo, hi, LOWER_SLOPES), LOWER_SLOPES)
+    for start in range(0, len(by_bounds), 16 * BOUND_CHUNK):  # batched, as the build bounds them
+        chunk = by_bounds[start:start + 16 * BOUND_CHUNK]
+        lo, hi = box_of_cells(edges, chunk["level_lo"].astype(np.int64), chunk["level_hi"].astype(np.int64))
+        single = np.all(chunk["level_lo"] == chunk["level_hi"], axis=1)  # as the partition marks them
+        low, _, _ = bound_boxes(spec, ir, lo, hi, chunk["action"].astype(np.int64), retry=single)
         for b, lw in zip(chunk, low):
-            require(np.all(lw > 0), f"box {b['level_lo']}..{b['level_hi']}: CROWN margin lower bound "
-                                    f"{float(lw.min()):.3g} is not > 0")
-            require(b.get("margin_lower") == float(lw.min()),  # fixed-order arithmetic: the same bits
-                    f"box {b['level_lo']}..{b['level_hi']}: margin_lower {b.get('margin_lower')} recorded, "
-                    f"{float(lw.min())} re-computed")
+            where = f"box {b['level_lo'].tolist()}..{b['level_hi'].tolist()}"
+            require(np.all(lw > 0), f"{where}: CROWN margin lower bound {float(lw.min()):.3g} is not > 0")
+            # fixed-order arithmetic: the same bits
+            require(float(b["margin_lower"]) == float(lw.min()),
+                    f"{where}: margin_lower {float(b['margin_lower'])} recorded, {float(lw.min())} re-computed")
             if b["confident"] and thr is not None:
-                require(softmax_lower(lw) >= thr, f"box {b['level_lo']}..{b['level_hi']}: confident but the "
-                                                  f"softmax bound {softmax_lower(lw):.3g} < {thr:g}")
+                require(softmax_lower(lw) >= thr, f"{where}: confident but the softmax bound "
+                                                  f"{softmax_lower(lw):.3g} < {thr:g}")
     k = len(by_bounds)
     others = len(proven) - k
     return f"{k} proven boxes: every margin lower bound > 0" + (f"; {others} proven by other methods "
                                                                 "(see next line)" if others else "")
 
 
-def _bisected_cells(ev: CheckContext, others: list[dict]) -> str:
+def _bisected_cells(ev: CheckContext, others: np.ndarray) -> str:
     from mi_certify.generator.distill import DistillOptions, bisect_cells, box_of_cells, cell_edges
     edges = cell_edges(ev.spec)
-    cells = []
-    for b in others:
-        lo, hi = box_of_cells(edges, np.array(b["level_lo"]), np.array(b["level_hi"]))
-        cells.append((lo, hi, b["action"]))
+    lo, hi = box_of_cells(edges, others["level_lo"].astype(np.int64), others["level_hi"].astype(np.int64))
+    cells = [(l, h, int(a)) for l, h, a in zip(lo, hi, others["action"])]
     status, _, _, n_boxes = bisect_cells(ev.spec, ev.ir, cells, DistillOptions().cell_boxes)
-    bad = [b["level_lo"] for b, st in zip(others, status) if st != "proven"]
+    bad = [b["level_lo"].tolist() for b, st in zip(others, status) if st != "proven"]
     require(not bad, f"{len(bad)} cells not proven again by bisection, first {bad[:1]}")
     return f"{len(others)} single cells proven again by bisection inside the cell ({n_boxes} boxes)"
 
@@ -195,45 +213,62 @@ def _onnxruntime_agrees(ev: CheckContext) -> str:
 
 
 def _resolved(ev: CheckContext, dist: dict) -> str:
+    from mi_certify.generator.distill import UNDECIDED
     spec, status = ev.spec, ev.box_status
     names = [a.name for a in spec.actions]
-    res = dist["resolved_cells"]
-    addrs = sorted(r["address"] for r in res)
-    require(status is not None and addrs == np.nonzero(status == "resolved")[0].tolist(),
-            "resolved_cells do not list exactly the boxes marked resolved")
-    xs, want, where = [], [], []
+    boxes, wit = dist["boxes"], dist["witnesses"]
+    res = boxes[boxes["verdict"] == 1]
+    require(np.all(res["level_lo"] == res["level_hi"]), "a resolved box is not a single cell")
+    addrs = np.sort(addresses_of_levels(spec, res["level_lo"]))
+    require(status is not None and np.array_equal(addrs, np.nonzero(status == "resolved")[0]),
+            "the resolved boxes are not exactly the cells marked resolved")
+    require(np.all(np.diff(wit["address"].astype(np.int64)) >= 0), "witnesses not in address order")
+    require(np.all(np.isin(wit["address"], addrs)), "a witness names a cell that is not resolved")
+    require(np.all(wit["action"] < len(names)), "a witness names an undeclared action")
+    starts = np.searchsorted(wit["address"], addrs, side="left")
+    ends = np.searchsorted(wit["address"], addrs, side="right")
+    order = np.argsort(addresses_of_levels(spec, res["level_lo"]), kind="stable")
     on_edge = 0
-    for r in res:
-        on_edge += _resolved_cell(spec, ev.lut, dist["policy"], r, xs, want, where)
-    if xs:
-        ys = onnxruntime_outputs(ev, np.array(xs))
-        for y, a, addr in zip(ys, want, where):
-            m = decode_margin(spec, y, a)
-            require(m <= TOLERANCE, f"cell {addr}: witness of {names[a]} decodes "
+    for b, a, s, e in zip(res[order], addrs, starts, ends):
+        r = {"address": int(a), "undecided": int(b["method"]) == UNDECIDED,
+             "actions": [names[int(t)] for t in wit["action"][s:e]], "resolved_to": names[int(b["action"])],
+             "levels": b["level_lo"].astype(int).tolist(),
+             "witnesses": [{"action": names[int(w["action"])], "x": w["x"].tolist()} for w in wit[s:e]]}
+        require(r["undecided"] or len(set(r["actions"])) >= 2,
+                f"cell {r['address']}: resolved without witnesses of two actions")
+        require(e > s, f"cell {r['address']}: no witness")
+        on_edge += _resolved_cell(spec, ev.lut, dist["policy"], r)
+    if len(wit):
+        ys = onnxruntime_outputs(ev, wit["x"].astype(np.float64))
+        for y, w in zip(ys, wit):
+            m = decode_margin(spec, y, int(w["action"]))
+            require(m <= TOLERANCE, f"cell {int(w['address'])}: witness of {names[int(w['action'])]} decodes "
                                     f"{names[int(decoded(spec, y))]} on onnxruntime (margin {m:.3g})")
-    und = sum(1 for r in res if r["undecided"])
-    return f"{len(res)} resolved cells ({und} undecided): {len(xs)} witnesses in their cells ({on_edge} on a " \
+    und = int(np.sum(res["method"] == UNDECIDED))
+    return f"{len(res)} resolved cells ({und} undecided): {len(wit)} witnesses in their cells ({on_edge} on a " \
            f"cell's upper boundary) replay on onnxruntime; entries follow the '{dist['policy']}' policy"
 
 
-def _resolved_cell(spec, lut: np.ndarray, policy: str, r: dict, xs: list, want: list, where: list) -> int:
-    """One resolved cell's record, witnesses and entry checked; its witnesses appended to
-    xs (points), want (action index) and where (address). Returns how many lie on the
-    cell's upper boundary."""
+def addresses_of_levels(spec, levels: np.ndarray) -> np.ndarray:
+    """LUT addresses (int64) of single cells given as levels (B, n)."""
+    addr = np.zeros(len(levels), dtype=np.int64)
+    for i, inp in enumerate(spec.inputs):
+        addr = (addr << inp.bits) + levels[:, i].astype(np.int64)
+    return addr
+
+
+def _resolved_cell(spec, lut: np.ndarray, policy: str, r: dict) -> int:
+    """One resolved cell's witnesses (in the cell, exact rationals) and entry checked.
+    Returns how many witnesses lie on the cell's upper boundary."""
     names = [a.name for a in spec.actions]
     lv = _levels_of(spec, r["address"])
     require(lv == r["levels"], f"cell {r['address']}: levels {r['levels']} do not match its address")
-    require(set(r["actions"]) == {w["action"] for w in r["witnesses"]} or r["undecided"],
-            f"cell {r['address']}: actions {r['actions']} not all witnessed")
     on_edge = 0
     for w in r["witnesses"]:
         # resolving only costs fidelity, never soundness: a witness on the cell's closed boundary counts
         require(_in_cell(spec, lv, w["x"], closed=True), f"cell {r['address']}: witness {w['x']} outside "
                                                          "the cell")
         on_edge += not _in_cell(spec, lv, w["x"])
-        xs.append(w["x"])
-        want.append(names.index(w["action"]))
-        where.append(r["address"])
     entry = names.index(r["actions"][0]) if policy == "centre" else spec.conservative | 0x80
     require(names[entry & 0x7F] == r["resolved_to"] and int(lut[r["address"]]) == entry,
             f"cell {r['address']}: entry {int(lut[r['address']]):#04x} is not the '{policy}' "

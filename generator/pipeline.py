@@ -243,6 +243,17 @@ def _import(spec: Spec, model_path: Path) -> tuple[LoadedModel, float]:
     return model, model.cross_check(lo, hi, n_points=CROSS_CHECK_POINTS)
 
 
+def _check_coverage(spec: Spec, cycles: int, spec_path: Path) -> None:
+    """A ``cosim.coverage.lut_cells`` threshold that the co-simulation cannot reach is refused
+    before anything runs: the random cycles address at most one cell each. Raises SpecError."""
+    want = dict(spec.cosim.coverage).get("lut_cells")
+    cells = 1 << spec.address_bits
+    if want is not None and want * cells > cycles:
+        raise SpecError(f"{want:g} of the {cells:,} LUT cells cannot be addressed by {cycles:,} co-simulation cycles "
+                        f"(one cell a cycle): raise cosim.cycles (or --cosim-cycles) to {int(np.ceil(want * cells)):,} "
+                        "or lower the threshold", file=str(spec_path), where="cosim.coverage.lut_cells")
+
+
 def _check_size(spec: Spec, model: LoadedModel, spec_path: Path, emit: Callable) -> dict:
     """The build's estimate (:func:`~.distill.estimate`) as a note; refused with one line when
     its memory exceeds what the machine has available (``MI_CERTIFY_MEMORY_BYTES`` overrides
@@ -286,6 +297,8 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         opts = dataclasses.replace(opts, cosim_cycles=spec.cosim.cycles)
     if opts.heatmap:
         _check_heatmap(spec, opts.heatmap)
+    if not opts.skip_cosim:
+        _check_coverage(spec, opts.cosim_cycles, spec_path)
     _check_tools(spec, opts)
     model, worst = stages.run_timed(emit, times, "import", lambda: _import(spec, model_path))
     if opts.distill:

@@ -87,8 +87,9 @@ def test_distillation_tables_are_compact_and_complete(reference_build):
     dist = read_distillation(reference_build, load_spec(reference_build / "inputs" / "spec" / "sla.yaml"))
     boxes = dist["boxes"]
     assert boxes.dtype == box_dtype(5) and boxes.dtype.itemsize == 22
-    # 22 bytes a box plus the .npy header (the JSON lines of distillation-v2 took ~150 bytes a box)
-    assert (reference_build / "distillation_boxes.npy").stat().st_size == 128 + 22 * len(boxes)
+    # 22 bytes a box plus the .npy header, padded to 64 bytes (the JSON lines of distillation-v2 took ~150)
+    header = (reference_build / "distillation_boxes.npy").stat().st_size - 22 * len(boxes)
+    assert header in (128, 192, 256), header
     assert (reference_build / "distillation.json").stat().st_size < 4000
     cells = int(np.prod(boxes["level_hi"].astype(int) - boxes["level_lo"].astype(int) + 1, axis=1).sum())
     resolved = dist["resolved_cells"]

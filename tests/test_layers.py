@@ -175,4 +175,7 @@ def test_the_cli_main_runs_verify_from_python_c(tmp_path):
                           env={**__import__("os").environ, "COLUMNS": "200"})
     assert "Traceback" not in proc.stderr and "circular import" not in proc.stderr, proc.stderr
     assert proc.returncode == 0 and "status: proved" in proc.stderr, proc.stdout + proc.stderr
-    assert proc.stderr.count("confirmed by z3") == 3  # P1, P2, P3
+    import re
+    shown = re.findall(r"\[\d/7\] (P\d): proved in [\d.]+ s \(bounds; confirmed by z3\)", proc.stderr)
+    assert shown == ["P1", "P2", "P3"], proc.stderr  # one progress line per query, the Z3 confirmation said
+    assert "reach:int4: unreachable (proved)" in proc.stderr and "reach:keep: reachable" in proc.stderr

@@ -203,3 +203,19 @@ def test_the_estimate_is_linear_in_cells_for_any_shape(tmp_path, bits, actions, 
     assert plan["cells"] == 1 << sum(bits)
     assert plan["memory_bytes"] == BASE_BYTES + BYTES_PER_CELL * plan["cells"]
     assert plan["time_class"] in ("under a minute", "minutes", "tens of minutes", "hours")
+
+
+def test_a_coverage_threshold_the_cycles_cannot_reach_is_refused_before_the_build(tmp_path):
+    """16 address bits, 10,000 cycles, lut_cells 0.5: 32,768 cells cannot be addressed; one line, exit 2."""
+    model_path, sla = make_controller(tmp_path, [4, 4, 4, 4], 3, [8], 5)
+    raw = yaml.safe_load(sla.read_text())
+    raw["cosim"] = {"cycles": 10000, "coverage": {"lut_cells": 0.5}}
+    sla.write_text(yaml.safe_dump(raw, sort_keys=False))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "build", str(model_path), "--sla",
+                           str(sla), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(err) == 1 and not out.exists(), proc.stderr
+    assert err[0] == (f"error: {sla}: cosim.coverage.lut_cells: 0.5 of the 65,536 LUT cells cannot be addressed by "
+                      "10,000 co-simulation cycles (one cell a cycle): raise cosim.cycles (or --cosim-cycles) to "
+                      "32,768 or lower the threshold")

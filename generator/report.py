@@ -235,7 +235,8 @@ def _hdl_rows(summary: dict) -> dict:
                 "package": p["package"], "seed": p["seed"], "meets_clock": st.get(f"meets_clock_{dev}")}
                for dev, p in sorted(st["place_and_route"].items())]
     return {"status": "ok", "note": "", "alone": {"lut4": h["lut4"], "dff": h["dff"], "bram": h["bram"]},
-            "goal_met": h["goal_met"], "devices": devices, "clock_mhz": st.get("clock_mhz")}
+            "goal_met": h["goal_met"], "devices": devices, "clock_mhz": st.get("clock_mhz"),
+            "not_measured": st.get("not_measured", "")}
 
 
 def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence | None = None,

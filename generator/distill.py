@@ -191,6 +191,9 @@ VERDICTS = ("proven", "resolved")
 #: Boxes bounded in one vectorised pass (bounded working memory; the bounds of a box do not
 #: depend on its batch).
 BOUND_CHUNK = 1024
+#: Open single cells decided together (their witness candidates and bisection boxes are
+#: held at once: 65 candidates a cell beyond 6 inputs).
+DECIDE_CHUNK = 2048
 #: Top-level slices handed to the worker processes (the partition starts from them).
 MAX_SLICES = 64
 
@@ -283,8 +286,8 @@ def _distill_slice(args) -> tuple[np.ndarray, np.ndarray, dict]:
         QLO, QHI = _split_all(QLO[split], QHI[split], INF[split])
     Q = np.concatenate([q for q, _ in opened])
     A = np.concatenate([a for _, a in opened]).astype(np.int64)
-    if len(Q):
-        _decide_cells(spec, model, opts, edges, Q, A, part, stats)
+    for s in range(0, len(Q), DECIDE_CHUNK):  # cells are decided independently: bounded memory
+        _decide_cells(spec, model, opts, edges, Q[s:s + DECIDE_CHUNK], A[s:s + DECIDE_CHUNK], part, stats)
     return (*part.arrays(), stats)
 
 

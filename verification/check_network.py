@@ -113,7 +113,7 @@ def _rerun(c: Checker, ev: CheckContext, ver: dict) -> str:
     from mi_certify.verification.network import verify_spec
     from mi_certify.verification.nn_verify import VerifyOptions
     timeout = float(command_option(c.manifest.get("command", []), "--verify-timeout", "60"))
-    res = verify_spec(ev.loaded, ev.spec, VerifyOptions(timeout=timeout)).deterministic_json()
+    res = verify_spec(ev.loaded, ev.spec, VerifyOptions(timeout=timeout, confirm_timeout=timeout)).deterministic_json()
     stored = {r["id"]: r["verdict"] for r in ver["properties"]}
     again = {r["id"]: r["verdict"] for r in res["properties"]}
     require(stored == again, f"re-run verdicts {again} differ from verification.json {stored}")

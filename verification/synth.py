@@ -162,14 +162,8 @@ def max_rom_kbit() -> int | None:
     """The largest ``$readmemh`` ROM (Kbit, words x width) that Yosys is asked to synthesise:
     :data:`MAX_ROM_ENV` when set (``0`` / ``none``: None, no limit), else :data:`MAX_ROM_KBIT`.
     Raises ValueError on another value."""
-    raw = os.environ.get(MAX_ROM_ENV, "").strip().lower()
-    if not raw:
-        return MAX_ROM_KBIT
-    if raw in ("0", "none", "off", "unlimited"):
-        return None
-    if not raw.isdigit():
-        raise ValueError(f"{MAX_ROM_ENV}={raw!r}: not a number of Kbit (0 or none: no limit)")
-    return int(raw)
+    from .tools import env_limit
+    return env_limit(MAX_ROM_ENV, MAX_ROM_KBIT, "Kbit")
 
 
 def rom_shapes(verilog: Path) -> list[tuple[str, int, int]]:

@@ -418,17 +418,24 @@ DEFAULT_MEMORY_MB = 8192
 MEMORY_ENV = "MI_CERTIFY_TOOL_MEMORY_MB"
 
 
-def memory_limit_mb() -> int | None:
-    """The address-space limit of the hardware tools, MiB: :data:`MEMORY_ENV` when set (``0`` /
-    ``none``: None, no limit), else :data:`DEFAULT_MEMORY_MB`. Raises ValueError on another value."""
-    raw = os.environ.get(MEMORY_ENV, "").strip().lower()
+def env_limit(name: str, default: int, unit: str) -> int | None:
+    """A size limit read from environment variable ``name``: ``default`` when unset, None (no
+    limit) for ``0`` / ``none`` / ``off`` / ``unlimited``, else the integer. Raises ValueError
+    naming the variable and ``unit`` on another value."""
+    raw = os.environ.get(name, "").strip().lower()
     if not raw:
-        return DEFAULT_MEMORY_MB
+        return default
     if raw in ("0", "none", "off", "unlimited"):
         return None
     if not raw.isdigit():
-        raise ValueError(f"{MEMORY_ENV}={raw!r}: not a number of MiB (0 or none: no limit)")
+        raise ValueError(f"{name}={raw!r}: not a number of {unit} (0 or none: no limit)")
     return int(raw)
+
+
+def memory_limit_mb() -> int | None:
+    """The address-space limit of the hardware tools, MiB: :data:`MEMORY_ENV` when set (``0`` /
+    ``none``: None, no limit), else :data:`DEFAULT_MEMORY_MB`. Raises ValueError on another value."""
+    return env_limit(MEMORY_ENV, DEFAULT_MEMORY_MB, "MiB")
 
 
 _OOM_TEXT = re.compile(r"bad_alloc|out of memory|cannot allocate memory|memory exhausted|MemoryError", re.I)

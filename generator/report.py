@@ -223,20 +223,25 @@ def _lut_from_bundle(spec: Spec, d: Path) -> Lut:
 
 
 def _hdl_rows(summary: dict) -> dict:
-    """The synthesis numbers for the report: {"status", "note", "alone", "devices": [...]}
-    from summary.json (stage ``hdl``; docs/hdl.md)."""
+    """The synthesis numbers for the report: {"status", "measured", "note", "alone", "devices": [...],
+    "target"} from summary.json (stage ``hdl``; docs/hdl.md). ``measured``: the stage has figures (it
+    is ok, or failed on a missed target); ``target``: the declared target's verdict
+    (:func:`mi_certify.verification.synth.target_verdict`) or None."""
     st = summary.get("stages", {}).get("hdl", {})
-    if st.get("status") != "ok":
-        return {"status": st.get("status", "skipped"), "note": st.get("reason", st.get("error", "not run")),
-                "alone": None, "devices": []}
+    if "place_and_route" not in st:
+        return {"status": st.get("status", "skipped"), "measured": False,
+                "note": st.get("reason", st.get("error", "not run")), "alone": None, "devices": [], "target": None}
     h = summary["hdl"]
     devices = [{"device": dev.upper(), "fits": p["fits"], "fmax_mhz": p["fmax_mhz"], "goal_mhz": p["goal_mhz"],
                 "meets_goal": p["meets_goal"], "lut4": p["lut4"], "dff": p["dff"], "bram": p["bram"],
-                "package": p["package"], "seed": p["seed"], "meets_clock": st.get(f"meets_clock_{dev}")}
-               for dev, p in sorted(st["place_and_route"].items())]
-    return {"status": "ok", "note": "", "alone": {"lut4": h["lut4"], "dff": h["dff"], "bram": h["bram"]},
+                "package": p["package"], "seed": p["seed"],
+                "meets_clock": st.get(f"meets_clock_{dev.replace('-', '_')}")}
+               for dev, p in st["place_and_route"].items()]
+    return {"status": st["status"], "measured": True, "note": st.get("error", ""),
+            "alone": {"lut4": h["lut4"], "dff": h["dff"], "bram": h["bram"]},
             "goal_met": h["goal_met"], "devices": devices, "clock_mhz": st.get("clock_mhz"),
-            "not_measured": st.get("not_measured", "")}
+            "not_measured": st.get("not_measured", ""), "target": st.get("target"),
+            "latency": summary.get("stages", {}).get("emit", {}).get("latency", 1)}
 
 
 def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence | None = None,

@@ -34,6 +34,10 @@ _TEXT = {"type": "string", "maxLength": 200, "pattern": r'^[^\x00-\x1f\x7f"\\`]*
 _STATISTIC = STATISTIC_PATTERN
 _RANGE = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
           "description": "closed interval [lo, hi] in the input's physical unit"}
+#: ``hdl.target.device`` values: name -> what it stands for (part, package). The synthesis layer
+#: (:data:`mi_certify.verification.synth.DEVICES`) measures exactly these.
+TARGET_DEVICES = {"hx8k": "iCE40 HX8K (CT256)", "up5k": "iCE40 UP5K (SG48)",
+                  "ecp5-25f": "ECP5 LFE5U-25F (CABGA256)"}
 
 SCHEMA: dict = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -165,10 +169,34 @@ SCHEMA: dict = {
                                             "box tree of comparators on the quantized inputs, sliced ROM (entries "
                                             "dictionary-coded, constant and duplicate slice columns removed, the rest "
                                             "in <module>_rom.hex), or auto: the smallest by Yosys estimate (docs/hdl.md)"},
+                "latency": {"enum": [1, 2, 3, "auto"],
+                            "description": "decision latency in clock cycles: 1 (default), 2 or 3 register the "
+                                           "LUT read and delay every input together (outputs at cycle t = the "
+                                           "one-cycle machine's for the inputs of cycle t - (latency - 1)), or "
+                                           "auto: the smallest that meets the declared clock (docs/hdl.md)"},
                 "clock_mhz": {"type": "number", "exclusiveMinimum": 0, "maximum": 10000,
                               "description": "target clock of the RTL in MHz: per-action latency limits (ms) "
                                              "become cycle limits at this clock, and the synthesis report "
                                              "compares Fmax with it (default none)"},
+                "target": {
+                    "type": "object", "additionalProperties": False, "required": ["device"],
+                    "description": "the device and clock the integrator runs the controller at: a build whose "
+                                   "measured Fmax there is below the clock fails, unless advisory (docs/hdl.md, "
+                                   "\"Declared target\"); without it, hdl.clock_mhz must be met on every "
+                                   "device the build measures",
+                    "properties": {
+                        "device": {"enum": list(TARGET_DEVICES),
+                                   "description": "hx8k (iCE40 HX8K, CT256), up5k (iCE40 UP5K, SG48) or ecp5-25f "
+                                                  "(ECP5 LFE5U-25F, CABGA256)"},
+                        "clock_mhz": {"type": "number", "exclusiveMinimum": 0, "maximum": 10000,
+                                      "description": "the clock in MHz (default hdl.clock_mhz; when both are set "
+                                                     "they must be equal: one clock runs the controller and the "
+                                                     "SLA monitor)"},
+                        "advisory": {"type": "boolean",
+                                     "description": "true: a missed clock is reported (summary, report, Verilog "
+                                                    "header) but does not fail the build (default false)"},
+                    },
+                },
             },
         },
         "properties": {
@@ -278,7 +306,8 @@ class HdlOptions:
 
     reset: "sync" | "async"; reset_polarity: "high" (port ``rst``) | "low" (port ``rst_n``);
     prefix: prepended to the module name; encoding: "case" | "rom" | "boxtree" | "sliced_rom" | "auto";
-    clock_mhz: target clock in MHz or None.
+    clock_mhz: target clock in MHz or None; latency: decision latency in clock cycles, 1 | 2 | 3, or
+    "auto" (chosen by measurement before emit; docs/hdl.md, "Latency").
     """
 
     reset: str = "sync"
@@ -286,11 +315,82 @@ class HdlOptions:
     prefix: str = ""
     encoding: str = "case"
     clock_mhz: float | None = None
+    latency: int | str = 1
+    #: ``hdl.target`` as written (None without it); :attr:`declared_target` is what the build checks
+    target: "HdlTarget | None" = None
+    #: with ``latency: "auto"``: the latency the build chose by measurement (the emit stage's
+    #: ``latency``, read back by ``check``); None until it is chosen
+    latency_resolved: int | None = None
+
+    @property
+    def latency_cycles(self) -> int:
+        """The decision latency the RTL is emitted, proved and simulated with: ``latency``, or for
+        "auto" the measured choice (:attr:`latency_resolved`), 1 while it is not chosen."""
+        if self.latency == "auto":
+            return 1 if self.latency_resolved is None else int(self.latency_resolved)
+        return int(self.latency)
+
+    def with_latency(self, latency: int) -> "HdlOptions":
+        """These options with ``latency: auto`` resolved to ``latency`` (unchanged otherwise)."""
+        return dataclasses.replace(self, latency_resolved=int(latency)) if self.latency == "auto" else self
 
     @property
     def reset_port(self) -> str:
         """Name of the reset port: ``rst`` (active high) or ``rst_n`` (active low)."""
         return "rst" if self.reset_polarity == "high" else "rst_n"
+
+    @property
+    def declared_target(self) -> "HdlTarget | None":
+        """The clock the build must meet: ``hdl.target`` (its clock is ``clock_mhz``); without it, a
+        ``hdl.clock_mhz`` alone on every measured device (device None, not advisory); None without
+        either (nothing declared: Fmax is reported against the goals only)."""
+        if self.target is not None:
+            return self.target
+        return None if self.clock_mhz is None else HdlTarget(None, self.clock_mhz, False)
+
+
+@dataclass(frozen=True)
+class HdlTarget:
+    """A declared timing target (sla.yaml ``hdl.target``, or ``hdl.clock_mhz`` alone).
+
+    device: a key of :data:`TARGET_DEVICES`, or None (``hdl.clock_mhz`` without ``hdl.target``: every
+    device the build measures); clock_mhz: MHz; advisory: a miss is reported, not a failure.
+    """
+
+    device: str | None
+    clock_mhz: float
+    advisory: bool = False
+
+    @property
+    def declared_by(self) -> str:
+        """The sla.yaml field that declared it: ``hdl.target`` or ``hdl.clock_mhz``."""
+        return "hdl.clock_mhz" if self.device is None else "hdl.target"
+
+    def devices(self, measured) -> list[str]:
+        """The devices of ``measured`` (device names) this target applies to, in that order."""
+        return [d for d in measured if self.device is None or d == self.device]
+
+    def describe(self) -> str:
+        """One phrase: ``"50 MHz on iCE40 UP5K (SG48) (hdl.target, advisory)"``."""
+        where = "every measured device" if self.device is None else TARGET_DEVICES[self.device]
+        return f"{self.clock_mhz:g} MHz on {where} ({self.declared_by}{', advisory' if self.advisory else ''})"
+
+    def header_lines(self, measured: dict | None = None) -> list[str]:
+        """Comment lines (without ``//``) for the Verilog header: the declared target, what a miss
+        means, and, with ``measured`` (a ``target`` record of the hdl stage:
+        :func:`mi_certify.verification.synth.target_verdict`, e.g. from ``hdl.latency: auto``), the
+        result; without it, where the result is recorded (the hdl stage runs after the Verilog is
+        written)."""
+        lines = [f"Declared target: {self.describe()}."]
+        lines.append("Advisory: a measured Fmax below it is reported, the build does not fail." if self.advisory
+                     else "A measured Fmax below it fails the build.")
+        if measured is None:
+            lines.append("Measured Fmax and verdict: summary.json hdl.target (stage hdl).")
+        else:
+            got = ", ".join(f"{d} {'does not fit' if f is None else f'{f:g} MHz'}"
+                            for d, f in measured["fmax_mhz"].items())
+            lines.append(f"Measured: {got}: {'met' if measured['met'] else 'MISSED'}.")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -646,6 +746,27 @@ def _region(when: dict, base: str, inputs, f: str) -> list[tuple[int, float, flo
     return out
 
 
+def _target(hdl: dict, f: str) -> tuple[float | None, HdlTarget | None]:
+    """(clock in MHz or None, :class:`HdlTarget` or None) of an ``hdl`` section: one clock runs the
+    controller and its SLA monitor, so ``hdl.target.clock_mhz`` and ``hdl.clock_mhz`` name the same
+    number (either may be left out; both set and different is a SpecError, as is a target with
+    neither)."""
+    clock = None if hdl.get("clock_mhz") is None else float(hdl["clock_mhz"])
+    t = hdl.get("target")
+    if t is None:
+        return clock, None
+    t_clock = None if t.get("clock_mhz") is None else float(t["clock_mhz"])
+    if clock is not None and t_clock is not None and clock != t_clock:
+        raise SpecError(f"hdl.target.clock_mhz ({t_clock:g} MHz) differs from hdl.clock_mhz ({clock:g} MHz): one "
+                        "clock runs the controller and its SLA monitor; set one of them", file=f,
+                        where="hdl.target.clock_mhz")
+    clock = clock if clock is not None else t_clock
+    if clock is None:
+        raise SpecError(f"hdl.target ({t['device']}) names no clock: set hdl.target.clock_mhz (or hdl.clock_mhz)",
+                        file=f, where="hdl.target.clock_mhz")
+    return clock, HdlTarget(t["device"], clock, bool(t.get("advisory", False)))
+
+
 def _hdl(raw: dict, name: str, actions, f: str) -> HdlOptions:
     """The hdl section: a usable module name, latency limits that fit the SLA monitor's counter."""
     hdl = raw.get("hdl", {})
@@ -659,9 +780,10 @@ def _hdl(raw: dict, name: str, actions, f: str) -> HdlOptions:
         raise SpecError(f"module name '{module}' clashes with a module every build ships or uses "
                         f"({', '.join(sorted(RESERVED_MODULES))}, mi_certify_*); choose another name or prefix",
                         file=f, where="hdl.prefix" if hdl.get("prefix") else "controller.name")
+    clock_mhz, target = _target(hdl, f)
     hdl_opts = HdlOptions(hdl.get("reset", "sync"), hdl.get("reset_polarity", "high"), hdl.get("prefix", ""),
-                          hdl.get("encoding", "case"),
-                          None if hdl.get("clock_mhz") is None else float(hdl["clock_mhz"]))
+                          hdl.get("encoding", "case"), clock_mhz,
+                          "auto" if hdl.get("latency") == "auto" else int(hdl.get("latency", 1)), target)
     clock = hdl_opts.clock_mhz if hdl_opts.clock_mhz is not None else DEFAULT_MONITOR_CLOCK_MHZ
     for i, a in enumerate(actions):
         if a.latency_ms is not None and latency_limit_cycles(a.latency_ms, clock) < 1:

@@ -208,7 +208,8 @@ def test_fsm_cosimulation_fails_when_the_reference_expectation_is_altered(refere
         return expected
     spec = load_spec(REFERENCE_SLA)
     res = run_cosim(reference_build / "meta_controller.v", "meta_controller",
-                    LutFsmArtefact.from_table(spec, lut, property_masks(spec)), tmp_path, reference=alter)
+                    LutFsmArtefact.from_table(spec, lut, property_masks(spec)), tmp_path, reference=alter,
+                    latency=spec.hdl.latency_cycles)
     assert not res.passed and res.mismatches == 1 and res.first_mismatch["cycle"] == 5000
     assert res.first_mismatch["rtl"]["reason"] ^ 1 == res.first_mismatch["reference"]["reason"]
 
@@ -305,7 +306,7 @@ def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(
     assert [p.name for p in outs] == ["token", "reason", *AUDIT_PORTS]
     lut = bytes.fromhex((out / "lut.hex").read_text().replace("\n", ""))
     args = (out / "meta_controller.v", "meta_controller", LutFsmArtefact.from_table(spec, lut, property_masks(spec)))
-    good = run_cosim(*args, tmp_path / "w1")
+    good = run_cosim(*args, tmp_path / "w1", latency=spec.hdl.latency_cycles)
     assert good.passed and good.cycles > 10_000
     assert all(e[2] == 1 - r[0] for e, r in zip(good.job.expected, good.job.stimulus))   # audit_valid after steps
 
@@ -314,6 +315,6 @@ def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(
         expected[i] = expected[i][:5] + [expected[i][5] ^ 1]                              # audit_addr
         expected[i + 1] = expected[i + 1][:2] + [expected[i + 1][2] ^ 1] + expected[i + 1][3:]  # audit_valid
         return expected
-    bad = run_cosim(*args, tmp_path / "w2", reference=alter)
+    bad = run_cosim(*args, tmp_path / "w2", reference=alter, latency=spec.hdl.latency_cycles)
     assert not bad.passed and bad.mismatches == 2
     assert bad.first_mismatch["rtl"]["audit_addr"] ^ 1 == bad.first_mismatch["reference"]["audit_addr"]

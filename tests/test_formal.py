@@ -76,7 +76,8 @@ def small_build(tmp_path_factory):
     for b in ("bits: 4", "bits: 3"):
         text = text.replace(b, "bits: 2")
     text = text.replace("encoding: sliced_rom", "encoding: case")  # the mutants edit case items
-    assert "encoding: case" in text
+    text = text.replace("latency: 2, ", "")  # the one-cycle machine: the mutants edit its lines
+    assert "encoding: case" in text and "latency:" not in text.split("\nhdl:")[1].split("\n")[0]
     sla.write_text(text)
     out = tmp / "out"
     res = build(REFERENCE_MODEL, sla, out, BuildOptions(verify=False, distill=False, skip_cosim=True, skip_synth=True))
@@ -94,13 +95,13 @@ def _rtl(spec, v_path, lut):
 
 def _case_line(src):
     line = next(ln for ln in src.splitlines() if ln.strip().startswith("10'd"))
-    e = int(line.split("'d")[-1].rstrip(";"))
-    return line, line.replace(f"'d{e};", f"'d{e ^ 0b100};")
+    c = line.split("{1'b")[1][0]   # the confident bit of the entry {c, p}, flipped
+    return line, line.replace(f"{{1'b{c},", f"{{1'b{1 - int(c)},")
 
 
 MUTANTS = {
     "cooldown off by one": ("COOLDOWN     = 4'd10", "COOLDOWN     = 4'd9", "rtl.equivalence"),
-    "dropped reset term": ("token  <= CONSERVATIVE;", "token  <= token;", "rtl.reset"),
+    "dropped reset term": ("token       <= CONSERVATIVE;", "token       <= token;", "rtl.reset"),
     "wrong reason code": ("n_reason = R_RECOVER;", "n_reason = R_FALLBACK;", "rtl.equivalence"),
     "fallback disabled": ("end else if (sla_violation && vcnt == VIOL_LAST)",
                           "end else if (sla_violation && vcnt == VIOL_LAST && 1'b0)", "rtl.equivalence"),

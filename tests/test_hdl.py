@@ -37,7 +37,9 @@ def small(tmp_path_factory):
     for b in ("bits: 4", "bits: 3"):
         text = text.replace(b, "bits: 2")
     sla.write_text(text)
+    # the one-cycle machine (the reference spec sets latency 2; the latency tests set it per test)
     spec = load_spec(sla)
+    spec = dataclasses.replace(spec, hdl=dataclasses.replace(spec.hdl, latency=1))
     lut, _ = apply_masks(spec, sample_lut(spec, import_onnx(REFERENCE_MODEL)), property_masks(spec))
     boxes = [([i, j, 0, 0, 0], [i, j, 3, 3, 3]) for i in range(4) for j in range(4)]
     return spec, lut, boxes
@@ -57,7 +59,8 @@ def _emit(spec, lut, boxes, out, encoding, **hdl):
 def _proofs(spec, v, lut):
     machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
     obs, _ = rtl_obligations(v, spec.module_name, machine, entry_alphabet(machine),
-                             reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low")
+                             reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low",
+                             latency=spec.hdl.latency_cycles)
     return {o.id: o for o in obs}
 
 
@@ -100,7 +103,7 @@ def test_every_encoding_is_proved_equal_to_the_table_and_read_back_independently
     obs = _proofs(spec, v, lut)
     assert {k: o.verdict for k, o in obs.items() if o.verdict != "proved"} == {}
     assert obs["rtl.lut_table"].detail == "1024 entries equal"
-    table, how = verilog_table(tmp_path, spec, v.read_text())
+    table, how = verilog_table(tmp_path, spec)
     assert np.array_equal(table, lut_entries(spec, lut)), how
     title = {"case": "case statement", "rom": "flat ROM", "boxtree": "box tree", "sliced_rom": "sliced ROM"}
     assert f"LUT encoding: {title[encoding]}" in v.read_text()
@@ -115,7 +118,7 @@ def test_a_mutated_rom_file_is_caught(small, tmp_path):
     rom.write_text("\n".join(words) + "\n")
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
     assert ob.verdict == "violated" and ob.detail == "1 entries differ, first at address 77"
-    table, _ = verilog_table(tmp_path, spec, v.read_text())
+    table, _ = verilog_table(tmp_path, spec)
     assert np.nonzero(table != lut_entries(spec, lut))[0].tolist() == [77]
 
 
@@ -148,7 +151,7 @@ def test_a_constant_lut_is_proved_read_back_and_co_simulated(small, tmp_path, en
     const = dataclasses.replace(lut, tokens=np.zeros_like(lut.tokens), confident=np.ones_like(lut.confident))
     spec, v = _emit(spec, const, boxes, tmp_path / "rtl", encoding)
     assert {k: o.verdict for k, o in _proofs(spec, v, const).items() if o.verdict != "proved"} == {}
-    table, how = verilog_table(v.parent, spec, v.read_text())
+    table, how = verilog_table(v.parent, spec)
     assert np.array_equal(table, lut_entries(spec, const)) and set(table.tolist()) == {4}, how
     lint = subprocess.run(["verilator", "--lint-only", "-Wall", v.name], cwd=v.parent, capture_output=True, text=True)
     assert lint.returncode == 0 and not lint.stderr.strip(), lint.stderr
@@ -165,7 +168,7 @@ def test_a_mutated_sliced_rom_file_is_caught(small, tmp_path):
     words[5] = format(int(words[5], 16) ^ 0b1, "x")  # column 0 at ROM address 5: every slice that reads it
     rom.write_text("\n".join(words) + "\n")
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
-    table, _ = verilog_table(tmp_path, spec, v.read_text())
+    table, _ = verilog_table(tmp_path, spec)
     bad = np.nonzero(table != lut_entries(spec, lut))[0]
     low = sliced_rom(lut_entries(spec, lut), spec.address_bits).low_bits
     assert ob.verdict == "violated" and len(bad) >= 1 and {int(a) & ((1 << low) - 1) for a in bad} == {5}
@@ -184,7 +187,7 @@ def test_a_mutated_box_tree_is_caught(small, tmp_path):
     v.write_text(mutant)
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
     assert ob.verdict == "violated" and ob.counterexample
-    table, _ = verilog_table(tmp_path, spec, mutant)  # the independent reader sees it too
+    table, _ = verilog_table(tmp_path, spec)  # the independent reader sees it too
     assert not np.array_equal(table, lut_entries(spec, lut))
 
 
@@ -199,8 +202,8 @@ OPTIONS = [dict(reset=r, reset_polarity=p, prefix=x)
 @pytest.mark.parametrize("encoding", ["case", "rom", "boxtree", "sliced_rom"])
 def test_every_option_combination_is_lint_clean(small, tmp_path, encoding):
     spec0, lut, boxes = small
-    for k, opt in enumerate(OPTIONS):
-        spec, v = _emit(spec0, lut, boxes, tmp_path / str(k), encoding, **opt)
+    for k, (opt, latency) in enumerate([(o, 1) for o in OPTIONS] + [(OPTIONS[-1], 2), (OPTIONS[5], 3)]):
+        spec, v = _emit(spec0, lut, boxes, tmp_path / str(k), encoding, latency=latency, **opt)
         lint = subprocess.run(["verilator", "--lint-only", "-Wall", v.name], cwd=v.parent, capture_output=True,
                               text=True)
         assert lint.returncode == 0 and not lint.stderr.strip(), (opt, lint.stderr)
@@ -216,6 +219,8 @@ def test_every_option_combination_is_lint_clean(small, tmp_path, encoding):
                 "async": f"always @(posedge clk or {'posedge rst' if port == 'rst' else 'negedge rst_n'}) begin"}
         assert edge[opt["reset"]] in src
         assert "initial" not in src.replace("initial $readmemh", "")
+        assert src.count("`default_nettype none") == 1 and src.rstrip().endswith("endmodule\n`default_nettype wire")
+        assert "HYST_LAST == " not in src and "'d0) begin" in src
 
 
 def test_options_keep_every_proof(small, tmp_path):
@@ -223,7 +228,7 @@ def test_options_keep_every_proof(small, tmp_path):
     spec, v = _emit(spec, lut, boxes, tmp_path, "boxtree", reset="async", reset_polarity="low", prefix="acme_")
     assert {k: o.verdict for k, o in _proofs(spec, v, lut).items() if o.verdict != "proved"} == {}
     # a reset that no longer resets is caught on the new port
-    v.write_text(v.read_text().replace("token  <= CONSERVATIVE;", "token  <= token;", 1))
+    v.write_text(v.read_text().replace("token       <= CONSERVATIVE;", "token       <= token;", 1))
     assert _proofs(spec, v, lut)["rtl.reset"].verdict == "violated"
 
 
@@ -268,7 +273,9 @@ def test_reset_style_and_polarity_behave_as_documented_in_icarus(small, tmp_path
 
 
 def test_spec_hdl_section_defaults_and_errors(tmp_path):
-    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="sliced_rom", clock_mhz=50.0)
+    from mi_certify.generator.spec import HdlTarget
+    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="sliced_rom", clock_mhz=50.0, latency=2,
+                                                      target=HdlTarget("up5k", 50.0, False))
     text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
     plain = tmp_path / "plain.yaml"
     plain.write_text(text)
@@ -404,3 +411,124 @@ def test_the_lut_is_evaluated_in_chunks_with_the_same_result(small, tmp_path):
     tracemalloc.stop()
     assert np.array_equal(whole, parts) and np.array_equal(parts, want)
     assert peak < 2_000_000, peak   # the result (8 KB) and one chunk's live values, not 2^10 x definitions
+
+
+# --- pipelined decision (hdl.latency) and the pyverilog reader --------------------------------
+
+def test_the_decision_stream_delays_every_input_and_a_reset_empties_the_pipeline():
+    from mi_certify.verification.cocotb_sim import decision_stream
+    rows = [[1, 7, 0, 0], [0, 1, 0, 1], [0, 2, 1, 0], [0, 3, 0, 0], [1, 4, 0, 0], [0, 5, 0, 0], [0, 6, 0, 0],
+            [0, 8, 0, 1]]
+    assert decision_stream(rows, 1) == rows
+    # latency 3: row i decides on row i-2; a reset in rows i-2 .. i makes row i a reset row
+    assert decision_stream(rows, 3) == [[1, 7, 0, 0], [1, 1, 0, 0], [1, 2, 0, 0], [0, 1, 0, 1], [1, 4, 0, 0],
+                                        [1, 5, 0, 0], [1, 6, 0, 0], [0, 5, 0, 0]]
+    assert [r[0] for r in decision_stream(rows, 2)] == [1, 1, 0, 0, 1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("encoding", ["case", "rom", "boxtree", "sliced_rom"])
+def test_every_latency_is_proved_with_the_delay_and_read_back(small, tmp_path, encoding):
+    from mi_certify.verification.verilog_reader import read_lut
+    spec0, lut, boxes = small
+    for latency in (2, 3):
+        spec, v = _emit(spec0, lut, boxes, tmp_path / str(latency), encoding, latency=latency, reset="async",
+                        reset_polarity="low")
+        obs = _proofs(spec, v, lut)
+        assert {k: o.verdict for k, o in obs.items() if o.verdict != "proved"} == {}
+        assert {"rtl.pipeline", "rtl.equivalence", "rtl.audit", "rtl.reset"} <= set(obs)
+        assert obs["rtl.lut_table"].detail == f"1024 entries equal (read through {latency - 1} registers)"
+        got = read_lut(v, spec.address_bits)
+        assert got.latency == latency and np.array_equal(got.entries, lut_entries(spec, lut))
+        assert f"// Latency: {latency} cycles (sla.yaml hdl.latency)" in v.read_text()
+
+
+def test_a_pipeline_that_mixes_cycles_or_reports_the_wrong_address_is_caught(small, tmp_path):
+    from mi_certify.verification.verilog_reader import VerilogReadError, read_lut
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "case", latency=3)
+    src = v.read_text()
+    # the LUT read on the undelayed address: the decision uses the entry of another cycle's address
+    v.write_text(src.replace("case (addr_q1)", "case (addr)", 1))
+    assert _proofs(spec, v, lut)["rtl.lut_table"].verdict == "violated"
+    with pytest.raises(VerilogReadError, match="reads the LUT entry of the address 1 cycles ago but reports"):
+        read_lut(v, spec.address_bits)
+    # the audit port reporting the stage-1 address instead of the decision's
+    v.write_text(src.replace("audit_addr  <= addr_q2;", "audit_addr  <= addr_q1;", 1))
+    assert _proofs(spec, v, lut)["rtl.audit"].verdict == "violated"
+    # a stage that skips the pipeline
+    v.write_text(src.replace("probe_fault_q2   <= probe_fault_q1;", "probe_fault_q2   <= probe_fault;", 1))
+    assert _proofs(spec, v, lut)["rtl.pipeline"].verdict == "violated"
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
+@pytest.mark.parametrize("encoding,latency", [("sliced_rom", 3), ("case", 2)])
+def test_a_pipelined_design_co_simulates_cycle_by_cycle_with_the_delay(small, tmp_path, encoding, latency):
+    from mi_certify.verification.cocotb_sim import run_cosim
+    from mi_certify.verification.hdl_adapter import prepare
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path / "rtl", encoding, latency=latency, reset_polarity="low")
+    machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
+    sim_v, top = prepare(v, spec.module_name, spec.hdl.reset_port, machine, tmp_path / "work")
+    res = run_cosim(sim_v, top, machine, tmp_path / "work", random_cycles=1500, latency=latency)
+    assert res.passed and res.mismatches == 0 and res.cycles > 1500, res.to_json()
+    # compared without the delay, the same RTL mismatches
+    res = run_cosim(sim_v, top, machine, tmp_path / "work1", random_cycles=300, latency=1)
+    assert not res.passed and res.mismatches > 0
+
+
+def test_every_generated_file_parses_with_pyverilog_and_matches_header_and_spec(small, tmp_path):
+    from mi_certify.runtime.fsm import REASON_BITS, Reason
+    from mi_certify.verification.verilog_reader import check_all, check_controller, read_lut
+    spec0, lut, boxes = small
+    combos = [(enc, 1, opt) for enc in ("case", "rom", "boxtree", "sliced_rom") for opt in OPTIONS]
+    combos += [(enc, lat, OPTIONS[-1]) for enc in ("case", "rom", "boxtree", "sliced_rom") for lat in (2, 3)]
+    for k, (enc, lat, opt) in enumerate(combos):
+        spec, v = _emit(spec0, lut, boxes, tmp_path / str(k), enc, latency=lat, **opt)
+        got = check_controller(v, spec, [r.name for r in Reason], REASON_BITS)
+        assert got == {"module": spec.module_name, "ports": 11, "latency": lat, "localparams": 14}, (enc, lat, opt)
+        assert np.array_equal(read_lut(v, spec.address_bits).entries, lut_entries(spec, lut)), (enc, lat, opt)
+    # the hand-written SLA monitor shipped in every bundle parses too
+    from conftest import ROOT
+    assert check_all(ROOT / "hdl") == {"sla_monitor.v": ["sla_monitor", "sla_monitor_reg", "sla_monitor_window"]}
+
+
+def test_a_header_or_port_that_disagrees_with_the_spec_and_a_parse_failure_are_named(small, tmp_path):
+    from mi_certify.runtime.fsm import REASON_BITS, Reason
+    from mi_certify.verification.verilog_reader import VerilogReadError, check_controller, parse
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, "sliced_rom", latency=2)
+    names = [r.name for r in Reason]
+    src = v.read_text()
+    v.write_text(src.replace("output reg  [3:0]   reason,", "output reg  [4:0]   reason,", 1))
+    with pytest.raises(VerilogReadError, match=r"ports differ from the spec's: reason \('output', 5\)"):
+        check_controller(v, spec, names, REASON_BITS)
+    v.write_text(src.replace("localparam [3:0] COOLDOWN     = 4'd10;", "localparam [3:0] COOLDOWN     = 4'd9;", 1))
+    with pytest.raises(VerilogReadError, match=r"COOLDOWN = 9 \(spec 10\)"):
+        check_controller(v, spec, names, REASON_BITS)
+    v.write_text(src)
+    three = dataclasses.replace(spec, hdl=dataclasses.replace(spec.hdl, latency=3))
+    with pytest.raises(VerilogReadError, match="the data flow has latency 2, the spec's hdl.latency is 3"):
+        check_controller(v, three, names, REASON_BITS)
+    # what pyverilog 1.3 cannot read (a localparam in the #(...) header) is named with file, line and construct
+    lines = src.splitlines()
+    at = lines.index(f"module {spec.module_name} (")
+    lines[at] = f"module {spec.module_name} #(localparam W = 2) ("
+    v.write_text("\n".join(lines) + "\n")
+    with pytest.raises(VerilogReadError) as e:
+        parse(v)
+    assert str(e.value) == (f'{v.name}: line {at + 1}: pyverilog 1.3.0 cannot parse the module header (syntax error '
+                            f'before "localparam"): module {spec.module_name} #(localparam W = 2) (')
+
+
+def test_spec_hdl_latency_defaults_to_one_and_accepts_auto(tmp_path):
+    text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
+    sla = tmp_path / "sla.yaml"
+    for value, want in (("2", 2), ("3", 3), ("auto", "auto")):
+        sla.write_text(text + f"\nhdl: {{latency: {value}}}\n")
+        assert load_spec(sla).hdl.latency == want
+    assert load_spec(sla).hdl.latency_cycles == 1 and HdlOptions().latency == 1   # auto, until the build measures
+    assert load_spec(sla).hdl.with_latency(3).latency_cycles == 3 and HdlOptions().with_latency(3) == HdlOptions()
+    sla.write_text(text + "\nhdl: {latency: 4}\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(sla)
+    assert "hdl.latency" in str(e.value)

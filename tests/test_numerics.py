@@ -43,6 +43,31 @@ def test_matmul_is_the_left_to_right_sum_bit_for_bit(seed):
     assert np.allclose(N.rowdot(lam, x), ref, rtol=1e-12, atol=0)
 
 
+def _same_bits(x, y) -> bool:
+    x, y = np.asarray(x), np.asarray(y)
+    return x.shape == y.shape and bool(np.all((x.view(np.int64) == y.view(np.int64)) | (np.isnan(x) & np.isnan(y))))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_kernels_give_the_numpy_loops_bits(seed):
+    """The numba kernels (matmul, rowdot, sum_last) issue the same IEEE operations in the
+    same order as the one-ufunc-at-a-time numpy loops: bit for bit on this CPU, whatever
+    SIMD it has (an FMA or a reassociated sum would show in these magnitudes at once)."""
+    rng = np.random.default_rng(100 + seed)
+    B, m, k, n = (int(v) for v in rng.integers(1, 40, size=4))
+    scale = lambda shape: rng.standard_normal(shape) * 10.0 ** rng.integers(-12, 13, size=shape)  # noqa: E731
+    a, w, x = scale((B, m, k)), scale((k, n)), scale((B, k))
+    a.flat[:3] = [np.inf, -0.0, 5e-324]  # IEEE corner values travel the same way
+    assert _same_bits(N.matmul(a, w), N._matmul_numpy(a, w))
+    assert _same_bits(N.matmul(a, w[:, 0]), N._matmul_numpy(a, w[:, 0]))
+    assert _same_bits(N.matmul(x[0], w), N._matmul_numpy(x[0], w))
+    at, v = np.swapaxes(a, 1, 2), scale((m, n))  # a strided operand
+    assert _same_bits(N.matmul(at, v), N._matmul_numpy(at, v))
+    assert _same_bits(N.rowdot(a, x), N._rowdot_numpy(a, x))
+    assert _same_bits(N.sum_last(a), N._sum_last_numpy(a))
+    assert _same_bits(N.sum_last(a[:, :, :0]), np.zeros((B, m)))
+
+
 def test_matmul_refuses_misaligned_shapes():
     with pytest.raises(ValueError, match="do not align"):
         N.matmul(np.ones((2, 3)), np.ones((2, 3)))

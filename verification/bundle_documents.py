@@ -13,7 +13,8 @@ from the spec and lut.hex. Any difference is a FAIL naming the file and the fiel
 What this cannot re-derive, it says: the ``hdl`` stage's numbers come from Yosys and
 nextpnr and are made again by the ``hdl`` item of the full check (skipped by
 ``--quick``); a failed stage's free-text ``error`` is not compared (the build is failed
-either way); the ``encoding_estimates`` of ``hdl.encoding: auto`` are measurements.
+either way); the ``encoding_estimates`` of ``hdl.encoding: auto``, the emit stage's ``target_header`` and the
+``latency_trials`` of ``hdl.latency: auto`` are measurements.
 """
 
 from __future__ import annotations
@@ -164,7 +165,23 @@ def _emit_stage(spec, stored: dict, has_rom: bool) -> dict:
             **({"rom": rom_file_name(spec)} if has_rom else {}),
             **({"encoding_estimates": stored["emit"]["encoding_estimates"]}
                if spec.hdl.encoding == "auto" and "encoding_estimates" in stored.get("emit", {}) else {}),
+            "latency": spec.hdl.latency_cycles, "target_header": _target_header(spec, stored),
+            **({"latency_trials": stored["emit"]["latency_trials"]}
+               if spec.hdl.latency == "auto" and "latency_trials" in stored.get("emit", {}) else {}),
             "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
+
+
+def _target_header(spec, stored: dict) -> dict | None:
+    """The emit stage's ``target_header`` (the verdict the Verilog header states): a measurement, so
+    taken from summary.json, but only where the build measured (a declared target, the hdl stage
+    not skipped) and only when its Fmax is the hdl stage's (made again by the full check's hdl item);
+    else None (the stored one then differs)."""
+    header = stored.get("emit", {}).get("target_header")
+    hdl = stored.get("hdl", {})
+    if header is None or spec.hdl.declared_target is None or hdl.get("status") == "skipped":
+        return None
+    target = hdl.get("target") or {}
+    return header if header.get("fmax_mhz") == target.get("fmax_mhz") else None
 
 
 def _rtl_stage(index: dict, command: list[str]) -> dict:
@@ -240,7 +257,8 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     from importlib import resources
     core = resources.files("mi_certify.hdl").joinpath("sla_monitor.v").read_text(encoding="utf-8")
     out = {f"{spec.name}.py": emit_python(spec, machine, hashes, version), "sla_monitor.v": core,
-           f"{spec.module_name}.v": emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes),
+           f"{spec.module_name}.v": emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes,
+                                                 target_measured=summary["stages"]["emit"].get("target_header")),
            f"{monitor_module(spec)}.v": emit_sla_monitor(spec, hashes.spec, version)}
     if encoding in ("rom", "sliced_rom"):
         rom = emit_rom_hex(spec, machine, encoding)

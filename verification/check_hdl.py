@@ -4,8 +4,8 @@ Re-derives with the tools the build used (same code, skipped with ``--quick`` or
 without the tool): Verilator's lint of the emitted Verilog against lint.json; the
 co-simulation of the Verilog against the Python reference runtime (same seed, same
 cycles, the recorded without-rule-3a traces) against cosim.json, field by field; the
-``hdl`` stage (Yosys + nextpnr-ice40, same seed) against summary.json's cell counts,
-Fmax and verdicts, when the tool versions are the manifest's (docs/hdl.md).
+``hdl`` stage (YoWASP Yosys + nextpnr-ice40 / -ecp5, same seed) against summary.json's cell
+counts, Fmax per device and verdicts, when the tool versions are the manifest's (docs/hdl.md).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def _cosim(c: Checker, ev: CheckContext) -> str:
         sim_v, sim_top = prepare(c.d / f"{spec.module_name}.v", spec.module_name, spec.hdl.reset_port,
                                  machine, Path(work))
         res = run_cosim(sim_v, sim_top, machine, Path(work), runtime_py=c.d / f"{spec.name}.py", traces=traces,
-                        random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"])
+                        random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"],
+                        latency=spec.hdl.latency_cycles)
     again = res.to_json()
     diff = differences(stored, again)
     require(not diff, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "
@@ -74,13 +75,14 @@ def _cosim(c: Checker, ev: CheckContext) -> str:
 
 def check_hdl_numbers(c: Checker, ev: CheckContext) -> None:
     """Item ``hdl: synthesis and place and route made again``: the ``hdl`` stage made again
-    (Yosys + nextpnr-ice40, same seed); cell counts and Fmax must equal summary.json
-    (``ev.spec``, ``ev.summary`` are read). Nothing when the stage is not ok; a SKIP with
+    (YoWASP Yosys + nextpnr-ice40 / -ecp5, same seed); cell counts, Fmax per device, the declared
+    target's verdict and the stage status it gives must equal summary.json
+    (``ev.spec``, ``ev.summary`` are read). Nothing when the stage measured nothing; a SKIP with
     ``--quick``, without the tools, or when the tool versions differ from the manifest's
     (the numbers depend on them; docs/hdl.md)."""
     name = "hdl: synthesis and place and route made again"
     stage = ev.summary.get("stages", {}).get("hdl", {})
-    if stage.get("status") != "ok":
+    if "place_and_route" not in stage:  # skipped, or failed before measuring (a missed target has figures)
         return
     if not c.opts.rerun_tools:
         c.add(name, SKIP, "same code", "--quick")
@@ -99,14 +101,17 @@ def check_hdl_numbers(c: Checker, ev: CheckContext) -> None:
 
 
 def _hdl_again(c: Checker, ev: CheckContext, stage: dict, synth) -> str:
-    from mi_certify.generator.bundle import HDL_SUMMARY_KEYS
+    from mi_certify.generator.bundle import HDL_SUMMARY_KEYS, hdl_record
     spec = ev.spec
-    fresh = synth.hdl_numbers(spec, c.d / f"{spec.module_name}.v")
-    stored = {k: ev.summary["hdl"][k] for k in HDL_SUMMARY_KEYS}
-    mine = {k: fresh[k] for k in stored}
+    fresh = hdl_record(synth.hdl_numbers(spec, c.d / f"{spec.module_name}.v"), synth.SEED,
+                       header=ev.summary.get("stages", {}).get("emit", {}).get("target_header"))
+    stored = {k: ev.summary["hdl"].get(k) for k in HDL_SUMMARY_KEYS}
+    mine = {k: fresh.get(k) for k in stored}
     require(mine == stored, f"made again: {mine}; summary.json hdl: {stored}")
-    # every number of the stage record: counts, Fmax, goal and hdl.clock_mhz verdicts per device
-    differ = sorted(k for k in set(fresh) | (set(stage) - {"status", "method"}) if fresh.get(k) != stage.get(k))
+    # the whole stage record: counts, Fmax, goals, the declared target's verdict and the status it gives
+    differ = sorted(k for k in set(fresh) | set(stage) if fresh.get(k) != stage.get(k))
     require(not differ, f"summary.json stages.hdl differs from the numbers made again in: {', '.join(differ)}")
-    return (f"Fmax {mine['fmax_mhz_hx8k']} / {mine['fmax_mhz_up5k']} MHz (HX8K / UP5K), {mine['lut4']} LUT4, "
-            f"{mine['dff']} DFF, {mine['bram']} BRAM: equal to summary.json")
+    fmax = ", ".join(f"{dev.upper()} {fresh[synth.fmax_key(dev)]}" for dev in fresh["place_and_route"])
+    target = fresh.get("target")
+    return (f"Fmax {fmax} MHz, {mine['lut4']} LUT4, {mine['dff']} DFF, {mine['bram']} BRAM"
+            + (f"; {target['detail']}" if target else "") + ": equal to summary.json")

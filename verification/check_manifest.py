@@ -11,6 +11,8 @@ into the :class:`.check_common.CheckContext` the later groups read.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +101,9 @@ def load_inputs(c: Checker, ev: CheckContext) -> str:
     lo, hi = np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs])
     worst = ev.loaded.cross_check(lo, hi)
     ev.summary = c.read_json("summary.json")
+    chosen = ev.summary.get("stages", {}).get("emit", {}).get("latency")
+    if spec.hdl.latency == "auto" and isinstance(chosen, int):  # the build's measured choice, checked by rtl.read
+        ev.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(chosen))
     if (c.d / "lut.hex").exists():
         lb = bytes.fromhex((c.d / "lut.hex").read_text(encoding="ascii").replace("\n", ""))
         require(len(lb) == 1 << spec.address_bits, f"lut.hex has {len(lb)} entries, not {1 << spec.address_bits}")

@@ -57,7 +57,8 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
         from mi_certify.verification.rtl_formal import rtl_obligations
         obs, prelude = rtl_obligations(c.d / f"{spec.module_name}.v", spec.module_name, machine,
                                        entry_alphabet(machine), reset_port=spec.hdl.reset_port,
-                                       reset_active_low=spec.hdl.reset_polarity == "low")
+                                       reset_active_low=spec.hdl.reset_polarity == "low",
+                                       latency=spec.hdl.latency_cycles)
         require(prelude == (c.d / "proofs" / "rtl" / "design.smt2").read_text(encoding="utf-8"),
                 "proofs/rtl/design.smt2 differs from Yosys' reading of the Verilog")
         return (f"{_same(c, stored, obs)} RTL obligations made again from {spec.module_name}.v (Yosys + Z3) equal "
@@ -88,7 +89,7 @@ def _rerun(c: Checker, ev: CheckContext, o: dict, z3) -> str | tuple[str, str]:
         spec = ev.spec
         ob = lut_table(yosys_smt2(p, spec.module_name, entry_bits=spec.token_bits + 1), spec.module_name,
                        bytes(ev.lut_hex()),
-                       spec.address_bits, spec.token_bits)
+                       spec.address_bits, spec.token_bits, spec.hdl.latency_cycles)
         require(ob.verdict == o["verdict"], f"re-evaluation gives {ob.verdict}: {ob.detail}")
         return f"{ob.detail} (recorded {o['verdict']})"
     s = z3.Solver()

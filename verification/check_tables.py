@@ -3,7 +3,9 @@
 Re-derives from lut.hex: lut.json's sha256, token histogram, confident-cell count and
 cell status (against the distillation boxes'); the table the Verilog holds, read back
 without Yosys from whichever encoding the emitter chose (case items, ``$readmemh``
-ROM, sliced ROM, box tree: :func:`verilog_table`); the Python runtime's ``_LUT``
+ROM, sliced ROM, box tree: :func:`verilog_table`, pyverilog's syntax tree), and every
+``.v`` parsed with the controller's interface and latency confirmed
+(:func:`check_rtl_reading`); the Python runtime's ``_LUT``
 literal, parsed and not executed (all independent). Then the sla.yaml properties are
 checked again on every cell of lut.hex and compared with lut_properties.json (same
 code).
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import re
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ def check_tables(c: Checker, ev: CheckContext) -> None:
         return
     c.run("lut.tables: lut.json = lut.hex", "independent", lambda: _lut_json(c, ev))
     c.run(f"lut.tables: {spec.module_name}.v table = lut.hex", "independent", lambda: _verilog(c, ev))
+    check_rtl_reading(c, ev)
     c.run(f"lut.tables: {spec.name}.py table = lut.hex", "independent", lambda: _python(c, ev))
 
 
@@ -48,8 +50,7 @@ def _lut_json(c: Checker, ev: CheckContext) -> str:
 
 def _verilog(c: Checker, ev: CheckContext) -> str:
     spec = ev.spec
-    text = (c.d / f"{spec.module_name}.v").read_text(encoding="utf-8")
-    table, how = verilog_table(c.d, spec, text)
+    table, how = verilog_table(c.d, spec)
     tw = spec.token_bits
     # Verilog entry = {confident, token}: token in the low tw bits
     as_bytes = (table & ((1 << tw) - 1)) | ((table >> tw) & 1) << 7
@@ -81,105 +82,38 @@ def check_properties(c: Checker, ev: CheckContext) -> None:
     c.run("lut properties re-checked on every cell", "same code", run)
 
 
-def verilog_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
-    """The LUT entries the Verilog ``text`` holds, read without Yosys.
+def verilog_table(d: Path, spec) -> tuple[np.ndarray, str]:
+    """The LUT entries ``<module>.v`` in ``d`` holds, read without Yosys: pyverilog's syntax tree,
+    its data flow from ``addr`` to ``lut_entry`` evaluated at every address, ROM files from ``d``
+    (:func:`.verilog_reader.read_lut`; every encoding and latency).
 
     Returns (entries, how): entries (2**address_bits,) int64, each ``{confident, token}``
-    (token in the low ``token_bits``); how says which encoding was read: a constant,
-    case items + default, the ROM file of ``$readmemh`` (read from ``d``), the sliced ROM
-    (:func:`_sliced_table`), or the box tree's nested if/else run at every address.
-    Raises CheckFailed when no encoding is recognised or one is malformed.
+    (token in the low ``token_bits``); how says what was read (ROM files, case statements, box
+    tree) and the latency. Raises CheckFailed when the file cannot be read (file, line, construct).
     """
-    n = 1 << spec.address_bits
-    cases = re.findall(rf"^\s*{spec.address_bits}'d(\d+): lut_entry = \d+'d(\d+);", text, re.M)
-    default = re.findall(r"^\s*default: lut_entry = \d+'d(\d+);", text, re.M)
-    rom = re.findall(r'^\s*initial \$readmemh\("([A-Za-z0-9_.]+)", lut_rom\);', text, re.M)
-    tree = re.search(r"^    always @\(\*\) begin\n(\s+if \(q_.*?)^    end$", text, re.M | re.S)
-    const = re.findall(r"^\s*wire \[\d+:0\] lut_entry = \d+'d(\d+);$", text, re.M)
-    if len(const) == 1:
-        return np.full(n, int(const[0]), dtype=np.int64), "one entry for every address (continuous assignment)"
-    if re.search(r"^\s*(?:reg|wire) \[\d+:0\] lut_code\b", text, re.M):
-        return _sliced_table(d, spec, text)
-    if len(default) == 1 and re.search(r"^\s*case \(addr\)$", text, re.M):
-        table = np.full(n, int(default[0]), dtype=np.int64)
-        for a, e in cases:
-            table[int(a)] = int(e)
-        return table, f"{len(cases)} case items + default"
-    if len(rom) == 1:
-        words = (d / rom[0]).read_text(encoding="ascii").split()
-        require(len(words) == n, f"{rom[0]} holds {len(words)} words, the address space {n}")
-        return np.array([int(w, 16) for w in words], dtype=np.int64), f"ROM {rom[0]} ({n} words)"
-    require(tree is not None, "no LUT (case table, ROM or box tree) found in the Verilog")
-    return _box_tree_table(text, tree.group(1), n), "box tree run at every address"
+    from .verilog_reader import VerilogReadError, read_lut
+    try:
+        got = read_lut(d / f"{spec.module_name}.v", spec.address_bits, spec.module_name)
+    except VerilogReadError as exc:
+        raise CheckFailed(str(exc)) from None
+    return got.entries, f"{got.how}, latency {got.latency} (pyverilog)"
 
 
-def _box_tree_table(text: str, tree: str, n: int) -> np.ndarray:
-    """The box tree (nested ``if (q_<field> < K) begin ... end else begin ... end``) run at every address."""
-    fields = dict(re.findall(r"^\s*wire \[\d+:0\] q_(\w+) = addr\[(\d+:\d+)\];", text, re.M))
-    addrs = np.arange(n, dtype=np.int64)
-    table = np.full(n, -1, dtype=np.int64)
-    stack = [np.ones(n, dtype=bool)]  # addresses reaching the current branch
-    conds: list[np.ndarray] = []
-    for line in tree.splitlines():
-        line = line.strip()
-        m = re.fullmatch(r"if \(q_(\w+) < \d+'d(\d+)\) begin", line)
-        if m:
-            hi, lo = map(int, fields[m.group(1)].split(":"))
-            cond = ((addrs >> lo) & ((1 << (hi - lo + 1)) - 1)) < int(m.group(2))
-            conds.append(cond)
-            stack.append(stack[-1] & cond)
-        elif line == "end else begin":
-            stack.pop()
-            stack.append(stack[-1] & ~conds[-1])
-        elif line == "end":
-            stack.pop()
-            conds.pop()
-        else:
-            m = re.fullmatch(r"lut_entry = \d+'d(\d+);", line)
-            require(m is not None, f"unexpected line in the box tree: {line[:60]}")
-            table[stack[-1]] = int(m.group(1))
-    require(bool(np.all(table >= 0)), "the box tree leaves addresses without an entry")
-    return table
+def check_rtl_reading(c: Checker, ev: CheckContext) -> None:
+    """Item ``rtl.read: every .v parsed (pyverilog), <module>.v interface = spec``: every ``.v`` of
+    the bundle parses with pyverilog 1.3; the controller's module name, ports, parameters,
+    localparams and latency agree with its header and the spec (:func:`.verilog_reader.check_controller`)."""
+    from mi_certify.runtime.fsm import REASON_BITS, Reason
 
+    from .verilog_reader import VerilogReadError, check_all, check_controller
+    spec = ev.spec
 
-def _sliced_table(d: Path, spec, text: str) -> tuple[np.ndarray, str]:
-    """The ``sliced_rom`` encoding read back: the ROM file's columns, the slice case items
-    (constants and column bits) and the code dictionary, evaluated at every address."""
-    n = 1 << spec.address_bits
-    cw = int(re.search(r"^\s*(?:reg|wire) \[(\d+):0\] lut_code\b", text, re.M).group(1)) + 1
-    dec = re.search(r"^\s*wire \[\d+:0\] lut_entry =((?: \(lut_code == \d+'d\d+\) \? \d+'d\d+ :)+) \d+'d(\d+);$",
-                    text, re.M)
-    require(dec is not None, "sliced ROM: no code dictionary (lut_entry from lut_code) found")
-    dictionary = {int(k): int(e) for k, e in re.findall(r"\(lut_code == \d+'d(\d+)\) \? \d+'d(\d+) :", dec.group(1))}
-    last = int(dec.group(2))
-    rom = re.findall(r'^\s*initial \$readmemh\("([A-Za-z0-9_.]+)", lut_cols\);', text, re.M)
-    low = re.search(r"^\s*wire \[(\d+):0\] lut_col = lut_cols\[addr\[(\d+):0\]\];", text, re.M)
-    sel = re.search(rf"^\s*case \(addr\[{spec.address_bits - 1}:(\d+)\]\)", text, re.M)
-    lb = int(sel.group(1)) if sel else spec.address_bits
-    words = np.zeros(1 << lb, dtype=object)
-    if rom:
-        require(low is not None and int(low.group(2)) + 1 == lb, "sliced ROM: the column read and the slice select "
-                "do not split the address at the same bit")
-        words = [int(w, 16) for w in (d / rom[0]).read_text(encoding="ascii").split()]
-        require(len(words) == 1 << lb, f"{rom[0]} holds {len(words)} words, the slice {1 << lb}")
-        words = np.array(words, dtype=object)
-    if sel:
-        items = re.findall(rf"^\s*{spec.address_bits - lb}'d(\d+): lut_code = (.+);", text, re.M)
-    else:
-        items = [("0", m) for m in re.findall(r"^\s*wire \[\d+:0\] lut_code = (.+);", text, re.M)]
-    require(len(items) == 1 << (spec.address_bits - lb), f"sliced ROM: {len(items)} slice items, expected "
-            f"{1 << (spec.address_bits - lb)}")
-    codes = np.zeros((1 << (spec.address_bits - lb), 1 << lb), dtype=np.int64)
-    for s_, expr in items:
-        terms = [t.strip() for t in expr.strip().strip("{}").split(",")]
-        require(len(terms) == cw, f"sliced ROM: slice {s_} gives {len(terms)} code bits, lut_code has {cw}")
-        for b, t in enumerate(reversed(terms)):
-            m = re.fullmatch(r"1'b([01])|lut_col\[(\d+)\]", t)
-            require(m is not None, f"sliced ROM: unexpected code bit {t[:40]}")
-            col = (np.full(1 << lb, int(m.group(1))) if m.group(1) is not None
-                   else np.array([(int(w) >> int(m.group(2))) & 1 for w in words], dtype=np.int64))
-            codes[int(s_)] |= col.astype(np.int64) << b
-    table = np.array([dictionary.get(c, last) for c in range(1 << cw)], dtype=np.int64)[codes.reshape(-1)]
-    require(len(table) == n, "sliced ROM: the slices do not cover the address space")
-    return table, (f"sliced ROM: {len(dictionary) + 1} dictionary entries, {len(items)} slices"
-                   + (f", columns from {rom[0]}" if rom else ""))
+    def run():
+        try:
+            files = check_all(c.d)
+            got = check_controller(c.d / f"{spec.module_name}.v", spec, [r.name for r in Reason], REASON_BITS)
+        except VerilogReadError as exc:
+            raise CheckFailed(str(exc)) from None
+        return (f"{len(files)} files parsed ({', '.join(files)}); module {got['module']}: {got['ports']} ports, "
+                f"{got['localparams']} localparams and latency {got['latency']} as the header and the spec say")
+    c.run(f"rtl.read: every .v parsed (pyverilog), {spec.module_name}.v interface = spec", "independent", run)

@@ -253,14 +253,34 @@ def expected_outputs(stimulus: list[list[int]], trace: list[list[int]], audit: b
             for (rst, addr, _, _), (tok, rea) in zip(stimulus, trace)]
 
 
-def fsm_job(verilog: Path, toplevel: str, stimulus: list[list[int]], trace: list[list[int]], cfg: FsmConfig):
-    """The vector job of one FSM co-simulation (inputs, expected outputs, coverage ports)."""
+def decision_stream(stimulus: list[list[int]], latency: int) -> list[list[int]]:
+    """What the decision stage of a latency-``latency`` RTL steps on in each cycle (docs/hdl.md,
+    "Latency"): row i is row i - (latency - 1) of ``stimulus`` ([rst, addr, probe_fault,
+    sla_violation]), or a reset row when a reset came in rows i - (latency - 1) .. i (the
+    reset empties the pipeline; those cycles hold the reset values). Row 0 must assert reset."""
+    if latency == 1:
+        return [list(r) for r in stimulus]
+    out = []
+    for i, row in enumerate(stimulus):
+        j = i - (latency - 1)
+        if j < 0 or any(r[0] for r in stimulus[j:i + 1]):
+            out.append([1, row[1], 0, 0])
+        else:
+            out.append([0, *stimulus[j][1:]])
+    return out
+
+
+def fsm_job(verilog: Path, toplevel: str, stimulus: list[list[int]], trace: list[list[int]], cfg: FsmConfig,
+            decisions: list[list[int]] | None = None):
+    """The vector job of one FSM co-simulation (inputs, expected outputs, coverage ports).
+    ``trace``: the reference's (token, reason) per row of ``decisions`` (:func:`decision_stream`;
+    default ``stimulus``, latency 1), whose addr the audit port reports."""
     from .vector_sim import VectorJob
 
     ins, outs, active_low = fsm_ports(verilog, toplevel)
     audit = any(p.name == "audit_valid" for p in outs)
     rows = [[r ^ active_low, a, f, v] for r, a, f, v in stimulus]
-    return VectorJob([verilog], toplevel, ins, outs, rows, expected_outputs(stimulus, trace, audit),
+    return VectorJob([verilog], toplevel, ins, outs, rows, expected_outputs(decisions or stimulus, trace, audit),
                      fsm={"rst": ins[0].name, "addr": "addr", "token": "token", "reason": "reason",
                           "reason_bits": outs[1].width, "token_bits": outs[0].width, "addr_bits": ins[1].width})
 
@@ -320,8 +340,13 @@ def copy_memory_files(verilog: Path, workdir: Path) -> list[str]:
 
 def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Path,
               runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1,
-              timeout_s: float = 3600.0, traces: tuple[list[dict], ...] = (), reference=None) -> CosimResult:
+              timeout_s: float = 3600.0, traces: tuple[list[dict], ...] = (), reference=None,
+              latency: int = 1) -> CosimResult:
     """Co-simulate ``verilog`` (top ``toplevel``) against the reference, every cycle.
+
+    ``latency``: the RTL's decision latency (sla.yaml ``hdl.latency``): the RTL's outputs at
+    cycle t are compared with the reference's for the inputs of cycle t - (latency - 1)
+    (:func:`decision_stream`), cycle by cycle.
 
     The expected outputs are computed first (reference LUT-FSM, cross-checked with the emitted
     runtime), then Icarus runs the vector bench under cocotb (:mod:`.vector_sim`).
@@ -352,8 +377,9 @@ def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Pa
     workdir.mkdir(parents=True, exist_ok=True)
     copy_memory_files(verilog, workdir)
     stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks, tuple(traces))
+    decisions = decision_stream(stimulus, latency)
     try:
-        expected, runtime_diff = expected_trace(cfg, lut, stimulus, runtime_py, masks)
+        expected, runtime_diff = expected_trace(cfg, lut, decisions, runtime_py, masks)
     except Exception as exc:  # noqa: BLE001 -- an emitted runtime that does not import or raises fails closed
         return CosimResult(False, len(stimulus), 1, None, seed, sim, directed_cycles=directed,
                            error=f"emitted Python runtime raised {type(exc).__name__}: {exc}"[:400])
@@ -364,7 +390,7 @@ def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Pa
         return CosimResult(False, len(stimulus), 1, runtime_diff, seed, sim,
                            error="emitted Python runtime disagrees with the reference", directed_cycles=directed,
                            reasons_seen=reasons_seen)
-    job = fsm_job(verilog, toplevel, stimulus, expected, cfg)
+    job = fsm_job(verilog, toplevel, stimulus, expected, cfg, decisions)
     if reference is not None:
         job.expected = reference(stimulus, job.expected)
     rep = run_icarus(job, workdir, timeout_s=timeout_s)

@@ -23,13 +23,15 @@ FUNCTIONAL_KINDS = ("lut_cells", "reasons", "transitions")
 
 
 def verilator_replay(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Path,
-                     traces: tuple, random_cycles: int, seed: int) -> tuple[SimReport, dict]:
-    """The co-simulation vectors of :func:`~.cocotb_sim.run_cosim` (same machine, seed and
-    stimulus), replayed under Verilator with code coverage; returns (report, coverage)."""
+                     traces: tuple, random_cycles: int, seed: int, latency: int = 1) -> tuple[SimReport, dict]:
+    """The co-simulation vectors of :func:`~.cocotb_sim.run_cosim` (same machine, seed, stimulus
+    and decision latency), replayed under Verilator with code coverage; returns (report, coverage)."""
+    from .cocotb_sim import decision_stream
     cfg, lut, masks = machine.config, machine.table, tuple(machine.masks)
     stimulus, _ = make_stimulus(cfg, lut, random_cycles, seed, masks, traces)
-    expected, _ = expected_trace(cfg, lut, stimulus, None, masks)
-    return run_verilator_coverage(fsm_job(verilog, toplevel, stimulus, expected, cfg), workdir)
+    decisions = decision_stream(stimulus, latency)
+    expected, _ = expected_trace(cfg, lut, decisions, None, masks)
+    return run_verilator_coverage(fsm_job(verilog, toplevel, stimulus, expected, cfg, decisions), workdir)
 
 
 def assess(machine: LutFsmArtefact, icarus: SimReport | None, code: tuple[SimReport, dict] | None,

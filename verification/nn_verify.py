@@ -35,7 +35,8 @@ from mi_certify.generator.numerics import matmul
 from mi_certify.generator.results import Verdict
 
 from . import marabou
-from .bounds import BoundsTimeout, NodeBounds, crown_bounds, output_matrix_lower
+from .falsify import pgd_search
+from .bounds import BoundsTimeout, NodeBounds, crown_bounds, forward_bounds, output_matrix_lower
 from .properties import Disjunct, Query
 from .z3_exact import ExactChecker, confirm_boxes
 
@@ -52,6 +53,20 @@ REPLAY_CLAIM = ("every row holds within 1e-4 on onnxruntime (float32) and within
 #: Open boxes are handed to Marabou only when there are at most this many; otherwise
 #: branch and bound keeps the whole time budget.
 MARABOU_MAX_BOXES = 64
+#: Boxes per vectorised branch-and-bound pass (see :func:`batch_size`).
+BATCH_BOXES = 256
+BATCH_ELEMENTS = 8_000_000
+#: Candidate witnesses replayed per disjunct at most (each costs an onnxruntime run).
+MAX_REPLAYS = 50
+#: Branch-and-bound passes between gradient searches, and the open boxes they start from.
+PGD_EVERY = 8
+PGD_BOX_STARTS = 16
+#: Disjuncts of at most this many rows also get the average of every pair of rows as a row.
+PAIR_ROWS_MAX = 6
+#: Share of the branch-and-bound time the influence split has before the smart split starts again.
+INFLUENCE_SHARE = 0.3
+#: Share of a query's timeout the gradient search before branch and bound may take.
+PGD_SHARE = 0.1
 #: Processes for the Z3 confirmation (both cores of the reference machine).
 Z3_WORKERS = 2
 #: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED.
@@ -154,6 +169,110 @@ def replay(model: LoadedModel, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]
     return replay_many(model, [(dj, x)])[0]
 
 
+def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: float, bab_deadline: float,
+                      opts: VerifyOptions, stats: dict, closed: list, strategy: str, tried: list[int]):
+    """Input-splitting branch and bound of one disjunct from its bounded root box.
+
+    ``strategy``: "influence" splits the input of largest influence |Λ_r,i| · width_i on the
+    box's best row (Wang et al., ReluVal, USENIX Security 2018, "smear" style); "smart"
+    bounds all 2n halves cheaply and takes, of that pick and the influence pick, the split
+    whose halves' tight bounds are nearer to closing. Boxes proved empty go to ``closed``.
+    Returns (decided (verdict, witness, method, detail) or None, open boxes)."""
+    ir = model.ir
+    n = ir.n_inputs
+    heap = [root]
+    counter = 1
+    open_boxes: list[tuple[np.ndarray, np.ndarray]] = []
+    per_pass = max(1, batch_size(ir) * 8 // (2 * n))
+    rounds = 0
+    while heap:
+        now = time.monotonic()
+        if stats["boxes"] >= opts.max_boxes or now > deadline or (now > bab_deadline and len(heap) <= MARABOU_MAX_BOXES):
+            open_boxes += [t[2:4] for t in heap]  # (+=: keep the point boxes left open)
+            break
+        take = [heapq.heappop(heap) for _ in range(min(per_pass, len(heap)))]
+        best = np.array([t[0] for t in take])
+        los = np.array([t[2] for t in take])
+        his = np.array([t[3] for t in take])
+        lin = np.array([t[4] for t in take])
+        rows = np.array([t[5] for t in take])
+        # candidates: each open box's centre and, per row, the corner minimising its linear bound
+        cands = np.concatenate([(los + his) / 2,
+                                np.where(lin >= 0, los[:, None, :], his[:, None, :]).reshape(-1, n)])
+        wit = _replay_hits(model, dj, cands, tried)
+        if wit is not None:
+            return (Verdict.VIOLATED, wit, "bounds+search", f"{stats['boxes']} boxes"), open_boxes
+        rounds += 1
+        if rounds % PGD_EVERY == 0:  # gradient search from the most promising open boxes
+            order = np.argsort(best, kind="stable")[:PGD_BOX_STARTS]
+            pts = pgd_search(ir, dj.lo, dj.hi, dj.C, dj.d, starts=(los[order] + his[order]) / 2, seed=rounds,
+                             random_starts=0, deadline=deadline)
+            wit = _replay_hits(model, dj, pts, tried)
+            if wit is not None:
+                return (Verdict.VIOLATED, wit, "bounds+pgd", f"{stats['boxes']} boxes"), open_boxes
+        # every box's 2n children (halves along each input) bounded in one pass; the input
+        # whose worse half is nearer to being closed is split (smart branching)
+        K = los.shape[0]
+        mid = (los + his) / 2
+        c_lo = np.repeat(los[:, None, None, :], 2, axis=2).repeat(n, axis=1)  # (K, n, 2, n)
+        c_hi = np.repeat(his[:, None, None, :], 2, axis=2).repeat(n, axis=1)
+        dims = np.arange(n)
+        c_hi[:, dims, 0, dims] = mid
+        c_lo[:, dims, 1, dims] = mid
+        try:
+            c_low, _, _ = _bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False)
+        except BoundsTimeout:
+            open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
+            break
+        stats["boxes"] += 2 * n * K
+        c_best = np.max(c_low - dj.d, axis=1).reshape(K, n, 2)
+        score = np.min(c_best, axis=2) + 1e-3 * np.max(c_best, axis=2)
+        score = np.where(his - los > 0, score, -np.inf)
+        pick = np.argmax(score, axis=1)
+        # a second candidate: the input of largest influence |Λ_r,i| · width_i on the box's best
+        # row (the cheap bounds mislead where they are loose); both candidates' halves get the
+        # tight bounds and the split whose worse half is nearer to closing is taken
+        infl = np.abs(lin[np.arange(K), rows]) * (his - los)
+        infl = np.where(np.any(infl > 0, axis=1)[:, None], infl, his - los)
+        infl = np.where(his - los > 0, infl, -np.inf)
+        other = np.argmax(infl, axis=1)
+        splittable = np.isfinite(score[np.arange(K), pick])
+        for b in np.nonzero(~splittable)[0]:
+            open_boxes.append((los[b], his[b]))
+        ok = np.nonzero(splittable)[0]
+        if strategy == "influence":
+            pick = other
+        two = ok[other[ok] != pick[ok]]
+        ch_lo = np.concatenate([c_lo[ok, pick[ok]], c_lo[two, other[two]]]).reshape(-1, n)
+        ch_hi = np.concatenate([c_hi[ok, pick[ok]], c_hi[two, other[two]]]).reshape(-1, n)
+        try:
+            ch_low, ch_lin, ch_cheap = _bound_region(ir, dj, ch_lo, ch_hi, deadline)
+        except BoundsTimeout:
+            open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
+            break
+        stats["boxes"] += ch_lo.shape[0]
+        pair = np.max(ch_low - dj.d, axis=1).reshape(-1, 2)
+        keep = np.ones(pair.shape[0], dtype=bool)
+        if two.size:  # pairs [0, len(ok)) are the cheap pick's, then the influence pick's
+            a = np.searchsorted(ok, two)
+            b2 = len(ok) + np.arange(two.size)
+            worse_a = np.minimum(np.max(pair[a], axis=1), 0.0) + np.minimum(np.min(pair[a], axis=1), 0.0)
+            worse_b = np.minimum(np.max(pair[b2], axis=1), 0.0) + np.minimum(np.min(pair[b2], axis=1), 0.0)
+            keep[np.where(worse_b > worse_a, a, b2)] = False
+        sel = np.repeat(keep, 2)
+        ch_lo, ch_hi, ch_low, ch_lin, ch_cheap = ch_lo[sel], ch_hi[sel], ch_low[sel], ch_lin[sel], ch_cheap[sel]
+        ch_best = np.max(ch_low - dj.d, axis=1)
+        ch_row = np.argmax(ch_low - dj.d, axis=1)
+        for c in range(ch_lo.shape[0]):
+            if ch_best[c] > 0:
+                closed.append((ch_lo[c], ch_hi[c]))
+            else:
+                heapq.heappush(heap, (float(ch_best[c]), counter, ch_lo[c], ch_hi[c], ch_lin[c], int(ch_row[c]),
+                                      float(ch_cheap[c])))
+                counter += 1
+    return None, open_boxes
+
+
 def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: VerifyOptions,
                      stats: dict, errors: list[str], closed: list) -> tuple[Verdict, dict | None, str, str]:
     """Returns (verdict, witness, method, detail) for one disjunct.
@@ -172,50 +291,32 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         return Verdict.UNKNOWN, None, "bounds", "timeout before this disjunct was searched"
     start = time.monotonic()
     bab_deadline = start + (deadline - start) * (opts.bound_share if opts.use_marabou else 1.0)
-    heap = [(0.0, 0, dj.lo.copy(), dj.hi.copy())]
-    counter = 1
-    open_boxes: list[tuple[np.ndarray, np.ndarray]] = []
-    tried = 0
-    while heap:
-        now = time.monotonic()
-        if stats["boxes"] >= opts.max_boxes or now > deadline or (now > bab_deadline and len(heap) <= MARABOU_MAX_BOXES):
-            open_boxes += [(lo, hi) for _, _, lo, hi in heap]  # (+=: keep the point boxes left open)
-            break
-        _, _, lo, hi = heapq.heappop(heap)
-        stats["boxes"] += 1
-        try:  # the deadline is checked before every backward pass, not only between boxes
-            nb = crown_bounds(ir, lo, hi, deadline=deadline)
-            low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb, deadline=deadline)
-        except BoundsTimeout:
-            open_boxes += [(lo, hi)] + [(a, b) for _, _, a, b in heap]
-            break
-        margin = low - dj.d
-        if np.max(margin) > 0:
-            closed.append((lo, hi))
-            continue
-        cands = [(lo + hi) / 2] + [np.where(lin[r] >= 0, lo, hi) for r in range(lin.shape[0])]
-        ys = ir.evaluate(np.array(cands))
-        for x, y in zip(cands, ys):
-            if np.all(matmul(dj.C, y) - dj.d <= 0) and tried < 50:
-                tried += 1
-                ok, wit = replay(model, dj, x)
-                if ok:
-                    return Verdict.VIOLATED, wit, "bounds+search", f"{stats['boxes']} boxes"
-        r = int(np.argmax(margin))
-        width = hi - lo
-        score = np.abs(lin[r]) * width
-        if not np.any(score > 0):
-            score = width
-        i = int(np.argmax(score))
-        if width[i] <= 0:
-            open_boxes.append((lo, hi))
-            continue
-        mid = (lo[i] + hi[i]) / 2
-        hi_a, lo_b = hi.copy(), lo.copy()
-        hi_a[i], lo_b[i] = mid, mid
-        for box in ((lo, hi_a), (lo_b, hi)):
-            heapq.heappush(heap, (float(np.max(margin)), counter, box[0], box[1]))
-            counter += 1
+    dj = _with_implied_rows(dj)
+    try:
+        low, lin, cheap = _bound_region(ir, dj, dj.lo[None, :], dj.hi[None, :], deadline)
+    except BoundsTimeout:
+        return Verdict.UNKNOWN, None, "bounds", "timeout in the first bound computation"
+    stats["boxes"] += 1
+    if np.max(low[0] - dj.d) > 0:
+        closed.append((dj.lo.copy(), dj.hi.copy()))
+        return Verdict.PROVED, None, "bounds", "1 box closed by CROWN bounds"
+    # the frontier: open boxes with their bounds, most promising for a counterexample first;
+    # a portfolio: the influence split first for a share of the time, then the smart split
+    root = (float(np.max(low[0] - dj.d)), 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)),
+            float(cheap[0]))
+    tried = [0]
+    first = time.monotonic() + INFLUENCE_SHARE * (bab_deadline - time.monotonic())
+    mark = len(closed)
+    decided, open_boxes = _branch_and_bound(model, dj, root, min(first, deadline), first, opts, stats, closed,
+                                            "influence", tried)
+    if decided is not None:
+        return decided
+    if open_boxes:
+        del closed[mark:]  # that partition is incomplete: start again with the other split
+        decided, open_boxes = _branch_and_bound(model, dj, root, deadline, bab_deadline, opts, stats, closed,
+                                                "smart", tried)
+        if decided is not None:
+            return decided
     if not open_boxes:
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
     if not opts.use_marabou:
@@ -248,6 +349,75 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         return Verdict.UNKNOWN, None, "bounds+marabou", f"{len(unknown)} of {len(open_boxes)} boxes undecided: " \
             f"{unknown[0]}"
     return Verdict.PROVED, None, "bounds+marabou", f"{stats['boxes']} boxes; {len(open_boxes)} closed by Marabou"
+
+
+def _with_implied_rows(dj: Disjunct) -> Disjunct:
+    """The disjunct with implied rows added: the average of every pair of rows and of all rows
+    (pairs only up to PAIR_ROWS_MAX rows). A point of the region satisfies every convex
+    combination of its rows, so the region is the same; but a box where different rows are
+    positive in different parts can be closed by one combined row (a fixed-multiplier
+    Lagrangian relaxation of the conjunction)."""
+    m = dj.C.shape[0]
+    if m < 2:
+        return dj
+    combos = [np.full(m, 1.0 / m)]
+    if m <= PAIR_ROWS_MAX:
+        for a in range(m):
+            for b in range(a + 1, m):
+                w = np.zeros(m)
+                w[a] = w[b] = 0.5
+                combos.append(w)
+    W = np.array(combos)
+    return Disjunct(dj.lo, dj.hi, np.vstack([dj.C, matmul(W, dj.C)]), np.concatenate([dj.d, matmul(W, dj.d)]),
+                    dj.label)
+
+
+def _bound_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray, deadline: float,
+                  tight: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lower bounds of the disjunct's rows ``C y`` over each box (B, m) and their input
+    coefficients (B, m, n_inputs), and the best row's bound from the cheap pass alone (B,),
+    by CROWN's backward pass for the rows over node bounds
+    from :func:`~.bounds.forward_bounds` (cheap); with ``tight``, the boxes those leave
+    open get CROWN's backward bounds for every hidden node too (:func:`~.bounds.crown_bounds`,
+    far tighter in deep networks, ~15x the cost). Raises BoundsTimeout."""
+    nb = forward_bounds(ir, lo, hi, deadline=deadline)
+    low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb, deadline=deadline)
+    cheap = np.max(low - dj.d, axis=1)
+    if not tight:
+        return low, lin, cheap
+    again = np.nonzero(~(np.max(low - dj.d, axis=1) > 0))[0]
+    if again.size:
+        cb = crown_bounds(ir, lo[again], hi[again], deadline=deadline)
+        cb = NodeBounds([np.maximum(a, f[again]) for a, f in zip(cb.lower, nb.lower)],
+                        [np.minimum(a, f[again]) for a, f in zip(cb.upper, nb.upper)])
+        low2, lin2 = output_matrix_lower(ir, dj.C, lo[again], hi[again], cb, deadline=deadline)
+        better = np.max(low2 - dj.d, axis=1) >= np.max(low[again] - dj.d, axis=1)
+        low[again[better]] = low2[better]
+        lin[again[better]] = lin2[better]
+    return low, lin, cheap
+
+
+def batch_size(ir: ControllerIR) -> int:
+    """Boxes bounded in one vectorised pass: BATCH_BOXES, fewer for wide networks so the
+    largest backward-pass array (boxes × 2·width × width float64) stays near BATCH_ELEMENTS."""
+    width = max(node.size for node in ir.nodes)
+    return int(max(4, min(BATCH_BOXES, BATCH_ELEMENTS // max(1, 2 * width * width))))
+
+
+def _replay_hits(model: LoadedModel, dj: Disjunct, cands: np.ndarray, tried: list[int]) -> dict | None:
+    """The first of ``cands`` (K, n_inputs) inside the region on the IR that replays, or None;
+    at most MAX_REPLAYS replays per disjunct (``tried[0]`` counts them)."""
+    if not len(cands) or tried[0] >= MAX_REPLAYS:
+        return None
+    ys = model.ir.evaluate(cands)
+    hits = np.nonzero(np.all(matmul(ys, dj.C.T) - dj.d <= 0, axis=1))[0][:MAX_REPLAYS - tried[0]]
+    if not hits.size:
+        return None
+    tried[0] += int(hits.size)
+    for ok, wit in replay_many(model, [(dj, cands[k]) for k in hits]):
+        if ok:
+            return wit
+    return None
 
 
 def _open_box_bounds(ir: ControllerIR, boxes: list, deadline: float) -> list:
@@ -285,6 +455,20 @@ def _sample_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[
     return None
 
 
+def _pgd_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[int, dict] | None:
+    """Projected gradient descent (:func:`~.falsify.pgd_search`) in every disjunct with an
+    output constraint, before branch and bound: the centre and RANDOM_STARTS seeded
+    points per disjunct. Returns (disjunct index, replayed witness) or None."""
+    for k, dj in enumerate(query.disjuncts):
+        if not dj.C.shape[0] or dj.empty_input() or time.monotonic() >= deadline:
+            continue
+        pts = pgd_search(model.ir, dj.lo, dj.hi, dj.C, dj.d, seed=k, deadline=deadline)
+        wit = _replay_hits(model, dj, pts[:5], [0])
+        if wit is not None:
+            return k, wit
+    return None
+
+
 def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) -> QueryResult:
     """Decide a query (disjunction of unsafe regions) within ``opts.timeout`` seconds on ``model``
     (:class:`~mi_certify.generator.model.LoadedModel`: the IR is queried, onnxruntime replays
@@ -310,6 +494,18 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
         dj = query.disjuncts[k]
         return QueryResult(query.id, Verdict.VIOLATED, time.monotonic() - t0, "sampling", wit,
                            f"[{dj.label or k}] random point in the region", errors, stats)
+    try:
+        found = _pgd_witness(model, query, min(deadline, time.monotonic() + PGD_SHARE * opts.timeout))
+    except Exception as exc:  # noqa: BLE001 - as for sampling
+        log.exception("query %s: gradient search failed", query.id)
+        errors.append(f"gradient search: {type(exc).__name__}: {exc}")
+        found = None
+    if found is not None:
+        k, wit = found
+        wit["disjunct"] = k
+        dj = query.disjuncts[k]
+        return QueryResult(query.id, Verdict.VIOLATED, time.monotonic() - t0, "pgd", wit,
+                           f"[{dj.label or k}] gradient search (PGD) point in the region", errors, stats)
     for k, dj in enumerate(query.disjuncts):
         partitions.append([])
         try:

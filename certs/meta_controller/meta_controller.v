@@ -3,7 +3,7 @@
 //
 // Sources (sha256):
 //   model  434c7d9741531d3d324487134185597702aee04f0b5544091e668b7e829f50a3
-//   spec   8c3b7b6c72beecf2541d5d3af65d0944204215a833ffc2520b2237cac793e3e9
+//   spec   f0f9e3737f4b23456f6464bf15b061421f4db2a54531188324901e996cf39bdc
 //   LUT    6237ba75ec7ceebec0161e47f9950d210d27232d773404c9e9ae780c4c9ae6ef
 //
 // Ports:
@@ -26,13 +26,19 @@
 //
 // Audit port: sample (audit_token, audit_reason, audit_addr) at every rising edge where
 // audit_valid is high; that is one record per controller step, in order.
-// Latency: inputs sampled at a rising edge are reflected on token/reason after that
-// edge (one cycle). Reset value: token = 0 (keep), reason = 0 (HOLD),
-// audit_valid = 0, audit_addr = 0, every counter 0, not in fallback.
-// LUT encoding: sliced ROM: 4 distinct entries coded in 2 bits, 16 slices of 4096 cells, 12 stored columns of 4096 bits read combinationally from meta_controller_rom.hex ($readmemh)
-// Target clock (sla.yaml hdl.clock_mhz): 50.0 MHz.
+// Latency: 2 cycles (sla.yaml hdl.latency). addr, probe_fault and sla_violation pass together
+// through 1 register stage (the LUT read is registered): token/reason after edge t are
+// the one-cycle machine's decision on the inputs sampled at edge t-1, and audit_addr is that addr.
+// Reset value: token = 0 (keep), reason = 0 (HOLD), audit_valid = 0, audit_addr = 0,
+// every counter 0, not in fallback, the pipeline empty; the reset values hold until the first
+// input sampled after the reset reaches the decision (1 cycle later).
+// LUT encoding: sliced ROM: 4 distinct entries coded in 2 bits, 16 slices of 4096 cells, 12 stored columns of 4096 bits read combinationally from meta_controller_rom.hex ($readmemh); the read registered (latency 2)
+// Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target).
+// A measured Fmax below it fails the build.
+// Measured: up5k 56.81 MHz: met.
 // FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
 // LUT cells: 65536 (59226 proven, 6310 resolved, 0 sampled at the cell centre, not proven).
+`default_nettype none
 `timescale 1ns / 1ps
 
 module meta_controller (
@@ -68,25 +74,51 @@ module meta_controller (
     localparam [3:0] R_PROBE_FAULT    = 4'd7;
     localparam [3:0] R_MASKED         = 4'd8;
 
-    // ---- state (token is the active action t) -------------------------------
-    reg [1:0] cand;       // candidate k
-    reg [1:0] hcnt;       // hysteresis count h, 0..2
-    reg [3:0] dcnt;       // cooldown count d, 0..10
-    reg [1:0] vcnt;       // consecutive SLA violations v, 0..2
-    reg            fb;         // fallback flag f
-    reg [2:0] rcnt;       // consecutive compliant steps in fallback r, 0..7
+    // ---- state (token is the active action t) -----------------------------------
+    reg [1:0] cand;   // candidate k
+    reg [1:0] hcnt;   // hysteresis count h, 0..2
+    reg [3:0] dcnt;   // cooldown count d, 0..10
+    reg [1:0] vcnt;   // consecutive SLA violations v, 0..2
+    reg       fb;     // fallback flag f
+    reg [2:0] rcnt;   // consecutive compliant steps in fallback r, 0..7
 
-    // ---- LUT: 65536 entries; entry = {confident, proposed token} ------------
+    // ---- input pipeline (docs/hdl.md, "Latency"): stage k holds the inputs sampled k
+    // cycles ago; valid_qk: no reset since they were sampled (the data registers need none)
+    reg [15:0] addr_q1;    // addr sampled 1 cycle ago
+    reg        probe_fault_q1;
+    reg        sla_violation_q1;
+    reg        valid_q1;   // no reset in the last cycle
+
+    always @(posedge clk) begin
+        addr_q1          <= addr;
+        probe_fault_q1   <= probe_fault;
+        sla_violation_q1 <= sla_violation;
+    end
+
+    always @(posedge clk) begin
+        if (rst) begin
+            valid_q1 <= 1'b0;
+        end else begin
+            valid_q1 <= 1'b1;
+        end
+    end
+
+    // ---- LUT: 65536 entries; entry = {confident, proposed token} ---------------
+    reg  [11:0] lut_cols [0:4095];   // the stored columns, one word per addr[11:0]
+    wire [11:0] lut_col;             // the columns at addr[11:0]
+    reg  [1:0]  lut_code;            // the entry's code
+    reg  [2:0]  lut_read;            // the LUT logic's entry, registered into lut_entry
+    reg  [2:0]  lut_entry;           // {confident, proposed token} (registered: stage 1)
+    wire [1:0]  lut_p;               // proposed token p
+    wire        lut_c;               // confident bit c
     // LUT logic begin: left out of code coverage (proved entry by entry at every address: rtl.lut_table)
     // sliced ROM: the 4 distinct entries coded in 2 bits (lut_code, decoded
     // below); 16 slices of 4096 cells, addr[15:12] selects the slice; each code bit of
     // a slice is a constant or one of 12 stored columns (identical columns stored once), the
     // columns read at addr[11:0] from meta_controller_rom.hex (one hex word per line, line number =
     // addr[11:0], bit i = column i; sha256 aad7a720c301033ba0dac15c45e8a657d3b251d429aba2d3af54ffe37dbe327e)
-    reg [11:0] lut_cols [0:4095];
     initial $readmemh("meta_controller_rom.hex", lut_cols);   // ROM contents, not logic
-    wire [11:0] lut_col = lut_cols[addr[11:0]];
-    reg [1:0] lut_code;
+    assign lut_col = lut_cols[addr[11:0]];
     always @(*) begin
         case (addr[15:12])
             4'd0: lut_code = {1'b1, 1'b0};
@@ -105,31 +137,41 @@ module meta_controller (
             4'd13: lut_code = {lut_col[10], lut_col[9]};
             4'd14: lut_code = {lut_col[11], 1'b1};
             4'd15: lut_code = {1'b1, 1'b1};
-            default: lut_code = 2'd0;
         endcase
     end
-    wire [2:0] lut_entry = (lut_code == 2'd0) ? 3'd0 : (lut_code == 2'd1) ? 3'd1 : (lut_code == 2'd2) ? 3'd4 : 3'd5;
+    always @(*) begin
+        case (lut_code)
+            2'd0: lut_read = {1'b0, 2'd0};
+            2'd1: lut_read = {1'b0, 2'd1};
+            2'd2: lut_read = {1'b1, 2'd0};
+            2'd3: lut_read = {1'b1, 2'd1};
+        endcase
+    end
     // LUT logic end
 
-    wire [1:0] lut_p = lut_entry[1:0];
-    wire            lut_c = lut_entry[2];
+    // the LUT read, registered: the decision stage reads it with the inputs of stage 1
+    always @(posedge clk) begin
+        lut_entry <= lut_read;
+    end
 
-    // ---- actions the sla.yaml properties allow at addr (docs/fsm.md rule 3a) --
-    wire in_0 = (addr[2:0] >= 3'd6);   // P1
-    wire in_1 = (addr[15:12] <= 4'd1);   // P2
-    wire [3:0] allowed = 4'b1111
-                      & (in_0 ? 4'b1011 : 4'b1111)
-                      & (in_1 ? 4'b0001 : 4'b1111);
+    assign lut_p = lut_entry[1:0];
+    assign lut_c = lut_entry[2];
 
-    // ---- next state (docs/fsm.md, rules 1-7) -------------------------------
+    // ---- actions the sla.yaml properties allow at addr_q1 (docs/fsm.md rule 3a) ---
+    wire       in_0 = (addr_q1[2:0] >= 3'd6);     // P1
+    wire       in_1 = (addr_q1[15:12] <= 4'd1);   // P2
+    wire [3:0] allowed = (in_0 ? 4'b1011 : 4'b1111)
+                       & (in_1 ? 4'b0001 : 4'b1111);
+
+    // ---- next state (docs/fsm.md, rules 1-7) -----------------------------------------
     reg [1:0] n_token;
     reg [1:0] n_cand;
     reg [1:0] n_hcnt;
     reg [3:0] n_dcnt;
     reg [1:0] n_vcnt;
-    reg            n_fb;
+    reg       n_fb;
     reg [2:0] n_rcnt;
-    reg [3:0]      n_reason;
+    reg [3:0] n_reason;
 
     always @(*) begin
         n_token  = token;
@@ -140,7 +182,7 @@ module meta_controller (
         n_fb     = fb;
         n_rcnt   = rcnt;
         n_reason = R_HOLD;
-        if (probe_fault) begin                          // 1. probe fault
+        if (probe_fault_q1) begin                       // 1. probe fault
             n_token  = CONSERVATIVE;
             n_cand   = CONSERVATIVE;
             n_hcnt   = 2'd0;
@@ -150,7 +192,7 @@ module meta_controller (
             n_rcnt   = 3'd0;
             n_reason = R_PROBE_FAULT;
         end else if (fb) begin                          // 2. in fallback
-            if (sla_violation) begin
+            if (sla_violation_q1) begin
                 n_rcnt   = 3'd0;
                 n_reason = R_FALLBACK;
             end else if (rcnt == RECOV_LAST) begin
@@ -162,7 +204,7 @@ module meta_controller (
                 n_rcnt   = rcnt + 3'd1;
                 n_reason = R_FALLBACK;
             end
-        end else if (sla_violation && vcnt == VIOL_LAST) begin  // 3. fall back
+        end else if (sla_violation_q1 && vcnt == VIOL_LAST) begin   // 3. fall back
             n_token  = CONSERVATIVE;
             n_cand   = CONSERVATIVE;
             n_hcnt   = 2'd0;
@@ -172,7 +214,7 @@ module meta_controller (
             n_rcnt   = 3'd0;
             n_reason = R_FALLBACK;
         end else begin
-            n_vcnt = sla_violation ? vcnt + 2'd1 : 2'd0;
+            n_vcnt = sla_violation_q1 ? vcnt + 2'd1 : 2'd0;
             if (!allowed[token]) begin                  // 3a. active action not allowed here
                 n_token  = CONSERVATIVE;
                 n_cand   = CONSERVATIVE;
@@ -180,7 +222,7 @@ module meta_controller (
                 n_dcnt   = COOLDOWN;
                 n_rcnt   = 3'd0;
                 n_reason = R_MASKED;
-            end else if (dcnt != 4'd0) begin     // 4. cooldown
+            end else if (dcnt != 4'd0) begin            // 4. cooldown
                 n_dcnt   = dcnt - 4'd1;
                 n_reason = R_COOLDOWN;
             end else if (!lut_c) begin                  // 5. not confident
@@ -189,48 +231,48 @@ module meta_controller (
             end else if (lut_p == token) begin          // 5. proposal already active
                 n_hcnt   = 2'd0;
                 n_reason = R_HOLD;
-            end else begin                              // 6./7. count towards a switch
-                if (lut_p != cand) begin
-                    n_cand = lut_p;
-                end
-                if ((lut_p == cand && hcnt == HYST_LAST) || (lut_p != cand && HYST_LAST == 2'd0)) begin
-                    n_token  = lut_p;
-                    n_dcnt   = COOLDOWN;
-                    n_hcnt   = 2'd0;
-                    n_reason = R_SWITCH;
-                end else begin
-                    n_hcnt   = (lut_p == cand) ? hcnt + 2'd1 : 2'd1;
-                    n_reason = R_PENDING;
-                end
+            end else if (lut_p != cand) begin           // 7. a new candidate
+                n_cand   = lut_p;
+                n_hcnt   = 2'd1;
+                n_reason = R_PENDING;
+            end else if (hcnt == HYST_LAST) begin       // 6. the candidate again, hysteresis reached
+                n_token  = lut_p;
+                n_dcnt   = COOLDOWN;
+                n_hcnt   = 2'd0;
+                n_reason = R_SWITCH;
+            end else begin                              // 6. the candidate again
+                n_hcnt   = hcnt + 2'd1;
+                n_reason = R_PENDING;
             end
         end
     end
 
-    // ---- registers -------------------------------------------------------
+    // ---- registers ----------------------------------------------------------------
     always @(posedge clk) begin
-        if (rst) begin
-            token  <= CONSERVATIVE;
-            cand   <= CONSERVATIVE;
-            hcnt   <= 2'd0;
-            dcnt   <= 4'd0;
-            vcnt   <= 2'd0;
-            fb     <= 1'b0;
-            rcnt   <= 3'd0;
-            reason <= R_HOLD;
+        if (rst || !valid_q1) begin   // reset, or no input has reached the decision yet
+            token       <= CONSERVATIVE;
+            cand        <= CONSERVATIVE;
+            hcnt        <= 2'd0;
+            dcnt        <= 4'd0;
+            vcnt        <= 2'd0;
+            fb          <= 1'b0;
+            rcnt        <= 3'd0;
+            reason      <= R_HOLD;
             audit_valid <= 1'b0;
             audit_addr  <= 16'd0;
         end else begin
-            token  <= n_token;
-            cand   <= n_cand;
-            hcnt   <= n_hcnt;
-            dcnt   <= n_dcnt;
-            vcnt   <= n_vcnt;
-            fb     <= n_fb;
-            rcnt   <= n_rcnt;
-            reason <= n_reason;
+            token       <= n_token;
+            cand        <= n_cand;
+            hcnt        <= n_hcnt;
+            dcnt        <= n_dcnt;
+            vcnt        <= n_vcnt;
+            fb          <= n_fb;
+            rcnt        <= n_rcnt;
+            reason      <= n_reason;
             audit_valid <= 1'b1;
-            audit_addr  <= addr;
+            audit_addr  <= addr_q1;
         end
     end
 
 endmodule
+`default_nettype wire

@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   8c3b7b6c72beecf2541d5d3af65d0944204215a833ffc2520b2237cac793e3e9
+//   spec   f0f9e3737f4b23456f6464bf15b061421f4db2a54531188324901e996cf39bdc
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

@@ -212,7 +212,7 @@ module sla_monitor_window #(
 
     // nearest-rank threshold: violation <=> c >= n - ceil(STAT*n/100) + 1
     function integer rank_threshold;
-        input integer n;
+        input [31:0] n;   // a count, 0 .. WINDOW (pyverilog 1.3 reads no "input integer")
         begin
             rank_threshold = n - (STAT * n + 99) / 100 + 1;
         end

@@ -141,6 +141,13 @@ class ControllerIR:
             xs = xs[None, :]
         if xs.shape[1] != self.n_inputs:
             raise ValueError(f"expected {self.n_inputs} inputs, got {xs.shape[1]}")
+        vals = self.node_values(xs)
+        out = np.concatenate([vals[i] for i in self.outputs], axis=1)
+        return out[0] if single else out
+
+    def node_values(self, xs: np.ndarray) -> list[np.ndarray]:
+        """Every node's value for the batch ``xs`` (batch, n_inputs), fixed order: a list of
+        (batch, size_i) float64 arrays in node order."""
         vals: list[np.ndarray] = []
         for node in self.nodes:
             if isinstance(node, InputNode):
@@ -152,8 +159,7 @@ class ControllerIR:
                 vals.append(acc)
             else:
                 vals.append(np.maximum(vals[node.src], 0.0))
-        out = np.concatenate([vals[i] for i in self.outputs], axis=1)
-        return out[0] if single else out
+        return vals
 
     def describe(self) -> list[str]:
         """One line per node, for reports: id, kind, size, sources."""

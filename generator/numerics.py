@@ -89,6 +89,18 @@ def _sum_kernel(a):  # pragma: no cover - compiled; a (P, n) -> (P,)
     return out
 
 
+def _operands(a, b) -> tuple[np.ndarray, np.ndarray, int]:
+    """float64 arrays of matmul's operands and the contracted length; ValueError if they do not fit."""
+    a = np.asarray(a, dtype=_F)
+    b = np.asarray(b, dtype=_F)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: scalar operand")
+    k = a.shape[-1]
+    if b.shape[0 if b.ndim == 1 else -2] != k:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
+    return a, b, k
+
+
 def matmul(a, b) -> np.ndarray:
     """``a @ b`` (numpy matmul semantics, broadcasting batch axes) in fixed order.
 
@@ -100,13 +112,7 @@ def matmul(a, b) -> np.ndarray:
     Raises:
         ValueError: a scalar operand or shapes that do not align.
     """
-    a = np.asarray(a, dtype=_F)
-    b = np.asarray(b, dtype=_F)
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError("matmul: scalar operand")
-    k = a.shape[-1]
-    if b.shape[0 if b.ndim == 1 else -2] != k:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
+    a, b, k = _operands(a, b)
     if k == 0 or a.size == 0 or b.size == 0:
         return _matmul_numpy(a, b)
     if b.ndim == 1:
@@ -151,13 +157,7 @@ def _matmul_numpy(a, b) -> np.ndarray:
     Returns:
         float64 array of numpy matmul's shape; ``out[..., i, j] = (((0 + a_i0 b_0j) + a_i1 b_1j) + …)``.
     """
-    a = np.asarray(a, dtype=_F)
-    b = np.asarray(b, dtype=_F)
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError("matmul: scalar operand")
-    k = a.shape[-1]
-    if b.shape[0 if b.ndim == 1 else -2] != k:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
+    a, b, k = _operands(a, b)
     if b.ndim == 1:
         out = np.zeros(a.shape[:-1], dtype=_F)
         for i in range(k):

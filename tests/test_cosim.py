@@ -294,8 +294,9 @@ def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(
     text = REFERENCE_SLA.read_text().split("\ncosim:")[0]
     for b in ("bits: 4", "bits: 3"):
         text = text.replace(b, "bits: 1")
+    assert "latency: 2," in text
     sla = tmp_path / "sla.yaml"
-    sla.write_text(text)
+    sla.write_text(text.replace("latency: 2,", "latency: 1,"))  # the audit timing below is the one-cycle one
     out = tmp_path / "out"
     build(REFERENCE_MODEL, sla, out, BuildOptions(verify=False, distill=False, skip_rtl_proofs=True, skip_cosim=True,
                                                   skip_lint=True))

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode
+from mi_certify.generator.ir import AffineNode, ControllerIR
 from mi_certify.generator.numerics import matmul
 
 #: First step as a share of each input's width; the last is a hundredth of it.
@@ -36,22 +36,6 @@ STEP0 = 0.25
 RANDOM_STARTS = 32
 #: Steps per run.
 STEPS = 60
-
-
-def _forward(ir: ControllerIR, x: np.ndarray) -> list[np.ndarray]:
-    """Values of every node for the batch x (S, n_inputs), fixed order."""
-    vals: list[np.ndarray] = []
-    for node in ir.nodes:
-        if isinstance(node, InputNode):
-            vals.append(x)
-        elif isinstance(node, AffineNode):
-            acc = np.broadcast_to(node.bias, (x.shape[0], node.size)).copy()
-            for src, w in node.terms:
-                acc += matmul(vals[src], w.T)
-            vals.append(acc)
-        else:
-            vals.append(np.maximum(vals[node.src], 0.0))
-    return vals
 
 
 def _input_gradient(ir: ControllerIR, vals: list[np.ndarray], g_out: np.ndarray) -> np.ndarray:
@@ -106,7 +90,7 @@ def pgd_search(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, C: np.ndarray, 
     decay = 0.01 ** (1.0 / max(1, steps - 1))
     eta = STEP0
     for _ in range(steps + 1):
-        vals = _forward(ir, x)
+        vals = ir.node_values(x)
         y = np.concatenate([vals[i] for i in ir.outputs], axis=1)
         slack = matmul(y, C.T) - d + kappa  # (S, m)
         inside = np.all(slack <= 0, axis=1)

@@ -63,8 +63,8 @@ PGD_EVERY = 8
 PGD_BOX_STARTS = 16
 #: Disjuncts of at most this many rows also get the average of every pair of rows as a row.
 PAIR_ROWS_MAX = 6
-#: Share of the branch-and-bound time the influence split has before the smart split starts again.
-INFLUENCE_SHARE = 0.3
+#: Share of the branch-and-bound time the smart split has before the influence split starts again.
+FIRST_SHARE = 0.3
 #: Share of a query's timeout the gradient search before branch and bound may take.
 PGD_SHARE = 0.1
 #: Processes for the Z3 confirmation (both cores of the reference machine).
@@ -301,20 +301,20 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         closed.append((dj.lo.copy(), dj.hi.copy()))
         return Verdict.PROVED, None, "bounds", "1 box closed by CROWN bounds"
     # the frontier: open boxes with their bounds, most promising for a counterexample first;
-    # a portfolio: the influence split first for a share of the time, then the smart split
+    # a portfolio: the smart split first for a share of the time, then the influence split
     root = (float(np.max(low[0] - dj.d)), 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)),
             float(cheap[0]))
     tried = [0]
-    first = time.monotonic() + INFLUENCE_SHARE * (bab_deadline - time.monotonic())
+    first = time.monotonic() + FIRST_SHARE * (bab_deadline - time.monotonic())
     mark = len(closed)
     decided, open_boxes = _branch_and_bound(model, dj, root, min(first, deadline), first, opts, stats, closed,
-                                            "influence", tried)
+                                            "smart", tried)
     if decided is not None:
         return decided
     if open_boxes:
         del closed[mark:]  # that partition is incomplete: start again with the other split
         decided, open_boxes = _branch_and_bound(model, dj, root, deadline, bab_deadline, opts, stats, closed,
-                                                "smart", tried)
+                                                "influence", tried)
         if decided is not None:
             return decided
     if not open_boxes:
@@ -482,30 +482,22 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
     methods, details = [], []
     verdict = Verdict.PROVED
     partitions: list[list] = []
-    try:
-        found = _sample_witness(model, query, deadline)
-    except Exception as exc:  # noqa: BLE001 - a failed look is no answer; the search below decides
-        log.exception("query %s: sampling failed", query.id)
-        errors.append(f"sampling: {type(exc).__name__}: {exc}")
-        found = None
-    if found is not None:
-        k, wit = found
-        wit["disjunct"] = k
-        dj = query.disjuncts[k]
-        return QueryResult(query.id, Verdict.VIOLATED, time.monotonic() - t0, "sampling", wit,
-                           f"[{dj.label or k}] random point in the region", errors, stats)
-    try:
-        found = _pgd_witness(model, query, min(deadline, time.monotonic() + PGD_SHARE * opts.timeout))
-    except Exception as exc:  # noqa: BLE001 - as for sampling
-        log.exception("query %s: gradient search failed", query.id)
-        errors.append(f"gradient search: {type(exc).__name__}: {exc}")
-        found = None
-    if found is not None:
-        k, wit = found
-        wit["disjunct"] = k
-        dj = query.disjuncts[k]
-        return QueryResult(query.id, Verdict.VIOLATED, time.monotonic() - t0, "pgd", wit,
-                           f"[{dj.label or k}] gradient search (PGD) point in the region", errors, stats)
+    falsifiers = (("sampling", "random point in the region", lambda: _sample_witness(model, query, deadline)),
+                  ("pgd", "gradient search (PGD) point in the region",
+                   lambda: _pgd_witness(model, query, min(deadline, time.monotonic() + PGD_SHARE * opts.timeout))))
+    for name, what, look in falsifiers:
+        try:
+            found = look()
+        except Exception as exc:  # noqa: BLE001 - a failed look is no answer; the search below decides
+            log.exception("query %s: %s failed", query.id, name)
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            found = None
+        if found is not None:
+            k, wit = found
+            wit["disjunct"] = k
+            dj = query.disjuncts[k]
+            return QueryResult(query.id, Verdict.VIOLATED, time.monotonic() - t0, name, wit,
+                               f"[{dj.label or k}] {what}", errors, stats)
     for k, dj in enumerate(query.disjuncts):
         partitions.append([])
         try:

@@ -182,6 +182,48 @@ def sliced_rom(entries: np.ndarray, address_bits: int, low_bits: int | None = No
     return best[1]
 
 
+def split_select(sr: SlicedRom) -> dict:
+    """The latency-3 form of a sliced ROM with slices (docs/hdl.md, "Latency"): the slice
+    multiplexer cut in two register stages, so that no path from the block RAM's output
+    crosses more than one 4-input LUT before a register.
+
+    Code bit b is ``OR over slices s of sel_s & term(s, b)``. The slices are grouped per bit:
+    one group of the slices where the bit is the constant 1, one group per stored column
+    that gives the bit. Stage 1 registers, beside the block RAM read, one select per group
+    (``lut_sel[g]``: the slice at ``addr`` is in group g; a function of the slice bits
+    only). Stage 2 registers partial ORs of at most two group terms (``lut_sel[g]`` for the
+    constant group, ``lut_sel[g] & lut_col[x]`` for a column: at most four signals, one
+    LUT4). The decision stage ORs the partial ORs of each bit and decodes the code.
+
+    Returns {"groups": [(bit, kind "c"|"m", column or None, slices)], "slice_sel":
+    [(slice, select bits as a '0'/'1' string, MSB = last group)], "ors": [(bit, [term
+    text])], "code": [Verilog expression per code bit, LSB first]}.
+    """
+    groups: list[tuple[int, str, int | None, list[int]]] = []
+    for b in range(sr.code_bits):
+        ones = [s for s, bits in enumerate(sr.select) if bits[b] == ("c", 1)]
+        if ones:
+            groups.append((b, "c", None, ones))
+        by_col: dict[int, list[int]] = {}
+        for s, bits in enumerate(sr.select):
+            if bits[b][0] == "m":
+                by_col.setdefault(bits[b][1], []).append(s)
+        groups += [(b, "m", x, sl) for x, sl in sorted(by_col.items())]
+    slice_sel = []
+    for s in range(len(sr.select)):
+        word = "".join("1" if s in g[3] else "0" for g in reversed(groups))
+        slice_sel.append((s, word))
+    ors: list[tuple[int, list[str]]] = []
+    code = []
+    for b in range(sr.code_bits):
+        terms = [f"lut_sel[{g}]" if kind == "c" else f"(lut_sel[{g}] & lut_col[{x}])"
+                 for g, (bit, kind, x, _) in enumerate(groups) if bit == b]
+        first = len(ors)
+        ors += [(b, terms[i:i + 2]) for i in range(0, len(terms), 2)]
+        code.append(" | ".join(f"lut_or[{k}]" for k in range(first, len(ors))) or "1'b0")
+    return {"groups": groups, "slice_sel": slice_sel, "ors": ors, "code": code}
+
+
 def _columns_hex(sr: SlicedRom) -> str:
     """The ROM file of a sliced ROM: one word per ROM address, bit i = column i ("" without columns)."""
     if not sr.columns:
@@ -284,7 +326,8 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
     latency: decision latency in clock cycles, 1 | 2 | 3 (default ``spec.hdl.latency``; "auto"
     is resolved by the caller, and until it is, it means 1): latency L delays addr,
     probe_fault and sla_violation together through L-1 register stages and registers the LUT
-    read (docs/hdl.md, "Latency"). Raises ValueError on an unknown encoding or latency.
+    read (docs/hdl.md, "Latency"; a sliced ROM with slices at latency 3: :func:`split_select`).
+    Raises ValueError on an unknown encoding or latency.
 
     target_measured: the declared target's verdict measured on this design before it was written
     (a ``target`` record of :func:`mi_certify.verification.synth.target_verdict`; the build's emit
@@ -325,7 +368,7 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
     lut_addr = "addr_q1" if latency == 3 else "addr"
     lut_out = "lut_entry" if latency == 1 else "lut_read"
     extra: dict = {"rom_file": rom_file_name(spec), "rom_sha256": "", "tree_lines": [], "tree_comparators": 0,
-                   "tree_leaves": 0, "sliced": None, "tree_field_decls": [], "col_sync": False}
+                   "tree_leaves": 0, "sliced": None, "tree_field_decls": [], "col_sync": False, "split": None}
     lut_decls: list[tuple] = []
     entry_kind = "wire" if const else "reg"
     if const:
@@ -349,8 +392,11 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
             return terms[0] if len(terms) == 1 else "{" + ", ".join(terms) + "}"
         extra["sliced"] = {"dictionary": [(k, entry(e)) for k, e in enumerate(sr.dictionary)], "cw": sr.code_bits,
                            "lb": sr.low_bits, "hb": sr.high_bits, "ncols": len(sr.columns),
-                           "slices": [(s, code(bits)) for s, bits in enumerate(sr.select)]}
+                           "slices": [(s, code(bits)) for s, bits in enumerate(sr.select)],
+                           "select_addr": "addr" if latency == 3 and sr.high_bits else lut_addr}
         extra["col_sync"] = latency == 3
+        split = split_select(sr) if latency == 3 and sr.high_bits else None
+        extra["split"] = split
         note = (f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bit"
                 f"{'s' if sr.code_bits > 1 else ''}, {1 << sr.high_bits} slice{'s' if sr.high_bits else ''} of "
                 f"{1 << sr.low_bits} cells, {len(sr.columns)} stored column{'s' if len(sr.columns) != 1 else ''} of "
@@ -361,7 +407,13 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
                               "the stored columns, one word per addr[%d:0]" % (sr.low_bits - 1)))
             lut_decls.append(("reg" if latency == 3 else "wire", len(sr.columns), "lut_col",
                               "the columns at addr[%d:0]%s" % (sr.low_bits - 1, " (stage 1)" if latency == 3 else "")))
-        lut_decls.append(("reg" if sr.high_bits else "wire", sr.code_bits, "lut_code", "the entry's code"))
+        if split:
+            lut_decls += [("reg", len(split["groups"]), "lut_sel_d", "the selects of the slice at addr"),
+                          ("reg", len(split["groups"]), "lut_sel", "the selects at addr (stage 1)"),
+                          ("reg", len(split["ors"]), "lut_or", "partial ORs of the code bits (stage 2)")]
+            lut_out = "lut_entry"
+        lut_decls.append(("reg" if sr.high_bits and not split else "wire", sr.code_bits, "lut_code",
+                          "the entry's code"))
     else:
         root = build_tree(entries, [f["bits"] for f in fields], boxes)
         comparators, leaves = tree_size(root)
@@ -378,9 +430,10 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
     if latency > 1 and not const and lut_out == "lut_read":
         lut_decls.append(("reg", tw + 1, "lut_read", "the LUT logic's entry, registered into lut_entry"))
     # what the register in front of the decision stage loads (None: no such register)
-    lut_reg_src = (None if const or latency == 1 or (encoding == "rom" and latency == 2) else
+    lut_reg_src = (None if const or latency == 1 or (encoding == "rom" and latency == 2) or extra.get("split") else
                    "lut_word" if encoding == "rom" else "lut_read")
-    stage = "" if latency == 1 else f" (registered: stage {latency - 1})"
+    stage = ("" if latency == 1 else " (decoded from the stage-2 partial ORs)" if extra.get("split") else
+             f" (registered: stage {latency - 1})")
     lut_decls += [(entry_kind, tw + 1, "lut_entry", "{confident, proposed token}" + stage),
                   ("wire", tw, "lut_p", "proposed token p"), ("wire", 1, "lut_c", "confident bit c")]
     if latency > 1:

@@ -12,7 +12,7 @@ import pytest
 
 from mi_certify.generator.boxtree import Leaf, build_tree, evaluate, tree_size
 from mi_certify.generator.emit import (SourceHashes, emit_rom_hex, emit_verilog, lut_entries, rom_file_name,
-                                       sliced_rom)
+                                       sliced_rom, split_select)
 from mi_certify.generator.errors import SpecError
 from mi_certify.generator.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
 from mi_certify.generator.onnx_import import import_onnx
@@ -474,6 +474,75 @@ def test_a_pipelined_design_co_simulates_cycle_by_cycle_with_the_delay(small, tm
     # compared without the delay, the same RTL mismatches
     res = run_cosim(sim_v, top, machine, tmp_path / "work1", random_cycles=300, latency=1)
     assert not res.passed and res.mismatches > 0
+
+
+def test_the_split_slice_select_rebuilds_every_code_with_at_most_two_terms_per_register():
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        n_values = int(rng.integers(2, 9))
+        ab, lb = 10, int(rng.integers(5, 9))
+        # runs of constant codes (so some slices are constant) mixed with random cells
+        entries = rng.integers(0, n_values, 1 << ab).astype(np.int64)
+        entries[: 1 << lb] = 0
+        entries[-(1 << lb):] = n_values - 1
+        sr = sliced_rom(entries, ab, low_bits=lb)
+        sp = split_select(sr)
+        codes = np.searchsorted(np.asarray(sr.dictionary), sr.table())
+        addr = np.arange(1 << ab)
+        slice_of = addr >> lb
+        sel = np.array([[int(c) for c in reversed(w)] for _, w in sp["slice_sel"]])[slice_of]   # [addr, group]
+        cols = [np.asarray(c)[addr & ((1 << lb) - 1)] for c in sr.columns]
+        term = [sel[:, g] if kind == "c" else sel[:, g] & cols[x] for g, (_, kind, x, _) in enumerate(sp["groups"])]
+        rebuilt = np.zeros(1 << ab, dtype=np.int64)
+        for b in range(sr.code_bits):
+            bit = np.zeros(1 << ab, dtype=np.int64)
+            for g, (gb, _, _, _) in enumerate(sp["groups"]):
+                if gb == b:
+                    bit |= term[g]
+            rebuilt |= bit << b
+        assert np.array_equal(rebuilt, codes), trial
+        assert all(1 <= len(terms) <= 2 for _, terms in sp["ors"])
+        # one select per group and slice at most once per bit
+        for s, word in sp["slice_sel"]:
+            bits_of = [sp["groups"][g][0] for g, c in enumerate(reversed(word)) if c == "1"]
+            assert len(bits_of) == len(set(bits_of))
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """The reference spec as shipped (16 address bits), LUT sampled at cell centres: its sliced
+    ROM has 32 slices of 2,048 cells (the latency-3 split select has something to split)."""
+    spec = load_spec(REFERENCE_SLA)
+    lut, _ = apply_masks(spec, sample_lut(spec, import_onnx(REFERENCE_MODEL)), property_masks(spec))
+    return spec, lut
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
+def test_latency_3_cuts_the_slice_multiplexer_and_stays_proved_read_back_and_co_simulated(wide, tmp_path):
+    from mi_certify.verification.cocotb_sim import run_cosim
+    from mi_certify.verification.hdl_adapter import prepare
+    from mi_certify.verification.verilog_reader import read_lut
+    spec0, lut = wide
+    spec, v = _emit(spec0, lut, None, tmp_path / "rtl", "sliced_rom", latency=3)
+    src = v.read_text()
+    sr = sliced_rom(lut_entries(spec, lut), spec.address_bits)
+    assert sr.high_bits == 5 and "lut_sel <= lut_sel_d;" in src and "lut_entry <=" not in src
+    obs = _proofs(spec, v, lut)
+    assert {k: o.verdict for k, o in obs.items() if o.verdict != "proved"} == {}
+    assert obs["rtl.lut_table"].detail == "65536 entries equal (read through 2 registers)"
+    got = read_lut(v, spec.address_bits)
+    assert got.latency == 3 and np.array_equal(got.entries, lut_entries(spec, lut))
+    machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
+    sim_v, top = prepare(v, spec.module_name, spec.hdl.reset_port, machine, tmp_path / "work")
+    res = run_cosim(sim_v, top, machine, tmp_path / "work", random_cycles=1000, latency=3)
+    assert res.passed and res.mismatches == 0, res.to_json()
+    # one select bit of one slice flipped: both the Yosys table proof and the pyverilog reader see it
+    line = next(ln for ln in src.splitlines() if "5'd20: lut_sel_d" in ln)
+    word = line.split("'b")[1][:-1]
+    flipped = line.replace(word, word[:-1] + ("0" if word[-1] == "1" else "1"))
+    v.write_text(src.replace(line, flipped))
+    assert _proofs(spec, v, lut)["rtl.lut_table"].verdict == "violated"
+    assert not np.array_equal(read_lut(v, spec.address_bits).entries, lut_entries(spec, lut))
 
 
 def test_every_generated_file_parses_with_pyverilog_and_matches_header_and_spec(small, tmp_path):

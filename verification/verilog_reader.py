@@ -417,7 +417,7 @@ class _Flow:
             return np.where(c != 0, a, b), self._stage(e, self._stage(e, sc, sa), sb)
         ops = {A.LessThan: np.less, A.GreaterThan: np.greater, A.LessEq: np.less_equal,
                A.GreaterEq: np.greater_equal, A.Eq: np.equal, A.NotEq: np.not_equal, A.Land: np.logical_and,
-               A.Lor: np.logical_or}
+               A.Lor: np.logical_or, A.And: np.bitwise_and, A.Or: np.bitwise_or}
         for cls, fn in ops.items():
             if isinstance(e, cls):
                 a, sa = self.expr(e.left, env)
@@ -444,6 +444,8 @@ class _Flow:
             return _const(e.msb.value)[0] - _const(e.lsb.value)[0] + 1
         if isinstance(e, A.Concat):
             return sum(self._width(p) for p in e.list)
+        if isinstance(e, (A.And, A.Or)):   # bitwise: the wider operand (Verilog-2001 5.4.1)
+            return max(self._width(e.left), self._width(e.right))
         self.fail(e, f"width of {type(e).__name__} unknown")
 
     def words(self, name: str) -> np.ndarray:

@@ -44,7 +44,7 @@ TABLE_ONLY = """    // bench: the FSM removed; the registers take the LUT entry 
 
 
 def _width(src: str, name: str) -> str:
-    m = re.search(rf"reg \[(\d+):0\] {name};", src)
+    m = re.search(rf"reg\s+\[(\d+):0\]\s+{name};", src)
     return m.group(1) if m else "0"
 
 
@@ -65,9 +65,10 @@ def _width_out(src: str) -> str:
 def fsm_only(src: str) -> str:
     """``src`` with the LUT replaced by one LUT level on the address."""
     a = src.index("    // ---- LUT:")
-    b = src.index("    // LUT logic end")
+    b = src.index("    assign lut_p")   # the LUT's declarations, logic and (pipelined) entry register
     tw = int(_width_out(src)) + 1
-    one = f"    wire [{tw}:0] lut_entry = addr[{tw}:0] ^ addr[{2 * tw + 1}:{tw + 1}];\n"
+    one = (f"    wire [{tw}:0] lut_entry = addr[{tw}:0] ^ addr[{2 * tw + 1}:{tw + 1}];\n"
+           f"    wire [{tw - 1}:0] lut_p;\n    wire lut_c;\n")
     return src[:a] + one + src[b:]
 
 

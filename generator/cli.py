@@ -299,8 +299,9 @@ def _hdl_detail(st: dict) -> str:
     w = pnr.get("hx8k")
     target = st.get("target")
     return (f"Fmax {mhz} (registered-input wrapper)"
-            + ("" if st["goal_met"] else " below the goal (" + " / ".join(f"{p['goal_mhz']:g}" for p in pnr.values())
-               + " MHz)")
+            + ("" if st["goal_met"] else "; below the goal: " + ", ".join(
+                f"{dev.upper()} ({p['goal_mhz']:g} MHz)" for dev, p in pnr.items()
+                if p["fmax_mhz"] is None or p["fmax_mhz"] < p["goal_mhz"]))
             + (f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM" if st.get("lut4") is not None
                else f"; controller alone not synthesised ({st.get('not_measured', 'too large')})")
             + (f"; wrapper {w['lut4']} LUT4, {w['dff']} DFF, {w['bram']} BRAM" if w and w.get("lut4") is not None

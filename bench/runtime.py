@@ -20,8 +20,19 @@ the same for every variant. Printed as ratios measured in this run:
 - onnxruntime: ``InferenceSession.run`` of controller.onnx on one reading (the network
   the LUT-FSM replaces), one intra-op thread, optimisation all
 
-Goals (issue): LUT-FSM step >= 20x faster than the network; audit logging with fsync
-off <= 3x a bare step.
+- Python's ``logging``: the same record's fields as one JSON line (``json.dumps``) through a
+  ``logging.FileHandler`` (one ``write(2)`` per record, no hash chain, no fsync), after the
+  same ``step_record``: against the audited step with fsync never
+- per request of the live loop (``--workload``, default examples/workload/convnet.onnx):
+  ``ControlLoop.decide`` (probe read on this machine, ``LinuxProbe``, + step) and
+  ``ControlLoop.complete`` (SLA monitor + audit record, fsync always as ``mi-certify run``
+  defaults to, and never) as a share of the request's inference time (``Workload.run`` of
+  the keep plan: onnxruntime on the workload)
+
+Goals (issue 13): LUT-FSM step >= 20x faster than the network; audit logging with fsync
+off <= 3x a bare step. Goals (issue 20): probe read + step + audit record <= 1 % of the
+request's inference time; the audited decision not slower than ``logging`` writing the
+same record.
 """
 
 from __future__ import annotations
@@ -52,6 +63,9 @@ def main(argv=None) -> int:
     ap.add_argument("--build", default=None, help="a build directory (default: quick build in a temp dir)")
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds (best of)")
+    ap.add_argument("--workload", default=str(ROOT / "examples/workload/convnet.onnx"),
+                    help="the model of the live-loop rows (default examples/workload/convnet.onnx)")
+    ap.add_argument("--requests", type=int, default=300, help="requests of the live-loop rows")
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
@@ -135,6 +149,31 @@ def main(argv=None) -> int:
         for i in range(k):
             ctl.step_record(readings[i % n], False)
 
+    def python_logging(k):
+        import json
+        import logging
+        path = Path(tmp.name) / "bench-logging.jsonl"
+        path.unlink(missing_ok=True)
+        logger = logging.getLogger("mi-certify-bench")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        ctl = m.Controller()
+        actions, reasons, info, dumps = m.ACTIONS, m.REASONS, logger.info, json.dumps
+        try:
+            for i in range(k):
+                r = readings[i % n]
+                addr, fault, p, c, before, after, t, why = ctl.step_record(r, False)
+                info(dumps({"kind": "decision", "seq": i, "readings": r, "addr": addr, "probe_fault": fault,
+                            "proposal": p, "confident": c, "sla_violation": False, "before": list(before),
+                            "after": list(after), "token": t, "action": actions[t], "reason": reasons[why],
+                            "latency_ms": 5.0, "accuracy_loss_pct": 0.0}, separators=(",", ":")))
+        finally:
+            logger.removeHandler(handler)
+            handler.close()
+
     o = ort.SessionOptions()
     o.intra_op_num_threads = 1
     o.inter_op_num_threads = 1
@@ -152,13 +191,15 @@ def main(argv=None) -> int:
                 "never": (with_audit("never"), k), "never_2": (with_audit("never", "two calls"), k),
                 "never_kw": (with_audit("never", "keywords"), k),
                 "every": (with_audit("every:64"), k), "always": (with_audit("always"), min(k, 1000)),
-                "ort": (onnx, min(k, 10000))}
+                "ort": (onnx, min(k, 10000)), "logging": (python_logging, k)}
     # interleaved rounds, best per variant: the machine is shared, so load drifts between variants
     best = {name: float("inf") for name in variants}
     for _ in range(args.rounds):
         for name, (fn, steps) in variants.items():
             best[name] = min(best[name], _best_of(fn, steps, repeats=1))
-    t_bare, t_addr, t_rec, t_enc, t_never, t_never_2, t_never_kw, t_every, t_always, t_ort = (best[x] for x in variants)
+    (t_bare, t_addr, t_rec, t_enc, t_never, t_never_2, t_never_kw, t_every, t_always, t_ort,
+     t_logging) = (best[x] for x in variants)
+    live = _live_loop(b, args.workload, args.requests, Path(tmp.name))
 
     def row(label, t):
         print(f"{label:58s} {t * 1e6:9.2f} us   {1 / t:12,.0f} decisions/s")
@@ -174,6 +215,7 @@ def main(argv=None) -> int:
     row("step + audit record, fsync every:64", t_every)
     row("step + audit record, fsync always", t_always)
     row("onnxruntime run of controller.onnx", t_ort)
+    row("step_record + logging.FileHandler, the record as a JSON line", t_logging)
     print()
     print("where an audit record's time goes (fsync never):")
     print(f"  step_record - step (states, LUT entry)  {(t_rec - t_bare) * 1e6:6.2f} us")
@@ -190,8 +232,61 @@ def main(argv=None) -> int:
           f"{(t_never_kw - t_bare) / t_bare:.2f}x added")
     print(f"step+audit (every:64) / step      = {t_every / t_bare:6.2f}x")
     print(f"step+audit (fsync always) / step  = {t_always / t_bare:6.1f}x   (one fsync per decision)")
+    print(f"step+audit (fsync never) / step+logging = {t_never / t_logging:6.2f}x   (goal <= 1: not slower; "
+          "ours also chains SHA-256)")
+    print()
+    inf = live["infer"]
+    print(f"live loop, {live['requests']} requests of {Path(args.workload).name} (keep plan), medians per request:")
+    print(f"  inference (Workload.run)                     {inf * 1e3:9.3f} ms")
+    for label, key in (("probe read + step (ControlLoop.decide)", "decide"),
+                       ("SLA monitor + audit record, fsync always", "complete_always"),
+                       ("SLA monitor + audit record, fsync never", "complete_never")):
+        print(f"  {label:44s} {live[key] * 1e6:9.1f} us   {live[key] / inf:7.2%} of the inference")
+    for policy in ("always", "never"):
+        share = (live["decide"] + live[f"complete_{policy}"]) / inf
+        print(f"probe + step + audit (fsync {policy}) / inference = {share:7.2%}   (goal <= 1 %)")
     tmp.cleanup()
     return 0
+
+
+def _live_loop(b, workload_path: str, requests: int, tmp: Path) -> dict:
+    """Medians (s) per request of the live loop's parts (module docstring): ``decide``,
+    ``complete_always``, ``complete_never`` and ``infer``, over ``requests`` requests."""
+    import statistics
+
+    from mi_certify.runtime.audit import AuditLog
+    from mi_certify.runtime.engine import DEFAULT_PLANS, Workload
+    from mi_certify.runtime.live import ControlLoop
+    from mi_certify.runtime.probes import FeatureMap, LinuxProbe
+
+    workload = Workload(workload_path, [DEFAULT_PLANS[a] for a in b.actions])
+    out: dict = {"requests": requests}
+    times: dict[str, list[float]] = {"decide": [], "infer": [], "complete_always": [], "complete_never": []}
+    try:
+        for policy in ("always", "never"):
+            probe = LinuxProbe()
+            loop = ControlLoop(b, probe, FeatureMap.build(b.inputs))
+            log = AuditLog(tmp / f"live-{policy}.log", fsync=policy, header=loop.audit_header())
+            loop.audit = log
+            try:
+                for i in range(requests):
+                    t0 = time.perf_counter()
+                    d = loop.decide()
+                    t1 = time.perf_counter()
+                    lat, acc = workload.run(0, i)   # the keep plan: the same inference every request
+                    t2 = time.perf_counter()
+                    loop.complete(d, lat, acc, extra={"request": i})
+                    t3 = time.perf_counter()
+                    times["decide"].append(t1 - t0)
+                    times["infer"].append(t2 - t1)
+                    times[f"complete_{policy}"].append(t3 - t2)
+            finally:
+                log.close()
+                probe.close()
+    finally:
+        workload.close()
+    out.update({k: statistics.median(v) for k, v in times.items()})
+    return out
 
 
 if __name__ == "__main__":

@@ -74,6 +74,22 @@ def _measure(x) -> float:
     return x if math.isfinite(x) else math.inf
 
 
+#: Every finite float is an integer multiple of 2^-1074 (the smallest subnormal, IEEE 754 binary64).
+_EXACT_SHIFT = 1074
+
+
+def _scaled(x: float) -> int:
+    """``x * 2**1074`` as an exact integer (x finite)."""
+    n, d = x.as_integer_ratio()   # d is a power of two, at most 2^1074
+    return n << (_EXACT_SHIFT + 1 - d.bit_length())
+
+
+def _exact_sum(values: Sequence[float]) -> int:
+    """The exact sum of finite ``values``, scaled by 2^1074 (integer arithmetic: the same as a
+    sum of ``Fraction`` objects, without their gcd per addition)."""
+    return sum(map(_scaled, values))
+
+
 def window_statistic(values: Sequence[float], statistic: str) -> float:
     """The statistic of a non-empty window (floats, +inf allowed).
 
@@ -88,7 +104,7 @@ def window_statistic(values: Sequence[float], statistic: str) -> float:
     if statistic == "mean":
         if any(math.isinf(v) for v in values):
             return math.inf
-        return float(sum(map(Fraction, values)) / len(values))
+        return float(Fraction(_exact_sum(values), len(values) << _EXACT_SHIFT))
     p = int(statistic[1:])
     rank = max(1, -(-p * len(values) // 100))
     return sorted(values)[rank - 1]
@@ -101,7 +117,9 @@ def exceeds(values: Sequence[float], statistic: str, limit: float | None) -> boo
     if statistic == "mean":
         if any(math.isinf(v) for v in values):
             return True
-        return sum(map(Fraction, values)) > Fraction(limit) * len(values)
+        if isinstance(limit, float):
+            return _exact_sum(values) > _scaled(limit) * len(values)
+        return Fraction(_exact_sum(values), 1 << _EXACT_SHIFT) > Fraction(limit) * len(values)
     return window_statistic(values, statistic) > limit
 
 

@@ -107,3 +107,20 @@ def test_bad_monitor_section_names_file_and_field(tmp_path, monitor, where, reas
     with pytest.raises(SpecError) as exc:
         load_spec(p)
     assert str(exc.value).startswith(f"{p}: {where}: ") and reason in str(exc.value), str(exc.value)
+
+
+def test_the_integer_exact_mean_agrees_with_fractions_on_every_kind_of_float():
+    from fractions import Fraction
+
+    import numpy as np
+    rng = np.random.default_rng(5)
+    kinds = [lambda: float(rng.uniform(0, 100)), lambda: float(rng.uniform(-1, 1)),
+             lambda: float(np.float64(5e-324) * int(rng.integers(1, 1000))),   # subnormals
+             lambda: float(rng.uniform(0, 1) * 2.0 ** int(rng.integers(-1000, 1000))), lambda: 0.1, lambda: 0.2]
+    for trial in range(300):
+        values = [kinds[int(rng.integers(len(kinds)))]() for _ in range(int(rng.integers(1, 25)))]
+        exact = sum(map(Fraction, values))
+        for limit in (exact / len(values), float(exact / len(values)), 30, 0.1, values[0]):
+            want = exact > Fraction(limit) * len(values)
+            assert exceeds(values, "mean", limit) == want, (values, limit)
+        assert window_statistic(values, "mean") == float(exact / len(values))

@@ -245,6 +245,13 @@ def main(argv=None) -> int:
     for policy in ("always", "never"):
         share = (live["decide"] + live[f"complete_{policy}"]) / inf
         print(f"probe + step + audit (fsync {policy}) / inference = {share:7.2%}   (goal <= 1 %)")
+    print(f"  sampled probes (LinuxProbe + MicrobenchProbe in a thread at 2 Hz): read + step "
+          f"{live['decide_sampled'] * 1e6:.1f} us, monitor + audit (never) {live['complete_sampled'] * 1e6:.1f} us; "
+          f"one sampling round {live['sampler_round'] * 1e3:.1f} ms "
+          f"({live['sampler_round'] / 0.5:.1%} of a core at 2 Hz)")
+    share = (live["decide_sampled"] + live["complete_sampled"]) / live["infer_sampled"]
+    print(f"  inference beside the sampler: {live['infer_sampled'] * 1e3:.3f} ms")
+    print(f"sampled probe + step + audit (fsync never) / inference = {share:7.2%}   (goal <= 1 %)")
     tmp.cleanup()
     return 0
 
@@ -252,21 +259,28 @@ def main(argv=None) -> int:
 def _live_loop(b, workload_path: str, requests: int, tmp: Path) -> dict:
     """Medians (s) per request of the live loop's parts (module docstring): ``decide``,
     ``complete_always``, ``complete_never`` and ``infer``, over ``requests`` requests."""
+    import math
     import statistics
 
     from mi_certify.runtime.audit import AuditLog
     from mi_certify.runtime.engine import DEFAULT_PLANS, Workload
     from mi_certify.runtime.live import ControlLoop
-    from mi_certify.runtime.probes import FeatureMap, LinuxProbe
+    from mi_certify.runtime.probes import FeatureMap, LinuxProbe, MicrobenchProbe, SampledProbe
 
     workload = Workload(workload_path, [DEFAULT_PLANS[a] for a in b.actions])
     out: dict = {"requests": requests}
-    times: dict[str, list[float]] = {"decide": [], "infer": [], "complete_always": [], "complete_never": []}
+    times: dict[str, list[float]] = {"decide": [], "infer": [], "complete_always": [], "complete_never": [],
+                                     "decide_sampled": [], "complete_sampled": [], "infer_sampled": []}
     try:
-        for policy in ("always", "never"):
-            probe = LinuxProbe()
+        for policy in ("always", "never", "sampled"):
+            if policy == "sampled":   # the probes in a background thread at 2 Hz, the request reads the latest
+                probe = SampledProbe([LinuxProbe(), MicrobenchProbe()], period_s=0.5, max_age_s=2.0)
+                probe.wait_first(30.0)
+            else:
+                probe = LinuxProbe()
             loop = ControlLoop(b, probe, FeatureMap.build(b.inputs))
-            log = AuditLog(tmp / f"live-{policy}.log", fsync=policy, header=loop.audit_header())
+            log = AuditLog(tmp / f"live-{policy}.log", fsync="never" if policy == "sampled" else policy,
+                           header=loop.audit_header())
             loop.audit = log
             try:
                 for i in range(requests):
@@ -277,11 +291,13 @@ def _live_loop(b, workload_path: str, requests: int, tmp: Path) -> dict:
                     t2 = time.perf_counter()
                     loop.complete(d, lat, acc, extra={"request": i})
                     t3 = time.perf_counter()
-                    times["decide"].append(t1 - t0)
-                    times["infer"].append(t2 - t1)
+                    times["decide_sampled" if policy == "sampled" else "decide"].append(t1 - t0)
+                    times["infer_sampled" if policy == "sampled" else "infer"].append(t2 - t1)
                     times[f"complete_{policy}"].append(t3 - t2)
             finally:
                 log.close()
+                if policy == "sampled":
+                    out["sampler_round"] = statistics.median(probe.cost_ns) / 1e9 if probe.cost_ns else math.nan
                 probe.close()
     finally:
         workload.close()

@@ -1,4 +1,4 @@
-"""CLI glue of the run-time commands: ``mi-certify run`` and ``mi-certify audit verify|replay``.
+"""CLI glue of the run-time commands: ``mi-certify run`` and ``mi-certify audit verify|replay|report``.
 
 The work is done by :mod:`mi_certify.runtime` (probes, SLA monitor, audit log, live
 loop, replay); this module parses options, turns runtime errors into located
@@ -8,7 +8,8 @@ Exit codes: ``run`` 0 done, 2 bad input, 130 interrupted (the first Ctrl-C or SI
 stops it after the current request; the summary and the audit log's head are printed);
 ``audit verify`` 0 intact (a torn last line is reported, not a failure), 1 tampered,
 2 bad input; ``audit replay`` 0 every decision confirmed, 1 a mismatch or a tampered
-log, 2 bad input.
+log, 2 bad input; ``audit report`` the same as replay (the HTML is written for 0 and 1,
+nothing for 2).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def add_parsers(sub) -> dict:
                    help="pause between requests in seconds (default 0.02)")
     r.add_argument("--json", metavar="FILE", dest="json_out", help="write the run's counts as JSON")
 
-    a = sub.add_parser("audit", help="verify or replay an audit log",
+    a = sub.add_parser("audit", help="verify, replay or report (HTML dashboard) an audit log",
                        description="Check the hash chain (and HMACs) of an audit log, or replay its decisions.")
     asub = a.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
     v = asub.add_parser("verify", help="check the chain; report every edited, removed, inserted or reordered record",
@@ -82,6 +83,18 @@ def add_parsers(sub) -> dict:
     p.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
                    help="a record hash kept outside the log that must be in the intact chain (repeatable)")
     p.add_argument("--json", action="store_true", help="print the replay report as JSON on stdout")
+    d = asub.add_parser("report", help="write the operator's dashboard of a log: one offline HTML file",
+                        description="Verifies the chain, replays the decisions and writes one self-contained HTML "
+                                    "file (inline SVG plots): decision timeline, probe trends with LUT cell edges, "
+                                    "SLA attainment per action, visited LUT cells, the verdict. Exit 0 written "
+                                    "and all confirmed, 1 written but tampered or mismatch, 2 bad input (nothing "
+                                    "written).")
+    d.add_argument("log", metavar="LOG")
+    d.add_argument("--build", required=True, metavar="DIR", help="the build the log was written with")
+    d.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write (e.g. run.html)")
+    d.add_argument("--key", metavar="KEYFILE", help="HMAC key of the log")
+    d.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
+                   help="a record hash kept outside the log that must be in the intact chain (repeatable)")
     return {"run": run_command, "audit": audit_command}
 
 
@@ -268,6 +281,8 @@ def audit_command(args, console: Console) -> int:
     key = _key(args.key)
     if not Path(args.log).is_file():
         raise RuntimeInputError("no such file", file=args.log)
+    if args.audit_command == "report":
+        return _report_command(args, key, console)
     report = _located(verify_log, args.log, key, args.anchor)
     if args.audit_command == "verify":
         if args.json:
@@ -305,6 +320,30 @@ def audit_command(args, console: Console) -> int:
     if not report.ok:  # the last line says the verdict: replayed decisions of a tampered log prove nothing
         console.print(f"[red]the log is tampered: {len(report.findings)} finding(s) (above); not confirmed[/]")
     return 0 if rep.ok and report.ok else 1
+
+
+def _report_command(args, key, console: Console) -> int:
+    """``mi-certify audit report``: the dashboard (generator/dashboard.py); exit codes as ``audit replay``."""
+    from mi_certify.generator.dashboard import write_dashboard
+    from mi_certify.runtime.live import load_build
+    out = Path(args.out)
+    if out.is_dir():
+        raise RuntimeInputError("is a directory, not an HTML file to write", file=args.out)
+    if not out.parent.is_dir():
+        raise RuntimeInputError(f"the directory {out.parent} does not exist", file=args.out)
+    build = _located(load_build, args.build)
+    try:
+        dash = _located(write_dashboard, args.log, build, out, key, args.anchor)
+    except OSError as exc:
+        raise RuntimeInputError(f"cannot write the dashboard: {exc.strerror or exc}", file=args.out) from None
+    j = dash.data
+    chain = "[green]intact[/]" if dash.intact else "[red]TAMPERED[/]"
+    rep = ("[green]confirmed[/]" if dash.confirmed else "[red]MISMATCH[/]" if j["replay"]["decisions"]
+           else "[yellow]no decision[/]")
+    console.print(f"{args.log}: {j['verify']['records']} records, chain {chain} "
+                  f"({len(j['verify']['findings'])} findings); {j['replay']['decisions']} decisions {rep} "
+                  f"({j['replay']['mismatch_count']} mismatches); dashboard written to {out}", highlight=False)
+    return 0 if dash.ok else 1
 
 
 def _print_verify(report, console: Console) -> None:

@@ -43,11 +43,13 @@ _MARKS = {"SWITCH": "#1f77b4", "FALLBACK": "#d62728", "PROBE_FAULT": "#ff7f0e", 
 @dataclass
 class Dashboard:
     """A rendered dashboard: ``html`` (str), ``intact`` (chain verdict), ``confirmed``
-    (replay verdict: every decision confirmed and at least one), ``ok`` (both)."""
+    (replay verdict: every decision confirmed and at least one), ``ok`` (both), ``data``
+    ({"verify": AuditReport JSON, "replay": ReplayReport JSON})."""
 
     html: str
     intact: bool
     confirmed: bool
+    data: dict
 
     @property
     def ok(self) -> bool:
@@ -76,6 +78,11 @@ def _num(x) -> float:
     return math.nan
 
 
+def _in_fallback(state) -> bool:
+    """The fallback flag f of a logged FSM state (t, k, h, d, v, f, r); True if unreadable."""
+    return not (isinstance(state, list) and len(state) == 7) or bool(state[5])
+
+
 def _heatmap_pairs(build: LoadedBuild) -> list[tuple[str, str]]:
     """(x, y) input pairs of the build's heat map files ``[heatmaps/]heatmap_X_Y.png``, sorted."""
     names = build.inputs
@@ -95,7 +102,7 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
     Keys: ``verify`` (:meth:`AuditReport.to_json`), ``replay`` (:meth:`ReplayReport.to_json`),
     ``intact``, ``confirmed``, ``records`` (decision records read, file order: dicts with
     seq, token, action, reason, addr, probe_fault, readings (floats, NaN for none),
-    latency_ms, accuracy_loss_pct, sla_violation, mismatch), ``visited`` (Counter addr → count),
+    latency_ms, accuracy_loss_pct, sla_violation, mismatch (count), fallback_entry), ``visited`` (Counter addr → count),
     ``inputs`` ((name, unit, lo, hi, bits) per input), ``edges`` (input → cell edges),
     ``heatmaps`` ((x, y) pairs), ``per_action`` rows.
 
@@ -117,7 +124,8 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
                         "addr": r.get("addr"), "probe_fault": bool(r.get("probe_fault")),
                         "readings": [_num(x) for x in r.get("readings", [])],
                         "latency_ms": _num(r.get("latency_ms")), "accuracy_loss_pct": _num(r.get("accuracy_loss_pct")),
-                        "sla_violation": bool(r.get("sla_violation")), "mismatch": bad.get(ln.seq, 0)})
+                        "sla_violation": bool(r.get("sla_violation")), "mismatch": bad.get(ln.seq, 0),
+                        "fallback_entry": r.get("reason") == "FALLBACK" and not _in_fallback(r.get("before"))})
     visited = Counter(r["addr"] for r in records if isinstance(r["addr"], int) and not r["probe_fault"])
     inputs = [tuple(i[:5]) for i in m.INPUTS]
     j = rep.to_json()
@@ -176,12 +184,11 @@ def _timeline_svg(data: dict, actions) -> str:
             color="#444444", lw=1.2, label="active token")
     for reason, label, marker in (("SWITCH", "switch", "^"), ("FALLBACK", "fallback", "v"),
                                   ("PROBE_FAULT", "probe fault", "x"), ("RECOVER", "recover", "o")):
-        pts = [(i, r["token"]) for i, r in enumerate(recs) if r["reason"] == reason]
-        if reason == "FALLBACK":  # mark the entries only
-            pts = [(i, t) for i, t in pts if i == 0 or recs[i - 1]["reason"] != "FALLBACK"]
+        pts = [(i, r["token"]) for i, r in enumerate(recs)
+               if (r["fallback_entry"] if reason == "FALLBACK" else r["reason"] == reason)]  # fallback: entries
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=42, color=_MARKS[reason],
-                       label=f"{label} ({len(pts)})", zorder=3)
+                       label=f"{label if reason != 'FALLBACK' else 'fallback entry'} ({len(pts)})", zorder=3)
     mism = [i for i, r in enumerate(recs) if r["mismatch"]]
     for i in mism:
         ax.axvline(i, color="#d62728", lw=0.8, ls=":")
@@ -219,7 +226,7 @@ def _probes_svg(data: dict) -> str:
         ax.set_ylim(float(lo) - 0.02 * float(hi - lo), float(hi) + 0.02 * float(hi - lo))
         ax.set_ylabel(f"{name}\n[{unit}]" if unit else name, fontsize=8)
         ax.tick_params(labelsize=7)
-    axes[0][0].set_title(f"Probe trends (grey: LUT cell edges; dashed: probe faults)", fontsize=10)
+    axes[0][0].set_title("Probe trends (grey: LUT cell edges; dashed: probe faults)", fontsize=10)
     axes[-1][0].set_xlabel("decision record (file order)")
     fig.tight_layout()
     return _svg(fig, "probes")
@@ -264,9 +271,9 @@ def _heatmap_svg(data: dict, build: LoadedBuild, x_name: str, y_name: str, n: in
     actions = build.actions
     fig, ax = plt.subplots(figsize=(7, 5), dpi=100)
     cmap = ListedColormap(plt.get_cmap("tab10").colors[: len(actions)])
-    ax.imshow(tok, origin="lower", cmap=cmap, vmin=-0.5, vmax=len(actions) - 0.5, aspect="auto",
-              extent=(x0, x1, y0, y1), interpolation="nearest")
     sx, sy = (x1 - x0) / nx, (y1 - y0) / ny
+    ax.pcolormesh([x0 + q * sx for q in range(nx + 1)], [y0 + q * sy for q in range(ny + 1)], tok, cmap=cmap,
+                  vmin=-0.5, vmax=len(actions) - 0.5, shading="flat")  # vector cells, no embedded raster
     if visits:
         top = max(visits.values())
         cells = sorted(visits)
@@ -281,8 +288,8 @@ def _heatmap_svg(data: dict, build: LoadedBuild, x_name: str, y_name: str, n: in
     ax.legend(handles + extra, list(actions) + extra_labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=8)
     others = ", ".join(f"{nm} level {b}" for k, (nm, b) in enumerate(zip(names, base)) if k not in (xi, yi))
-    ax.set_title(f"LUT over {x_name} × {y_name} (colour: proposal at {others});\n"
-                 "circles: visited cells, visits summed over the other inputs", fontsize=8)
+    ax.set_title(f"LUT proposal over {x_name} × {y_name}\n(at {others})\n"
+                 "circles: visited cells, visits summed over the other inputs", fontsize=8, loc="left")
     ax.set_xlabel(f"{x_name} [{xs[1]}]" if xs[1] else x_name)
     ax.set_ylabel(f"{y_name} [{ys[1]}]" if ys[1] else y_name)
     fig.tight_layout()
@@ -331,7 +338,7 @@ def render_dashboard(log_path, build: LoadedBuild, key: bytes | None = None, anc
         heatmaps=heatmaps, visited=visited, inputs=data["inputs"], input_names=[i[0] for i in data["inputs"]],
         edges={k: ", ".join(f"{e:.6g}" for e in v) for k, v in data["edges"].items()},
         marks=_MARKS, fallback_steps=j["reasons"].get("FALLBACK", 0))
-    return Dashboard(html, data["intact"], data["confirmed"])
+    return Dashboard(html, data["intact"], data["confirmed"], {"verify": data["verify"], "replay": j})
 
 
 def write_dashboard(log_path, build: LoadedBuild, out, key: bytes | None = None, anchors=()) -> Dashboard:

@@ -17,7 +17,14 @@ cache_miss_rate.l1d    ratio    L1 data-cache read misses / read accesses
 cache_miss_rate.llc    ratio    last-level cache misses / references
 temperature            degC     hottest thermal sensor
 free_memory            B        memory available to new work (MemAvailable)
+mem_bw_avail           B/s      memory bandwidth a streaming copy gets now (micro-benchmark)
+cache_chase_ns         ns       latency of one dependent load over a last-level-cache-sized buffer
 =====================  =======  ==============================================
+
+:class:`MicrobenchProbe` measures the last two by running small benchmarks (what the
+memory system gives this process now, under whatever else runs); :class:`SampledProbe`
+runs any probes in a background thread at a set rate, so a request pays for reading the
+latest sample, not for taking it, and a sample older than its limit is a probe fault.
 
 :class:`LinuxProbe` reads /proc (through psutil), /sys thermal sensors (psutil)
 and hardware perf events (``perf_event_open``, counting this process and its
@@ -39,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["QUANTITIES", "FeatureMap", "HardwareProbe", "LinuxProbe", "ProbeSample", "Reading", "TraceProbe"]
+__all__ = ["QUANTITIES", "FeatureMap", "HardwareProbe", "LinuxProbe", "MicrobenchProbe", "ProbeSample", "Reading",
+           "SampledProbe", "TraceProbe"]
 
 #: Quantity name -> unit.
 QUANTITIES = {
@@ -50,6 +58,8 @@ QUANTITIES = {
     "cache_miss_rate.llc": "ratio",
     "temperature": "degC",
     "free_memory": "B",
+    "mem_bw_avail": "B/s",
+    "cache_chase_ns": "ns",
 }
 
 
@@ -281,6 +291,180 @@ class LinuxProbe(HardwareProbe):
         for c in self._counters.values():
             c.close()
         self._counters = {}
+
+
+def last_level_cache_bytes(default: int = 8 << 20) -> int:
+    """Size of the largest CPU cache of cpu0 (Linux sysfs ``cache/index*/size``), else ``default``."""
+    best = 0
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = f.read_text().strip().upper()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            best = max(best, int(text.rstrip("KMG")) * mult)
+        except (OSError, ValueError):
+            continue
+    return best or default
+
+
+_CHASE = None
+
+
+def _chase_kernel():
+    """The pointer-chase loop, compiled (numba; cached on disk): ``j = nxt[j]`` ``steps`` times."""
+    global _CHASE
+    if _CHASE is None:
+        import numba
+
+        @numba.njit(cache=True, nogil=True)
+        def chase(nxt, steps):
+            j = 0
+            for _ in range(steps):
+                j = nxt[j]
+            return j
+        _CHASE = chase
+    return _CHASE
+
+
+class MicrobenchProbe(HardwareProbe):
+    """Memory-system micro-benchmarks, run at each :meth:`read` (wrap it in :class:`SampledProbe`
+    so that requests do not wait for them).
+
+    - ``mem_bw_avail`` (B/s): bytes read plus bytes written per second by one streaming copy
+      (``numpy.copyto``) of ``copy_bytes`` (default: the last-level cache's size, at least
+      16 MiB: source and destination together are twice the cache, so the copy streams
+      from DRAM): the bandwidth this process gets now. The
+      STREAM "Copy" kernel's accounting (McCalpin, "Memory Bandwidth and Machine Balance in
+      Current High Performance Computers", IEEE TCCA Newsletter 1995).
+    - ``cache_chase_ns`` (ns): time per load of a chain of dependent loads through a random
+      cyclic permutation over ``chase_bytes`` (default: the last-level cache's size), so each
+      load waits for the one before: it rises when other work evicts the buffer from the
+      cache (the lmbench ``lat_mem_rd`` method: McVoy and Staelin, USENIX 1996).
+
+    Cost per read (the development VM, 32 MiB last-level cache, defaults): about 9 ms (a 32 MiB
+    copy at ~10 GB/s and 16,384 loads at ~200 ns); its share of a core is that times the
+    sampling rate (2 Hz: under 2 %; bench/runtime.py prints it). A benchmark that fails
+    (no numba, memory) gives an unavailable reading, never an exception.
+    """
+
+    def __init__(self, copy_bytes: int | None = None, chase_bytes: int | None = None, chase_steps: int = 1 << 14,
+                 seed: int = 0):
+        import numpy as np
+
+        llc = last_level_cache_bytes()
+        self.copy_bytes = int(copy_bytes or max(llc, 16 << 20))
+        self.chase_bytes = int(chase_bytes or llc)
+        self.chase_steps = int(chase_steps)
+        self._src = np.ones(self.copy_bytes // 8, dtype=np.float64)
+        self._dst = np.empty_like(self._src)
+        np.copyto(self._dst, self._src)   # the pages are mapped before the first timed copy
+        n = max(2, self.chase_bytes // 8)
+        order = np.random.default_rng(seed).permutation(n)
+        nxt = np.empty(n, dtype=np.int64)
+        nxt[order] = np.roll(order, -1)   # one cycle through every slot, in random order
+        self._next = nxt
+
+    def read(self) -> ProbeSample:
+        import numpy as np
+
+        t, wall = time.monotonic_ns(), time.time_ns()
+        out: dict[str, Reading] = {}
+        src = f"microbench:copy {self.copy_bytes >> 20} MiB"
+        try:
+            t0 = time.perf_counter_ns()
+            np.copyto(self._dst, self._src)
+            dt = time.perf_counter_ns() - t0
+            out["mem_bw_avail"] = (Reading("mem_bw_avail", 2 * self.copy_bytes / (dt / 1e9), "B/s", t, src)
+                                   if dt > 0 else unavailable("mem_bw_avail", src, "copy took no measurable time", t))
+        except Exception as exc:  # noqa: BLE001
+            out["mem_bw_avail"] = unavailable("mem_bw_avail", src, f"copy failed: {exc}", t)
+        src = f"microbench:chase {self.chase_bytes >> 10} KiB"
+        try:
+            chase = _chase_kernel()
+            chase(self._next, 16)   # compiled before it is timed
+            t0 = time.perf_counter_ns()
+            chase(self._next, self.chase_steps)
+            dt = time.perf_counter_ns() - t0
+            out["cache_chase_ns"] = Reading("cache_chase_ns", dt / self.chase_steps, "ns", t, src)
+        except Exception as exc:  # noqa: BLE001
+            out["cache_chase_ns"] = unavailable("cache_chase_ns", src, f"chase failed: {exc}", t)
+        return ProbeSample(out, t, wall)
+
+
+class SampledProbe(HardwareProbe):
+    """Runs ``probes`` in a background thread every ``period_s`` seconds; :meth:`read` returns
+    the latest readings at once, each with the monotonic time it was taken (``Reading.t_mono_ns``;
+    the returned sample's ``t_mono_ns`` is the time of the read, so the difference is the
+    reading's age). A reading older than ``max_age_s`` (default 3 periods) is returned
+    unavailable, "stale: taken N ms ago (limit M ms)": a probe fault of the controller, as is
+    every reading before the first sample and after the sampler stopped or failed.
+
+    Raises ValueError for a period or age that is not positive. :meth:`close` stops the thread
+    (joined) and closes the wrapped probes.
+    """
+
+    def __init__(self, probes: Sequence[HardwareProbe], period_s: float, max_age_s: float | None = None):
+        import threading
+
+        if not period_s > 0 or (max_age_s is not None and not max_age_s > 0):
+            raise ValueError(f"probe sampling period {period_s!r} s and age limit {max_age_s!r} s must be positive")
+        self.probes = list(probes)
+        self.period_s = float(period_s)
+        self.max_age_ns = int((3 * self.period_s if max_age_s is None else max_age_s) * 1e9)
+        self._latest: dict[str, Reading] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.error: str | None = None
+        self.cost_ns: list[int] = []   # duration of each sampling round (the probes' own cost)
+        self._thread = threading.Thread(target=self._run, name="mi-certify-probe-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                t0 = time.monotonic_ns()
+                merged: dict[str, Reading] = {}
+                for p in self.probes:
+                    merged.update(p.read().readings)
+                with self._lock:
+                    self._latest = merged
+                    self.cost_ns.append(time.monotonic_ns() - t0)
+                    del self.cost_ns[:-1000]
+                self._stop.wait(max(0.0, self.period_s - (time.monotonic_ns() - t0) / 1e9))
+        except Exception as exc:  # noqa: BLE001  (a probe that raises despite its contract)
+            self.error = f"sampler stopped: {type(exc).__name__}: {exc}"
+
+    def wait_first(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the first sample is in (True) or ``timeout_s`` passed (False)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            with self._lock:
+                if self._latest:
+                    return True
+            time.sleep(0.001)
+        return False
+
+    def read(self) -> ProbeSample:
+        t, wall = time.monotonic_ns(), time.time_ns()
+        with self._lock:
+            latest = dict(self._latest)
+        out: dict[str, Reading] = {}
+        alive = self._thread.is_alive() and self.error is None
+        for q, r in latest.items():
+            age = t - r.t_mono_ns
+            if not alive:
+                out[q] = unavailable(q, r.source, self.error or "the probe sampler is stopped", t)
+            elif age > self.max_age_ns:
+                out[q] = unavailable(q, r.source, f"stale: taken {age / 1e6:.1f} ms ago "
+                                                  f"(limit {self.max_age_ns / 1e6:.1f} ms)", t)
+            else:
+                out[q] = r
+        return ProbeSample(out, t, wall)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        for p in self.probes:
+            p.close()
 
 
 class TraceProbe(HardwareProbe):

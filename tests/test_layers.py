@@ -31,7 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
                "verification.cocotb_sim", "verification.cocotb_tb", "verification.vector_sim",
                "verification.monitor_cosim", "verification.coverage", "verification.synth",
                "verification.hdl_adapter"),
-    "bundle": ("generator.bundle", "generator.report", "generator.signing"),
+    "bundle": ("generator.bundle", "generator.report", "generator.signing", "generator.dashboard"),
     "pipeline": ("generator.pipeline", "generator.build_stages"),
     "checker": ("verification.bundle_check", "verification.bundle_documents", "verification.check_*"),
     "cli": ("generator.cli", "generator.cli_train", "generator.cli_runtime"),

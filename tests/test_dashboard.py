@@ -1,0 +1,187 @@
+"""The operator's dashboard: ``mi-certify audit report`` (generator/dashboard.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+from mi_certify.generator import dashboard
+from mi_certify.generator.pipeline import BuildOptions, build
+from mi_certify.runtime.audit import AuditLog
+from mi_certify.runtime.engine import run_live
+from mi_certify.runtime.live import ControlLoop, load_build
+from mi_certify.runtime.probes import FeatureMap, TraceProbe
+
+INCIDENT = EXAMPLES / "workload" / "incident.csv"
+KEY = b"d" * 32
+
+
+class _FakeWorkload:
+    """Deterministic stand-in for onnxruntime: merge_conv is slow (100 ms > 40 ms), the rest fast."""
+
+    def run(self, token, i):
+        return (100.0 if token == 1 else 5.0), 0.0
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A quick build and a 300-request incident log written with an HMAC key: (build dir, log, key file)."""
+    d = tmp_path_factory.mktemp("dash")
+    out = d / "meta_controller"
+    build(REFERENCE_MODEL, REFERENCE_SLA, out, BuildOptions(skip_lint=True, skip_cosim=True, verify=False,
+                                                            skip_rtl_proofs=True, skip_synth=True, distill=False))
+    b = load_build(out)
+    probe = TraceProbe(INCIDENT)
+    loop = ControlLoop(b, probe, FeatureMap.build(b.inputs, offered=probe.columns))
+    log, key = d / "run.log", d / "audit.key"
+    key.write_bytes(KEY)
+    with AuditLog(log, key=KEY, fsync="never", header=loop.audit_header()) as a:
+        loop.audit = a
+        run_live(loop, _FakeWorkload(), 300)
+    return out, log, key
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def _decisions(log):
+    return [r for r in map(json.loads, log.read_text().splitlines()) if r["kind"] == "decision"]
+
+
+def _cell(html, ident):
+    m = re.search(rf'id="{ident}">([^<]*)<', html)
+    assert m, ident
+    return m.group(1)
+
+
+def test_report_shows_the_logs_counts_and_confirms_every_decision(run, tmp_path):
+    b, log, key = run
+    out = tmp_path / "run.html"
+    p = cli("audit", "report", log, "--build", b, "--key", key, "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert "302 records, chain intact" in p.stderr and "300 decisions confirmed" in p.stderr, p.stderr
+    html = out.read_text()
+    recs = _decisions(log)
+    reasons = [r["reason"] for r in recs]
+    fallback_entries = sum(r["reason"] == "FALLBACK" and not r["before"][5] for r in recs)  # (t,k,h,d,v,f,r)
+    assert _cell(html, "records") == "302" and _cell(html, "decisions") == str(len(recs)) == "300"
+    assert _cell(html, "chain") == "intact" and _cell(html, "replay") == "confirmed"
+    assert _cell(html, "findings") == "0" and _cell(html, "mismatches") == "0"
+    assert _cell(html, "switches") == str(reasons.count("SWITCH")) and reasons.count("SWITCH") >= 2
+    assert _cell(html, "probe-faults") == str(reasons.count("PROBE_FAULT")) == "3"
+    assert _cell(html, "fallbacks") == str(fallback_entries) and fallback_entries >= 2
+    assert _cell(html, "recoveries") == str(reasons.count("RECOVER"))
+    assert "Log intact; all 300 decisions confirmed." in html and "HMACs" in html
+    # SLA attainment per action: keep always meets its limits, merge_conv (100 ms > 40 ms) never
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr><td class="l">(\w+)</td>((?:<td>[^<]*</td>){8})</tr>',
+                                                        html.split('id="attainment"')[1].split("</table>")[0])}
+    keep = re.findall(r"<td>([^<]*)</td>", rows["keep"])
+    merge = re.findall(r"<td>([^<]*)</td>", rows["merge_conv"])
+    assert keep[0] == str(sum(r["action"] == "keep" for r in recs)) and keep[6] == "100.0%"
+    assert merge[0] == str(sum(r["action"] == "merge_conv" for r in recs)) and merge[6] == "0.0%"
+    # the plots: inline SVG (timeline, probe trends, attainment, one per heat map of the build)
+    assert html.count("<svg") == 3 + 4 and "heatmap_" not in html
+    # the cell edges of compute_util (4 bits on [0, 1]) are listed and drawn
+    assert dashboard.cell_edges(0, 1, 4) == [q / 16 for q in range(1, 16)]
+    assert "0.0625, 0.125, 0.1875" in html
+    # the visited addresses: their counts sum to the decisions without a probe fault
+    visited = html.split('id="visited"')[1].split("</table>")[0]
+    counts = [int(c) for c in re.findall(r"<tr><td>\d+</td><td>(\d+)</td>", visited)]
+    assert sum(counts) == sum(not r["probe_fault"] for r in recs) == 297
+
+
+def test_report_is_offline_and_byte_identical_when_rendered_again(run, tmp_path):
+    b, log, key = run
+    bld = load_build(b)
+    one = dashboard.render_dashboard(log, bld, KEY).html
+    two = dashboard.render_dashboard(log, bld, KEY).html
+    assert one == two
+    assert "http://" not in one and "https://" not in one and "<script" not in one
+    assert not re.search(r'(src|href)="(?!#)', one)   # only in-page references (SVG ids)
+    out = tmp_path / "a.html"
+    dashboard.write_dashboard(log, bld, out, KEY)
+    assert out.read_text(encoding="utf-8") == one and [p.name for p in tmp_path.iterdir()] == ["a.html"]
+
+
+def test_a_tampered_log_is_exit_1_and_the_page_says_so(run, tmp_path):
+    b, log, key = run
+    bad = tmp_path / "bad.log"
+    lines = log.read_bytes().split(b"\n")
+    assert b'"latency_ms":5.0,' in lines[30]
+    lines[30] = lines[30].replace(b'"latency_ms":5.0,', b'"latency_ms":6.0,', 1)   # one byte of record 30
+    bad.write_bytes(b"\n".join(lines))
+    out = tmp_path / "bad.html"
+    p = cli("audit", "report", bad, "--build", b, "--key", key, "--out", out)
+    assert p.returncode == 1, p.stderr
+    assert "TAMPERED" in p.stderr
+    html = out.read_text()
+    assert _cell(html, "chain") == "tampered" and _cell(html, "findings") == "1"
+    assert 'class="banner bad"' in html and "the log is TAMPERED (1 finding(s))" in html
+    assert "MAC does not match" in html
+
+
+def test_a_forged_decision_is_a_mismatch_on_the_page(run, tmp_path):
+    b, log, _key = run
+    forged = tmp_path / "forged.log"
+    lines = log.read_bytes().split(b"\n")
+    i = next(j for j, ln in enumerate(lines) if b'"reason":"HOLD"' in ln and j > 50)
+    lines[i] = lines[i].replace(b'"reason":"HOLD"', b'"reason":"SWITCH"')
+    forged.write_bytes(b"\n".join(lines))
+    dash = dashboard.render_dashboard(forged, load_build(b))   # without the key: the chain still breaks
+    assert not dash.intact and not dash.confirmed and not dash.ok
+    assert _cell(dash.html, "replay") == "mismatch" and int(_cell(dash.html, "mismatches")) >= 1
+    assert f'<tr class="mis"><td>{i}</td>' in dash.html and "replay MISMATCH" in dash.html
+
+
+@pytest.mark.parametrize("what", ["build", "log", "outdir", "key"])
+def test_bad_input_is_one_error_line_exit_2_and_writes_nothing(run, tmp_path, what):
+    b, log, key = run
+    out = tmp_path / "run.html"
+    args = {"build": b, "log": log, "out": out, "key": key}
+    if what == "build":
+        args["build"] = tmp_path / "nowhere"
+        message = "nowhere: not a mi-certify build directory"
+    elif what == "log":
+        args["log"] = tmp_path / "missing.log"
+        message = "missing.log: no such file"
+    elif what == "outdir":
+        args["out"] = out = tmp_path / "no" / "run.html"
+        message = "does not exist"
+    else:
+        (tmp_path / "short.key").write_bytes(b"abcd")
+        args["key"] = tmp_path / "short.key"
+        message = "at least 16 are required"
+    p = cli("audit", "report", args["log"], "--build", args["build"], "--key", args["key"], "--out", args["out"])
+    assert p.returncode == 2, p.stderr
+    err = [x for x in p.stderr.splitlines() if x.startswith("error:")]
+    assert len(err) == 1 and message in err[0], p.stderr
+    assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_without_a_heat_map_the_visited_addresses_are_a_table(run, monkeypatch):
+    b, log, _key = run
+    monkeypatch.setattr(dashboard, "_heatmap_pairs", lambda build: [])
+    html = dashboard.render_dashboard(log, load_build(b)).html
+    assert html.count("<svg") == 3 and "The build has no heat map; the visited addresses:" in html
+    assert _cell(html, "chain") == "intact"   # no key: the chain is checked, the MACs are not
+
+
+def test_dashboard_loads_in_headless_chromium_without_console_errors(run, tmp_path):
+    from mi_certify.verification.chromium import find_chromium, load_page
+    if not find_chromium():
+        pytest.skip("chromium is not installed")
+    b, log, _key = run
+    out = tmp_path / "run.html"
+    dashboard.write_dashboard(log, load_build(b), out, KEY)
+    res = load_page(out, screenshot=tmp_path / "shot.png")
+    assert res.loaded and res.errors == [] and res.requests == []
+    assert res.title == "Audit dashboard: meta_controller"
+    png = (tmp_path / "shot.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

@@ -1,0 +1,95 @@
+"""Micro-benchmark probes and the background probe sampler (runtime/probes.py; issue 20, item 1)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mi_certify.runtime.probes import (FeatureMap, HardwareProbe, MicrobenchProbe, ProbeSample, Reading,
+                                       SampledProbe, last_level_cache_bytes)
+
+
+class Counting(HardwareProbe):
+    """A probe whose one quantity counts its reads; ``block`` makes reads after the first wait."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.n = 0
+        self.fail_after = fail_after
+        self.block = threading.Event()
+        self.closed = False
+
+    def read(self) -> ProbeSample:
+        if self.n >= 1 and self.block.is_set():
+            time.sleep(0.5)
+        if self.fail_after is not None and self.n >= self.fail_after:
+            raise RuntimeError("sensor gone")
+        self.n += 1
+        t = time.monotonic_ns()
+        return ProbeSample({"compute_util": Reading("compute_util", float(self.n), "ratio", t, "count")}, t, t)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_sampler_returns_the_latest_reading_with_its_age_and_no_read_before_the_first():
+    inner = Counting()
+    p = SampledProbe([inner], period_s=0.01, max_age_s=0.2)
+    try:
+        assert p.wait_first(5.0)
+        time.sleep(0.1)
+        s = p.read()
+        r = s.readings["compute_util"]
+        assert r.value is not None and r.value >= 3   # sampled about every 10 ms
+        assert 0 <= s.t_mono_ns - r.t_mono_ns <= 0.2e9
+        assert len(p.cost_ns) >= 3 and all(c >= 0 for c in p.cost_ns)
+    finally:
+        p.close()
+    assert inner.closed
+    # after close: every reading is a fault, with the reason
+    r = p.read().readings["compute_util"]
+    assert r.value is None and "stopped" in r.error
+
+
+def test_a_stale_reading_is_a_probe_fault_of_the_controller():
+    inner = Counting()
+    p = SampledProbe([inner], period_s=0.01, max_age_s=0.05)
+    try:
+        assert p.wait_first(5.0)
+        inner.block.set()          # the next sampling round takes 0.5 s
+        time.sleep(0.2)
+        r = p.read().readings["compute_util"]
+        assert r.value is None and r.error.startswith("stale: taken ") and "(limit 50.0 ms)" in r.error
+        values, errors = FeatureMap.build(["compute_util"])(p.read())
+        assert values == [None] and "stale" in errors[0]
+    finally:
+        p.close()
+
+
+def test_a_sampler_whose_probe_raises_reports_every_reading_unavailable():
+    p = SampledProbe([Counting(fail_after=2)], period_s=0.005)
+    try:
+        assert p.wait_first(5.0)
+        time.sleep(0.1)
+        r = p.read().readings["compute_util"]
+        assert r.value is None and r.error == "sampler stopped: RuntimeError: sensor gone"
+    finally:
+        p.close()
+    with pytest.raises(ValueError, match="must be positive"):
+        SampledProbe([Counting()], period_s=0)
+
+
+def test_microbenchmarks_measure_bandwidth_and_a_chase_that_slows_when_the_buffer_leaves_the_cache():
+    assert last_level_cache_bytes() >= 256 << 10
+    small = MicrobenchProbe(copy_bytes=8 << 20, chase_bytes=16 << 10, chase_steps=1 << 16)
+    big = MicrobenchProbe(copy_bytes=64 << 20, chase_bytes=128 << 20, chase_steps=1 << 16)
+    s, b = small.read(), big.read()
+    for sample in (s, b):
+        bw = sample.readings["mem_bw_avail"]
+        assert bw.unit == "B/s" and 1e8 < bw.value < 1e13, bw
+        assert sample.readings["cache_chase_ns"].unit == "ns"
+    lat_small = min(small.read().readings["cache_chase_ns"].value for _ in range(3))
+    lat_big = min(big.read().readings["cache_chase_ns"].value for _ in range(3))
+    # an L1-resident chain against one 8x larger than any L3 here: DRAM latency is > 3x L1's
+    assert 0.1 < lat_small < 50 and lat_big > 3 * lat_small, (lat_small, lat_big)

@@ -48,6 +48,12 @@ def add_parsers(sub) -> dict:
                    help="audit fsync policy: always (default), never, every:N")
     r.add_argument("--probe", default="linux", metavar="SOURCE",
                    help="linux (this machine, default) or trace:FILE.csv (replay recorded readings)")
+    r.add_argument("--probe-rate", type=float, default=0.0, metavar="HZ",
+                   help="sample the probes in a background thread at HZ (the request reads the latest sample; "
+                        "one older than 3 periods is a probe fault); 0: read them before each request (default)")
+    r.add_argument("--microbench", action="store_true",
+                   help="also measure mem_bw_avail and cache_chase_ns by micro-benchmarks (docs/runtime.md); "
+                        "with --probe linux")
     r.add_argument("--map", action="append", default=[], metavar="INPUT=EXPR",
                    help="source of a controller input: NUMBER (an assumed constant), QUANTITY, QUANTITY*NUMBER, "
                         "QUANTITY/NUMBER or Q1/Q2 (repeatable; quantities in docs/runtime.md)")
@@ -156,7 +162,7 @@ def _live_inputs(args):
     """(build, plans, probe, feature map) of ``mi-certify run``; RuntimeInputError on bad options."""
     from mi_certify.runtime.engine import DEFAULT_PLANS, parse_plan
     from mi_certify.runtime.live import load_build
-    from mi_certify.runtime.probes import FeatureMap, LinuxProbe, TraceProbe
+    from mi_certify.runtime.probes import FeatureMap, LinuxProbe, MicrobenchProbe, SampledProbe, TraceProbe
 
     if args.requests < 1:
         raise RuntimeInputError("--requests must be at least 1")
@@ -177,8 +183,16 @@ def _live_inputs(args):
         raise RuntimeInputError(str(exc)) from None
     if not Path(args.workload).is_file():
         raise RuntimeInputError("no such file", file=args.workload)
+    if args.probe_rate < 0 or args.probe_rate > 1000:
+        raise RuntimeInputError(f"--probe-rate {args.probe_rate:g}: expected 0 (inline) or a rate up to 1000 Hz")
+    if (args.microbench or args.probe_rate > 0) and args.probe != "linux":
+        raise RuntimeInputError("--microbench and --probe-rate measure this machine: use them with --probe linux")
     if args.probe == "linux":
-        probe = LinuxProbe(mem_bw_peak=args.mem_bw_peak)
+        probes = [LinuxProbe(mem_bw_peak=args.mem_bw_peak)] + ([MicrobenchProbe()] if args.microbench else [])
+        probe = (SampledProbe(probes, 1.0 / args.probe_rate) if args.probe_rate > 0 else
+                 probes[0] if len(probes) == 1 else SampledProbe(probes, 1.0))
+        if isinstance(probe, SampledProbe):
+            probe.wait_first(30.0)   # the first request sees a sample, not a probe fault
         offered = ()
     elif args.probe.startswith("trace:"):
         probe = _located(TraceProbe, args.probe[len("trace:"):])

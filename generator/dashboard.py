@@ -120,13 +120,18 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
         r = ln.record
         if r is None or r.get("kind") != "decision":
             continue
-        records.append({"seq": ln.seq, "token": r.get("token"), "action": r.get("action"), "reason": r.get("reason"),
-                        "addr": r.get("addr"), "probe_fault": bool(r.get("probe_fault")),
-                        "readings": [_num(x) for x in r.get("readings", [])],
+        tok, reason, addr, readings = r.get("token"), r.get("reason"), r.get("addr"), r.get("readings")
+        # a tampered record may hold anything: keep only values the plots can place
+        tok = tok if type(tok) is int and 0 <= tok < len(build.actions) else None
+        addr = addr if type(addr) is int and 0 <= addr < len(build.lut) else None
+        records.append({"seq": ln.seq, "token": tok, "action": str(r.get("action")),
+                        "reason": reason if isinstance(reason, str) else None,
+                        "addr": addr, "probe_fault": bool(r.get("probe_fault")),
+                        "readings": [_num(x) for x in (readings if isinstance(readings, list) else [])],
                         "latency_ms": _num(r.get("latency_ms")), "accuracy_loss_pct": _num(r.get("accuracy_loss_pct")),
                         "sla_violation": bool(r.get("sla_violation")), "mismatch": bad.get(ln.seq, 0),
                         "fallback_entry": r.get("reason") == "FALLBACK" and not _in_fallback(r.get("before"))})
-    visited = Counter(r["addr"] for r in records if isinstance(r["addr"], int) and not r["probe_fault"])
+    visited = Counter(r["addr"] for r in records if r["addr"] is not None and not r["probe_fault"])
     inputs = [tuple(i[:5]) for i in m.INPUTS]
     j = rep.to_json()
     per_action = []
@@ -180,12 +185,12 @@ def _timeline_svg(data: dict, actions) -> str:
     reasons = sorted({r["reason"] for r in recs if r["reason"]})
     fig, (ax, ar) = plt.subplots(2, 1, figsize=(11, 4.6), dpi=100, sharex=True,
                                  gridspec_kw={"height_ratios": [3, 2]})
-    ax.step(xs, [r["token"] if isinstance(r["token"], int) else math.nan for r in recs], where="post",
+    ax.step(xs, [math.nan if r["token"] is None else r["token"] for r in recs], where="post",
             color="#444444", lw=1.2, label="active token")
     for reason, label, marker in (("SWITCH", "switch", "^"), ("FALLBACK", "fallback", "v"),
                                   ("PROBE_FAULT", "probe fault", "x"), ("RECOVER", "recover", "o")):
-        pts = [(i, r["token"]) for i, r in enumerate(recs)
-               if (r["fallback_entry"] if reason == "FALLBACK" else r["reason"] == reason)]  # fallback: entries
+        pts = [(i, r["token"]) for i, r in enumerate(recs) if r["token"] is not None
+               and (r["fallback_entry"] if reason == "FALLBACK" else r["reason"] == reason)]  # fallback: entries
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=42, color=_MARKS[reason],
                        label=f"{label if reason != 'FALLBACK' else 'fallback entry'} ({len(pts)})", zorder=3)
@@ -204,7 +209,7 @@ def _timeline_svg(data: dict, actions) -> str:
     ar.set_ylim(-0.5, len(reasons) - 0.5)
     ar.set_xlabel("decision record (file order)")
     ar.set_ylabel("reason")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.09, right=0.84, top=0.93, bottom=0.11, hspace=0.08)  # fixed: no tight_layout pass
     return _svg(fig, "timeline")
 
 
@@ -228,7 +233,7 @@ def _probes_svg(data: dict) -> str:
         ax.tick_params(labelsize=7)
     axes[0][0].set_title("Probe trends (grey: LUT cell edges; dashed: probe faults)", fontsize=10)
     axes[-1][0].set_xlabel("decision record (file order)")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.09, right=0.98, top=0.96, bottom=0.06, hspace=0.1)
     return _svg(fig, "probes")
 
 
@@ -245,7 +250,7 @@ def _attainment_svg(data: dict) -> str:
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("SLA attainment")
     ax.set_title("Requests meeting the SLA of the active action", fontsize=10)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.1, right=0.98, top=0.9, bottom=0.1)
     return _svg(fig, "attainment")
 
 
@@ -292,7 +297,7 @@ def _heatmap_svg(data: dict, build: LoadedBuild, x_name: str, y_name: str, n: in
                  "circles: visited cells, visits summed over the other inputs", fontsize=8, loc="left")
     ax.set_xlabel(f"{x_name} [{xs[1]}]" if xs[1] else x_name)
     ax.set_ylabel(f"{y_name} [{ys[1]}]" if ys[1] else y_name)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.11, right=0.76, top=0.84, bottom=0.1)
     return _svg(fig, f"heatmap{n}")
 
 

@@ -61,10 +61,17 @@ def _cell(html, ident):
     return m.group(1)
 
 
-def test_report_shows_the_logs_counts_and_confirms_every_decision(run, tmp_path):
+@pytest.fixture(scope="module")
+def page(run, tmp_path_factory):
+    """The dashboard of the run written by the CLI: (completed process, path of run.html)."""
     b, log, key = run
-    out = tmp_path / "run.html"
-    p = cli("audit", "report", log, "--build", b, "--key", key, "--out", out)
+    out = tmp_path_factory.mktemp("page") / "run.html"
+    return cli("audit", "report", log, "--build", b, "--key", key, "--out", out), out
+
+
+def test_report_shows_the_logs_counts_and_confirms_every_decision(run, page):
+    b, log, key = run
+    p, out = page
     assert p.returncode == 0, p.stderr
     assert "302 records, chain intact" in p.stderr and "300 decisions confirmed" in p.stderr, p.stderr
     html = out.read_text()
@@ -97,17 +104,15 @@ def test_report_shows_the_logs_counts_and_confirms_every_decision(run, tmp_path)
     assert sum(counts) == sum(not r["probe_fault"] for r in recs) == 297
 
 
-def test_report_is_offline_and_byte_identical_when_rendered_again(run, tmp_path):
+def test_report_is_offline_and_byte_identical_when_rendered_again(run, page, tmp_path):
     b, log, key = run
-    bld = load_build(b)
-    one = dashboard.render_dashboard(log, bld, KEY).html
-    two = dashboard.render_dashboard(log, bld, KEY).html
-    assert one == two
-    assert "http://" not in one and "https://" not in one and "<script" not in one
-    assert not re.search(r'(src|href)="(?!#)', one)   # only in-page references (SVG ids)
+    one = page[1].read_bytes()
+    text = one.decode("utf-8")
+    assert "http://" not in text and "https://" not in text and "<script" not in text
+    assert not re.search(r'(src|href)="(?!#)', text)   # only in-page references (SVG ids), no data: raster
     out = tmp_path / "a.html"
-    dashboard.write_dashboard(log, bld, out, KEY)
-    assert out.read_text(encoding="utf-8") == one and [p.name for p in tmp_path.iterdir()] == ["a.html"]
+    dashboard.write_dashboard(log, load_build(b), out, KEY)   # another process, another output path
+    assert out.read_bytes() == one and [p.name for p in tmp_path.iterdir()] == ["a.html"]
 
 
 def test_a_tampered_log_is_exit_1_and_the_page_says_so(run, tmp_path):
@@ -173,15 +178,26 @@ def test_without_a_heat_map_the_visited_addresses_are_a_table(run, monkeypatch):
     assert _cell(html, "chain") == "intact"   # no key: the chain is checked, the MACs are not
 
 
-def test_dashboard_loads_in_headless_chromium_without_console_errors(run, tmp_path):
+def test_dashboard_loads_in_headless_chromium_without_console_errors(page, tmp_path):
     from mi_certify.verification.chromium import find_chromium, load_page
     if not find_chromium():
         pytest.skip("chromium is not installed")
-    b, log, _key = run
-    out = tmp_path / "run.html"
-    dashboard.write_dashboard(log, load_build(b), out, KEY)
-    res = load_page(out, screenshot=tmp_path / "shot.png")
+    res = load_page(page[1], screenshot=tmp_path / "shot.png")
     assert res.loaded and res.errors == [] and res.requests == []
     assert res.title == "Audit dashboard: meta_controller"
     png = (tmp_path / "shot.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_garbage_in_a_tampered_record_is_shown_not_a_crash(run, tmp_path, monkeypatch):
+    b, log, _key = run
+    monkeypatch.setattr(dashboard, "_heatmap_pairs", lambda build: [("compute_util", "cache_miss_rate")])
+    bad = tmp_path / "garbage.log"
+    lines = log.read_bytes().split(b"\n")
+    lines[5] = re.sub(rb'"addr":\d+', b'"addr":99999999', lines[5])
+    lines[5] = re.sub(rb'"token":\d+', b'"token":"x"', lines[5])
+    lines[6] = lines[6].replace(b'"readings":[', b'"readings":["nan",', 1)
+    bad.write_bytes(b"\n".join(lines))
+    dash = dashboard.render_dashboard(bad, load_build(b))
+    assert not dash.intact and not dash.confirmed
+    assert _cell(dash.html, "findings") == "2" and '<tr class="mis"><td>5</td>' in dash.html

@@ -240,6 +240,21 @@ def test_cli_run_verify_replay_on_the_real_workload(quick_build, tmp_path):
     assert cli("audit", "replay", log, "--build", quick_build, "--key", key).returncode == 1
 
 
+def test_cli_run_with_sampled_micro_benchmark_probes_logs_their_readings(quick_build, tmp_path):
+    log, out = tmp_path / "run.log", tmp_path / "run.json"
+    p = cli("run", "--build", quick_build, "--workload", WORKLOAD, "--requests", 12, "--audit", log,
+            "--probe-rate", 20, "--microbench", "--interval", 0.01, "--json", out)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["requests"] == 12
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert recs[0]["probe"] == "SampledProbe"
+    probes = [r["probes"] for r in recs if r.get("kind") == "decision"]
+    assert len(probes) == 12
+    for pr in probes:   # every request saw a sample of the micro-benchmarks, in their units
+        assert pr["mem_bw_avail"][1] == "B/s" and pr["mem_bw_avail"][0] > 1e8
+        assert pr["cache_chase_ns"][1] == "ns" and pr["cache_chase_ns"][0] > 0
+
+
 @pytest.mark.parametrize("args,message", [
     (["audit", "verify", "missing.log"], "missing.log: no such file"),
     (["run", "--build", "nowhere", "--workload", WORKLOAD], "nowhere: not a mi-certify build directory"),
@@ -248,6 +263,9 @@ def test_cli_run_verify_replay_on_the_real_workload(quick_build, tmp_path):
     (["run", "--build", "{build}", "--workload", WORKLOAD, "--fsync", "x", "--audit", "{log}"],
      "unknown fsync policy 'x'"),
     (["run", "--build", "{build}", "--workload", "{short}"], "onnxruntime cannot load the workload"),
+    (["run", "--build", "{build}", "--workload", WORKLOAD, "--probe-rate", "-1"], "--probe-rate -1: expected 0"),
+    (["run", "--build", "{build}", "--workload", WORKLOAD, "--probe", f"trace:{INCIDENT}", "--microbench"],
+     "use them with --probe linux"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(quick_build, tmp_path, args, message):
     short = tmp_path / "short.bin"

@@ -57,12 +57,12 @@ class Dashboard:
 
 
 def cell_edges(lo, hi, bits: int) -> list[float]:
-    """The inner cell edges of an input with envelope [lo, hi] and ``bits`` bits: the
-    ``2^bits - 1`` values ``lo + q (hi - lo) / 2^bits``, q = 1 … 2^bits - 1 (units of the
-    input; runtime/quantize.py). A reading at an edge belongs to the upper cell."""
-    lo, hi = Fraction(lo), Fraction(hi)
-    n = 1 << bits
-    return [float(lo + q * (hi - lo) / n) for q in range(1, n)]
+    """The inner cell edges of an input with envelope [lo, hi] and ``bits`` bits, as the
+    generated runtime compares them: the ``2^bits - 1`` thresholds of
+    :func:`mi_certify.generator.emit.level_thresholds` (the smallest float >= each exact edge
+    ``lo + q (hi - lo) / 2^bits``; a reading at or above a threshold is in the upper cell)."""
+    from .emit import level_thresholds
+    return list(level_thresholds(float(lo), float(hi), bits))
 
 
 def _num(x) -> float:

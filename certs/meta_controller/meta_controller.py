@@ -5,7 +5,7 @@ arithmetic after quantization (quantization itself is exact, with fractions.Frac
 
 Sources (sha256):
     model  434c7d9741531d3d324487134185597702aee04f0b5544091e668b7e829f50a3
-    spec   f0f9e3737f4b23456f6464bf15b061421f4db2a54531188324901e996cf39bdc
+    spec   746a3830d20c42e0ace0fea67e814476463c49a4e750562bbdd5539c8b731bc2
     LUT    6237ba75ec7ceebec0161e47f9950d210d27232d773404c9e9ae780c4c9ae6ef
 
 Inputs, in ONNX order (physical units; outside [min, max] or NaN = probe fault):

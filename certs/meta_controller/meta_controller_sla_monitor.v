@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   f0f9e3737f4b23456f6464bf15b061421f4db2a54531188324901e996cf39bdc
+//   spec   746a3830d20c42e0ace0fea67e814476463c49a4e750562bbdd5539c8b731bc2
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

@@ -86,6 +86,7 @@ def test_microbenchmarks_measure_bandwidth_and_a_chase_that_slows_when_the_buffe
     big = MicrobenchProbe(copy_bytes=64 << 20, chase_bytes=128 << 20, chase_steps=1 << 16)
     s, b = small.read(), big.read()
     for sample in (s, b):
+        assert set(sample.readings) == {"mem_bw_avail", "cache_chase_ns"}
         bw = sample.readings["mem_bw_avail"]
         assert bw.unit == "B/s" and 1e8 < bw.value < 1e13, bw
         assert sample.readings["cache_chase_ns"].unit == "ns"

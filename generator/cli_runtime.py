@@ -189,9 +189,9 @@ def _live_inputs(args):
         raise RuntimeInputError("--microbench and --probe-rate measure this machine: use them with --probe linux")
     if args.probe == "linux":
         probes = [LinuxProbe(mem_bw_peak=args.mem_bw_peak)] + ([MicrobenchProbe()] if args.microbench else [])
-        probe = (SampledProbe(probes, 1.0 / args.probe_rate) if args.probe_rate > 0 else
-                 probes[0] if len(probes) == 1 else SampledProbe(probes, 1.0))
-        if isinstance(probe, SampledProbe):
+        rate = args.probe_rate or (1.0 if args.microbench else 0.0)   # micro-benchmarks never run inline
+        probe = SampledProbe(probes, 1.0 / rate) if rate else probes[0]
+        if rate:
             probe.wait_first(30.0)   # the first request sees a sample, not a probe fault
         offered = ()
     elif args.probe.startswith("trace:"):

@@ -390,12 +390,12 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
         def code(bits):
             terms = [f"1'b{x}" if kind == "c" else f"lut_col[{x}]" for kind, x in reversed(bits)]
             return terms[0] if len(terms) == 1 else "{" + ", ".join(terms) + "}"
+        split = split_select(sr) if latency == 3 and sr.high_bits else None
         extra["sliced"] = {"dictionary": [(k, entry(e)) for k, e in enumerate(sr.dictionary)], "cw": sr.code_bits,
                            "lb": sr.low_bits, "hb": sr.high_bits, "ncols": len(sr.columns),
                            "slices": [(s, code(bits)) for s, bits in enumerate(sr.select)],
-                           "select_addr": "addr" if latency == 3 and sr.high_bits else lut_addr}
+                           "select_addr": "addr" if split else lut_addr}
         extra["col_sync"] = latency == 3
-        split = split_select(sr) if latency == 3 and sr.high_bits else None
         extra["split"] = split
         note = (f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bit"
                 f"{'s' if sr.code_bits > 1 else ''}, {1 << sr.high_bits} slice{'s' if sr.high_bits else ''} of "

@@ -413,6 +413,7 @@ class SampledProbe(HardwareProbe):
         self._latest: dict[str, Reading] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._first = threading.Event()   # set by the first sample, or when the sampler fails before it
         self.error: str | None = None
         self.cost_ns: list[int] = []   # duration of each sampling round (the probes' own cost)
         self._thread = threading.Thread(target=self._run, name="mi-certify-probe-sampler", daemon=True)
@@ -429,19 +430,15 @@ class SampledProbe(HardwareProbe):
                     self._latest = merged
                     self.cost_ns.append(time.monotonic_ns() - t0)
                     del self.cost_ns[:-1000]
+                self._first.set()
                 self._stop.wait(max(0.0, self.period_s - (time.monotonic_ns() - t0) / 1e9))
         except Exception as exc:  # noqa: BLE001  (a probe that raises despite its contract)
             self.error = f"sampler stopped: {type(exc).__name__}: {exc}"
+            self._first.set()
 
     def wait_first(self, timeout_s: float = 10.0) -> bool:
-        """Wait until the first sample is in (True) or ``timeout_s`` passed (False)."""
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            with self._lock:
-                if self._latest:
-                    return True
-            time.sleep(0.001)
-        return False
+        """Wait until the first sample is in (True), the sampler failed or ``timeout_s`` passed (False)."""
+        return self._first.wait(timeout_s) and self.error is None
 
     def read(self) -> ProbeSample:
         t, wall = time.monotonic_ns(), time.time_ns()

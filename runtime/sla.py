@@ -110,17 +110,27 @@ def window_statistic(values: Sequence[float], statistic: str) -> float:
     return sorted(values)[rank - 1]
 
 
+def _sum_exceeds(total: int, n: int, limit) -> bool:
+    """The exact mean of n values whose :func:`_exact_sum` is ``total`` is strictly above ``limit``."""
+    if isinstance(limit, float):
+        return total > _scaled(limit) * n
+    return Fraction(total, 1 << _EXACT_SHIFT) > Fraction(limit) * n
+
+
 def exceeds(values: Sequence[float], statistic: str, limit: float | None) -> bool:
     """True if the window statistic is strictly greater than ``limit`` (exact; None = never)."""
-    if limit is None:
-        return False
-    if statistic == "mean":
-        if any(math.isinf(v) for v in values):
-            return True
-        if isinstance(limit, float):
-            return _exact_sum(values) > _scaled(limit) * len(values)
-        return Fraction(_exact_sum(values), 1 << _EXACT_SHIFT) > Fraction(limit) * len(values)
-    return window_statistic(values, statistic) > limit
+    return _judge(values, statistic, limit)[0]
+
+
+def _judge(values: Sequence[float], statistic: str, limit: float | None) -> tuple[bool, float]:
+    """(:func:`exceeds`, :func:`window_statistic`) of one window, the exact sum of a mean taken once."""
+    if statistic == "mean" and not any(math.isinf(v) for v in values):
+        total = _exact_sum(values)
+        return (limit is not None and _sum_exceeds(total, len(values), limit),
+                float(Fraction(total, len(values) << _EXACT_SHIFT)) if values else math.nan)
+    stat = window_statistic(values, statistic)
+    # a mean over a window holding +inf (a failed request) exceeds every limit
+    return limit is not None and (statistic == "mean" or stat > limit), stat
 
 
 @dataclass(frozen=True)
@@ -194,12 +204,10 @@ class SlaMonitor:
         self._acc.append(_measure(accuracy_loss_pct))
         lim = self.limits[action]
         cfg = self.config
-        lat_bad = exceeds(self._lat, cfg.latency_statistic, lim.latency_ms)
-        acc_bad = exceeds(self._acc, cfg.accuracy_statistic, lim.accuracy_loss_pct)
+        lat_bad, lat = _judge(self._lat, cfg.latency_statistic, lim.latency_ms)
+        acc_bad, acc = _judge(self._acc, cfg.accuracy_statistic, lim.accuracy_loss_pct)
         self.violation = lat_bad or acc_bad
-        return SlaVerdict(action, self.violation, lat_bad, acc_bad,
-                          window_statistic(self._lat, cfg.latency_statistic),
-                          window_statistic(self._acc, cfg.accuracy_statistic), len(self._lat))
+        return SlaVerdict(action, self.violation, lat_bad, acc_bad, lat, acc, len(self._lat))
 
 
 # --- the hardware monitor's units: cycles and fixed-point accuracy (hdl/sla_monitor.v) -----------

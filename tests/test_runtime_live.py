@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -124,7 +125,9 @@ def test_feature_map_derives_inputs_and_turns_gaps_into_faults():
 
 def test_linux_probe_reads_every_quantity_with_units_or_a_reason():
     with LinuxProbe(mem_bw_peak=25.6e9, util_window_s=0.0) as probe:
-        sum(i * i for i in range(200000))  # some CPU time for the utilisation interval
+        t_end = time.monotonic() + 0.05  # a few /proc/stat ticks (10 ms each) for the utilisation interval
+        while time.monotonic() < t_end:
+            pass
         s = probe.read()
     # every quantity but the two the micro-benchmarks measure (MicrobenchProbe, tests/test_probes.py)
     assert set(s.readings) == set(QUANTITIES) - {"mem_bw_avail", "cache_chase_ns"}

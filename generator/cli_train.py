@@ -37,7 +37,7 @@ def add_parsers(sub) -> dict:
 
     d = ProfileConfig()
     p = sub.add_parser("profile", help="measure every action of a workload on onnxruntime under varied conditions",
-                       description="For each sample: set a condition (background CPU load, batch size, intra-op "
+                       description="For each sample: set a condition (background load, batch size, intra-op "
                                    "threads, input size), read the probes, run the request under every action in "
                                    "a random order (warm-up discarded) and record latency (ms) and accuracy loss "
                                    "(pp vs fp32). Writes DATA.csv and DATA.json (command line, machine, feature "
@@ -54,7 +54,12 @@ def add_parsers(sub) -> dict:
     p.add_argument("--plan", action="append", default=[], metavar="ACTION=LEVEL[,quantized][,threads=N]",
                    help="execution plan of an action (defaults for keep, merge_conv, int4, offload_cpu)")
     p.add_argument("--load-levels", default=",".join(map(str, d.load_levels)), metavar="K,..",
-                   help=f"background busy-loop processes to draw from (default {','.join(map(str, d.load_levels))})")
+                   help=f"background-load processes to draw from (default {','.join(map(str, d.load_levels))})")
+    p.add_argument("--load-kinds", default=",".join(d.load_kinds), metavar="KIND,..",
+                   help="what the background processes do, one kind drawn per sample: cpu (busy loop), stream "
+                        f"(memory copies), thrash (random cache-line updates) (default {','.join(d.load_kinds)})")
+    p.add_argument("--microbench", action="store_true",
+                   help="also read the memory micro-benchmarks (mem_bw_avail B/s, cache_chase_ns ns) at each sample")
     p.add_argument("--batch-sizes", default=",".join(map(str, d.batch_sizes)), metavar="B,..",
                    help=f"batch sizes (default {','.join(map(str, d.batch_sizes))})")
     p.add_argument("--threads", default=",".join(map(str, d.threads)), metavar="T,..",
@@ -63,7 +68,10 @@ def add_parsers(sub) -> dict:
                    help="size of the input's spatial dimensions (default "
                         f"{','.join(map(str, d.input_sizes))}; 'none' = the model's own)")
     p.add_argument("--repeats", type=int, default=d.repeats, metavar="R",
-                   help=f"requests per action per sample: median latency, mean accuracy loss (default {d.repeats})")
+                   help=f"requests per action per round, back to back (default {d.repeats})")
+    p.add_argument("--rounds", type=int, default=d.rounds, metavar="K",
+                   help="blocks of R requests per action per sample, spread over the sample (a warm-up before "
+                        f"each later block); latency = median, accuracy loss = mean of all (default {d.rounds})")
     p.add_argument("--settle", type=float, default=d.settle_s, metavar="S",
                    help=f"pause before the probe reading, seconds (default {d.settle_s})")
     p.add_argument("--seed", type=int, default=d.seed, metavar="S", help=f"seed (default {d.seed})")
@@ -119,8 +127,9 @@ def profile_command(args, console: Console) -> int:
         raise ProfileInputError(str(exc)) from None
     cfg = ProfileConfig(samples=args.samples, load_levels=_ints(args.load_levels, "--load-levels"),
                         batch_sizes=_ints(args.batch_sizes, "--batch-sizes"), threads=_ints(args.threads, "--threads"),
-                        input_sizes=_ints(args.input_sizes, "--input-sizes"), repeats=args.repeats,
-                        settle_s=args.settle, seed=args.seed)
+                        input_sizes=_ints(args.input_sizes, "--input-sizes"), repeats=args.repeats, rounds=args.rounds,
+                        settle_s=args.settle, seed=args.seed,
+                        load_kinds=tuple(k.strip() for k in args.load_kinds.split(",") if k.strip()))
     command = "mi-certify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
 
     # on a terminal: a progress bar and a line every 20 samples; in a file or pipe (no bar): a line
@@ -139,18 +148,28 @@ def profile_command(args, console: Console) -> int:
             took = time.monotonic() - t0
             left = took / (i + 1) * (cfg.samples - i - 1)
             console.print(f"sample {i + 1}/{cfg.samples} ({took:.0f} s, about {left:.0f} s left): load "
-                          f"{row['load_procs']}, batch {row['batch']}, size {row['input_size']}, threads "
+                          f"{row['load_procs']}{' ' + row['load_kind'] if row['load_kind'] else ''}, batch {row['batch']}, size {row['input_size']}, threads "
                           f"{row['threads']}, {inputs[0][0]}={row[inputs[0][0]]}; ms {lat}", highlight=False)
 
     console.print(f"profiling {args.workload}: {cfg.samples} samples × {len(actions)} actions × {cfg.repeats} "
                   "requests …", highlight=False)
     try:
+        cfg.check()
+    except ValueError as exc:
+        raise ProfileInputError(str(exc)) from None
+    from mi_certify.runtime.probes import LinuxProbe, MergedProbe, MicrobenchProbe
+    probe = LinuxProbe(util_window_s=min(0.1, cfg.settle_s), mem_bw_peak=args.mem_bw_peak)
+    if args.microbench:
+        probe = MergedProbe([probe, MicrobenchProbe()])
+    try:
         with bar:
-            meta = profile(args.workload, args.out, actions, plans, inputs, overrides, cfg,
+            meta = profile(args.workload, args.out, actions, plans, inputs, overrides, cfg, probe=probe,
                            command=command or f"mi-certify profile --workload {args.workload} --out {args.out}",
                            on_sample=on_sample)
     except ValueError as exc:
         raise ProfileInputError(str(exc)) from None
+    finally:
+        probe.close()
     console.print(f"wrote {args.out} ({meta['samples']} rows, {meta['duration_s']} s) and "
                   f"{Path(args.out).with_suffix('.json')}; load average {meta['loadavg_start'][0]:.2f} → "
                   f"{meta['loadavg_end'][0]:.2f}", highlight=False)
@@ -176,8 +195,16 @@ def train_command(args, console: Console) -> int:
     js, md = write_outputs(res, args.out)
     r = res.report
     h = r["held_out"]
-    console.print(f"labels {r['label_distribution']}; held-out accuracy {h['accuracy']}; regret {h['regret']}",
-                  highlight=False)
+    fx, pi = h["against_fixed_actions"], h["permutation_importance"]
+    console.print(f"labels {r['label_distribution']}; held-out accuracy {h['accuracy']} (always the majority label: "
+                  f"{h['majority_label_accuracy']}); regret {h['regret']}", highlight=False)
+    if fx.get("rows"):
+        console.print(f"mean latency regret on {fx['rows']} held-out rows: controller "
+                      f"{fx['controller']['mean_regret_ms']} ms, best fixed action ({fx['best_fixed_action']}) "
+                      f"{fx['fixed'][fx['best_fixed_action']]['mean_regret_ms']} ms", highlight=False)
+    console.print("permutation importance (held-out accuracy drop): "
+                  + ", ".join(f"{n} {v['accuracy_drop_mean']:+.3f}" for n, v in pi["inputs"].items())
+                  + f"; measurable influence: {', '.join(pi['measurable_inputs']) or 'none'}", highlight=False)
     console.print(f"wrote {args.out} (sha256 {r['export']['onnx_sha256'][:16]}…), {js}, {md}", highlight=False)
     console.print(f"next: mi-certify build {args.out} --sla {args.sla}", highlight=False)
     return 0

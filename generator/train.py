@@ -363,6 +363,60 @@ def _regret(pred: np.ndarray, best: np.ndarray, lat: np.ndarray, cand: np.ndarra
     return out
 
 
+def _fixed_comparison(pred: np.ndarray, best: np.ndarray, lat: np.ndarray, cand: np.ndarray,
+                      actions: list[str]) -> dict:
+    """Mean latency regret (ms) of the controller and of every fixed action over the same rows.
+
+    Rows: the held-out rows where some action is a candidate. Regret of a row: measured latency of
+    the chosen action minus that of the label (the least-latency candidate), whether or not the
+    chosen action met its SLA (misses are counted beside it). A fixed action chooses itself on
+    every row. ``best_fixed_action``: the fixed action of least mean regret."""
+    ok = cand.any(axis=1)
+    rows = np.nonzero(ok)[0]
+    if not len(rows):
+        return {"rows": 0}
+
+    def stats(choice):
+        r = lat[rows, choice[rows]] - lat[rows, best[rows]]
+        r = r[np.isfinite(r)]
+        return {"mean_regret_ms": round(float(r.mean()), 3) if len(r) else None,
+                "sla_missed_rows": int((~cand[rows, choice[rows]]).sum())}
+
+    fixed = {a: stats(np.full(len(pred), k)) for k, a in enumerate(actions)}
+    finite = {a: v["mean_regret_ms"] for a, v in fixed.items() if v["mean_regret_ms"] is not None}
+    best_fixed = min(finite, key=lambda a: (finite[a], actions.index(a))) if finite else None
+    return {"rows": int(len(rows)), "controller": stats(pred), "fixed": fixed, "best_fixed_action": best_fixed}
+
+
+def _permutation_importance(predict, x: np.ndarray, y: np.ndarray, names: list[str], seed: int,
+                            repeats: int = 20) -> dict:
+    """Permutation importance on held-out rows (Breiman, "Random Forests", Machine Learning 45, 2001;
+    scikit-learn's ``permutation_importance`` procedure): the input's column is shuffled among the
+    rows ``repeats`` times (seeded) and the accuracy drop is averaged. Also the share of decisions
+    that change (label-free). An input has *measurable influence* when its mean accuracy drop
+    exceeds two standard errors of the repeats and 0.01."""
+    rng = np.random.default_rng(seed)
+    base_pred = predict(x)
+    base = float((base_pred == y).mean())
+    out = {}
+    for j, name in enumerate(names):
+        drops, changed = [], []
+        for _ in range(repeats):
+            xp = x.copy()
+            xp[:, j] = x[rng.permutation(len(x)), j]
+            pp = predict(xp)
+            drops.append(base - float((pp == y).mean()))
+            changed.append(float((pp != base_pred).mean()))
+        d = np.array(drops)
+        se = float(d.std(ddof=1) / math.sqrt(repeats)) if repeats > 1 else 0.0
+        out[name] = {"accuracy_drop_mean": round(float(d.mean()), 4), "accuracy_drop_se": round(se, 4),
+                     "decisions_changed": round(float(np.mean(changed)), 4),
+                     "measurable": bool(d.mean() > max(0.01, 2 * se))}
+    return {"rows": int(len(x)), "repeats": repeats, "base_accuracy": round(base, 4), "inputs": out,
+            "rule": "measurable = mean accuracy drop > max(0.01, 2 standard errors)",
+            "measurable_inputs": [n for n in names if out[n]["measurable"]]}
+
+
 def _sla_met(tokens: np.ndarray, data_lat: np.ndarray, data_acc: np.ndarray, spec: Spec) -> float:
     ok = 0
     for r, a in enumerate(tokens):
@@ -482,6 +536,9 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
             "majority_label_accuracy": round(float((y[te] == np.bincount(y[tr], minlength=n_act).argmax()).mean()), 4),
             "regret": _regret(pred_te, y[te], data.latency_ms[te], cand[te]),
             "regret_always_conservative": _regret(cons_tok, y[te], data.latency_ms[te], cand[te]),
+            "against_fixed_actions": _fixed_comparison(pred_te, y[te], data.latency_ms[te], cand[te], actions),
+            "permutation_importance": _permutation_importance(predict, data.x[te], y[te],
+                                                              [i.name for i in spec.inputs], opts.seed + 2),
             "sla_met_share": {"controller": _sla_met(pred_te, data.latency_ms[te], data.accuracy_loss_pct[te], spec),
                               "labels": _sla_met(y[te], data.latency_ms[te], data.accuracy_loss_pct[te], spec),
                               "always_conservative": _sla_met(cons_tok, data.latency_ms[te],
@@ -500,6 +557,8 @@ def report_markdown(rep: dict) -> str:
     """A short human-readable form of the training report."""
     h = rep["held_out"]
     acts = h["confusion_matrix"]["actions"]
+    fx = h.get("against_fixed_actions", {})
+    pi = h.get("permutation_importance", {"repeats": 0, "rule": "", "inputs": {}, "measurable_inputs": []})
     lines = [f"# Training report: {rep['profile']['file']} → controller", "",
              f"- profile sha256 `{rep['profile']['sha256']}`, {rep['profile']['rows_used']} rows used, dropped "
              f"{rep['profile']['rows_dropped']}",
@@ -512,6 +571,14 @@ def report_markdown(rep: dict) -> str:
              f"- **held-out accuracy {h['accuracy']}**; regret vs the best action {h['regret']}; always the "
              f"conservative action: {h['regret_always_conservative']}",
              f"- SLA met on held-out rows: {h['sla_met_share']}",
+             f"- majority-label accuracy {h['majority_label_accuracy']}; against fixed actions (mean latency regret, "
+             f"ms, {fx.get('rows', 0)} rows): controller {fx.get('controller', {}).get('mean_regret_ms')}, "
+             + ", ".join(f"always {a} {v['mean_regret_ms']}" for a, v in fx.get("fixed", {}).items())
+             + f"; best fixed action {fx.get('best_fixed_action')}",
+             f"- permutation importance (held out, {pi['repeats']} shuffles; {pi['rule']}): "
+             + ", ".join(f"{n} {v['accuracy_drop_mean']:+.3f}±{v['accuracy_drop_se']:.3f} "
+                         f"({v['decisions_changed']:.0%} decisions change)" for n, v in pi["inputs"].items())
+             + f"; measurable: {', '.join(pi['measurable_inputs']) or 'none'}",
              f"- ONNX sha256 `{rep['export']['onnx_sha256']}`; onnxruntime vs the trainer: "
              f"{rep['export']['onnxruntime_vs_trainer']}", "",
              "Confusion matrix (held out; rows = label, columns = predicted):", "",

@@ -5,12 +5,20 @@ Each action of the controller is an execution *plan* of the workload model
 
 ==============  ====================================================================
 keep            fp32 model as shipped, graph optimisation disabled, default threads
-merge_conv      fp32, graph optimisation ``all`` (Conv+BatchNorm+Relu fused, …)
+merge_conv      fp32, graph optimisation ``extended`` (Conv+BatchNorm+Relu, MatMul+Add and
+                the other fusions; ``all`` adds the NCHWc layout transformer, which the
+                shipped profile did not measure apart)
 int4            dynamically quantized model (``onnxruntime.quantization.quantize_dynamic``,
                 8-bit weights: onnxruntime's CPU provider has no 4-bit convolution, so
-                8-bit is the nearest real stand-in), optimisation ``all``
-offload_cpu     fp32, optimisation disabled, one intra-op thread (fewer CPU resources)
+                8-bit is the nearest real stand-in), optimisation ``extended``, one
+                intra-op thread
+offload_cpu     fp32, optimisation ``extended``, one intra-op thread (fewer CPU resources)
 ==============  ====================================================================
+
+Why these (docs/training.md, "A workload with regimes"): on the regime workload
+(examples/workload/make_regime_workload.py) two threads win on an idle machine, one thread
+when another process keeps a core busy, and the 8-bit weights when another process also
+takes memory bandwidth.
 
 Accuracy loss of a request: 100 percentage points if the top-1 class differs from
 the fp32 reference output (plan ``keep``) for the same input, else 0; averaged over
@@ -35,7 +43,7 @@ import numpy as np
 
 from .live import ControlLoop
 
-__all__ = ["DEFAULT_PLANS", "LiveReport", "Plan", "Workload", "parse_plan", "run_live", "start_background_load",
+__all__ = ["DEFAULT_PLANS", "LOAD_KINDS", "LiveReport", "Plan", "Workload", "parse_plan", "run_live", "start_background_load",
            "stop_background_load"]
 
 _LEVELS = ("disable", "basic", "extended", "all")
@@ -55,8 +63,8 @@ class Plan:
                 f"{self.threads or 'default'} intra-op threads")
 
 
-DEFAULT_PLANS = {"keep": Plan("disable", False, 0), "merge_conv": Plan("all", False, 0),
-                 "int4": Plan("all", True, 0), "offload_cpu": Plan("disable", False, 1)}
+DEFAULT_PLANS = {"keep": Plan("disable", False, 0), "merge_conv": Plan("extended", False, 0),
+                 "int4": Plan("extended", True, 1), "offload_cpu": Plan("extended", False, 1)}
 
 
 def parse_plan(text: str) -> tuple[str, Plan]:
@@ -244,9 +252,27 @@ class LiveReport:
                 "latency": lat, "phases": [{"phase": p, "from_request": i, "tokens": dict(c)} for p, i, c in self.phases]}
 
 
-def start_background_load(n: int) -> list[subprocess.Popen]:
-    """Start n busy-loop processes (background CPU load); stop them with :func:`stop_background_load`."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+#: Background load kinds (:func:`start_background_load`): what one process does, forever.
+#: ``cpu``: a Python busy loop (one core, no memory traffic). ``stream``: numpy copies between two
+#: 64 MiB arrays, both ways (STREAM "Copy": one core plus DRAM bandwidth, the arrays being twice
+#: any last-level cache here). ``thrash``: random read-modify-writes of 8-byte words over a 64 MiB
+#: array (numpy fancy indexing, 1 Mi indices a pass): one core plus last-level-cache evictions and
+#: TLB misses, little streaming bandwidth.
+LOAD_KINDS = {
+    "cpu": "while True: pass",
+    "stream": ("import numpy as np\na = np.ones(1 << 23); b = np.empty_like(a)\n"
+               "while True:\n    np.copyto(b, a); np.copyto(a, b)"),
+    "thrash": ("import numpy as np\nn = 1 << 23\nidx = np.random.default_rng(0).integers(0, n, 1 << 20)\n"
+               "a = np.ones(n)\nwhile True:\n    a[idx] += 1.0"),
+}
+
+
+def start_background_load(n: int, kind: str = "cpu") -> list[subprocess.Popen]:
+    """Start ``n`` background-load processes of ``kind`` (a key of :data:`LOAD_KINDS`); stop them
+    with :func:`stop_background_load`. Raises ValueError for an unknown kind."""
+    if kind not in LOAD_KINDS:
+        raise ValueError(f"unknown background load kind {kind!r} (kinds: {', '.join(LOAD_KINDS)})")
+    return [subprocess.Popen([sys.executable, "-c", LOAD_KINDS[kind]], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
 
 

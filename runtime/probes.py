@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["QUANTITIES", "FeatureMap", "HardwareProbe", "LinuxProbe", "MicrobenchProbe", "ProbeSample", "Reading",
-           "SampledProbe", "TraceProbe"]
+__all__ = ["QUANTITIES", "FeatureMap", "HardwareProbe", "LinuxProbe", "MergedProbe", "MicrobenchProbe", "ProbeSample",
+           "Reading", "SampledProbe", "TraceProbe"]
 
 #: Quantity name -> unit.
 QUANTITIES = {
@@ -390,6 +390,27 @@ class MicrobenchProbe(HardwareProbe):
         return ProbeSample(out, t, wall)
 
 
+class MergedProbe(HardwareProbe):
+    """Reads ``probes`` one after another, in the caller's thread, and merges their readings (a
+    later probe's reading of a quantity replaces an earlier one's). For measurements taken while
+    nothing else of ours runs (``mi-certify profile``); the live loop samples in the background
+    (:class:`SampledProbe`). :meth:`close` closes the wrapped probes."""
+
+    def __init__(self, probes: Sequence[HardwareProbe]):
+        self.probes = list(probes)
+
+    def read(self) -> ProbeSample:
+        t, wall = time.monotonic_ns(), time.time_ns()
+        merged: dict[str, Reading] = {}
+        for p in self.probes:
+            merged.update(p.read().readings)
+        return ProbeSample(merged, t, wall)
+
+    def close(self) -> None:
+        for p in self.probes:
+            p.close()
+
+
 class SampledProbe(HardwareProbe):
     """Runs ``probes`` in a background thread every ``period_s`` seconds; :meth:`read` returns
     the latest readings at once, each with the monotonic time it was taken (``Reading.t_mono_ns``;
@@ -521,6 +542,7 @@ class TraceProbe(HardwareProbe):
 
 #: Default sources of the reference controller's inputs (examples/meta_controller).
 DEFAULT_SOURCES = {
+    "mem_bw_avail_gbs": "mem_bw_avail/1e9",   # the micro-benchmark's B/s in GB/s (the reference controller)
     "cache_miss_rate": "cache_miss_rate.llc",
     "mem_bw_util": "mem_bw_used/mem_bw_peak",
     "temperature_c": "temperature",

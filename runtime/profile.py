@@ -1,20 +1,25 @@
 """Profile a workload on this machine: the data the meta controller is trained from.
 
-For each sample the profiler sets a *condition* (background CPU load, batch size,
-intra-op threads, input size), reads the probes, then runs the request under **every**
+For each sample the profiler sets a *condition* (background load: its kind and number of
+processes; batch size, intra-op threads, input size), reads the probes, then runs the request under **every**
 action in turn (in a random order per sample, after one discarded warm-up request per
 action) and records, per action, the latency and the accuracy loss against the fp32
 reference. docs/training.md describes the CSV; this module only measures.
 
 Per sample (seeded, ``ProfileConfig.seed``):
 
-1. draw the condition; start or stop busy-loop processes to reach its load level
-   (:func:`mi_certify.runtime.engine.start_background_load`); set the input shape.
+1. draw the condition; start or stop background-load processes to reach its load kind and
+   level (:func:`mi_certify.runtime.engine.start_background_load`: ``cpu`` busy loops,
+   ``stream`` memory copies, ``thrash`` random cache-line updates); set the input shape.
 2. one warm-up request per action (discarded: first runs of a shape allocate).
 3. read the probe, pause ``settle_s`` (nothing of ours runs), read it again: the second
    reading is the sample's features (``compute_util`` is then the machine's busy
    share over the pause: the background load plus whatever else runs, not our requests).
-4. for each action in a random order: ``repeats`` requests on distinct inputs; latency =
+4. ``rounds`` times, for each action in the sample's order: ``repeats`` requests on distinct
+   inputs, back to back (blocked, as the engine runs a plan between switches: its weights stay
+   in the caches; interleaving single requests of the actions was tried and evicts each plan's
+   weights with the others', which hides the cache advantage of the 8-bit plan), from the
+   second round on after one discarded warm-up; per action over all its requests: latency =
    median (ms), accuracy loss = mean top-1 disagreement with fp32 (percentage points).
 
 Feature sources are those of ``mi-certify run`` (:class:`~mi_certify.runtime.probes.FeatureMap`:
@@ -38,7 +43,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .engine import Plan, Workload, start_background_load, stop_background_load
+from .engine import LOAD_KINDS, Plan, Workload, start_background_load, stop_background_load
 from .probes import FeatureMap, HardwareProbe, LinuxProbe
 
 __all__ = ["FORMAT", "REFERENCE_INPUTS", "ProfileConfig", "profile", "profile_columns"]
@@ -47,30 +52,44 @@ __all__ = ["FORMAT", "REFERENCE_INPUTS", "ProfileConfig", "profile", "profile_co
 FORMAT = "mi-certify/profile-v1"
 
 #: The reference controller's inputs (examples/meta_controller/sla.yaml): name, unit, min, max.
-REFERENCE_INPUTS = (("compute_util", "ratio", 0.0, 1.0), ("cache_miss_rate", "ratio", 0.0, 1.0),
-                    ("mem_bw_util", "ratio", 0.0, 1.0), ("free_sram_kb", "KiB", 0.0, 1024.0),
+REFERENCE_INPUTS = (("compute_util", "ratio", 0.0, 1.0), ("cache_chase_ns", "ns", 0.0, 1024.0),
+                    ("mem_bw_avail_gbs", "GB/s", 0.0, 64.0), ("free_sram_kb", "KiB", 0.0, 1024.0),
                     ("temperature_c", "degC", 20.0, 110.0))
 
 UNIFORM = "uniform"
+
+#: Pause before each block of requests (s). onnxruntime's intra-op pool threads spin for a while
+#: after a request before they sleep; the engine keeps one session (one pool) per plan, so a
+#: block that starts at once shares the cores with the previous plan's spinning threads, which
+#: the live engine, switching plans rarely, does not see.
+BLOCK_PAUSE_S = 0.02
 
 
 @dataclass(frozen=True)
 class ProfileConfig:
     """Conditions and measurement settings of a profile run.
 
-    samples: number of rows. load_levels: numbers of busy-loop processes. batch_sizes: first
+    samples: number of rows. load_levels: numbers of background-load processes. load_kinds: what
+    they do (:data:`~mi_certify.runtime.engine.LOAD_KINDS`; a sample with load draws one kind,
+    all its processes of that kind). batch_sizes: first
     input dimension. threads: intra-op threads for every plan whose threads are 0 (default).
     input_sizes: size of every dimension after the second (image height and width); empty =
-    the model's own. repeats: requests per action per sample. settle_s: pause before the
+    the model's own. repeats: requests per action per round, back to back. rounds: how often
+    every action runs its block of ``repeats`` in a sample (after the first, each block starts
+    with one discarded warm-up request, the other plans having run in between): the blocks
+    are spread over the sample's time, so a scheduler state that lasts one block (which core
+    the background load shares with which intra-op thread) does not decide the sample alone. settle_s: pause before the
     features are read. seed: drives conditions, action order, inputs and ``uniform`` inputs.
     """
 
     samples: int = 240
     load_levels: tuple[int, ...] = (0, 1, 2)
+    load_kinds: tuple[str, ...] = ("cpu",)
     batch_sizes: tuple[int, ...] = (1, 2, 4)
     threads: tuple[int, ...] = (1, 2)
     input_sizes: tuple[int, ...] = (64, 96, 128)
     repeats: int = 3
+    rounds: int = 1
     settle_s: float = 0.25
     seed: int = 0
 
@@ -80,8 +99,14 @@ class ProfileConfig:
             raise ValueError("samples must be at least 1")
         if self.repeats < 1:
             raise ValueError("repeats must be at least 1")
+        if not (1 <= self.rounds <= 100):
+            raise ValueError("rounds must be within [1, 100]")
         if not (0.0 <= self.settle_s <= 10.0):
             raise ValueError("settle must be within [0, 10] s")
+        if not self.load_kinds or any(k not in LOAD_KINDS for k in self.load_kinds):
+            bad = [k for k in self.load_kinds if k not in LOAD_KINDS]
+            raise ValueError(f"load kinds: {bad[0] if bad else 'give at least one'} "
+                             f"(kinds: {', '.join(LOAD_KINDS)})")
         for name, vals, low in (("load levels", self.load_levels, 0), ("batch sizes", self.batch_sizes, 1),
                                 ("threads", self.threads, 1), ("input sizes", self.input_sizes, 1)):
             if name != "input sizes" and not vals:
@@ -94,7 +119,7 @@ class ProfileConfig:
 
 def profile_columns(inputs: Sequence[str], actions: Sequence[str]) -> list[str]:
     """The CSV header: conditions, controller inputs, then latency and accuracy loss per action."""
-    return (["sample", "load_procs", "batch", "input_size", "threads", "order", *inputs]
+    return (["sample", "load_procs", "load_kind", "batch", "input_size", "threads", "order", *inputs]
             + [f"latency_ms.{a}" for a in actions] + [f"accuracy_loss_pct.{a}" for a in actions])
 
 
@@ -158,6 +183,7 @@ def profile(workload_path: str | os.PathLike, out_csv: str | os.PathLike, action
         probe = LinuxProbe(util_window_s=min(0.1, config.settle_s))
     rng = np.random.default_rng(config.seed)
     procs: list = []
+    procs_kind = None
     workload = None
     tmp = out_csv.with_name(out_csv.name + ".partial")
     try:
@@ -215,13 +241,18 @@ def profile(workload_path: str | os.PathLike, out_csv: str | os.PathLike, action
             w.writerow(meta["columns"])
             for i in range(config.samples):
                 load = int(rng.choice(config.load_levels))
+                kind = str(rng.choice(config.load_kinds)) if len(config.load_kinds) > 1 else config.load_kinds[0]
                 batch = int(rng.choice(config.batch_sizes))
                 threads = int(rng.choice(config.threads))
                 size = int(rng.choice(config.input_sizes)) if config.input_sizes else None
                 order = [int(k) for k in rng.permutation(len(actions))]
                 draws = {n: float(lo + (hi - lo) * rng.random()) for n, _, lo, hi in inputs if n in uniform}
+                if load and kind != procs_kind:
+                    stop_background_load(procs)
+                    procs = []
+                procs_kind = kind
                 if load > len(procs):
-                    procs += start_background_load(load - len(procs))
+                    procs += start_background_load(load - len(procs), kind)
                 elif load < len(procs):
                     stop_background_load(procs[load:])
                     procs = procs[:load]
@@ -238,17 +269,24 @@ def profile(workload_path: str | os.PathLike, out_csv: str | os.PathLike, action
                 feats = [draws[n] if n in uniform else v for n, v in zip(names, vals)]
                 lat: list[float | None] = [None] * len(actions)
                 acc: list[float | None] = [None] * len(actions)
+                runs: dict[int, list] = {k: [] for k in order}
+                for rnd in range(config.rounds):
+                    for k in order:
+                        time.sleep(BLOCK_PAUSE_S)  # the plan that ran before lets its pool threads sleep
+                        if rnd:
+                            workload.measure(run_plans[k], 0)  # warm-up after the other plans ran, discarded
+                        runs[k] += [workload.measure(run_plans[k], r) for r in range(config.repeats)]
                 for k in order:
-                    res = [workload.measure(run_plans[k], r) for r in range(config.repeats)]
+                    res = runs[k]
                     if all(x is not None for x, _ in res):
                         lat[k] = float(np.median([x for x, _ in res]))
                         acc[k] = float(np.mean([y for _, y in res]))
-                row = {"sample": i, "load_procs": load, "batch": batch, "input_size": size or "",
+                row = {"sample": i, "load_procs": load, "load_kind": kind if load else "", "batch": batch, "input_size": size or "",
                        "threads": threads, "order": "-".join(actions[k] for k in order),
                        **dict(zip(names, feats)),
                        **{f"latency_ms.{a}": v for a, v in zip(actions, lat)},
                        **{f"accuracy_loss_pct.{a}": v for a, v in zip(actions, acc)}}
-                w.writerow([row["sample"], load, batch, row["input_size"], threads, row["order"],
+                w.writerow([row["sample"], load, row["load_kind"], batch, row["input_size"], threads, row["order"],
                             *[_fmt(v, 6) for v in feats], *[_fmt(v, 4) for v in lat], *[_fmt(v, 4) for v in acc]])
                 rows.append(row)
                 if on_sample:

@@ -40,11 +40,13 @@ def test_reference_controller_builds_end_to_end(reference_build):
     s = _summary(reference_build)
     assert s["status"] == "ok" and s["failed_stages"] == []
     lut = s["lut"]
-    assert lut["cells"] == 65536 and lut["sampled"] == 0 and lut["proven"] + lut["resolved"] == 65536
-    assert lut["proven_share"] > 0.88  # measured 0.904 (59,226 proven, 6,310 resolved)
+    assert lut["cells"] == 16384 and lut["sampled"] == 0 and lut["proven"] + lut["resolved"] == 16384
+    assert lut["proven_share"] > 0.4  # measured 0.4625 (7,578 proven, 8,806 resolved)
     assert lut["fidelity"]["points"] == 100_000
-    assert lut["fidelity"]["proven_agree"] == lut["fidelity"]["proven_points"] > 85_000  # measured 90,242
-    assert lut["fidelity"]["agreement"] > 0.94  # measured 0.952
+    assert lut["fidelity"]["proven_agree"] == lut["fidelity"]["proven_points"] > 40_000  # measured 46,288
+    # measured 0.567: the network, fitted to noisy labels, changes its argmax inside half of the cells
+    # (examples/meta_controller/README.md, "Build"); every LUT cell's action is still certified or replayed
+    assert lut["fidelity"]["agreement"] > 0.5
     assert s["cosim"]["cycles"] >= 10_000 and s["cosim"]["mismatches"] == 0
     assert s["artifacts"] == {"python_runtime": "meta_controller.py", "verilog": "meta_controller.v"}
     assert s["stages"]["lint"]["clean"] is True and s["stages"]["lint"]["messages"] == []
@@ -53,18 +55,19 @@ def test_reference_controller_builds_end_to_end(reference_build):
     # synthesis numbers (docs/hdl.md); the goal is reported, not assumed
     hdl = s["hdl"]
     assert hdl["encoding"] == "sliced_rom" and s["stages"]["hdl"]["status"] == "ok"
-    # the controller alone reads its sliced ROM combinationally: logic; the block RAMs appear behind the
-    # wrapper's registered address (measured: 13 SB_RAM40_4K, 91 LUT4 on the wrapper)
-    assert hdl["dff"] >= 30 and hdl["bram"] == 0
+    # at latency 1 the controller alone reads its sliced ROM combinationally (logic) and the block RAMs
+    # appear behind the wrapper's registered address; from latency 2 on the controller registers the read
+    # itself and holds them (measured at the reference's latency 3: 9 SB_RAM40_4K, 140 LUT4)
     pnr = s["stages"]["hdl"]["place_and_route"]
-    assert 8 <= pnr["hx8k"]["bram"] <= 16 and pnr["hx8k"]["lut4"] < 300 and pnr["up5k"]["fits"]
+    assert hdl["dff"] >= 30 and hdl["bram"] == (0 if REF_LATENCY == 1 else pnr["hx8k"]["bram"])
+    assert 6 <= pnr["hx8k"]["bram"] <= 12 and pnr["hx8k"]["lut4"] < 300 and pnr["up5k"]["fits"]
     assert hdl["fmax_mhz_hx8k"] > hdl["fmax_mhz_up5k"] > 5
     assert hdl["goal_met"] == (hdl["fmax_mhz_hx8k"] >= 130 and hdl["fmax_mhz_up5k"] >= 50)
     assert s["stages"]["verify"]["status"] == "ok"
     assert s["stages"]["verify"]["properties"] == {"P1": "proved", "P2": "proved", "P3": "proved"}
-    # trained from the measured profile: int4 and offload_cpu never win there (docs/training.md), and the
-    # verifier proves them unreachable (int4's logit is keep's minus 16; offload_cpu is never the argmax)
-    assert s["stages"]["verify"]["reachable_actions"] == ["keep", "merge_conv"]
+    # trained from the regime profile: every action wins somewhere (docs/training.md), and the verifier
+    # finds a replayed witness for each
+    assert s["stages"]["verify"]["reachable_actions"] == ["keep", "merge_conv", "int4", "offload_cpu"]
     log = json.loads((reference_build / "verification_log.json").read_text())
     assert all("confirmed by z3" in r["method"] and r["errors"] == [] for r in log["properties"])
     assert s["stages"]["lut_properties"]["properties"] == {"P1": "holds", "P2": "holds", "P3": "not_applicable"}
@@ -113,7 +116,7 @@ def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(referen
                 for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.Import, ast.ImportFrom))}
     assert imported == {"bisect", "math", "numbers", "fractions"}
     mod = load_runtime_module(reference_build / "meta_controller.py")
-    spec_inputs = [(0, 1, 4), (0, 1, 3), (0, 1, 3), (0, 1024, 3), (20, 110, 3)]
+    spec_inputs = [(i.min, i.max, i.bits) for i in load_spec(REFERENCE_SLA).inputs]
     qs = [Quantizer.from_floats(lo, hi, b) for lo, hi, b in spec_inputs]
     rng = random.Random(5)
     for _ in range(2000):
@@ -235,8 +238,9 @@ def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutati
 
 
 def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
-    """One bit of the sliced ROM file flipped (the confident bit of an address the directed
-    sequence holds, and of the cells of other slices that share that column there)."""
+    """The sliced ROM file's words at the addresses the directed sequence visits, every stored
+    column bit flipped: the co-simulation against the Python reference must see a mismatch.
+    (One flipped select bit at latency 3 is caught by rtl.lut_table and the reader: test_hdl.)"""
     import re
     from mi_certify.verification.cocotb_sim import make_stimulus
     lut = _lut(reference_build)
@@ -244,14 +248,11 @@ def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     src = (reference_build / "meta_controller.v").read_text()
     assert "LUT encoding: sliced ROM" in src  # examples/meta_controller/sla.yaml: hdl.encoding sliced_rom
     low = int(re.search(r"lut_cols\[addr\[(\d+):0\]\]", src).group(1)) + 1
-    # per slice, the stored column that gives code bit 1 (the confident bit: dictionary 00, 01, 80, 81)
-    column = {int(sl): int(m.group(1)) for sl, code in re.findall(r"^\s*\d+'d(\d+): lut_code = (.+);", src, re.M)
-              if (m := re.match(r"\{lut_col\[(\d+)\]", code))}
-    addr = next(row[1] for row in stim[:directed] if (row[1] >> low) in column)
     (tmp_path / "meta_controller.v").write_text(src)
     words = (reference_build / "meta_controller_rom.hex").read_text().split()
-    a = addr & ((1 << low) - 1)
-    words[a] = format(int(words[a], 16) ^ (1 << column[addr >> low]), f"0{len(words[a])}x")
+    width = int(re.search(r"reg\s+\[(\d+):0\]\s+lut_cols", src).group(1)) + 1
+    for a in {row[1] & ((1 << low) - 1) for row in stim[:directed]}:
+        words[a] = format(int(words[a], 16) ^ ((1 << width) - 1), f"0{len(words[a])}x")
     (tmp_path / "meta_controller_rom.hex").write_text("\n".join(words) + "\n")
     res = run_cosim(*_sim(reference_build, tmp_path / "meta_controller.v", tmp_path), _machine(reference_build, lut),
                     tmp_path / "work", latency=REF_LATENCY)
@@ -491,12 +492,12 @@ def test_lut_cells_a_property_forbids_are_overridden_to_the_conservative_action_
     res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(skip_lint=True, skip_cosim=True, verify=False, skip_rtl_proofs=True, skip_synth=True,
                                                                           distill=False))
     assert res.summary["stages"]["lut_properties"]["status"] == "ok"
-    assert res.summary["stages"]["lut_properties"]["overridden_cells"] == 20304  # the sampled LUT's merge_conv cells
+    assert res.summary["stages"]["lut_properties"]["overridden_cells"] == 7041  # the sampled LUT's merge_conv cells
     rep = json.loads((tmp_path / "out" / "lut_properties.json").read_text())
     assert rep["properties"][0]["verdict"] == "holds"
     first = rep["overridden_cells"][0]
     assert (first["was"], first["now"], first["properties"]) == ("merge_conv", "keep", ["P1"])
-    assert rep["masks"][0] == {"id": "P1", "levels": [[0] * 5, [15, 7, 7, 7, 7]],
+    assert rep["masks"][0] == {"id": "P1", "levels": [[0] * 5, [15, 7, 7, 1, 7]],
                                "allowed": ["keep", "int4", "offload_cpu"]}
     lut = bytes.fromhex((tmp_path / "out" / "lut.hex").read_text().replace("\n", ""))
     assert not any((e & 0x7F) == 1 for e in lut)

@@ -191,7 +191,7 @@ def test_dashboard_loads_in_headless_chromium_without_console_errors(page, tmp_p
 
 def test_garbage_in_a_tampered_record_is_shown_not_a_crash(run, tmp_path, monkeypatch):
     b, log, _key = run
-    monkeypatch.setattr(dashboard, "_heatmap_pairs", lambda build: [("compute_util", "cache_miss_rate")])
+    monkeypatch.setattr(dashboard, "_heatmap_pairs", lambda build: [("compute_util", "cache_chase_ns")])
     bad = tmp_path / "garbage.log"
     lines = log.read_bytes().split(b"\n")
     lines[5] = re.sub(rb'"addr":\d+', b'"addr":99999999', lines[5])

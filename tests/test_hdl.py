@@ -601,3 +601,24 @@ def test_spec_hdl_latency_defaults_to_one_and_accepts_auto(tmp_path):
     with pytest.raises(SpecError) as e:
         load_spec(sla)
     assert "hdl.latency" in str(e.value)
+
+
+def test_the_smt2_lut_evaluator_keeps_bit_vectors_wider_than_int64_exact():
+    """A ROM word or concatenation wider than 63 bits (a LUT with many slice columns) is evaluated
+    with exact integers: int64 lanes would wrap, and the reference LUT once crashed the build here."""
+    from mi_certify.verification.rtl_formal import _eval_lut_chunk
+    addrs = np.arange(16, dtype=np.int64)
+    # addr shifted 66 bits up and back: wraps to 0 in int64
+    shifted = [["_", "extract", "3", "0"], [["_", "extract", "69", "66"], ["concat", ["|addr|", "s"], "#b" + "0" * 66]]]
+    assert _eval_lut_chunk(shifted, {}, {"|addr|"}, {}, addrs, 4).tolist() == list(range(16))
+    # equality of two 68-bit values that differ only above bit 63
+    eq = ["ite", ["=", ["concat", ["|addr|", "s"], "#b" + "1" * 64], ["concat", "#b0011", "#b" + "1" * 64]], "#b1", "#b0"]
+    assert _eval_lut_chunk(eq, {}, {"|addr|"}, {}, addrs, 4).tolist() == [int(a == 3) for a in range(16)]
+    # 70-bit bitwise and / not / unsigned comparison
+    big = "#b1" + "0" * 69
+    cmp = ["ite", ["bvuge", ["bvor", ["concat", ["|addr|", "s"], "#b" + "0" * 66], big], big], "#b1", "#b0"]
+    assert _eval_lut_chunk(cmp, {}, {"|addr|"}, {}, addrs, 4).tolist() == [1] * 16
+    # ite choosing between two wide constants, then a narrow slice of the choice
+    pick = [["_", "extract", "66", "65"], ["ite", ["bvult", ["|addr|", "s"], "#b1000"], "#b10" + "0" * 65,
+                                          "#b01" + "0" * 65]]
+    assert _eval_lut_chunk(pick, {}, {"|addr|"}, {}, addrs, 4).tolist() == [2] * 8 + [1] * 8

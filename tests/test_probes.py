@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from mi_certify.runtime.probes import (FeatureMap, HardwareProbe, MicrobenchProbe, ProbeSample, Reading,
-                                       SampledProbe, last_level_cache_bytes)
+from mi_certify.runtime.probes import (FeatureMap, HardwareProbe, MergedProbe, MicrobenchProbe, ProbeSample,
+                                       Reading, SampledProbe, last_level_cache_bytes)
 
 
 class Counting(HardwareProbe):
@@ -94,3 +94,26 @@ def test_microbenchmarks_measure_bandwidth_and_a_chase_that_slows_when_the_buffe
     lat_big = min(big.read().readings["cache_chase_ns"].value for _ in range(3))
     # an L1-resident chain against one 8x larger than any L3 here: DRAM latency is > 3x L1's
     assert 0.1 < lat_small < 50 and lat_big > 3 * lat_small, (lat_small, lat_big)
+
+
+class Fixed(HardwareProbe):
+    def __init__(self, **values):
+        self.values, self.closed = values, False
+
+    def read(self) -> ProbeSample:
+        t = time.monotonic_ns()
+        return ProbeSample({q: Reading(q, v, "ratio", t, "fixed") for q, v in self.values.items()}, t, t)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_merged_probe_reads_every_probe_in_order_and_closes_them():
+    a, b = Fixed(compute_util=0.25, temperature=40.0), Fixed(temperature=55.0, mem_bw_avail=2e10)
+    with MergedProbe([a, b]) as m:
+        s = m.read()
+        assert {q: r.value for q, r in s.readings.items()} == {"compute_util": 0.25, "temperature": 55.0,
+                                                               "mem_bw_avail": 2e10}   # the later probe wins
+        fm = FeatureMap.build(["mem_bw_avail_gbs"])
+        assert fm.sources == ("mem_bw_avail/1e9",) and fm(s) == ([20.0], [None])   # the reference's GB/s input
+    assert a.closed and b.closed

@@ -60,7 +60,7 @@ def _cli(env_over: dict, *args) -> subprocess.CompletedProcess:
 def _variant(name: str, env_over: dict, root: Path, spec: Path) -> dict:
     d = root / name.split(",")[0].replace(" ", "_")
     d.mkdir()
-    train = _cli(env_over, "train", PROFILE, "--sla", REFERENCE_SLA, "--out", d / "controller.onnx", "--alpha", "3",
+    train = _cli(env_over, "train", PROFILE, "--sla", REFERENCE_SLA, "--out", d / "controller.onnx", "--alpha", "2",
                  "--seed", "1")
     assert train.returncode == 0, f"{name}: {train.stderr}"
     build = _cli(env_over, "build", REFERENCE_MODEL, "--sla", spec, "--out", d / "build", "--skip-cosim",

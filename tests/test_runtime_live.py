@@ -55,11 +55,11 @@ def test_generated_quantize_is_exact_at_every_cell_edge(quick_build):
         checked += 1
     odd = [[0.5, 0.5, 0.5, 512, 60], [Fraction(1, 2), 0.5, 0.5, np.float32(512.0), 60.0],
            [0.5, 0.5, 0.5, 512.0, float("nan")], [0.5, None, 0.5, 512.0, 60.0], [True, 0.5, 0.5, 512.0, 60.0],
-           [0.5, 0.5, 0.5, 512.0, math.inf], [1.0, 1.0, 1.0, 1024.0, 110.0], [0.0, 0.0, 0.0, 0.0, 20.0]]
+           [0.5, 0.5, 0.5, 512.0, math.inf], [1.0, 1024.0, 64.0, 1024.0, 110.0], [0.0, 0.0, 0.0, 0.0, 20.0]]
     for v in odd:
         addr, fault, _ = quantize(v, qs)
         assert m.quantize(v) == (addr, fault), v
-    assert m.quantize(odd[6]) == ((1 << 16) - 1, False) and m.quantize(odd[2]) == (0, True)
+    assert m.quantize(odd[6]) == ((1 << 14) - 1, False) and m.quantize(odd[2]) == (0, True)
 
 
 def test_generated_runtime_carries_sla_limits_monitor_and_lut_entries(quick_build):
@@ -163,12 +163,14 @@ def test_incident_trace_switches_falls_back_and_replays_exactly(quick_build, tmp
     assert verify_log(log, KEY).ok
     rep = replay(log, load_build(quick_build), KEY)
     assert rep.ok and rep.decisions == 300 and rep.sessions == 1 and rep.mismatches == []
-    # what the incident shows: busy -> merge_conv, too slow -> fallback to keep, sensor dropout
-    # (the shipped controller proposes only keep and merge_conv: docs/training.md)
-    assert set(rep.switches) == {"keep->merge_conv"} and rep.switches["keep->merge_conv"] >= 2
+    # what the incident shows (this build's LUT is sampled at cell centres, without certified confidence):
+    # lightly used -> merge_conv, too slow -> fallback to keep (again and again); a neighbour -> int4; hot ->
+    # not int4 (P1): offload_cpu; the sensor dropout -> probe faults
+    assert set(rep.switches) == {"keep->merge_conv", "keep->int4", "keep->offload_cpu"}
+    assert rep.switches["keep->merge_conv"] >= 2
     assert rep.probe_faults == 3 and rep.fallbacks >= 2 and rep.recoveries >= 2
     assert rep.per_action["merge_conv"]["met_latency"] == 0 and rep.per_action["keep"]["attainment"] == 1.0
-    assert rep.per_action["int4"]["requests"] == rep.per_action["offload_cpu"]["requests"] == 0
+    assert rep.per_action["int4"]["requests"] > 20 and rep.per_action["offload_cpu"]["requests"] > 20
     assert rep.switches == live.switches and rep.fallbacks == live.fallbacks and rep.recoveries == live.recoveries
     assert rep.reasons == live.reasons
 
@@ -178,14 +180,15 @@ def test_replay_finds_a_forged_decision_and_a_flipped_sla_input(quick_build, tmp
     _run_incident(quick_build, log, None, 120)
     lines = log.read_bytes().split(b"\n")[:-1]
     recs = [json.loads(x) for x in lines]
-    i = next(j for j, r in enumerate(recs) if r.get("reason") == "HOLD" and j > 50)
-    lines[i] = lines[i].replace(b'"reason":"HOLD"', b'"reason":"SWITCH"')
+    i = next(j for j, r in enumerate(recs) if r.get("reason") in ("HOLD", "COOLDOWN") and j > 50)
+    was = recs[i]["reason"]
+    lines[i] = lines[i].replace(f'"reason":"{was}"'.encode(), b'"reason":"SWITCH"')
     k = next(j for j, r in enumerate(recs) if r["kind"] == "decision" and j > i + 5)
     lines[k] = lines[k].replace(b'"sla_violation":false', b'"sla_violation":true')
     log.write_bytes(b"\n".join(lines) + b"\n")
     assert [(f.kind, f.seq) for f in verify_log(log).findings] == [("edited", i), ("edited", k)]
     rep = replay(log, load_build(quick_build))
-    assert (i, "decision", [recs[i]["token"], "SWITCH"], [recs[i]["token"], "HOLD"]) in rep.mismatches
+    assert (i, "decision", [recs[i]["token"], "SWITCH"], [recs[i]["token"], was]) in rep.mismatches
     assert (k, "sla_violation", True, False) in rep.mismatches
 
 

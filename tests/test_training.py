@@ -7,6 +7,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -25,7 +26,7 @@ WORKLOAD = EXAMPLES / "workload" / "convnet.onnx"
 PROFILE = EXAMPLES / "meta_controller" / "profile.csv"
 ACTIONS = ["keep", "merge_conv", "int4", "offload_cpu"]
 INPUTS = [i[0] for i in REFERENCE_INPUTS]
-UNIFORM = {"cache_miss_rate": "uniform", "mem_bw_util": "uniform", "free_sram_kb": "uniform",
+UNIFORM = {"cache_chase_ns": "uniform", "mem_bw_avail_gbs": "uniform", "free_sram_kb": "uniform",
            "temperature_c": "uniform"}
 
 
@@ -66,6 +67,41 @@ def test_tiny_profile_measures_every_action_under_each_condition(tmp_path):
     assert side["plans"]["offload_cpu"] == DEFAULT_PLANS["offload_cpu"].describe()
 
 
+def test_profile_draws_load_kinds_and_spreads_rounds(tmp_path):
+    """Background loads of each kind: the column names the kind of every loaded sample, none for load 0;
+    with rounds the row still holds one median per action."""
+    out = tmp_path / "p.csv"
+    cfg = ProfileConfig(samples=6, load_levels=(0, 1), load_kinds=("cpu", "stream", "thrash"), batch_sizes=(1,),
+                        threads=(1,), input_sizes=(32,), repeats=1, rounds=2, settle_s=0.05, seed=2)
+    profile(WORKLOAD, out, ACTIONS, DEFAULT_PLANS, overrides=UNIFORM, config=cfg, command="test")
+    with open(out, newline="") as fh:
+        table = list(csv.reader(fh))
+    rows = [dict(zip(table[0], x)) for x in table[1:]]
+    assert len(rows) == 6
+    for d in rows:
+        assert (d["load_kind"] == "") == (d["load_procs"] == "0")
+        assert d["load_kind"] in ("", "cpu", "stream", "thrash")
+        assert all(float(d[f"latency_ms.{a}"]) > 0 for a in ACTIONS)
+    assert {d["load_kind"] for d in rows if d["load_procs"] == "1"}, "seed 2 loads some samples"
+    for bad, msg in ((dict(load_kinds=("gpu",)), "load kinds: gpu"), (dict(load_kinds=()), "give at least one"),
+                     (dict(rounds=0), "rounds must be")):
+        with pytest.raises(ValueError, match=msg):
+            ProfileConfig(**bad).check()
+
+
+def test_background_load_kinds_run_until_stopped():
+    from mi_certify.runtime.engine import LOAD_KINDS, start_background_load, stop_background_load
+    procs = [p for k in LOAD_KINDS for p in start_background_load(1, k)]
+    try:
+        time.sleep(0.5)
+        assert len(procs) == 3 and all(p.poll() is None for p in procs)   # alive: none raised at start
+    finally:
+        stop_background_load(procs)
+    assert all(p.returncode is not None for p in procs)
+    with pytest.raises(ValueError, match="unknown background load kind 'gpu'"):
+        start_background_load(1, "gpu")
+
+
 def test_cli_profile_prints_a_progress_line_per_sample_when_stderr_is_a_file(tmp_path):
     """Without a terminal (a log file, a pipe) there is no progress bar: one line per sample, with
     its condition, latencies, time so far and time left (it used to print every 20th sample only)."""
@@ -93,7 +129,7 @@ def test_profile_refuses_bad_input_with_one_line(tmp_path):
     assert "missing.onnx: no such file" in proc.stderr
     # free_sram_kb has no source on any CPU probe: the profile must say so, not record garbage
     proc = cli("profile", "--workload", WORKLOAD, "--out", tmp_path / "p.csv", "--samples", "1",
-               *[f"--map={k}=uniform" for k in ("cache_miss_rate", "mem_bw_util", "temperature_c")])
+               *[f"--map={k}=uniform" for k in ("cache_chase_ns", "mem_bw_avail_gbs", "temperature_c")])
     assert proc.returncode == 2 and "input 'free_sram_kb' is unavailable" in proc.stderr
     assert "--map free_sram_kb=" in proc.stderr and not (tmp_path / "p.csv").exists()
     proc = cli("profile", "--workload", WORKLOAD, "--out", tmp_path / "p.csv", "--batch-sizes", "1,x")
@@ -109,7 +145,7 @@ def test_guard_boxes_widen_properties_to_their_quantization_cells(spec):
     assert (lo[4], hi[4]) == (87.5, 110.0) and ok == {0, 1, 3}  # 3-bit cells of [20, 110]: 95 lies in [87.5, 98.75)
     lo, hi, ok = boxes["P2"]
     assert (lo[0], hi[0]) == (0.0, 0.125) and ok == {0}  # 4-bit cells: 0.1 lies in [0.0625, 0.125)
-    assert (lo[1:].tolist(), hi[1:].tolist()) == ([0, 0, 0, 20], [1, 1, 1024, 110])
+    assert (lo[1:].tolist(), hi[1:].tolist()) == ([0, 0, 0, 20], [1024, 64, 1024, 110])
 
 
 def test_label_rule_on_hand_made_rows(spec):
@@ -140,15 +176,15 @@ def test_label_rule_on_hand_made_rows(spec):
 # --- train --------------------------------------------------------------------------------
 
 def _fixed_csv(path, n=160, seed=7):
-    """A small fixed profile: merge_conv wins when busy and cool, int4 when cache misses are low."""
+    """A small fixed profile: merge_conv wins when busy, int4 when the pointer chase is fast."""
     rng = np.random.default_rng(seed)
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(profile_columns(INPUTS, ACTIONS))
         for i in range(n):
-            x = [rng.random(), rng.random(), rng.random(), 1024 * rng.random(), 20 + 90 * rng.random()]
-            lat = [35.0, 25.0 if x[0] > 0.5 else 45.0, 20.0 if x[1] < 0.3 else 60.0, 80.0]
-            w.writerow([i, 0, 1, 64, 1, "-".join(ACTIONS), *[f"{v:.6f}" for v in x], *[f"{v:.4f}" for v in lat],
+            x = [rng.random(), 1024 * rng.random(), 64 * rng.random(), 1024 * rng.random(), 20 + 90 * rng.random()]
+            lat = [35.0, 25.0 if x[0] > 0.5 else 45.0, 20.0 if x[1] < 300 else 60.0, 80.0]
+            w.writerow([i, 0, "", 1, 64, 1, "-".join(ACTIONS), *[f"{v:.6f}" for v in x], *[f"{v:.4f}" for v in lat],
                         0, 0, 0, 0])
     return path
 
@@ -185,6 +221,20 @@ def test_training_is_deterministic_and_the_onnx_decides_like_the_trainer(spec, t
     assert reg["max_ms"] >= reg["p95_ms"] >= 0 and reg["max_ms"] >= reg["mean_ms"] >= 0
     # every held-out row's best action is known here (no SLA miss), and always-keep costs 10 ms when merge_conv wins
     assert h["regret_always_conservative"]["max_ms"] in (10.0, 15.0)
+    # against fixed actions, on the same rows: the controller regrets less than any one action always
+    fx = h["against_fixed_actions"]
+    assert fx["rows"] == 40 and set(fx["fixed"]) == set(ACTIONS)
+    regrets = {a: v["mean_regret_ms"] for a, v in fx["fixed"].items()}
+    assert fx["best_fixed_action"] == min(regrets, key=regrets.get)
+    assert fx["controller"]["mean_regret_ms"] < min(regrets.values())
+    assert regrets["offload_cpu"] >= 45.0   # 80 ms against at most 35 ms on every row
+    # permutation importance: the two inputs the latencies depend on are measurable, mem_bw_avail_gbs
+    # (no influence on any label) is not
+    pi = h["permutation_importance"]
+    assert pi["rows"] == 40 and pi["base_accuracy"] == h["accuracy"]
+    assert {"compute_util", "cache_chase_ns"} <= set(pi["measurable_inputs"])
+    assert "mem_bw_avail_gbs" not in pi["measurable_inputs"]
+    assert pi["inputs"]["compute_util"]["accuracy_drop_mean"] > 0.1
     aug = {r["property"]: r for r in rep["augmentation"]}
     assert aug["P1"]["rows"] == 80 and "int4" not in aug["P1"]["labels"]
     assert aug["P2"]["labels"] == {"keep": 80}
@@ -200,9 +250,9 @@ def import_onnx_bytes(data: bytes, tmp_path):
 
 @pytest.mark.parametrize("edit, where", [
     (lambda rows: [rows[0][:-1]] + rows[1:], "no column 'accuracy_loss_pct.offload_cpu'"),
-    (lambda rows: rows[:3] + [rows[3][:6] + ["x"] + rows[3][7:]] + rows[4:], "line 4, column 'compute_util': 'x' is not a number"),
-    (lambda rows: rows[:2] + [rows[2][:-2]] + rows[3:], "line 3: 17 cells, the header has 19"),
-    (lambda rows: rows[:2] + [rows[2][:11] + ["-3"] + rows[2][12:]] + rows[3:], "line 3, column 'latency_ms.keep': -3 is negative"),
+    (lambda rows: rows[:3] + [rows[3][:7] + ["x"] + rows[3][8:]] + rows[4:], "line 4, column 'compute_util': 'x' is not a number"),
+    (lambda rows: rows[:2] + [rows[2][:-2]] + rows[3:], "line 3: 18 cells, the header has 20"),
+    (lambda rows: rows[:2] + [rows[2][:12] + ["-3"] + rows[2][13:]] + rows[3:], "line 3, column 'latency_ms.keep': -3 is negative"),
     (lambda rows: [[("compute_util" if c == "batch" else c) for c in rows[0]]] + rows[1:],
      "line 1: duplicate column 'compute_util'"),
     (lambda rows: [], "empty file"),
@@ -224,10 +274,10 @@ def test_rows_with_unreadable_or_out_of_envelope_inputs_are_dropped_and_counted(
     src = _fixed_csv(tmp_path / "fixed.csv", n=12)
     text = src.read_text().splitlines()
     cells = text[2].split(",")
-    cells[10] = ""          # temperature_c unavailable
+    cells[11] = ""          # temperature_c unavailable
     text[2] = ",".join(cells)
     cells = text[3].split(",")
-    cells[10] = "150.0"     # above the 110 degC envelope: a probe fault at run time
+    cells[11] = "150.0"     # above the 110 degC envelope: a probe fault at run time
     text[3] = ",".join(cells)
     src.write_text("\n".join(text) + "\n")
     data = read_profile(src, spec)
@@ -239,21 +289,21 @@ def test_rows_with_unreadable_or_out_of_envelope_inputs_are_dropped_and_counted(
 def test_shipped_controller_is_the_one_trained_from_the_shipped_profile(tmp_path):
     """examples/meta_controller/README.md: one command retrains controller.onnx byte for byte."""
     out = tmp_path / "controller.onnx"
-    proc = cli("train", PROFILE, "--sla", REFERENCE_SLA, "--out", out, "--alpha", "3", "--seed", "1")
+    proc = cli("train", PROFILE, "--sla", REFERENCE_SLA, "--out", out, "--alpha", "2", "--seed", "1")
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == REFERENCE_MODEL.read_bytes()
     shipped = json.loads((EXAMPLES / "meta_controller" / "controller.train.json").read_text())
     assert json.loads((tmp_path / "controller.train.json").read_text()) == shipped
     side = json.loads(PROFILE.with_suffix(".json").read_text())
     assert side["samples"] == shipped["profile"]["rows_used"] + sum(shipped["profile"]["rows_dropped"].values())
-    assert side["command"].startswith("mi-certify profile --workload examples/workload/convnet.onnx")
+    assert side["command"].startswith("mi-certify profile --workload examples/workload/convgemm.onnx")
 
 
 def test_a_profile_where_one_action_always_wins_is_refused(spec, tmp_path):
     src = _fixed_csv(tmp_path / "fixed.csv", n=20)
     rows = [r.split(",") for r in src.read_text().splitlines()]
     for r in rows[1:]:
-        r[11] = "1.0000"  # keep always fastest: every label is keep, nothing to learn
+        r[12] = "1.0000"  # keep always fastest: every label is keep, nothing to learn
     src.write_text("\n".join(",".join(r) for r in rows) + "\n")
     with pytest.raises(TrainError, match="every training row has the label keep"):
         train_controller(read_profile(src, spec), spec, TrainOptions(augment=10))

@@ -472,6 +472,29 @@ def lut_from_smt2(design: str, top: str, address_bits: int, chunk: int = LUT_EVA
     return out
 
 
+#: Widest bit-vector the evaluator keeps in int64 lanes; wider ones (a ROM word of many slice
+#: columns, a long concatenation) are Python integers in object arrays, never wrapped.
+_INT64_BITS = 62
+
+
+def _widen(v, width: int):
+    """``v`` as exact Python integers (object dtype) when ``width`` exceeds int64 lanes."""
+    if width <= _INT64_BITS:
+        return v
+    if isinstance(v, np.ndarray):
+        return v if v.dtype == object else v.astype(object)
+    return np.array(int(v), dtype=object)
+
+
+def _narrow(v, width: int):
+    """A value of ``width`` bits back in int64 lanes when it fits (constants as numpy scalars)."""
+    if width > _INT64_BITS:
+        return v if isinstance(v, np.ndarray) else np.array(int(v), dtype=object)
+    if isinstance(v, np.ndarray):
+        return v.astype(np.int64) if v.dtype == object else v
+    return np.int64(int(v))
+
+
 def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.ndarray, address_bits: int
                     ) -> np.ndarray:
     """:func:`lut_from_smt2` on the addresses ``addrs``; ``left``: uses still to come per definition
@@ -487,7 +510,7 @@ def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.n
             if e == "false":
                 return np.False_, 0
             if e.startswith("#b"):
-                return np.int64(int(e[2:], 2)), len(e) - 2
+                return _narrow(int(e[2:], 2), len(e) - 2), len(e) - 2
             raise ValueError(f"unsupported atom {e}")
         head = e[0]
         if isinstance(head, str) and head.startswith("|"):  # (|fn| state)
@@ -505,12 +528,14 @@ def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.n
         if isinstance(head, list) and head[0] == "_" and head[1] == "extract":
             hi, lo = int(head[2]), int(head[3])
             v, _ = ev(e[1])
-            return (v >> lo) & ((1 << (hi - lo + 1)) - 1), hi - lo + 1
+            return _narrow((v >> lo) & ((1 << (hi - lo + 1)) - 1), hi - lo + 1), hi - lo + 1
         args = [ev(x) for x in e[1:]]
         if head == "ite":
-            return np.where(args[0][0], args[1][0], args[2][0]), args[1][1]
+            w = max(args[1][1], args[2][1])
+            return np.where(args[0][0], _widen(args[1][0], w), _widen(args[2][0], w)), args[1][1]
         if head == "=":
-            return args[0][0] == args[1][0], 0
+            wide = max(w for _, w in args)
+            return np.asarray(_widen(args[0][0], wide) == _widen(args[1][0], wide), dtype=bool), 0
         if head in ("or", "and"):
             out = args[0][0].copy()
             for v, _ in args[1:]:
@@ -519,19 +544,23 @@ def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.n
         if head == "not":
             return ~args[0][0], 0
         if head == "concat":
-            v, w = args[0]
+            w_all = sum(w for _, w in args)
+            v, w = _widen(args[0][0], w_all), args[0][1]
             for v2, w2 in args[1:]:
-                v, w = (v << w2) | v2, w + w2
+                v, w = (v << w2) | _widen(v2, w_all), w + w2
             return v, w
         if head in ("bvand", "bvor"):
-            out = args[0][0].copy()
+            wide = max(w for _, w in args)
+            out = _widen(args[0][0], wide).copy()
             for v, _ in args[1:]:
+                v = _widen(v, wide)
                 out = out & v if head == "bvand" else out | v
             return out, args[0][1]
         if head == "bvnot":
             return (~args[0][0]) & ((1 << args[0][1]) - 1), args[0][1]
         if head in ("bvuge", "bvule", "bvugt", "bvult"):
-            a, b = args[0][0], args[1][0]
+            wide = max(w for _, w in args)
+            a, b = _widen(args[0][0], wide), _widen(args[1][0], wide)
             return {"bvuge": a >= b, "bvule": a <= b, "bvugt": a > b, "bvult": a < b}[head], 0
         raise ValueError(f"unsupported operator {head}")
 
@@ -551,7 +580,7 @@ def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: 
     try:
         got = lut_from_smt2(design, top, address_bits)
         regs = lut_registers(design, top)
-    except (ValueError, KeyError, IndexError, StopIteration) as exc:
+    except (ValueError, KeyError, IndexError, StopIteration, OverflowError, TypeError) as exc:
         ob.verdict, ob.detail = Verdict.UNKNOWN, f"cannot evaluate the RTL's LUT: {exc}"
         return ob
     if regs != latency - 1 and not np.all(got == got.flat[0] if got.size else True):

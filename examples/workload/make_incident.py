@@ -3,15 +3,18 @@
 One row per request, one column per input of the reference controller
 (examples/meta_controller), physical units. Phases (rows):
 
-  0-39     idle engine            compute_util 0.05                      -> keep (property P2)
-  40-99    busy                   util 0.95, cache misses 0.2            -> merge_conv
-  100-159  half busy, memory-bound util 0.5, mem_bw 0.8, 200 KiB free    -> keep
-  160-219  busy and hot           util 0.95, 90 degC                     -> merge_conv (P1 forbids only int4)
-  220-222  temperature sensor drops out (empty cells)                  -> probe fault
-  223-299  idle again, cool                                              -> keep
+  0-39     idle engine                 compute_util 0.05                          -> keep (property P2)
+  40-99    lightly used                util 0.30, 700 KiB SRAM free                -> merge_conv
+  100-159  a neighbour takes a core    util 0.53, chase 172 ns, 26 GB/s, 300 KiB  -> int4
+  160-219  the same, hot               96 degC                                    -> keep (P1 forbids int4)
+  220-222  temperature sensor drops out (empty cells)                           -> probe fault
+  223-299  idle again, cool                                                       -> keep
 
-The arrows are what the shipped controller (trained from examples/meta_controller/profile.csv,
-docs/training.md) proposes: it learned keep below about 0.8 utilisation and merge_conv above.
+The arrows are what the shipped controller's LUT (trained from
+examples/meta_controller/profile.csv, docs/training.md) proposes with its confident bit set
+in those cells. The values are chosen where it is confident: its decisions also depend on
+free_sram_kb, which the profile drew at random (the network fitted that noise:
+examples/meta_controller/README.md), so the SRAM reading differs between phases.
 
 Small deterministic jitter (numpy default_rng(0)) keeps the readings inside their
 quantization cells. Usage: python examples/workload/make_incident.py
@@ -21,20 +24,20 @@ from pathlib import Path
 
 import numpy as np
 
-PHASES = [  # rows, compute_util, cache_miss_rate, mem_bw_util, free_sram_kb, temperature_c
-    (40, 0.05, 0.20, 0.30, 512.0, 50.0),
-    (60, 0.95, 0.20, 0.30, 512.0, 60.0),
-    (60, 0.50, 0.50, 0.80, 200.0, 60.0),
-    (60, 0.95, 0.40, 0.40, 512.0, 90.0),
-    (3, 0.95, 0.40, 0.40, 512.0, None),
-    (77, 0.05, 0.20, 0.30, 512.0, 45.0),
+PHASES = [  # rows, compute_util, cache_chase_ns, mem_bw_avail_gbs, free_sram_kb, temperature_c
+    (40, 0.05, 165.0, 36.0, 300.0, 45.0),
+    (60, 0.30, 165.0, 36.0, 700.0, 50.0),
+    (60, 0.53, 172.0, 26.0, 300.0, 40.0),
+    (60, 0.53, 172.0, 26.0, 300.0, 96.0),
+    (3, 0.53, 172.0, 26.0, 300.0, None),
+    (77, 0.05, 165.0, 36.0, 300.0, 45.0),
 ]
-JITTER = (0.01, 0.01, 0.01, 5.0, 0.5)
+JITTER = (0.01, 3.0, 1.0, 5.0, 0.5)
 
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    lines = ["t_s,compute_util,cache_miss_rate,mem_bw_util,free_sram_kb,temperature_c"]
+    lines = ["t_s,compute_util,cache_chase_ns,mem_bw_avail_gbs,free_sram_kb,temperature_c"]
     row = 0
     for n, *values in PHASES:
         for _ in range(n):

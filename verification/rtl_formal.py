@@ -38,6 +38,7 @@ from mi_certify.generator.results import Verdict
 from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, Reason
 
 from . import yosys
+from .bitvec import narrow, widen
 from .fsm_proofs import FsmModel, Obligation, canonical_smt2
 
 #: Registers of the generated RTL and the reference state variable each holds.
@@ -472,29 +473,6 @@ def lut_from_smt2(design: str, top: str, address_bits: int, chunk: int = LUT_EVA
     return out
 
 
-#: Widest bit-vector the evaluator keeps in int64 lanes; wider ones (a ROM word of many slice
-#: columns, a long concatenation) are Python integers in object arrays, never wrapped.
-_INT64_BITS = 62
-
-
-def _widen(v, width: int):
-    """``v`` as exact Python integers (object dtype) when ``width`` exceeds int64 lanes."""
-    if width <= _INT64_BITS:
-        return v
-    if isinstance(v, np.ndarray):
-        return v if v.dtype == object else v.astype(object)
-    return np.array(int(v), dtype=object)
-
-
-def _narrow(v, width: int):
-    """A value of ``width`` bits back in int64 lanes when it fits (constants as numpy scalars)."""
-    if width > _INT64_BITS:
-        return v if isinstance(v, np.ndarray) else np.array(int(v), dtype=object)
-    if isinstance(v, np.ndarray):
-        return v.astype(np.int64) if v.dtype == object else v
-    return np.int64(int(v))
-
-
 def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.ndarray, address_bits: int
                     ) -> np.ndarray:
     """:func:`lut_from_smt2` on the addresses ``addrs``; ``left``: uses still to come per definition
@@ -510,7 +488,7 @@ def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.n
             if e == "false":
                 return np.False_, 0
             if e.startswith("#b"):
-                return _narrow(int(e[2:], 2), len(e) - 2), len(e) - 2
+                return narrow(int(e[2:], 2), len(e) - 2), len(e) - 2
             raise ValueError(f"unsupported atom {e}")
         head = e[0]
         if isinstance(head, str) and head.startswith("|"):  # (|fn| state)
@@ -528,14 +506,14 @@ def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.n
         if isinstance(head, list) and head[0] == "_" and head[1] == "extract":
             hi, lo = int(head[2]), int(head[3])
             v, _ = ev(e[1])
-            return _narrow((v >> lo) & ((1 << (hi - lo + 1)) - 1), hi - lo + 1), hi - lo + 1
+            return narrow((v >> lo) & ((1 << (hi - lo + 1)) - 1), hi - lo + 1), hi - lo + 1
         args = [ev(x) for x in e[1:]]
         if head == "ite":
             w = max(args[1][1], args[2][1])
-            return np.where(args[0][0], _widen(args[1][0], w), _widen(args[2][0], w)), args[1][1]
+            return np.where(args[0][0], widen(args[1][0], w), widen(args[2][0], w)), args[1][1]
         if head == "=":
             wide = max(w for _, w in args)
-            return np.asarray(_widen(args[0][0], wide) == _widen(args[1][0], wide), dtype=bool), 0
+            return np.asarray(widen(args[0][0], wide) == widen(args[1][0], wide), dtype=bool), 0
         if head in ("or", "and"):
             out = args[0][0].copy()
             for v, _ in args[1:]:
@@ -545,22 +523,22 @@ def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.n
             return ~args[0][0], 0
         if head == "concat":
             w_all = sum(w for _, w in args)
-            v, w = _widen(args[0][0], w_all), args[0][1]
+            v, w = widen(args[0][0], w_all), args[0][1]
             for v2, w2 in args[1:]:
-                v, w = (v << w2) | _widen(v2, w_all), w + w2
+                v, w = (v << w2) | widen(v2, w_all), w + w2
             return v, w
         if head in ("bvand", "bvor"):
             wide = max(w for _, w in args)
-            out = _widen(args[0][0], wide).copy()
+            out = widen(args[0][0], wide).copy()
             for v, _ in args[1:]:
-                v = _widen(v, wide)
+                v = widen(v, wide)
                 out = out & v if head == "bvand" else out | v
             return out, args[0][1]
         if head == "bvnot":
             return (~args[0][0]) & ((1 << args[0][1]) - 1), args[0][1]
         if head in ("bvuge", "bvule", "bvugt", "bvult"):
             wide = max(w for _, w in args)
-            a, b = _widen(args[0][0], wide), _widen(args[1][0], wide)
+            a, b = widen(args[0][0], wide), widen(args[1][0], wide)
             return {"bvuge": a >= b, "bvule": a <= b, "bvugt": a > b, "bvult": a < b}[head], 0
         raise ValueError(f"unsupported operator {head}")
 

@@ -34,6 +34,8 @@ import numpy as np
 
 from mi_certify.generator.errors import MiCertifyError
 
+from .bitvec import INT64_BITS, narrow, widen
+
 #: The pyverilog release the templates are written for (pinned in constraints.txt).
 PYVERILOG_VERSION = "1.3.0"
 
@@ -190,6 +192,13 @@ def read_modules(path: Path) -> dict[str, RtlModule]:
 
 # --- the data flow of the LUT ----------------------------------------------------------------
 
+def _alike(a, b):
+    """Both operands as exact integers (object dtype) when either is wider than int64 lanes."""
+    if getattr(a, "dtype", None) == object or getattr(b, "dtype", None) == object:
+        return widen(a, INT64_BITS + 1), widen(b, INT64_BITS + 1)
+    return a, b
+
+
 class _Flow:
     """Evaluates a module's signals as functions of ``addr`` at every address (NumPy int64
     vectors; the other inputs 0), with the number of registers each value crossed (its stage).
@@ -318,6 +327,7 @@ class _Flow:
             v, st = self.expr(stmt.right.var, env if isinstance(stmt, A.BlockingSubstitution) else None)
             st = self._stage(stmt, st, ctl)
             old, ost = env.get(t, (np.full(self.n, -1, dtype=np.int64), st))
+            v, old = _alike(v, old)
             env[t] = (np.where(mask, v, old), self._stage(stmt, st, ost))
         elif isinstance(stmt, A.IfStatement):
             c, sc = self.expr(stmt.cond, env)
@@ -370,11 +380,13 @@ class _Flow:
         if target is None or int(comp.max(initial=0)) >= 1 << 24:
             return False
         size = max([int(comp.max(initial=0)) + 1] + [k + 1 for k in items])
-        table = np.full(size, -1 if default is None else default, dtype=np.int64)
+        wide = max([abs(v) for v in items.values()] + [abs(default or 0)]).bit_length() > INT64_BITS
+        table = np.full(size, -1 if default is None else default, dtype=object if wide else np.int64)
         for k, v in items.items():
             table[k] = v
         old, ost = env.get(target, (np.full(self.n, -1, dtype=np.int64), ctl))
-        env[target] = (np.where(mask, table[comp], old), self._stage(stmt, ctl, ost))
+        new, old = _alike(table[comp], old)
+        env[target] = (np.where(mask, new, old), self._stage(stmt, ctl, ost))
         return True
 
     def _stage(self, node, a, b):
@@ -388,7 +400,8 @@ class _Flow:
         """(value, stage) of expression ``e``; ``env``: values assigned earlier in the same block."""
         A = self.A
         if isinstance(e, A.IntConst):
-            return np.int64(_const(e.value)[0]), None
+            v, w = _const(e.value)
+            return narrow(v, w or 32), None
         if isinstance(e, A.Identifier):
             if env is not None and e.name in env:
                 return env[e.name]
@@ -398,22 +411,24 @@ class _Flow:
             if e.var.name in self.memories:
                 return self._memory(e, idx), si
             v, sv = self.expr(e.var, env)
-            return (v >> idx) & 1, self._stage(e, sv, si)
+            return narrow((v >> idx) & 1, 1), self._stage(e, sv, si)
         if isinstance(e, A.Partselect):
             v, sv = self.expr(e.var, env)
             hi, lo = _const(e.msb.value)[0], _const(e.lsb.value)[0]
-            return (v >> lo) & ((1 << (hi - lo + 1)) - 1), sv
+            return narrow((v >> lo) & ((1 << (hi - lo + 1)) - 1), hi - lo + 1), sv
         if isinstance(e, A.Concat):
-            out, st = np.int64(0), None
+            total = self._width(e)
+            out, st = widen(np.int64(0), total), None
             for part in e.list:
                 v, sv = self.expr(part, env)
-                out = (out << self._width(part)) | v
+                out = (out << self._width(part)) | widen(v, total)
                 st = self._stage(e, st, sv)
             return out, st
         if isinstance(e, A.Cond):
             c, sc = self.expr(e.cond, env)
             a, sa = self.expr(e.true_value, env)
             b, sb = self.expr(e.false_value, env)
+            a, b = _alike(a, b)
             return np.where(c != 0, a, b), self._stage(e, self._stage(e, sc, sa), sb)
         ops = {A.LessThan: np.less, A.GreaterThan: np.greater, A.LessEq: np.less_equal,
                A.GreaterEq: np.greater_equal, A.Eq: np.equal, A.NotEq: np.not_equal, A.Land: np.logical_and,
@@ -422,8 +437,14 @@ class _Flow:
             if isinstance(e, cls):
                 a, sa = self.expr(e.left, env)
                 b, sb = self.expr(e.right, env)
-                return fn(a != 0, b != 0).astype(np.int64) if cls in (A.Land, A.Lor) else \
-                    fn(a, b).astype(np.int64), self._stage(e, sa, sb)
+                if cls in (A.Land, A.Lor):
+                    return fn(a != 0, b != 0).astype(np.int64), self._stage(e, sa, sb)
+                a, b = _alike(a, b)
+                if cls in (A.And, A.Or):   # bitwise: exact at any width
+                    out = fn(a, b)
+                    return (out if getattr(out, "dtype", None) == object else np.asarray(out, dtype=np.int64)), \
+                        self._stage(e, sa, sb)
+                return np.asarray(fn(a, b), dtype=np.int64), self._stage(e, sa, sb)
         if isinstance(e, A.Ulnot):
             v, sv = self.expr(e.right, env)
             return (v == 0).astype(np.int64), sv
@@ -463,8 +484,8 @@ class _Flow:
         if len(text) != depth or any(not re.fullmatch(r"[0-9a-fA-F]+", w) for w in text):
             raise VerilogReadError(f"{fname} holds {len(text)} words (hex digits only), {name} has {depth}",
                                    file=self.file.name)
-        words = np.array([int(w, 16) for w in text], dtype=np.int64)
-        if words.max(initial=0) >> width:
+        words = narrow(np.array([int(w, 16) for w in text], dtype=object), width)
+        if int(words.max(initial=0)) >> width:
             raise VerilogReadError(f"{fname} holds a word wider than {width} bits", file=self.file.name)
         self.rom_words[name] = words
         return words

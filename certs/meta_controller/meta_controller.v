@@ -2,18 +2,18 @@
 // Do not edit: regenerate with `mi-certify build`. Verilog-2001, one clock domain.
 //
 // Sources (sha256):
-//   model  434c7d9741531d3d324487134185597702aee04f0b5544091e668b7e829f50a3
-//   spec   746a3830d20c42e0ace0fea67e814476463c49a4e750562bbdd5539c8b731bc2
-//   LUT    6237ba75ec7ceebec0161e47f9950d210d27232d773404c9e9ae780c4c9ae6ef
+//   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
+//   spec   ac9392f2a2c6e59161f5a1685ef039e99f4fbc15004f2a4a871479fc19b17d27
+//   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 //
 // Ports:
 //   clk            in   1   rising-edge clock; one controller step per cycle
 //   rst            in   1   synchronous reset, active high (sampled at the rising edge)
-//   addr           in  16   quantized probe levels, input 0 most significant:
-//                              [15:12] compute_util (ratio), 4 bits over [0.0, 1.0]
-//                              [11:9] cache_miss_rate (ratio), 3 bits over [0.0, 1.0]
-//                              [8:6] mem_bw_util (ratio), 3 bits over [0.0, 1.0]
-//                              [5:3] free_sram_kb (KiB), 3 bits over [0.0, 1024.0]
+//   addr           in  14   quantized probe levels, input 0 most significant:
+//                              [13:10] compute_util (ratio), 4 bits over [0.0, 1.0]
+//                              [9:7] cache_chase_ns (ns), 3 bits over [0.0, 1024.0]
+//                              [6:4] mem_bw_avail_gbs (GB/s), 3 bits over [0.0, 64.0]
+//                              [3:3] free_sram_kb (KiB), 1 bits over [0.0, 1024.0]
 //                              [2:0] temperature_c (degC), 3 bits over [20.0, 110.0]
 //   probe_fault    in   1   a probe reading is missing, NaN or outside its envelope
 //   sla_violation  in   1   the SLA monitor judged the last request a violation
@@ -22,29 +22,29 @@
 //   audit_valid    out  1   registered: high in the cycle after each non-reset step (a decision to log)
 //   audit_token    out  2   the token that decision gave (= token)
 //   audit_reason   out  4   the reason code of that decision (= reason)
-//   audit_addr     out 16   registered: the addr that decision was made on
+//   audit_addr     out 14   registered: the addr that decision was made on
 //
 // Audit port: sample (audit_token, audit_reason, audit_addr) at every rising edge where
 // audit_valid is high; that is one record per controller step, in order.
-// Latency: 2 cycles (sla.yaml hdl.latency). addr, probe_fault and sla_violation pass together
-// through 1 register stage (the LUT read is registered): token/reason after edge t are
-// the one-cycle machine's decision on the inputs sampled at edge t-1, and audit_addr is that addr.
+// Latency: 3 cycles (sla.yaml hdl.latency). addr, probe_fault and sla_violation pass together
+// through 2 register stages (the LUT read is registered twice): token/reason after edge t are
+// the one-cycle machine's decision on the inputs sampled at edge t-2, and audit_addr is that addr.
 // Reset value: token = 0 (keep), reason = 0 (HOLD), audit_valid = 0, audit_addr = 0,
 // every counter 0, not in fallback, the pipeline empty; the reset values hold until the first
-// input sampled after the reset reaches the decision (1 cycle later).
-// LUT encoding: sliced ROM: 4 distinct entries coded in 2 bits, 16 slices of 4096 cells, 12 stored columns of 4096 bits read combinationally from meta_controller_rom.hex ($readmemh); the read registered (latency 2)
+// input sampled after the reset reaches the decision (2 cycles later).
+// LUT encoding: sliced ROM: 7 distinct entries coded in 3 bits, 32 slices of 512 cells, 71 stored columns of 512 bits read synchronously from meta_controller_rom.hex ($readmemh); the read registered twice (latency 3)
 // Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target).
 // A measured Fmax below it fails the build.
-// Measured: up5k 56.81 MHz: met.
+// Measured: up5k 50.45 MHz: met.
 // FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
-// LUT cells: 65536 (59226 proven, 6310 resolved, 0 sampled at the cell centre, not proven).
+// LUT cells: 16384 (7578 proven, 8806 resolved, 0 sampled at the cell centre, not proven).
 `default_nettype none
 `timescale 1ns / 1ps
 
 module meta_controller (
     input  wire         clk,
     input  wire         rst,
-    input  wire [15:0]  addr,
+    input  wire [13:0]  addr,
     input  wire         probe_fault,
     input  wire         sla_violation,
     output reg  [1:0]   token,
@@ -52,7 +52,7 @@ module meta_controller (
     output reg          audit_valid,
     output wire [1:0]   audit_token,
     output wire [3:0]   audit_reason,
-    output reg  [15:0]  audit_addr
+    output reg  [13:0]  audit_addr
 );
 
     assign audit_token  = token;
@@ -84,82 +84,156 @@ module meta_controller (
 
     // ---- input pipeline (docs/hdl.md, "Latency"): stage k holds the inputs sampled k
     // cycles ago; valid_qk: no reset since they were sampled (the data registers need none)
-    reg [15:0] addr_q1;    // addr sampled 1 cycle ago
+    reg [13:0] addr_q1;    // addr sampled 1 cycle ago
     reg        probe_fault_q1;
     reg        sla_violation_q1;
     reg        valid_q1;   // no reset in the last cycle
+    reg [13:0] addr_q2;    // addr sampled 2 cycles ago
+    reg        probe_fault_q2;
+    reg        sla_violation_q2;
+    reg        valid_q2;   // no reset in the last 2 cycles
 
     always @(posedge clk) begin
         addr_q1          <= addr;
         probe_fault_q1   <= probe_fault;
         sla_violation_q1 <= sla_violation;
+        addr_q2          <= addr_q1;
+        probe_fault_q2   <= probe_fault_q1;
+        sla_violation_q2 <= sla_violation_q1;
     end
 
     always @(posedge clk) begin
         if (rst) begin
             valid_q1 <= 1'b0;
+            valid_q2 <= 1'b0;
         end else begin
             valid_q1 <= 1'b1;
+            valid_q2 <= valid_q1;
         end
     end
 
-    // ---- LUT: 65536 entries; entry = {confident, proposed token} ---------------
-    reg  [11:0] lut_cols [0:4095];   // the stored columns, one word per addr[11:0]
-    wire [11:0] lut_col;             // the columns at addr[11:0]
-    reg  [1:0]  lut_code;            // the entry's code
-    reg  [2:0]  lut_read;            // the LUT logic's entry, registered into lut_entry
-    reg  [2:0]  lut_entry;           // {confident, proposed token} (registered: stage 1)
-    wire [1:0]  lut_p;               // proposed token p
-    wire        lut_c;               // confident bit c
+    // ---- LUT: 16384 entries; entry = {confident, proposed token} ---------------
+    reg  [70:0] lut_cols [0:511];   // the stored columns, one word per addr[8:0]
+    reg  [70:0] lut_col;            // the columns at addr[8:0] (stage 1)
+    reg  [71:0] lut_sel_d;          // the selects of the slice at addr
+    reg  [71:0] lut_sel;            // the selects at addr (stage 1)
+    reg  [36:0] lut_or;             // partial ORs of the code bits (stage 2)
+    wire [2:0]  lut_code;           // the entry's code
+    reg  [2:0]  lut_entry;          // {confident, proposed token} (decoded from the stage-2 partial ORs)
+    wire [1:0]  lut_p;              // proposed token p
+    wire        lut_c;              // confident bit c
     // LUT logic begin: left out of code coverage (proved entry by entry at every address: rtl.lut_table)
-    // sliced ROM: the 4 distinct entries coded in 2 bits (lut_code, decoded
-    // below); 16 slices of 4096 cells, addr[15:12] selects the slice; each code bit of
-    // a slice is a constant or one of 12 stored columns (identical columns stored once), the
-    // columns read at addr[11:0] from meta_controller_rom.hex (one hex word per line, line number =
-    // addr[11:0], bit i = column i; sha256 aad7a720c301033ba0dac15c45e8a657d3b251d429aba2d3af54ffe37dbe327e)
+    // sliced ROM: the 7 distinct entries coded in 3 bits (lut_code, decoded
+    // below); 32 slices of 512 cells, addr[13:9] selects the slice; each code bit of
+    // a slice is a constant or one of 71 stored columns (identical columns stored once), the
+    // columns read at addr[8:0] from meta_controller_rom.hex (one hex word per line, line number =
+    // addr[8:0], bit i = column i; sha256 a60ff84c0fadc3962642ea5f785522ee8fb56ecf4277b4b87daf49d104b32f1e)
     initial $readmemh("meta_controller_rom.hex", lut_cols);   // ROM contents, not logic
-    assign lut_col = lut_cols[addr[11:0]];
+    always @(posedge clk) begin
+        lut_col <= lut_cols[addr[8:0]];
+    end
+    // the slice multiplexer in two register stages (latency 3, docs/hdl.md "Latency"): code bit b
+    // is the OR, over the slices, of (slice selected) & (its constant or column); lut_sel holds one
+    // select per group of slices giving a bit the same term (stage 1, beside the ROM read),
+    // lut_or the ORs of at most two terms (stage 2); the decision stage ORs them and decodes
     always @(*) begin
-        case (addr[15:12])
-            4'd0: lut_code = {1'b1, 1'b0};
-            4'd1: lut_code = {1'b1, 1'b0};
-            4'd2: lut_code = {1'b1, 1'b0};
-            4'd3: lut_code = {1'b1, 1'b0};
-            4'd4: lut_code = {1'b1, 1'b0};
-            4'd5: lut_code = {1'b1, 1'b0};
-            4'd6: lut_code = {1'b1, 1'b0};
-            4'd7: lut_code = {lut_col[0], 1'b0};
-            4'd8: lut_code = {lut_col[1], 1'b0};
-            4'd9: lut_code = {lut_col[2], 1'b0};
-            4'd10: lut_code = {lut_col[4], lut_col[3]};
-            4'd11: lut_code = {lut_col[6], lut_col[5]};
-            4'd12: lut_code = {lut_col[8], lut_col[7]};
-            4'd13: lut_code = {lut_col[10], lut_col[9]};
-            4'd14: lut_code = {lut_col[11], 1'b1};
-            4'd15: lut_code = {1'b1, 1'b1};
+        case (addr[13:9])
+            5'd0: lut_sel_d = 72'b000000000000000000000000000010000000000000000000000000000000000000000000;
+            5'd1: lut_sel_d = 72'b000000000000000000000000000010000000000000000000000000000000000000000000;
+            5'd2: lut_sel_d = 72'b000000000000000000000000000100000000000000000000000000000000000000000000;
+            5'd3: lut_sel_d = 72'b000000000000000000000000000010000000000000000000000000000000000000000000;
+            5'd4: lut_sel_d = 72'b000000000000000000000000001000000000000000000000000000000000000000000000;
+            5'd5: lut_sel_d = 72'b000000000000000000000000000010000000000000000000000000000000000000000000;
+            5'd6: lut_sel_d = 72'b000000000000000000000000010000000000000000000000000000000000000000000001;
+            5'd7: lut_sel_d = 72'b000000000000000000000000100000000000000000000000000000000000000000000000;
+            5'd8: lut_sel_d = 72'b000000000000000000000001000000000000000000000000000000000000000000000010;
+            5'd9: lut_sel_d = 72'b000000000000000000000010000000000000000000000000000000000000000000000100;
+            5'd10: lut_sel_d = 72'b000000000000000000000100000000000000000000000010000000000000000000001000;
+            5'd11: lut_sel_d = 72'b000000000000000000001000000000000000000000000000000000000000000000010000;
+            5'd12: lut_sel_d = 72'b000000000000000000010000000000000000000000000100000000000000000000100000;
+            5'd13: lut_sel_d = 72'b000000000000000000100000000000000000000000000000000000000000000001000000;
+            5'd14: lut_sel_d = 72'b000000000000000001000000000000000000000000001000000000000000000010000000;
+            5'd15: lut_sel_d = 72'b000000000000000010000000000000000000000000000000000000000000000100000000;
+            5'd16: lut_sel_d = 72'b000000000000000100000000000000000000000000010000000000000000001000000000;
+            5'd17: lut_sel_d = 72'b000000000000001000000000000000000000000000100000000000000000010000000000;
+            5'd18: lut_sel_d = 72'b000000000000010000000000000000000000000001000000000000000000100000000000;
+            5'd19: lut_sel_d = 72'b000000000000100000000000000000000000000010000000000000000001000000000000;
+            5'd20: lut_sel_d = 72'b000000000001000000000000000000000000000100000000000000000010000000000000;
+            5'd21: lut_sel_d = 72'b000000000010000000000000000000000000001000000000000000000100000000000000;
+            5'd22: lut_sel_d = 72'b000000000100000000000000000000000000010000000000000000001000000000000000;
+            5'd23: lut_sel_d = 72'b000000001000000000000000000000000000100000000000000000010000000000000000;
+            5'd24: lut_sel_d = 72'b000000010000000000000000000000000001000000000000000000100000000000000000;
+            5'd25: lut_sel_d = 72'b000000100000000000000000000000000010000000000000000001000000000000000000;
+            5'd26: lut_sel_d = 72'b000001000000000000000000000000000100000000000000000010000000000000000000;
+            5'd27: lut_sel_d = 72'b000010000000000000000000000000001000000000000000000100000000000000000000;
+            5'd28: lut_sel_d = 72'b000100000000000000000000000000010000000000000000001000000000000000000000;
+            5'd29: lut_sel_d = 72'b001000000000000000000000000000100000000000000000010000000000000000000000;
+            5'd30: lut_sel_d = 72'b010000000000000000000000000000000000000000000000100000000000000000000000;
+            5'd31: lut_sel_d = 72'b100000000000000000000000000001000000000000000001000000000000000000000000;
         endcase
     end
+    always @(posedge clk) begin
+        lut_sel <= lut_sel_d;
+        lut_or  <= {
+            (lut_sel[71] & lut_col[70]),   // [36] bit 2
+            (lut_sel[69] & lut_col[65]) | (lut_sel[70] & lut_col[67]),   // [35] bit 2
+            (lut_sel[67] & lut_col[59]) | (lut_sel[68] & lut_col[62]),   // [34] bit 2
+            (lut_sel[65] & lut_col[53]) | (lut_sel[66] & lut_col[56]),   // [33] bit 2
+            (lut_sel[63] & lut_col[47]) | (lut_sel[64] & lut_col[50]),   // [32] bit 2
+            (lut_sel[61] & lut_col[41]) | (lut_sel[62] & lut_col[44]),   // [31] bit 2
+            (lut_sel[59] & lut_col[35]) | (lut_sel[60] & lut_col[38]),   // [30] bit 2
+            (lut_sel[57] & lut_col[29]) | (lut_sel[58] & lut_col[32]),   // [29] bit 2
+            (lut_sel[55] & lut_col[23]) | (lut_sel[56] & lut_col[26]),   // [28] bit 2
+            (lut_sel[53] & lut_col[18]) | (lut_sel[54] & lut_col[21]),   // [27] bit 2
+            (lut_sel[51] & lut_col[13]) | (lut_sel[52] & lut_col[16]),   // [26] bit 2
+            (lut_sel[49] & lut_col[8]) | (lut_sel[50] & lut_col[11]),   // [25] bit 2
+            (lut_sel[47] & lut_col[4]) | (lut_sel[48] & lut_col[6]),   // [24] bit 2
+            (lut_sel[45] & lut_col[1]) | (lut_sel[46] & lut_col[3]),   // [23] bit 2
+            lut_sel[43] | (lut_sel[44] & lut_col[0]),   // [22] bit 2
+            (lut_sel[41] & lut_col[64]) | (lut_sel[42] & lut_col[69]),   // [21] bit 1
+            (lut_sel[39] & lut_col[58]) | (lut_sel[40] & lut_col[61]),   // [20] bit 1
+            (lut_sel[37] & lut_col[52]) | (lut_sel[38] & lut_col[55]),   // [19] bit 1
+            (lut_sel[35] & lut_col[46]) | (lut_sel[36] & lut_col[49]),   // [18] bit 1
+            (lut_sel[33] & lut_col[40]) | (lut_sel[34] & lut_col[43]),   // [17] bit 1
+            (lut_sel[31] & lut_col[34]) | (lut_sel[32] & lut_col[37]),   // [16] bit 1
+            (lut_sel[29] & lut_col[28]) | (lut_sel[30] & lut_col[31]),   // [15] bit 1
+            (lut_sel[27] & lut_col[20]) | (lut_sel[28] & lut_col[25]),   // [14] bit 1
+            (lut_sel[25] & lut_col[10]) | (lut_sel[26] & lut_col[15]),   // [13] bit 1
+            (lut_sel[24] & lut_col[68]),   // [12] bit 0
+            (lut_sel[22] & lut_col[63]) | (lut_sel[23] & lut_col[66]),   // [11] bit 0
+            (lut_sel[20] & lut_col[57]) | (lut_sel[21] & lut_col[60]),   // [10] bit 0
+            (lut_sel[18] & lut_col[51]) | (lut_sel[19] & lut_col[54]),   // [9] bit 0
+            (lut_sel[16] & lut_col[45]) | (lut_sel[17] & lut_col[48]),   // [8] bit 0
+            (lut_sel[14] & lut_col[39]) | (lut_sel[15] & lut_col[42]),   // [7] bit 0
+            (lut_sel[12] & lut_col[33]) | (lut_sel[13] & lut_col[36]),   // [6] bit 0
+            (lut_sel[10] & lut_col[27]) | (lut_sel[11] & lut_col[30]),   // [5] bit 0
+            (lut_sel[8] & lut_col[22]) | (lut_sel[9] & lut_col[24]),   // [4] bit 0
+            (lut_sel[6] & lut_col[17]) | (lut_sel[7] & lut_col[19]),   // [3] bit 0
+            (lut_sel[4] & lut_col[12]) | (lut_sel[5] & lut_col[14]),   // [2] bit 0
+            (lut_sel[2] & lut_col[7]) | (lut_sel[3] & lut_col[9]),   // [1] bit 0
+            (lut_sel[0] & lut_col[2]) | (lut_sel[1] & lut_col[5])   // [0] bit 0
+        };
+    end
+    assign lut_code = {lut_or[22] | lut_or[23] | lut_or[24] | lut_or[25] | lut_or[26] | lut_or[27] | lut_or[28] | lut_or[29] | lut_or[30] | lut_or[31] | lut_or[32] | lut_or[33] | lut_or[34] | lut_or[35] | lut_or[36], lut_or[13] | lut_or[14] | lut_or[15] | lut_or[16] | lut_or[17] | lut_or[18] | lut_or[19] | lut_or[20] | lut_or[21], lut_or[0] | lut_or[1] | lut_or[2] | lut_or[3] | lut_or[4] | lut_or[5] | lut_or[6] | lut_or[7] | lut_or[8] | lut_or[9] | lut_or[10] | lut_or[11] | lut_or[12]};
     always @(*) begin
         case (lut_code)
-            2'd0: lut_read = {1'b0, 2'd0};
-            2'd1: lut_read = {1'b0, 2'd1};
-            2'd2: lut_read = {1'b1, 2'd0};
-            2'd3: lut_read = {1'b1, 2'd1};
+            3'd0: lut_entry = {1'b0, 2'd0};
+            3'd1: lut_entry = {1'b0, 2'd1};
+            3'd2: lut_entry = {1'b0, 2'd2};
+            3'd3: lut_entry = {1'b0, 2'd3};
+            3'd4: lut_entry = {1'b1, 2'd0};
+            3'd5: lut_entry = {1'b1, 2'd1};
+            default: lut_entry = {1'b1, 2'd2};   // code 6 (codes above it are never stored)
         endcase
     end
     // LUT logic end
 
-    // the LUT read, registered: the decision stage reads it with the inputs of stage 1
-    always @(posedge clk) begin
-        lut_entry <= lut_read;
-    end
-
     assign lut_p = lut_entry[1:0];
     assign lut_c = lut_entry[2];
 
-    // ---- actions the sla.yaml properties allow at addr_q1 (docs/fsm.md rule 3a) ---
-    wire       in_0 = (addr_q1[2:0] >= 3'd6);     // P1
-    wire       in_1 = (addr_q1[15:12] <= 4'd1);   // P2
+    // ---- actions the sla.yaml properties allow at addr_q2 (docs/fsm.md rule 3a) ---
+    wire       in_0 = (addr_q2[2:0] >= 3'd6);     // P1
+    wire       in_1 = (addr_q2[13:10] <= 4'd1);   // P2
     wire [3:0] allowed = (in_0 ? 4'b1011 : 4'b1111)
                        & (in_1 ? 4'b0001 : 4'b1111);
 
@@ -182,7 +256,7 @@ module meta_controller (
         n_fb     = fb;
         n_rcnt   = rcnt;
         n_reason = R_HOLD;
-        if (probe_fault_q1) begin                       // 1. probe fault
+        if (probe_fault_q2) begin                       // 1. probe fault
             n_token  = CONSERVATIVE;
             n_cand   = CONSERVATIVE;
             n_hcnt   = 2'd0;
@@ -192,7 +266,7 @@ module meta_controller (
             n_rcnt   = 3'd0;
             n_reason = R_PROBE_FAULT;
         end else if (fb) begin                          // 2. in fallback
-            if (sla_violation_q1) begin
+            if (sla_violation_q2) begin
                 n_rcnt   = 3'd0;
                 n_reason = R_FALLBACK;
             end else if (rcnt == RECOV_LAST) begin
@@ -204,7 +278,7 @@ module meta_controller (
                 n_rcnt   = rcnt + 3'd1;
                 n_reason = R_FALLBACK;
             end
-        end else if (sla_violation_q1 && vcnt == VIOL_LAST) begin   // 3. fall back
+        end else if (sla_violation_q2 && vcnt == VIOL_LAST) begin   // 3. fall back
             n_token  = CONSERVATIVE;
             n_cand   = CONSERVATIVE;
             n_hcnt   = 2'd0;
@@ -214,7 +288,7 @@ module meta_controller (
             n_rcnt   = 3'd0;
             n_reason = R_FALLBACK;
         end else begin
-            n_vcnt = sla_violation_q1 ? vcnt + 2'd1 : 2'd0;
+            n_vcnt = sla_violation_q2 ? vcnt + 2'd1 : 2'd0;
             if (!allowed[token]) begin                  // 3a. active action not allowed here
                 n_token  = CONSERVATIVE;
                 n_cand   = CONSERVATIVE;
@@ -249,7 +323,7 @@ module meta_controller (
 
     // ---- registers ----------------------------------------------------------------
     always @(posedge clk) begin
-        if (rst || !valid_q1) begin   // reset, or no input has reached the decision yet
+        if (rst || !valid_q2) begin   // reset, or no input has reached the decision yet
             token       <= CONSERVATIVE;
             cand        <= CONSERVATIVE;
             hcnt        <= 2'd0;
@@ -259,7 +333,7 @@ module meta_controller (
             rcnt        <= 3'd0;
             reason      <= R_HOLD;
             audit_valid <= 1'b0;
-            audit_addr  <= 16'd0;
+            audit_addr  <= 14'd0;
         end else begin
             token       <= n_token;
             cand        <= n_cand;
@@ -270,7 +344,7 @@ module meta_controller (
             rcnt        <= n_rcnt;
             reason      <= n_reason;
             audit_valid <= 1'b1;
-            audit_addr  <= addr_q1;
+            audit_addr  <= addr_q2;
         end
     end
 

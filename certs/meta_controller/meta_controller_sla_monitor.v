@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   746a3830d20c42e0ace0fea67e814476463c49a4e750562bbdd5539c8b731bc2
+//   spec   ac9392f2a2c6e59161f5a1685ef039e99f4fbc15004f2a4a871479fc19b17d27
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

@@ -2,76 +2,89 @@
 ; yosys-smt2-module meta_controller
 (declare-sort |meta_controller_s| 0)
 (declare-fun |meta_controller_is| (|meta_controller_s|) Bool)
-(declare-fun |meta_controller#0| (|meta_controller_s|) (_ BitVec 16)) ; \addr
-; yosys-smt2-input addr 16
-; yosys-smt2-wire addr 16
-; yosys-smt2-witness {"offset": 0, "path": ["\\addr"], "smtname": "addr", "smtoffset": 0, "type": "input", "width": 16}
-; yosys-smt2-witness {"offset": 0, "path": ["\\addr_q1"], "smtname": 1, "smtoffset": 0, "type": "reg", "width": 16}
-(declare-fun |meta_controller#1| (|meta_controller_s|) (_ BitVec 16)) ; \addr_q1
-; yosys-smt2-register addr_q1 16
-; yosys-smt2-wire addr_q1 16
+(declare-fun |meta_controller#0| (|meta_controller_s|) (_ BitVec 14)) ; \addr
+; yosys-smt2-input addr 14
+; yosys-smt2-wire addr 14
+; yosys-smt2-witness {"offset": 0, "path": ["\\addr"], "smtname": "addr", "smtoffset": 0, "type": "input", "width": 14}
+; yosys-smt2-witness {"offset": 0, "path": ["\\addr_q1"], "smtname": 1, "smtoffset": 0, "type": "reg", "width": 14}
+(declare-fun |meta_controller#1| (|meta_controller_s|) (_ BitVec 14)) ; \addr_q1
+; yosys-smt2-register addr_q1 14
+; yosys-smt2-wire addr_q1 14
+; yosys-smt2-witness {"offset": 0, "path": ["\\addr_q2"], "smtname": 2, "smtoffset": 0, "type": "reg", "width": 14}
+(declare-fun |meta_controller#2| (|meta_controller_s|) (_ BitVec 14)) ; \addr_q2
+; yosys-smt2-register addr_q2 14
+; yosys-smt2-wire addr_q2 14
 ; yosys-smt2-wire allowed 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\audit_addr"], "smtname": 7, "smtoffset": 0, "type": "reg", "width": 16}
-(declare-fun |meta_controller#7| (|meta_controller_s|) (_ BitVec 16)) ; \audit_addr
-; yosys-smt2-output audit_addr 16
-; yosys-smt2-register audit_addr 16
-; yosys-smt2-wire audit_addr 16
-; yosys-smt2-witness {"offset": 0, "path": ["\\reason"], "smtname": 8, "smtoffset": 0, "type": "reg", "width": 4}
-(declare-fun |meta_controller#8| (|meta_controller_s|) (_ BitVec 4)) ; \reason
+; yosys-smt2-witness {"offset": 0, "path": ["\\audit_addr"], "smtname": 8, "smtoffset": 0, "type": "reg", "width": 14}
+(declare-fun |meta_controller#8| (|meta_controller_s|) (_ BitVec 14)) ; \audit_addr
+; yosys-smt2-output audit_addr 14
+; yosys-smt2-register audit_addr 14
+; yosys-smt2-wire audit_addr 14
+; yosys-smt2-witness {"offset": 0, "path": ["\\reason"], "smtname": 9, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#9| (|meta_controller_s|) (_ BitVec 4)) ; \reason
 ; yosys-smt2-output audit_reason 4
 ; yosys-smt2-wire audit_reason 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\token"], "smtname": 9, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#9| (|meta_controller_s|) (_ BitVec 2)) ; \token
+; yosys-smt2-witness {"offset": 0, "path": ["\\token"], "smtname": 10, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#10| (|meta_controller_s|) (_ BitVec 2)) ; \token
 ; yosys-smt2-output audit_token 2
 ; yosys-smt2-wire audit_token 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\audit_valid"], "smtname": 10, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#10| (|meta_controller_s|) (_ BitVec 1)) ; \audit_valid
+; yosys-smt2-witness {"offset": 0, "path": ["\\audit_valid"], "smtname": 11, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#11| (|meta_controller_s|) (_ BitVec 1)) ; \audit_valid
 ; yosys-smt2-output audit_valid 1
 ; yosys-smt2-register audit_valid 1
 ; yosys-smt2-wire audit_valid 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 11, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#11| (|meta_controller_s|) (_ BitVec 2)) ; \cand
+; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 12, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#12| (|meta_controller_s|) (_ BitVec 2)) ; \cand
 ; yosys-smt2-register cand 2
 ; yosys-smt2-wire cand 2
-(declare-fun |meta_controller#12| (|meta_controller_s|) Bool) ; \clk
+(declare-fun |meta_controller#13| (|meta_controller_s|) Bool) ; \clk
 ; yosys-smt2-input clk 1
 ; yosys-smt2-wire clk 1
 ; yosys-smt2-clock clk posedge
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "posedge", "width": 1}
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 13, "smtoffset": 0, "type": "reg", "width": 4}
-(declare-fun |meta_controller#13| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 14, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#14| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
 ; yosys-smt2-register dcnt 4
 ; yosys-smt2-wire dcnt 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 14, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#14| (|meta_controller_s|) (_ BitVec 1)) ; \fb
+; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 15, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#15| (|meta_controller_s|) (_ BitVec 1)) ; \fb
 ; yosys-smt2-register fb 1
 ; yosys-smt2-wire fb 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 15, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#15| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 16, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#16| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
 ; yosys-smt2-register hcnt 2
 ; yosys-smt2-wire hcnt 2
 ; yosys-smt2-wire in_0 1
 ; yosys-smt2-wire in_1 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_entry"], "smtname": 16, "smtoffset": 0, "type": "reg", "width": 3}
-(declare-fun |meta_controller#16| (|meta_controller_s|) (_ BitVec 3)) ; \lut_entry
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_or"], "smtname": 17, "smtoffset": 0, "type": "reg", "width": 37}
+(declare-fun |meta_controller#17| (|meta_controller_s|) (_ BitVec 37)) ; \lut_or
+(declare-fun |meta_controller#58| (|meta_controller_s|) (_ BitVec 3))
 ; yosys-smt2-wire lut_c 1
-; yosys-smt2-wire lut_code 2
-; yosys-smt2-wire lut_col 12
-; yosys-smt2-register lut_entry 3
+; yosys-smt2-wire lut_code 3
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_col"], "smtname": 59, "smtoffset": 0, "type": "reg", "width": 71}
+(declare-fun |meta_controller#59| (|meta_controller_s|) (_ BitVec 71)) ; \lut_col
+; yosys-smt2-register lut_col 71
+; yosys-smt2-wire lut_col 71
 ; yosys-smt2-wire lut_entry 3
+; yosys-smt2-register lut_or 37
+; yosys-smt2-wire lut_or 37
 ; yosys-smt2-wire lut_p 2
-(declare-fun |meta_controller#430| (|meta_controller_s|) (_ BitVec 3))
-; yosys-smt2-wire lut_read 3
-; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q1"], "smtname": 440, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#440| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q1
-; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 441, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#441| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
-; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q1"], "smtname": 446, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#446| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_sel"], "smtname": 60, "smtoffset": 0, "type": "reg", "width": 72}
+(declare-fun |meta_controller#60| (|meta_controller_s|) (_ BitVec 72)) ; \lut_sel
+; yosys-smt2-register lut_sel 72
+; yosys-smt2-wire lut_sel 72
+(declare-fun |meta_controller#94| (|meta_controller_s|) (_ BitVec 72))
+; yosys-smt2-wire lut_sel_d 72
+; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q2"], "smtname": 104, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#104| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 105, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#105| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q2"], "smtname": 110, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#110| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q2
 ; yosys-smt2-wire n_cand 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 457, "smtoffset": 0, "type": "reg", "width": 3}
-(declare-fun |meta_controller#457| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 121, "smtoffset": 0, "type": "reg", "width": 3}
+(declare-fun |meta_controller#121| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
 ; yosys-smt2-wire n_dcnt 4
 ; yosys-smt2-wire n_fb 1
 ; yosys-smt2-wire n_hcnt 2
@@ -79,605 +92,362 @@
 ; yosys-smt2-wire n_reason 4
 ; yosys-smt2-wire n_token 2
 ; yosys-smt2-wire n_vcnt 2
-(declare-fun |meta_controller#510| (|meta_controller_s|) Bool) ; \probe_fault
+(declare-fun |meta_controller#174| (|meta_controller_s|) Bool) ; \probe_fault
 ; yosys-smt2-input probe_fault 1
 ; yosys-smt2-wire probe_fault 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault"], "smtname": "probe_fault", "smtoffset": 0, "type": "input", "width": 1}
+; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q1"], "smtname": 175, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#175| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q1
 ; yosys-smt2-register probe_fault_q1 1
 ; yosys-smt2-wire probe_fault_q1 1
+; yosys-smt2-register probe_fault_q2 1
+; yosys-smt2-wire probe_fault_q2 1
 ; yosys-smt2-register rcnt 3
 ; yosys-smt2-wire rcnt 3
 ; yosys-smt2-output reason 4
 ; yosys-smt2-register reason 4
 ; yosys-smt2-wire reason 4
-(declare-fun |meta_controller#511| (|meta_controller_s|) Bool) ; \rst
+(declare-fun |meta_controller#176| (|meta_controller_s|) Bool) ; \rst
 ; yosys-smt2-input rst 1
 ; yosys-smt2-wire rst 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\rst"], "smtname": "rst", "smtoffset": 0, "type": "input", "width": 1}
-(declare-fun |meta_controller#512| (|meta_controller_s|) Bool) ; \sla_violation
+(declare-fun |meta_controller#177| (|meta_controller_s|) Bool) ; \sla_violation
 ; yosys-smt2-input sla_violation 1
 ; yosys-smt2-wire sla_violation 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation"], "smtname": "sla_violation", "smtoffset": 0, "type": "input", "width": 1}
+; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q1"], "smtname": 178, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#178| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q1
 ; yosys-smt2-register sla_violation_q1 1
 ; yosys-smt2-wire sla_violation_q1 1
+; yosys-smt2-register sla_violation_q2 1
+; yosys-smt2-wire sla_violation_q2 1
 ; yosys-smt2-output token 2
 ; yosys-smt2-register token 2
 ; yosys-smt2-wire token 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q1"], "smtname": 513, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#513| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q1"], "smtname": 179, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#179| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q1
 ; yosys-smt2-register valid_q1 1
 ; yosys-smt2-wire valid_q1 1
+; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q2"], "smtname": 180, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#180| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q2
+; yosys-smt2-register valid_q2 1
+; yosys-smt2-wire valid_q2 1
 ; yosys-smt2-register vcnt 2
 ; yosys-smt2-wire vcnt 2
+(declare-fun |meta_controller#693| (|meta_controller_s|) (_ BitVec 71))
+(declare-fun |meta_controller#799| (|meta_controller_s|) (_ BitVec 1))
 ; yosys-smt2-topmod meta_controller
 ; end of yosys output
-(define-fun |meta_controller#2| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#1| state)) #b110)) ; \in_0
-(define-fun |meta_controller#3| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#2| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$910 [2:0]
-(define-fun |meta_controller#4| ((state |meta_controller_s|)) Bool (bvule ((_ extract 15 12) (|meta_controller#1| state)) #b0001)) ; \in_1
-(define-fun |meta_controller#5| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#4| state) #b0001 #b1111)) ; $ternary$meta_controller.v:164$10_Y
-(define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (concat #b1 (|meta_controller#3| state)) (|meta_controller#5| state))) ; \allowed
-(define-fun |meta_controller#17| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b101011010011 #b111011010011)) ; $memory\lut_cols$rdmux[0][10][0]$a$3981
-(define-fun |meta_controller#18| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b101011000011 #b101011010011)) ; $memory\lut_cols$rdmux[0][10][0]$b$3982
-(define-fun |meta_controller#19| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#18| state) (|meta_controller#17| state))) ; $memory\lut_cols$rdmux[0][9][0]$a$2445
-(define-fun |meta_controller#20| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b101101000111 #b101011000111)) ; $memory\lut_cols$rdmux[0][10][11]$b$4015
-(define-fun |meta_controller#21| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b001101000111 (|meta_controller#20| state))) ; $memory\lut_cols$rdmux[0][9][0]$b$2446
-(define-fun |meta_controller#22| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#21| state) (|meta_controller#19| state))) ; $memory\lut_cols$rdmux[0][8][0]$a$1677
-(define-fun |meta_controller#23| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#18| state) #b111011010011)) ; $memory\lut_cols$rdmux[0][9][100]$b$2746
-(define-fun |meta_controller#24| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b101101000111 #b101011000011)) ; $memory\lut_cols$rdmux[0][10][1009]$b$7009
-(define-fun |meta_controller#25| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b001101000111 #b101101000111)) ; $memory\lut_cols$rdmux[0][10][133]$b$4381
-(define-fun |meta_controller#26| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#25| state) (|meta_controller#24| state))) ; $memory\lut_cols$rdmux[0][9][197]$b$3037
-(define-fun |meta_controller#27| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#26| state) (|meta_controller#23| state))) ; $memory\lut_cols$rdmux[0][8][0]$b$1678
-(define-fun |meta_controller#28| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#27| state) (|meta_controller#22| state))) ; $memory\lut_cols$rdmux[0][7][0]$a$1293
-(define-fun |meta_controller#29| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111011010011 #b111010110011)) ; $memory\lut_cols$rdmux[0][10][1000]$b$6982
-(define-fun |meta_controller#30| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#18| state) (|meta_controller#29| state))) ; $memory\lut_cols$rdmux[0][9][101]$b$2749
-(define-fun |meta_controller#31| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b101011000111 #b101011000011)) ; $memory\lut_cols$rdmux[0][10][1001]$b$6985
-(define-fun |meta_controller#32| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#25| state) (|meta_controller#31| state))) ; $memory\lut_cols$rdmux[0][9][132]$b$2842
-(define-fun |meta_controller#33| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#32| state) (|meta_controller#30| state))) ; $memory\lut_cols$rdmux[0][8][131]$b$2071
-(define-fun |meta_controller#34| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b101011010011 (|meta_controller#29| state))) ; $memory\lut_cols$rdmux[0][9][102]$b$2752
-(define-fun |meta_controller#35| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#32| state) (|meta_controller#34| state))) ; $memory\lut_cols$rdmux[0][8][102]$a$1983
-(define-fun |meta_controller#36| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#35| state) (|meta_controller#33| state))) ; $memory\lut_cols$rdmux[0][7][0]$b$1294
-(define-fun |meta_controller#37| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#36| state) (|meta_controller#28| state))) ; $memory\lut_cols$rdmux[0][6][0]$a$1101
-(define-fun |meta_controller#38| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111011010011 #b111010110001)) ; $memory\lut_cols$rdmux[0][10][1002]$b$6988
-(define-fun |meta_controller#39| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#17| state) (|meta_controller#38| state))) ; $memory\lut_cols$rdmux[0][9][103]$b$2755
-(define-fun |meta_controller#40| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b101101000111 #b101011000011)) ; $memory\lut_cols$rdmux[0][9][10]$b$2476
-(define-fun |meta_controller#41| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#40| state) (|meta_controller#39| state))) ; $memory\lut_cols$rdmux[0][8][102]$b$1984
-(define-fun |meta_controller#42| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111010110011 #b111010110001)) ; $memory\lut_cols$rdmux[0][10][1004]$b$6994
-(define-fun |meta_controller#43| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#17| state) (|meta_controller#42| state))) ; $memory\lut_cols$rdmux[0][9][110]$b$2776
-(define-fun |meta_controller#44| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#20| state) (|meta_controller#18| state))) ; $memory\lut_cols$rdmux[0][9][11]$b$2479
-(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#44| state) (|meta_controller#43| state))) ; $memory\lut_cols$rdmux[0][8][103]$b$1987
-(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#45| state) (|meta_controller#41| state))) ; $memory\lut_cols$rdmux[0][7][1]$a$1296
-(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b111011010011 #b111010110001)) ; $memory\lut_cols$rdmux[0][9][111]$b$2779
-(define-fun |meta_controller#48| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#24| state) (|meta_controller#18| state))) ; $memory\lut_cols$rdmux[0][9][12]$b$2482
-(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#48| state) (|meta_controller#47| state))) ; $memory\lut_cols$rdmux[0][8][107]$a$1998
-(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#29| state) #b111010110001)) ; $memory\lut_cols$rdmux[0][9][118]$b$2800
-(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#31| state) (|meta_controller#18| state))) ; $memory\lut_cols$rdmux[0][9][13]$b$2485
-(define-fun |meta_controller#52| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#51| state) (|meta_controller#50| state))) ; $memory\lut_cols$rdmux[0][8][12]$b$1714
-(define-fun |meta_controller#53| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#52| state) (|meta_controller#49| state))) ; $memory\lut_cols$rdmux[0][7][121]$b$1657
-(define-fun |meta_controller#54| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#53| state) (|meta_controller#46| state))) ; $memory\lut_cols$rdmux[0][6][0]$b$1102
-(define-fun |meta_controller#55| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#54| state) (|meta_controller#37| state))) ; $memory\lut_cols$rdmux[0][5][0]$a$1005
-(define-fun |meta_controller#56| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#46| state) (|meta_controller#36| state))) ; $memory\lut_cols$rdmux[0][6][1]$a$1104
-(define-fun |meta_controller#57| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111010110001 #b111010110101)) ; $memory\lut_cols$rdmux[0][10][1000]$a$6981
-(define-fun |meta_controller#58| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#29| state) (|meta_controller#57| state))) ; $memory\lut_cols$rdmux[0][9][119]$b$2803
-(define-fun |meta_controller#59| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#31| state) #b101011010011)) ; $memory\lut_cols$rdmux[0][9][128]$a$2829
-(define-fun |meta_controller#60| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#59| state) (|meta_controller#58| state))) ; $memory\lut_cols$rdmux[0][8][107]$b$1999
-(define-fun |meta_controller#61| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#38| state) (|meta_controller#57| state))) ; $memory\lut_cols$rdmux[0][9][104]$a$2757
-(define-fun |meta_controller#62| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b101011000011 (|meta_controller#17| state))) ; $memory\lut_cols$rdmux[0][9][104]$b$2758
-(define-fun |meta_controller#63| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#62| state) (|meta_controller#61| state))) ; $memory\lut_cols$rdmux[0][8][10]$b$1708
-(define-fun |meta_controller#64| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#63| state) (|meta_controller#60| state))) ; $memory\lut_cols$rdmux[0][7][123]$b$1663
-(define-fun |meta_controller#65| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#64| state) (|meta_controller#53| state))) ; $memory\lut_cols$rdmux[0][6][1]$b$1105
-(define-fun |meta_controller#66| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#65| state) (|meta_controller#56| state))) ; $memory\lut_cols$rdmux[0][5][0]$b$1006
-(define-fun |meta_controller#67| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#66| state) (|meta_controller#55| state))) ; $memory\lut_cols$rdmux[0][4][0]$a$957
-(define-fun |meta_controller#68| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#42| state) #b111010110101)) ; $memory\lut_cols$rdmux[0][9][105]$a$2760
-(define-fun |meta_controller#69| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#19| state) (|meta_controller#68| state))) ; $memory\lut_cols$rdmux[0][8][115]$a$2022
-(define-fun |meta_controller#70| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111010110101 #b111110110101)) ; $memory\lut_cols$rdmux[0][10][1006]$a$6999
-(define-fun |meta_controller#71| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b111010110001 (|meta_controller#70| state))) ; $memory\lut_cols$rdmux[0][9][100]$a$2745
-(define-fun |meta_controller#72| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#23| state) (|meta_controller#71| state))) ; $memory\lut_cols$rdmux[0][8][115]$b$2023
-(define-fun |meta_controller#73| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#72| state) (|meta_controller#69| state))) ; $memory\lut_cols$rdmux[0][7][10]$a$1323
-(define-fun |meta_controller#74| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#73| state) (|meta_controller#64| state))) ; $memory\lut_cols$rdmux[0][6][2]$b$1108
-(define-fun |meta_controller#75| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#74| state) (|meta_controller#54| state))) ; $memory\lut_cols$rdmux[0][5][1]$a$1008
-(define-fun |meta_controller#76| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#30| state) (|meta_controller#71| state))) ; $memory\lut_cols$rdmux[0][8][124]$b$2050
-(define-fun |meta_controller#77| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#57| state) (|meta_controller#70| state))) ; $memory\lut_cols$rdmux[0][9][102]$a$2751
-(define-fun |meta_controller#78| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#34| state) (|meta_controller#77| state))) ; $memory\lut_cols$rdmux[0][8][119]$a$2034
-(define-fun |meta_controller#79| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#78| state) (|meta_controller#76| state))) ; $memory\lut_cols$rdmux[0][7][10]$b$1324
-(define-fun |meta_controller#80| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#79| state) (|meta_controller#73| state))) ; $memory\lut_cols$rdmux[0][6][3]$b$1111
-(define-fun |meta_controller#81| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#80| state) (|meta_controller#65| state))) ; $memory\lut_cols$rdmux[0][5][1]$b$1009
-(define-fun |meta_controller#82| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#81| state) (|meta_controller#75| state))) ; $memory\lut_cols$rdmux[0][4][0]$b$958
-(define-fun |meta_controller#83| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#82| state) (|meta_controller#67| state))) ; $memory\lut_cols$rdmux[0][3][0]$a$933
-(define-fun |meta_controller#84| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#42| state) (|meta_controller#57| state))) ; $memory\lut_cols$rdmux[0][9][158]$a$2919
-(define-fun |meta_controller#85| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#62| state) (|meta_controller#84| state))) ; $memory\lut_cols$rdmux[0][8][111]$b$2011
-(define-fun |meta_controller#86| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#85| state) (|meta_controller#60| state))) ; $memory\lut_cols$rdmux[0][7][89]$b$1561
-(define-fun |meta_controller#87| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#73| state) (|meta_controller#86| state))) ; $memory\lut_cols$rdmux[0][6][45]$b$1237
-(define-fun |meta_controller#88| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111110110101 #b111110101101)) ; $memory\lut_cols$rdmux[0][10][100]$a$4281
-(define-fun |meta_controller#89| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#57| state) (|meta_controller#88| state))) ; $memory\lut_cols$rdmux[0][9][175]$a$2970
-(define-fun |meta_controller#90| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#43| state) (|meta_controller#89| state))) ; $memory\lut_cols$rdmux[0][8][123]$a$2046
-(define-fun |meta_controller#91| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b111010110101 (|meta_controller#88| state))) ; $memory\lut_cols$rdmux[0][9][110]$a$2775
-(define-fun |meta_controller#92| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#43| state) (|meta_controller#91| state))) ; $memory\lut_cols$rdmux[0][8][123]$b$2047
-(define-fun |meta_controller#93| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#92| state) (|meta_controller#90| state))) ; $memory\lut_cols$rdmux[0][7][11]$a$1326
-(define-fun |meta_controller#94| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#93| state) (|meta_controller#79| state))) ; $memory\lut_cols$rdmux[0][6][4]$b$1114
-(define-fun |meta_controller#95| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#94| state) (|meta_controller#87| state))) ; $memory\lut_cols$rdmux[0][5][2]$a$1011
-(define-fun |meta_controller#96| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111110110101 #b111110101100)) ; $memory\lut_cols$rdmux[0][10][104]$a$4293
-(define-fun |meta_controller#97| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#70| state) (|meta_controller#96| state))) ; $memory\lut_cols$rdmux[0][9][111]$a$2778
-(define-fun |meta_controller#98| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#47| state) (|meta_controller#97| state))) ; $memory\lut_cols$rdmux[0][8][159]$b$2155
-(define-fun |meta_controller#99| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111110101101 #b111110101100)) ; $memory\lut_cols$rdmux[0][10][106]$a$4299
-(define-fun |meta_controller#100| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#70| state) (|meta_controller#99| state))) ; $memory\lut_cols$rdmux[0][9][118]$a$2799
-(define-fun |meta_controller#101| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#50| state) (|meta_controller#100| state))) ; $memory\lut_cols$rdmux[0][8][127]$a$2058
-(define-fun |meta_controller#102| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#101| state) (|meta_controller#98| state))) ; $memory\lut_cols$rdmux[0][7][11]$b$1327
-(define-fun |meta_controller#103| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#102| state) (|meta_controller#93| state))) ; $memory\lut_cols$rdmux[0][6][5]$b$1117
-(define-fun |meta_controller#104| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#103| state) (|meta_controller#80| state))) ; $memory\lut_cols$rdmux[0][5][2]$b$1012
-(define-fun |meta_controller#105| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#104| state) (|meta_controller#95| state))) ; $memory\lut_cols$rdmux[0][4][1]$a$960
-(define-fun |meta_controller#106| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#58| state) (|meta_controller#100| state))) ; $memory\lut_cols$rdmux[0][8][127]$b$2059
-(define-fun |meta_controller#107| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#88| state) #b111110101100)) ; $memory\lut_cols$rdmux[0][9][55]$a$2610
-(define-fun |meta_controller#108| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#84| state) (|meta_controller#107| state))) ; $memory\lut_cols$rdmux[0][8][27]$b$1759
-(define-fun |meta_controller#109| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#108| state) (|meta_controller#106| state))) ; $memory\lut_cols$rdmux[0][7][13]$b$1333
-(define-fun |meta_controller#110| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#109| state) (|meta_controller#102| state))) ; $memory\lut_cols$rdmux[0][6][6]$b$1120
-(define-fun |meta_controller#111| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#110| state) (|meta_controller#94| state))) ; $memory\lut_cols$rdmux[0][5][3]$a$1014
-(define-fun |meta_controller#112| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b111110101100 #b111110101110)) ; $memory\lut_cols$rdmux[0][10][124]$a$4353
-(define-fun |meta_controller#113| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#88| state) (|meta_controller#112| state))) ; $memory\lut_cols$rdmux[0][9][127]$a$2826
-(define-fun |meta_controller#114| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#68| state) (|meta_controller#113| state))) ; $memory\lut_cols$rdmux[0][8][31]$a$1770
-(define-fun |meta_controller#115| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#96| state) (|meta_controller#112| state))) ; $memory\lut_cols$rdmux[0][9][63]$a$2634
-(define-fun |meta_controller#116| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#71| state) (|meta_controller#115| state))) ; $memory\lut_cols$rdmux[0][8][31]$b$1771
-(define-fun |meta_controller#117| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#116| state) (|meta_controller#114| state))) ; $memory\lut_cols$rdmux[0][7][15]$b$1339
-(define-fun |meta_controller#118| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#117| state) (|meta_controller#109| state))) ; $memory\lut_cols$rdmux[0][6][7]$b$1123
-(define-fun |meta_controller#119| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#118| state) (|meta_controller#103| state))) ; $memory\lut_cols$rdmux[0][5][3]$b$1015
-(define-fun |meta_controller#120| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#119| state) (|meta_controller#111| state))) ; $memory\lut_cols$rdmux[0][4][1]$b$961
-(define-fun |meta_controller#121| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#120| state) (|meta_controller#105| state))) ; $memory\lut_cols$rdmux[0][3][0]$b$934
-(define-fun |meta_controller#122| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#121| state) (|meta_controller#83| state))) ; $memory\lut_cols$rdmux[0][2][0]$a$921
-(define-fun |meta_controller#123| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b001100000111 #b001101000111)) ; $memory\lut_cols$rdmux[0][10][129]$b$4369
-(define-fun |meta_controller#124| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#123| state) #b101101000111)) ; $memory\lut_cols$rdmux[0][9][129]$b$2833
-(define-fun |meta_controller#125| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#124| state) (|meta_controller#62| state))) ; $memory\lut_cols$rdmux[0][8][100]$a$1977
-(define-fun |meta_controller#126| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#123| state) (|meta_controller#20| state))) ; $memory\lut_cols$rdmux[0][9][130]$b$2836
-(define-fun |meta_controller#127| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#126| state) (|meta_controller#62| state))) ; $memory\lut_cols$rdmux[0][8][100]$b$1978
-(define-fun |meta_controller#128| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#127| state) (|meta_controller#125| state))) ; $memory\lut_cols$rdmux[0][7][16]$a$1341
-(define-fun |meta_controller#129| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#33| state) (|meta_controller#27| state))) ; $memory\lut_cols$rdmux[0][7][101]$a$1596
-(define-fun |meta_controller#130| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#129| state) (|meta_controller#128| state))) ; $memory\lut_cols$rdmux[0][6][8]$a$1125
-(define-fun |meta_controller#131| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#41| state) (|meta_controller#35| state))) ; $memory\lut_cols$rdmux[0][7][101]$b$1597
-(define-fun |meta_controller#132| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#20| state) #b101011000011)) ; $memory\lut_cols$rdmux[0][9][135]$b$2851
-(define-fun |meta_controller#133| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#132| state) (|meta_controller#43| state))) ; $memory\lut_cols$rdmux[0][8][103]$a$1986
-(define-fun |meta_controller#134| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#49| state) (|meta_controller#133| state))) ; $memory\lut_cols$rdmux[0][7][17]$b$1345
-(define-fun |meta_controller#135| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#134| state) (|meta_controller#131| state))) ; $memory\lut_cols$rdmux[0][6][10]$a$1131
-(define-fun |meta_controller#136| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#135| state) (|meta_controller#130| state))) ; $memory\lut_cols$rdmux[0][5][4]$a$1017
-(define-fun |meta_controller#137| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#131| state) (|meta_controller#129| state))) ; $memory\lut_cols$rdmux[0][6][50]$b$1252
-(define-fun |meta_controller#138| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#60| state) (|meta_controller#52| state))) ; $memory\lut_cols$rdmux[0][7][105]$b$1609
-(define-fun |meta_controller#139| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#138| state) (|meta_controller#134| state))) ; $memory\lut_cols$rdmux[0][6][9]$b$1129
-(define-fun |meta_controller#140| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#139| state) (|meta_controller#137| state))) ; $memory\lut_cols$rdmux[0][5][4]$b$1018
-(define-fun |meta_controller#141| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#140| state) (|meta_controller#136| state))) ; $memory\lut_cols$rdmux[0][4][2]$a$963
-(define-fun |meta_controller#142| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#85| state) (|meta_controller#63| state))) ; $memory\lut_cols$rdmux[0][7][21]$b$1357
-(define-fun |meta_controller#143| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#142| state) (|meta_controller#138| state))) ; $memory\lut_cols$rdmux[0][6][10]$b$1132
-(define-fun |meta_controller#144| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#143| state) (|meta_controller#135| state))) ; $memory\lut_cols$rdmux[0][5][5]$a$1020
-(define-fun |meta_controller#145| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#49| state) (|meta_controller#45| state))) ; $memory\lut_cols$rdmux[0][7][103]$b$1603
-(define-fun |meta_controller#146| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#138| state) (|meta_controller#145| state))) ; $memory\lut_cols$rdmux[0][6][11]$a$1134
-(define-fun |meta_controller#147| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#69| state) (|meta_controller#63| state))) ; $memory\lut_cols$rdmux[0][7][107]$b$1615
-(define-fun |meta_controller#148| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#76| state) (|meta_controller#72| state))) ; $memory\lut_cols$rdmux[0][7][109]$b$1621
-(define-fun |meta_controller#149| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#148| state) (|meta_controller#147| state))) ; $memory\lut_cols$rdmux[0][6][11]$b$1135
-(define-fun |meta_controller#150| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#149| state) (|meta_controller#146| state))) ; $memory\lut_cols$rdmux[0][5][27]$a$1086
-(define-fun |meta_controller#151| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#150| state) (|meta_controller#144| state))) ; $memory\lut_cols$rdmux[0][4][2]$b$964
-(define-fun |meta_controller#152| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#151| state) (|meta_controller#141| state))) ; $memory\lut_cols$rdmux[0][3][1]$a$936
-(define-fun |meta_controller#153| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#147| state) (|meta_controller#138| state))) ; $memory\lut_cols$rdmux[0][6][12]$a$1137
-(define-fun |meta_controller#154| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#57| state) #b111110110101)) ; $memory\lut_cols$rdmux[0][9][103]$a$2754
-(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#39| state) (|meta_controller#154| state))) ; $memory\lut_cols$rdmux[0][8][119]$b$2035
-(define-fun |meta_controller#156| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#155| state) (|meta_controller#78| state))) ; $memory\lut_cols$rdmux[0][7][111]$b$1627
-(define-fun |meta_controller#157| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#156| state) (|meta_controller#148| state))) ; $memory\lut_cols$rdmux[0][6][12]$b$1138
-(define-fun |meta_controller#158| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#157| state) (|meta_controller#153| state))) ; $memory\lut_cols$rdmux[0][5][27]$b$1087
-(define-fun |meta_controller#159| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#98| state) (|meta_controller#92| state))) ; $memory\lut_cols$rdmux[0][7][27]$b$1375
-(define-fun |meta_controller#160| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#159| state) (|meta_controller#156| state))) ; $memory\lut_cols$rdmux[0][6][13]$b$1141
-(define-fun |meta_controller#161| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#160| state) (|meta_controller#149| state))) ; $memory\lut_cols$rdmux[0][5][6]$b$1024
-(define-fun |meta_controller#162| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#161| state) (|meta_controller#158| state))) ; $memory\lut_cols$rdmux[0][4][3]$a$966
-(define-fun |meta_controller#163| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#106| state) (|meta_controller#101| state))) ; $memory\lut_cols$rdmux[0][7][29]$b$1381
-(define-fun |meta_controller#164| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#163| state) (|meta_controller#159| state))) ; $memory\lut_cols$rdmux[0][6][14]$b$1144
-(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#164| state) (|meta_controller#157| state))) ; $memory\lut_cols$rdmux[0][5][7]$a$1026
-(define-fun |meta_controller#166| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b111110110101 #b111110101100)) ; $memory\lut_cols$rdmux[0][9][126]$a$2823
-(define-fun |meta_controller#167| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#61| state) (|meta_controller#166| state))) ; $memory\lut_cols$rdmux[0][8][63]$a$1866
-(define-fun |meta_controller#168| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#114| state) (|meta_controller#167| state))) ; $memory\lut_cols$rdmux[0][7][31]$b$1387
-(define-fun |meta_controller#169| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#168| state) (|meta_controller#163| state))) ; $memory\lut_cols$rdmux[0][6][15]$b$1147
-(define-fun |meta_controller#170| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#169| state) (|meta_controller#160| state))) ; $memory\lut_cols$rdmux[0][5][7]$b$1027
-(define-fun |meta_controller#171| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#170| state) (|meta_controller#165| state))) ; $memory\lut_cols$rdmux[0][4][3]$b$967
-(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#171| state) (|meta_controller#162| state))) ; $memory\lut_cols$rdmux[0][3][1]$b$937
-(define-fun |meta_controller#173| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#172| state) (|meta_controller#152| state))) ; $memory\lut_cols$rdmux[0][2][0]$b$922
-(define-fun |meta_controller#174| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 9 9) (|meta_controller#0| state)) #b1) (|meta_controller#173| state) (|meta_controller#122| state))) ; $memory\lut_cols$rdmux[0][1][0]$a$915
-(define-fun |meta_controller#175| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#123| state) (|meta_controller#25| state))) ; $memory\lut_cols$rdmux[0][9][128]$b$2830
-(define-fun |meta_controller#176| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#175| state) (|meta_controller#59| state))) ; $memory\lut_cols$rdmux[0][8][162]$a$2163
-(define-fun |meta_controller#177| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#125| state) (|meta_controller#176| state))) ; $memory\lut_cols$rdmux[0][7][113]$b$1633
-(define-fun |meta_controller#178| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#22| state) (|meta_controller#127| state))) ; $memory\lut_cols$rdmux[0][7][32]$b$1390
-(define-fun |meta_controller#179| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#178| state) (|meta_controller#177| state))) ; $memory\lut_cols$rdmux[0][6][16]$a$1149
-(define-fun |meta_controller#180| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#133| state) (|meta_controller#41| state))) ; $memory\lut_cols$rdmux[0][7][119]$b$1651
-(define-fun |meta_controller#181| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#180| state) (|meta_controller#36| state))) ; $memory\lut_cols$rdmux[0][6][16]$b$1150
-(define-fun |meta_controller#182| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#181| state) (|meta_controller#179| state))) ; $memory\lut_cols$rdmux[0][5][8]$a$1029
-(define-fun |meta_controller#183| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#36| state) (|meta_controller#178| state))) ; $memory\lut_cols$rdmux[0][6][17]$a$1152
-(define-fun |meta_controller#184| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#52| state) (|meta_controller#45| state))) ; $memory\lut_cols$rdmux[0][7][35]$b$1399
-(define-fun |meta_controller#185| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#184| state) (|meta_controller#180| state))) ; $memory\lut_cols$rdmux[0][6][17]$b$1153
-(define-fun |meta_controller#186| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#185| state) (|meta_controller#183| state))) ; $memory\lut_cols$rdmux[0][5][8]$b$1030
-(define-fun |meta_controller#187| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#186| state) (|meta_controller#182| state))) ; $memory\lut_cols$rdmux[0][4][4]$a$969
-(define-fun |meta_controller#188| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#64| state) (|meta_controller#184| state))) ; $memory\lut_cols$rdmux[0][6][18]$b$1156
-(define-fun |meta_controller#189| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#188| state) (|meta_controller#181| state))) ; $memory\lut_cols$rdmux[0][5][9]$a$1032
-(define-fun |meta_controller#190| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b111011010011 (|meta_controller#42| state))) ; $memory\lut_cols$rdmux[0][9][154]$a$2907
-(define-fun |meta_controller#191| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#44| state) (|meta_controller#190| state))) ; $memory\lut_cols$rdmux[0][8][77]$a$1908
-(define-fun |meta_controller#192| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#52| state) (|meta_controller#191| state))) ; $memory\lut_cols$rdmux[0][7][38]$b$1408
-(define-fun |meta_controller#193| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#192| state) (|meta_controller#180| state))) ; $memory\lut_cols$rdmux[0][6][19]$a$1158
-(define-fun |meta_controller#194| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#42| state) (|meta_controller#70| state))) ; $memory\lut_cols$rdmux[0][9][159]$a$2922
-(define-fun |meta_controller#195| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#19| state) (|meta_controller#194| state))) ; $memory\lut_cols$rdmux[0][8][79]$b$1915
-(define-fun |meta_controller#196| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#195| state) (|meta_controller#85| state))) ; $memory\lut_cols$rdmux[0][7][39]$b$1411
-(define-fun |meta_controller#197| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#196| state) (|meta_controller#64| state))) ; $memory\lut_cols$rdmux[0][6][19]$b$1159
-(define-fun |meta_controller#198| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#197| state) (|meta_controller#193| state))) ; $memory\lut_cols$rdmux[0][5][9]$b$1033
-(define-fun |meta_controller#199| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#198| state) (|meta_controller#189| state))) ; $memory\lut_cols$rdmux[0][4][4]$b$970
-(define-fun |meta_controller#200| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#199| state) (|meta_controller#187| state))) ; $memory\lut_cols$rdmux[0][3][2]$a$939
-(define-fun |meta_controller#201| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#44| state) (|meta_controller#47| state))) ; $memory\lut_cols$rdmux[0][8][80]$a$1917
-(define-fun |meta_controller#202| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#52| state) (|meta_controller#201| state))) ; $memory\lut_cols$rdmux[0][7][40]$a$1413
-(define-fun |meta_controller#203| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#64| state) (|meta_controller#202| state))) ; $memory\lut_cols$rdmux[0][6][20]$a$1161
-(define-fun |meta_controller#204| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#23| state) (|meta_controller#194| state))) ; $memory\lut_cols$rdmux[0][8][82]$b$1924
-(define-fun |meta_controller#205| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#204| state) (|meta_controller#85| state))) ; $memory\lut_cols$rdmux[0][7][41]$a$1416
-(define-fun |meta_controller#206| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#79| state) (|meta_controller#205| state))) ; $memory\lut_cols$rdmux[0][6][20]$b$1162
-(define-fun |meta_controller#207| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#206| state) (|meta_controller#203| state))) ; $memory\lut_cols$rdmux[0][5][10]$a$1035
-(define-fun |meta_controller#208| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#72| state) (|meta_controller#85| state))) ; $memory\lut_cols$rdmux[0][7][125]$b$1669
-(define-fun |meta_controller#209| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#208| state) (|meta_controller#64| state))) ; $memory\lut_cols$rdmux[0][6][21]$a$1164
-(define-fun |meta_controller#210| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#90| state) (|meta_controller#155| state))) ; $memory\lut_cols$rdmux[0][7][43]$b$1423
-(define-fun |meta_controller#211| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#210| state) (|meta_controller#79| state))) ; $memory\lut_cols$rdmux[0][6][21]$b$1165
-(define-fun |meta_controller#212| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#211| state) (|meta_controller#209| state))) ; $memory\lut_cols$rdmux[0][5][10]$b$1036
-(define-fun |meta_controller#213| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#212| state) (|meta_controller#207| state))) ; $memory\lut_cols$rdmux[0][4][5]$a$972
-(define-fun |meta_controller#214| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#79| state) (|meta_controller#208| state))) ; $memory\lut_cols$rdmux[0][6][22]$a$1167
-(define-fun |meta_controller#215| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#102| state) (|meta_controller#210| state))) ; $memory\lut_cols$rdmux[0][6][22]$b$1168
-(define-fun |meta_controller#216| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#215| state) (|meta_controller#214| state))) ; $memory\lut_cols$rdmux[0][5][11]$a$1038
-(define-fun |meta_controller#217| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#167| state) (|meta_controller#106| state))) ; $memory\lut_cols$rdmux[0][7][47]$b$1435
-(define-fun |meta_controller#218| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#217| state) (|meta_controller#102| state))) ; $memory\lut_cols$rdmux[0][6][23]$b$1171
-(define-fun |meta_controller#219| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#218| state) (|meta_controller#211| state))) ; $memory\lut_cols$rdmux[0][5][11]$b$1039
-(define-fun |meta_controller#220| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#219| state) (|meta_controller#216| state))) ; $memory\lut_cols$rdmux[0][4][5]$b$973
-(define-fun |meta_controller#221| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#220| state) (|meta_controller#213| state))) ; $memory\lut_cols$rdmux[0][3][2]$b$940
-(define-fun |meta_controller#222| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#221| state) (|meta_controller#200| state))) ; $memory\lut_cols$rdmux[0][2][1]$a$924
-(define-fun |meta_controller#223| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) #b001100000111 (|meta_controller#25| state))) ; $memory\lut_cols$rdmux[0][9][192]$b$3022
-(define-fun |meta_controller#224| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#223| state) (|meta_controller#48| state))) ; $memory\lut_cols$rdmux[0][8][128]$b$2062
-(define-fun |meta_controller#225| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#176| state) (|meta_controller#224| state))) ; $memory\lut_cols$rdmux[0][7][48]$a$1437
-(define-fun |meta_controller#226| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#128| state) (|meta_controller#225| state))) ; $memory\lut_cols$rdmux[0][6][24]$a$1173
-(define-fun |meta_controller#227| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#131| state) (|meta_controller#28| state))) ; $memory\lut_cols$rdmux[0][6][24]$b$1174
-(define-fun |meta_controller#228| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#227| state) (|meta_controller#226| state))) ; $memory\lut_cols$rdmux[0][5][12]$a$1041
-(define-fun |meta_controller#229| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#28| state) (|meta_controller#128| state))) ; $memory\lut_cols$rdmux[0][6][25]$a$1176
-(define-fun |meta_controller#230| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#45| state) (|meta_controller#133| state))) ; $memory\lut_cols$rdmux[0][7][51]$b$1447
-(define-fun |meta_controller#231| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#230| state) (|meta_controller#131| state))) ; $memory\lut_cols$rdmux[0][6][25]$b$1177
-(define-fun |meta_controller#232| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#231| state) (|meta_controller#229| state))) ; $memory\lut_cols$rdmux[0][5][12]$b$1042
-(define-fun |meta_controller#233| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#232| state) (|meta_controller#228| state))) ; $memory\lut_cols$rdmux[0][4][6]$a$975
-(define-fun |meta_controller#234| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#60| state) (|meta_controller#49| state))) ; $memory\lut_cols$rdmux[0][7][53]$b$1453
-(define-fun |meta_controller#235| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#234| state) (|meta_controller#230| state))) ; $memory\lut_cols$rdmux[0][6][26]$b$1180
-(define-fun |meta_controller#236| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#235| state) (|meta_controller#227| state))) ; $memory\lut_cols$rdmux[0][5][13]$a$1044
-(define-fun |meta_controller#237| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#142| state) (|meta_controller#234| state))) ; $memory\lut_cols$rdmux[0][6][27]$b$1183
-(define-fun |meta_controller#238| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#237| state) (|meta_controller#231| state))) ; $memory\lut_cols$rdmux[0][5][13]$b$1045
-(define-fun |meta_controller#239| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#238| state) (|meta_controller#236| state))) ; $memory\lut_cols$rdmux[0][4][6]$b$976
-(define-fun |meta_controller#240| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#239| state) (|meta_controller#233| state))) ; $memory\lut_cols$rdmux[0][3][3]$a$942
-(define-fun |meta_controller#241| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#73| state) (|meta_controller#142| state))) ; $memory\lut_cols$rdmux[0][6][28]$b$1186
-(define-fun |meta_controller#242| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#241| state) (|meta_controller#235| state))) ; $memory\lut_cols$rdmux[0][5][14]$a$1047
-(define-fun |meta_controller#243| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#156| state) (|meta_controller#73| state))) ; $memory\lut_cols$rdmux[0][6][29]$b$1189
-(define-fun |meta_controller#244| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#243| state) (|meta_controller#237| state))) ; $memory\lut_cols$rdmux[0][5][14]$b$1048
-(define-fun |meta_controller#245| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#244| state) (|meta_controller#242| state))) ; $memory\lut_cols$rdmux[0][4][7]$a$978
-(define-fun |meta_controller#246| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#93| state) (|meta_controller#156| state))) ; $memory\lut_cols$rdmux[0][6][30]$b$1192
-(define-fun |meta_controller#247| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#246| state) (|meta_controller#241| state))) ; $memory\lut_cols$rdmux[0][5][15]$a$1050
-(define-fun |meta_controller#248| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#76| state) (|meta_controller#69| state))) ; $memory\lut_cols$rdmux[0][7][62]$a$1479
-(define-fun |meta_controller#249| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#156| state) (|meta_controller#248| state))) ; $memory\lut_cols$rdmux[0][6][31]$a$1194
-(define-fun |meta_controller#250| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#163| state) (|meta_controller#93| state))) ; $memory\lut_cols$rdmux[0][6][31]$b$1195
-(define-fun |meta_controller#251| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#250| state) (|meta_controller#249| state))) ; $memory\lut_cols$rdmux[0][5][15]$b$1051
-(define-fun |meta_controller#252| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#251| state) (|meta_controller#247| state))) ; $memory\lut_cols$rdmux[0][4][7]$b$979
-(define-fun |meta_controller#253| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#252| state) (|meta_controller#245| state))) ; $memory\lut_cols$rdmux[0][3][3]$b$943
-(define-fun |meta_controller#254| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#253| state) (|meta_controller#240| state))) ; $memory\lut_cols$rdmux[0][2][1]$b$925
-(define-fun |meta_controller#255| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 9 9) (|meta_controller#0| state)) #b1) (|meta_controller#254| state) (|meta_controller#222| state))) ; $memory\lut_cols$rdmux[0][1][0]$b$916
-(define-fun |meta_controller#256| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 10 10) (|meta_controller#0| state)) #b1) (|meta_controller#255| state) (|meta_controller#174| state))) ; $memory\lut_cols$rdmux[0][0][0]$a$912
-(define-fun |meta_controller#257| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b001100010111 #b001100000111)) ; $memory\lut_cols$rdmux[0][10][513]$b$5521
-(define-fun |meta_controller#258| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#257| state) #b001101000111)) ; $memory\lut_cols$rdmux[0][9][256]$b$3214
-(define-fun |meta_controller#259| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#258| state) (|meta_controller#44| state))) ; $memory\lut_cols$rdmux[0][8][128]$a$2061
-(define-fun |meta_controller#260| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#224| state) (|meta_controller#259| state))) ; $memory\lut_cols$rdmux[0][7][64]$a$1485
-(define-fun |meta_controller#261| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#223| state) (|meta_controller#51| state))) ; $memory\lut_cols$rdmux[0][8][129]$a$2064
-(define-fun |meta_controller#262| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#125| state) (|meta_controller#261| state))) ; $memory\lut_cols$rdmux[0][7][64]$b$1486
-(define-fun |meta_controller#263| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#262| state) (|meta_controller#260| state))) ; $memory\lut_cols$rdmux[0][6][32]$a$1197
-(define-fun |meta_controller#264| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#129| state) (|meta_controller#178| state))) ; $memory\lut_cols$rdmux[0][6][32]$b$1198
-(define-fun |meta_controller#265| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#264| state) (|meta_controller#263| state))) ; $memory\lut_cols$rdmux[0][5][16]$a$1053
-(define-fun |meta_controller#266| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#178| state) (|meta_controller#262| state))) ; $memory\lut_cols$rdmux[0][6][33]$a$1200
-(define-fun |meta_controller#267| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#180| state) (|meta_controller#129| state))) ; $memory\lut_cols$rdmux[0][6][33]$b$1201
-(define-fun |meta_controller#268| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#267| state) (|meta_controller#266| state))) ; $memory\lut_cols$rdmux[0][5][16]$b$1054
-(define-fun |meta_controller#269| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#268| state) (|meta_controller#265| state))) ; $memory\lut_cols$rdmux[0][4][8]$a$981
-(define-fun |meta_controller#270| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#145| state) (|meta_controller#180| state))) ; $memory\lut_cols$rdmux[0][6][34]$b$1204
-(define-fun |meta_controller#271| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#270| state) (|meta_controller#264| state))) ; $memory\lut_cols$rdmux[0][5][17]$a$1056
-(define-fun |meta_controller#272| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#63| state) (|meta_controller#52| state))) ; $memory\lut_cols$rdmux[0][7][71]$b$1507
-(define-fun |meta_controller#273| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#272| state) (|meta_controller#145| state))) ; $memory\lut_cols$rdmux[0][6][35]$b$1207
-(define-fun |meta_controller#274| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#273| state) (|meta_controller#267| state))) ; $memory\lut_cols$rdmux[0][5][17]$b$1057
-(define-fun |meta_controller#275| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#274| state) (|meta_controller#271| state))) ; $memory\lut_cols$rdmux[0][4][8]$b$982
-(define-fun |meta_controller#276| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#275| state) (|meta_controller#269| state))) ; $memory\lut_cols$rdmux[0][3][4]$a$945
-(define-fun |meta_controller#277| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#69| state) (|meta_controller#85| state))) ; $memory\lut_cols$rdmux[0][7][73]$b$1513
-(define-fun |meta_controller#278| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#277| state) (|meta_controller#272| state))) ; $memory\lut_cols$rdmux[0][6][36]$b$1210
-(define-fun |meta_controller#279| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#278| state) (|meta_controller#270| state))) ; $memory\lut_cols$rdmux[0][5][18]$a$1059
-(define-fun |meta_controller#280| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#51| state) (|meta_controller#58| state))) ; $memory\lut_cols$rdmux[0][8][149]$a$2124
-(define-fun |meta_controller#281| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#63| state) (|meta_controller#280| state))) ; $memory\lut_cols$rdmux[0][7][74]$b$1516
-(define-fun |meta_controller#282| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#281| state) (|meta_controller#145| state))) ; $memory\lut_cols$rdmux[0][6][37]$a$1212
-(define-fun |meta_controller#283| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#30| state) (|meta_controller#77| state))) ; $memory\lut_cols$rdmux[0][8][151]$b$2131
-(define-fun |meta_controller#284| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#283| state) (|meta_controller#72| state))) ; $memory\lut_cols$rdmux[0][7][75]$b$1519
-(define-fun |meta_controller#285| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#284| state) (|meta_controller#277| state))) ; $memory\lut_cols$rdmux[0][6][37]$b$1213
-(define-fun |meta_controller#286| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#285| state) (|meta_controller#282| state))) ; $memory\lut_cols$rdmux[0][5][18]$b$1060
-(define-fun |meta_controller#287| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#286| state) (|meta_controller#279| state))) ; $memory\lut_cols$rdmux[0][4][9]$a$984
-(define-fun |meta_controller#288| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#277| state) (|meta_controller#64| state))) ; $memory\lut_cols$rdmux[0][6][38]$a$1215
-(define-fun |meta_controller#289| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#78| state) (|meta_controller#72| state))) ; $memory\lut_cols$rdmux[0][7][77]$a$1524
-(define-fun |meta_controller#290| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#210| state) (|meta_controller#289| state))) ; $memory\lut_cols$rdmux[0][6][38]$b$1216
-(define-fun |meta_controller#291| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#290| state) (|meta_controller#288| state))) ; $memory\lut_cols$rdmux[0][5][19]$a$1062
-(define-fun |meta_controller#292| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#289| state) (|meta_controller#277| state))) ; $memory\lut_cols$rdmux[0][6][39]$a$1218
-(define-fun |meta_controller#293| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#159| state) (|meta_controller#210| state))) ; $memory\lut_cols$rdmux[0][6][39]$b$1219
-(define-fun |meta_controller#294| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#293| state) (|meta_controller#292| state))) ; $memory\lut_cols$rdmux[0][5][19]$b$1063
-(define-fun |meta_controller#295| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#294| state) (|meta_controller#291| state))) ; $memory\lut_cols$rdmux[0][4][9]$b$985
-(define-fun |meta_controller#296| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#295| state) (|meta_controller#287| state))) ; $memory\lut_cols$rdmux[0][3][4]$b$946
-(define-fun |meta_controller#297| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#296| state) (|meta_controller#276| state))) ; $memory\lut_cols$rdmux[0][2][2]$a$927
-(define-fun |meta_controller#298| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b010100010111 #b001100000111)) ; $memory\lut_cols$rdmux[0][10][641]$b$5905
-(define-fun |meta_controller#299| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#298| state) (|meta_controller#123| state))) ; $memory\lut_cols$rdmux[0][9][320]$b$3406
-(define-fun |meta_controller#300| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#299| state) (|meta_controller#40| state))) ; $memory\lut_cols$rdmux[0][8][160]$a$2157
-(define-fun |meta_controller#301| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#259| state) (|meta_controller#300| state))) ; $memory\lut_cols$rdmux[0][7][80]$a$1533
-(define-fun |meta_controller#302| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#261| state) (|meta_controller#224| state))) ; $memory\lut_cols$rdmux[0][7][116]$a$1641
-(define-fun |meta_controller#303| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#302| state) (|meta_controller#301| state))) ; $memory\lut_cols$rdmux[0][6][40]$a$1221
-(define-fun |meta_controller#304| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#28| state) (|meta_controller#177| state))) ; $memory\lut_cols$rdmux[0][6][40]$b$1222
-(define-fun |meta_controller#305| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#304| state) (|meta_controller#303| state))) ; $memory\lut_cols$rdmux[0][5][20]$a$1065
-(define-fun |meta_controller#306| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#127| state) (|meta_controller#176| state))) ; $memory\lut_cols$rdmux[0][7][82]$b$1540
-(define-fun |meta_controller#307| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#306| state) (|meta_controller#302| state))) ; $memory\lut_cols$rdmux[0][6][41]$a$1224
-(define-fun |meta_controller#308| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#37| state) (|meta_controller#307| state))) ; $memory\lut_cols$rdmux[0][5][20]$b$1066
-(define-fun |meta_controller#309| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#308| state) (|meta_controller#305| state))) ; $memory\lut_cols$rdmux[0][4][10]$a$987
-(define-fun |meta_controller#310| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#28| state) (|meta_controller#306| state))) ; $memory\lut_cols$rdmux[0][6][42]$a$1227
-(define-fun |meta_controller#311| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#230| state) (|meta_controller#36| state))) ; $memory\lut_cols$rdmux[0][6][42]$b$1228
-(define-fun |meta_controller#312| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#311| state) (|meta_controller#310| state))) ; $memory\lut_cols$rdmux[0][5][21]$a$1068
-(define-fun |meta_controller#313| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#53| state) (|meta_controller#230| state))) ; $memory\lut_cols$rdmux[0][6][43]$b$1231
-(define-fun |meta_controller#314| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#313| state) (|meta_controller#37| state))) ; $memory\lut_cols$rdmux[0][5][21]$b$1069
-(define-fun |meta_controller#315| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#314| state) (|meta_controller#312| state))) ; $memory\lut_cols$rdmux[0][4][10]$b$988
-(define-fun |meta_controller#316| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#315| state) (|meta_controller#309| state))) ; $memory\lut_cols$rdmux[0][3][5]$a$948
-(define-fun |meta_controller#317| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#86| state) (|meta_controller#53| state))) ; $memory\lut_cols$rdmux[0][6][44]$b$1234
-(define-fun |meta_controller#318| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#317| state) (|meta_controller#311| state))) ; $memory\lut_cols$rdmux[0][5][22]$a$1071
-(define-fun |meta_controller#319| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#87| state) (|meta_controller#313| state))) ; $memory\lut_cols$rdmux[0][5][22]$b$1072
-(define-fun |meta_controller#320| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#319| state) (|meta_controller#318| state))) ; $memory\lut_cols$rdmux[0][4][11]$a$990
-(define-fun |meta_controller#321| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#31| state) (|meta_controller#17| state))) ; $memory\lut_cols$rdmux[0][9][370]$b$3556
-(define-fun |meta_controller#322| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#321| state) (|meta_controller#58| state))) ; $memory\lut_cols$rdmux[0][8][185]$a$2232
-(define-fun |meta_controller#323| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#85| state) (|meta_controller#322| state))) ; $memory\lut_cols$rdmux[0][7][92]$b$1570
-(define-fun |meta_controller#324| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#323| state) (|meta_controller#53| state))) ; $memory\lut_cols$rdmux[0][6][46]$a$1239
-(define-fun |meta_controller#325| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#34| state) (|meta_controller#154| state))) ; $memory\lut_cols$rdmux[0][8][187]$b$2239
-(define-fun |meta_controller#326| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#325| state) (|meta_controller#76| state))) ; $memory\lut_cols$rdmux[0][7][93]$b$1573
-(define-fun |meta_controller#327| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#326| state) (|meta_controller#73| state))) ; $memory\lut_cols$rdmux[0][6][46]$b$1240
-(define-fun |meta_controller#328| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#327| state) (|meta_controller#324| state))) ; $memory\lut_cols$rdmux[0][5][23]$a$1074
-(define-fun |meta_controller#329| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#321| state) (|meta_controller#61| state))) ; $memory\lut_cols$rdmux[0][8][188]$a$2241
-(define-fun |meta_controller#330| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#85| state) (|meta_controller#329| state))) ; $memory\lut_cols$rdmux[0][7][94]$a$1575
-(define-fun |meta_controller#331| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#73| state) (|meta_controller#330| state))) ; $memory\lut_cols$rdmux[0][6][47]$a$1242
-(define-fun |meta_controller#332| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#17| state) (|meta_controller#29| state))) ; $memory\lut_cols$rdmux[0][9][381]$b$3589
-(define-fun |meta_controller#333| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#332| state) (|meta_controller#154| state))) ; $memory\lut_cols$rdmux[0][8][190]$b$2248
-(define-fun |meta_controller#334| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#333| state) (|meta_controller#76| state))) ; $memory\lut_cols$rdmux[0][7][95]$a$1578
-(define-fun |meta_controller#335| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#93| state) (|meta_controller#334| state))) ; $memory\lut_cols$rdmux[0][6][47]$b$1243
-(define-fun |meta_controller#336| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#335| state) (|meta_controller#331| state))) ; $memory\lut_cols$rdmux[0][5][23]$b$1075
-(define-fun |meta_controller#337| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#336| state) (|meta_controller#328| state))) ; $memory\lut_cols$rdmux[0][4][11]$b$991
-(define-fun |meta_controller#338| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#337| state) (|meta_controller#320| state))) ; $memory\lut_cols$rdmux[0][3][5]$b$949
-(define-fun |meta_controller#339| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#338| state) (|meta_controller#316| state))) ; $memory\lut_cols$rdmux[0][2][2]$b$928
-(define-fun |meta_controller#340| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 9 9) (|meta_controller#0| state)) #b1) (|meta_controller#339| state) (|meta_controller#297| state))) ; $memory\lut_cols$rdmux[0][1][1]$a$918
-(define-fun |meta_controller#341| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 0 0) (|meta_controller#0| state)) #b1) #b010100010111 #b001100010111)) ; $memory\lut_cols$rdmux[0][10][769]$b$6289
-(define-fun |meta_controller#342| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#341| state) (|meta_controller#123| state))) ; $memory\lut_cols$rdmux[0][9][384]$b$3598
-(define-fun |meta_controller#343| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#342| state) (|meta_controller#32| state))) ; $memory\lut_cols$rdmux[0][8][192]$a$2253
-(define-fun |meta_controller#344| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#300| state) (|meta_controller#343| state))) ; $memory\lut_cols$rdmux[0][7][96]$a$1581
-(define-fun |meta_controller#345| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#260| state) (|meta_controller#344| state))) ; $memory\lut_cols$rdmux[0][6][48]$a$1245
-(define-fun |meta_controller#346| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#176| state) (|meta_controller#261| state))) ; $memory\lut_cols$rdmux[0][7][100]$a$1593
-(define-fun |meta_controller#347| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#126| state) (|meta_controller#19| state))) ; $memory\lut_cols$rdmux[0][8][195]$b$2263
-(define-fun |meta_controller#348| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#347| state) (|meta_controller#125| state))) ; $memory\lut_cols$rdmux[0][7][97]$b$1585
-(define-fun |meta_controller#349| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#348| state) (|meta_controller#346| state))) ; $memory\lut_cols$rdmux[0][6][48]$b$1246
-(define-fun |meta_controller#350| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#349| state) (|meta_controller#345| state))) ; $memory\lut_cols$rdmux[0][5][24]$a$1077
-(define-fun |meta_controller#351| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#346| state) (|meta_controller#260| state))) ; $memory\lut_cols$rdmux[0][6][49]$a$1248
-(define-fun |meta_controller#352| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#22| state) (|meta_controller#125| state))) ; $memory\lut_cols$rdmux[0][7][100]$b$1594
-(define-fun |meta_controller#353| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#129| state) (|meta_controller#352| state))) ; $memory\lut_cols$rdmux[0][6][49]$b$1249
-(define-fun |meta_controller#354| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#353| state) (|meta_controller#351| state))) ; $memory\lut_cols$rdmux[0][5][24]$b$1078
-(define-fun |meta_controller#355| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#354| state) (|meta_controller#350| state))) ; $memory\lut_cols$rdmux[0][4][12]$a$993
-(define-fun |meta_controller#356| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#352| state) (|meta_controller#346| state))) ; $memory\lut_cols$rdmux[0][6][50]$a$1251
-(define-fun |meta_controller#357| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#137| state) (|meta_controller#356| state))) ; $memory\lut_cols$rdmux[0][5][25]$a$1080
-(define-fun |meta_controller#358| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#145| state) (|meta_controller#131| state))) ; $memory\lut_cols$rdmux[0][6][51]$b$1255
-(define-fun |meta_controller#359| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#358| state) (|meta_controller#353| state))) ; $memory\lut_cols$rdmux[0][5][25]$b$1081
-(define-fun |meta_controller#360| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#359| state) (|meta_controller#357| state))) ; $memory\lut_cols$rdmux[0][4][12]$b$994
-(define-fun |meta_controller#361| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#360| state) (|meta_controller#355| state))) ; $memory\lut_cols$rdmux[0][3][6]$a$951
-(define-fun |meta_controller#362| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#146| state) (|meta_controller#137| state))) ; $memory\lut_cols$rdmux[0][5][26]$a$1083
-(define-fun |meta_controller#363| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#153| state) (|meta_controller#358| state))) ; $memory\lut_cols$rdmux[0][5][26]$b$1084
-(define-fun |meta_controller#364| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#363| state) (|meta_controller#362| state))) ; $memory\lut_cols$rdmux[0][4][13]$a$996
-(define-fun |meta_controller#365| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#158| state) (|meta_controller#150| state))) ; $memory\lut_cols$rdmux[0][4][13]$b$997
-(define-fun |meta_controller#366| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#365| state) (|meta_controller#364| state))) ; $memory\lut_cols$rdmux[0][3][6]$b$952
-(define-fun |meta_controller#367| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#366| state) (|meta_controller#361| state))) ; $memory\lut_cols$rdmux[0][2][3]$a$930
-(define-fun |meta_controller#368| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#341| state) #b001100000111)) ; $memory\lut_cols$rdmux[0][9][448]$b$3790
-(define-fun |meta_controller#369| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#368| state) (|meta_controller#32| state))) ; $memory\lut_cols$rdmux[0][8][224]$a$2349
-(define-fun |meta_controller#370| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#343| state) (|meta_controller#369| state))) ; $memory\lut_cols$rdmux[0][7][112]$a$1629
-(define-fun |meta_controller#371| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#257| state) (|meta_controller#123| state))) ; $memory\lut_cols$rdmux[0][9][451]$b$3799
-(define-fun |meta_controller#372| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#371| state) (|meta_controller#132| state))) ; $memory\lut_cols$rdmux[0][8][225]$b$2353
-(define-fun |meta_controller#373| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#372| state) (|meta_controller#300| state))) ; $memory\lut_cols$rdmux[0][7][112]$b$1630
-(define-fun |meta_controller#374| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#373| state) (|meta_controller#370| state))) ; $memory\lut_cols$rdmux[0][6][56]$a$1269
-(define-fun |meta_controller#375| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#261| state) (|meta_controller#259| state))) ; $memory\lut_cols$rdmux[0][7][113]$a$1632
-(define-fun |meta_controller#376| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#177| state) (|meta_controller#375| state))) ; $memory\lut_cols$rdmux[0][6][56]$b$1270
-(define-fun |meta_controller#377| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#376| state) (|meta_controller#374| state))) ; $memory\lut_cols$rdmux[0][5][28]$a$1089
-(define-fun |meta_controller#378| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#257| state) (|meta_controller#25| state))) ; $memory\lut_cols$rdmux[0][9][458]$b$3820
-(define-fun |meta_controller#379| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#378| state) (|meta_controller#44| state))) ; $memory\lut_cols$rdmux[0][8][229]$a$2364
-(define-fun |meta_controller#380| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#261| state) (|meta_controller#379| state))) ; $memory\lut_cols$rdmux[0][7][114]$b$1636
-(define-fun |meta_controller#381| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#380| state) (|meta_controller#373| state))) ; $memory\lut_cols$rdmux[0][6][57]$a$1272
-(define-fun |meta_controller#382| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 1 1) (|meta_controller#0| state)) #b1) (|meta_controller#25| state) (|meta_controller#20| state))) ; $memory\lut_cols$rdmux[0][9][463]$b$3835
-(define-fun |meta_controller#383| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 2 2) (|meta_controller#0| state)) #b1) (|meta_controller#382| state) (|meta_controller#23| state))) ; $memory\lut_cols$rdmux[0][8][231]$b$2371
-(define-fun |meta_controller#384| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#383| state) (|meta_controller#127| state))) ; $memory\lut_cols$rdmux[0][7][115]$b$1639
-(define-fun |meta_controller#385| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#384| state) (|meta_controller#177| state))) ; $memory\lut_cols$rdmux[0][6][57]$b$1273
-(define-fun |meta_controller#386| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#385| state) (|meta_controller#381| state))) ; $memory\lut_cols$rdmux[0][5][28]$b$1090
-(define-fun |meta_controller#387| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#386| state) (|meta_controller#377| state))) ; $memory\lut_cols$rdmux[0][4][14]$a$999
-(define-fun |meta_controller#388| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#177| state) (|meta_controller#302| state))) ; $memory\lut_cols$rdmux[0][6][58]$a$1275
-(define-fun |meta_controller#389| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 3 3) (|meta_controller#0| state)) #b1) (|meta_controller#27| state) (|meta_controller#127| state))) ; $memory\lut_cols$rdmux[0][7][117]$a$1644
-(define-fun |meta_controller#390| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#36| state) (|meta_controller#389| state))) ; $memory\lut_cols$rdmux[0][6][58]$b$1276
-(define-fun |meta_controller#391| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#390| state) (|meta_controller#388| state))) ; $memory\lut_cols$rdmux[0][5][29]$a$1092
-(define-fun |meta_controller#392| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#389| state) (|meta_controller#177| state))) ; $memory\lut_cols$rdmux[0][6][59]$a$1278
-(define-fun |meta_controller#393| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#181| state) (|meta_controller#392| state))) ; $memory\lut_cols$rdmux[0][5][29]$b$1093
-(define-fun |meta_controller#394| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#393| state) (|meta_controller#391| state))) ; $memory\lut_cols$rdmux[0][4][14]$b$1000
-(define-fun |meta_controller#395| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#394| state) (|meta_controller#387| state))) ; $memory\lut_cols$rdmux[0][3][7]$a$954
-(define-fun |meta_controller#396| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 4 4) (|meta_controller#0| state)) #b1) (|meta_controller#53| state) (|meta_controller#180| state))) ; $memory\lut_cols$rdmux[0][6][60]$b$1282
-(define-fun |meta_controller#397| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#396| state) (|meta_controller#390| state))) ; $memory\lut_cols$rdmux[0][5][30]$a$1095
-(define-fun |meta_controller#398| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#65| state) (|meta_controller#181| state))) ; $memory\lut_cols$rdmux[0][5][30]$b$1096
-(define-fun |meta_controller#399| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#398| state) (|meta_controller#397| state))) ; $memory\lut_cols$rdmux[0][4][15]$a$1002
-(define-fun |meta_controller#400| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#209| state) (|meta_controller#396| state))) ; $memory\lut_cols$rdmux[0][5][31]$a$1098
-(define-fun |meta_controller#401| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 5 5) (|meta_controller#0| state)) #b1) (|meta_controller#214| state) (|meta_controller#65| state))) ; $memory\lut_cols$rdmux[0][5][31]$b$1099
-(define-fun |meta_controller#402| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 6 6) (|meta_controller#0| state)) #b1) (|meta_controller#401| state) (|meta_controller#400| state))) ; $memory\lut_cols$rdmux[0][4][15]$b$1003
-(define-fun |meta_controller#403| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 7 7) (|meta_controller#0| state)) #b1) (|meta_controller#402| state) (|meta_controller#399| state))) ; $memory\lut_cols$rdmux[0][3][7]$b$955
-(define-fun |meta_controller#404| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 8 8) (|meta_controller#0| state)) #b1) (|meta_controller#403| state) (|meta_controller#395| state))) ; $memory\lut_cols$rdmux[0][2][3]$b$931
-(define-fun |meta_controller#405| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 9 9) (|meta_controller#0| state)) #b1) (|meta_controller#404| state) (|meta_controller#367| state))) ; $memory\lut_cols$rdmux[0][1][1]$b$919
-(define-fun |meta_controller#406| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 10 10) (|meta_controller#0| state)) #b1) (|meta_controller#405| state) (|meta_controller#340| state))) ; $memory\lut_cols$rdmux[0][0][0]$b$913
-(define-fun |meta_controller#407| ((state |meta_controller_s|)) (_ BitVec 12) (ite (= ((_ extract 11 11) (|meta_controller#0| state)) #b1) (|meta_controller#406| state) (|meta_controller#256| state))) ; \lut_col
-(define-fun |meta_controller#408| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1111)) ; $procmux$867_CMP
-(define-fun |meta_controller#409| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1110)) ; $procmux$868_CMP
-(define-fun |meta_controller#410| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1101)) ; $procmux$869_CMP
-(define-fun |meta_controller#411| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1100)) ; $procmux$870_CMP
-(define-fun |meta_controller#412| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1011)) ; $procmux$871_CMP
-(define-fun |meta_controller#413| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1010)) ; $procmux$872_CMP
-(define-fun |meta_controller#414| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1001)) ; $procmux$873_CMP
-(define-fun |meta_controller#415| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b1000)) ; $procmux$874_CMP
-(define-fun |meta_controller#416| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b0111)) ; $procmux$875_CMP
-(define-fun |meta_controller#417| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b0110)) ; $procmux$876_CMP
-(define-fun |meta_controller#418| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b0101)) ; $procmux$877_CMP
-(define-fun |meta_controller#419| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b0100)) ; $procmux$878_CMP
-(define-fun |meta_controller#420| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b0011)) ; $procmux$879_CMP
-(define-fun |meta_controller#421| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b0010)) ; $procmux$880_CMP
-(define-fun |meta_controller#422| ((state |meta_controller_s|)) Bool (= ((_ extract 15 12) (|meta_controller#0| state)) #b0001)) ; $procmux$881_CMP
-(define-fun |meta_controller#423| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 12 12) (|meta_controller#0| state)) #b1) (= ((_ extract 13 13) (|meta_controller#0| state)) #b1) (= ((_ extract 14 14) (|meta_controller#0| state)) #b1) (= ((_ extract 15 15) (|meta_controller#0| state)) #b1)))) ; $procmux$882_CMP
-(define-fun |meta_controller#424| ((state |meta_controller_s|)) Bool (or  (|meta_controller#417| state) (|meta_controller#418| state) (|meta_controller#419| state) (|meta_controller#420| state) (|meta_controller#421| state) (|meta_controller#422| state) (|meta_controller#423| state))) ; $auto$opt_reduce.cc:134:opt_pmux$902
-(define-fun |meta_controller#425| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#424| state) #b10 (ite (|meta_controller#416| state) (concat ((_ extract 0 0) (|meta_controller#407| state)) #b0) (ite (|meta_controller#415| state) (concat ((_ extract 1 1) (|meta_controller#407| state)) #b0) (ite (|meta_controller#414| state) (concat ((_ extract 2 2) (|meta_controller#407| state)) #b0) (ite (|meta_controller#413| state) ((_ extract 4 3) (|meta_controller#407| state)) (ite (|meta_controller#412| state) ((_ extract 6 5) (|meta_controller#407| state)) (ite (|meta_controller#411| state) ((_ extract 8 7) (|meta_controller#407| state)) (ite (|meta_controller#410| state) ((_ extract 10 9) (|meta_controller#407| state)) (ite (|meta_controller#409| state) (concat ((_ extract 11 11) (|meta_controller#407| state)) #b1) (ite (|meta_controller#408| state) #b11 #b00))))))))))) ; \lut_code
-(define-fun |meta_controller#431| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#16| state)) (|meta_controller#11| state))) ; $ne$meta_controller.v:234$25_Y
-(define-fun |meta_controller#432| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#431| state) ((_ extract 1 0) (|meta_controller#16| state)) (|meta_controller#11| state))) ; $8\n_cand[1:0]
-(define-fun |meta_controller#433| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#16| state)) (|meta_controller#9| state))) ; $eq$meta_controller.v:231$24_Y
-(define-fun |meta_controller#434| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#433| state) (|meta_controller#11| state) (|meta_controller#432| state))) ; $7\n_cand[1:0]
-(define-fun |meta_controller#435| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#16| state)) #b1) (|meta_controller#434| state) (|meta_controller#11| state))) ; $6\n_cand[1:0]
-(define-fun |meta_controller#436| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#13| state) #b0000)) ; $ne$meta_controller.v:225$21_Y
-(define-fun |meta_controller#437| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#436| state) (|meta_controller#11| state) (|meta_controller#435| state))) ; $5\n_cand[1:0]
-(define-fun |meta_controller#438| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#6| state) (concat #b00 (|meta_controller#9| state))))) ; $shiftx$meta_controller.v:0$19_Y
-(define-fun |meta_controller#439| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#438| state)) #b1) (|meta_controller#437| state) #b00)) ; $4\n_cand[1:0]
-(define-fun |meta_controller#442| ((state |meta_controller_s|)) Bool (= (|meta_controller#441| state) #b10)) ; $eq$meta_controller.v:207$15_Y
-(define-fun |meta_controller#443| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#440| state)) #b1) false) (or  (|meta_controller#442| state) false))) ; $logic_and$meta_controller.v:207$16_Y
-(define-fun |meta_controller#444| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#443| state) #b00 (|meta_controller#439| state))) ; $3\n_cand[1:0]
-(define-fun |meta_controller#445| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#11| state) (|meta_controller#444| state))) ; $2\n_cand[1:0]
-(define-fun |meta_controller#447| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b00 (|meta_controller#445| state))) ; \n_cand
-(define-fun |meta_controller#448| ((state |meta_controller_s|)) Bool (= (|meta_controller#15| state) #b10)) ; $eq$meta_controller.v:238$26_Y
-(define-fun |meta_controller#449| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#448| state) #b1010 (|meta_controller#13| state))) ; $11\n_dcnt[3:0]
-(define-fun |meta_controller#450| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#431| state) (|meta_controller#13| state) (|meta_controller#449| state))) ; $10\n_dcnt[3:0]
-(define-fun |meta_controller#451| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#433| state) (|meta_controller#13| state) (|meta_controller#450| state))) ; $9\n_dcnt[3:0]
-(define-fun |meta_controller#452| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#16| state)) #b1) (|meta_controller#451| state) (|meta_controller#13| state))) ; $8\n_dcnt[3:0]
-(define-fun |meta_controller#453| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#13| state) #b0001)) ; $sub$meta_controller.v:226$22_Y
-(define-fun |meta_controller#454| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#436| state) (|meta_controller#453| state) (|meta_controller#452| state))) ; $7\n_dcnt[3:0]
-(define-fun |meta_controller#455| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#438| state)) #b1) (|meta_controller#454| state) #b1010)) ; $6\n_dcnt[3:0]
-(define-fun |meta_controller#456| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#443| state) #b0000 (|meta_controller#455| state))) ; $5\n_dcnt[3:0]
-(define-fun |meta_controller#458| ((state |meta_controller_s|)) Bool (= (|meta_controller#457| state) #b111)) ; $eq$meta_controller.v:198$13_Y
-(define-fun |meta_controller#459| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#458| state) #b1010 (|meta_controller#13| state))) ; $4\n_dcnt[3:0]
-(define-fun |meta_controller#460| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#440| state)) #b1) (|meta_controller#13| state) (|meta_controller#459| state))) ; $3\n_dcnt[3:0]
-(define-fun |meta_controller#461| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#460| state) (|meta_controller#456| state))) ; $2\n_dcnt[3:0]
-(define-fun |meta_controller#462| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b0000 (|meta_controller#461| state))) ; \n_dcnt
-(define-fun |meta_controller#463| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#443| state) #b1 #b0)) ; $5\n_fb[0:0]
-(define-fun |meta_controller#464| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#458| state) #b0 #b1)) ; $4\n_fb[0:0]
-(define-fun |meta_controller#465| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#440| state)) #b1) #b1 (|meta_controller#464| state))) ; $3\n_fb[0:0]
-(define-fun |meta_controller#466| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#465| state) (|meta_controller#463| state))) ; $2\n_fb[0:0]
-(define-fun |meta_controller#467| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b1 (|meta_controller#466| state))) ; \n_fb
-(define-fun |meta_controller#468| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#15| state) #b01)) ; $add$meta_controller.v:244$27_Y
-(define-fun |meta_controller#469| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#448| state) #b00 (|meta_controller#468| state))) ; $9\n_hcnt[1:0]
-(define-fun |meta_controller#470| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#431| state) #b01 (|meta_controller#469| state))) ; $8\n_hcnt[1:0]
-(define-fun |meta_controller#471| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#433| state) #b00 (|meta_controller#470| state))) ; $7\n_hcnt[1:0]
-(define-fun |meta_controller#472| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#16| state)) #b1) (|meta_controller#471| state) #b00)) ; $6\n_hcnt[1:0]
-(define-fun |meta_controller#473| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#436| state) (|meta_controller#15| state) (|meta_controller#472| state))) ; $5\n_hcnt[1:0]
-(define-fun |meta_controller#474| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#438| state)) #b1) (|meta_controller#473| state) #b00)) ; $4\n_hcnt[1:0]
-(define-fun |meta_controller#475| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#443| state) #b00 (|meta_controller#474| state))) ; $3\n_hcnt[1:0]
-(define-fun |meta_controller#476| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#15| state) (|meta_controller#475| state))) ; $2\n_hcnt[1:0]
-(define-fun |meta_controller#477| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b00 (|meta_controller#476| state))) ; \n_hcnt
-(define-fun |meta_controller#478| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#438| state)) #b1) (|meta_controller#457| state) #b000)) ; $6\n_rcnt[2:0]
-(define-fun |meta_controller#479| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#443| state) #b000 (|meta_controller#478| state))) ; $5\n_rcnt[2:0]
-(define-fun |meta_controller#480| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#457| state) #b001)) ; $add$meta_controller.v:204$14_Y
-(define-fun |meta_controller#481| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#458| state) #b000 (|meta_controller#480| state))) ; $4\n_rcnt[2:0]
-(define-fun |meta_controller#482| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#440| state)) #b1) #b000 (|meta_controller#481| state))) ; $3\n_rcnt[2:0]
-(define-fun |meta_controller#483| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#482| state) (|meta_controller#479| state))) ; $2\n_rcnt[2:0]
-(define-fun |meta_controller#484| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b000 (|meta_controller#483| state))) ; \n_rcnt
-(define-fun |meta_controller#485| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#448| state) #b10 #b01)) ; $11\n_reason[3:0]
-(define-fun |meta_controller#486| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#431| state) #b01 (|meta_controller#485| state))) ; $10\n_reason[3:0]
-(define-fun |meta_controller#487| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#433| state) #b00 (|meta_controller#486| state))) ; $9\n_reason[3:0]
-(define-fun |meta_controller#488| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#16| state)) #b1) (concat #b0 (|meta_controller#487| state)) #b100)) ; $8\n_reason[3:0]
-(define-fun |meta_controller#489| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#436| state) #b011 (|meta_controller#488| state))) ; $7\n_reason[3:0]
-(define-fun |meta_controller#490| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#438| state)) #b1) (concat #b0 (|meta_controller#489| state)) #b1000)) ; $6\n_reason[3:0]
-(define-fun |meta_controller#491| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#443| state) #b0101 (|meta_controller#490| state))) ; $5\n_reason[3:0]
-(define-fun |meta_controller#492| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#458| state) #b10 #b01)) ; $4\n_reason[3:0]
-(define-fun |meta_controller#493| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#440| state)) #b1) #b01 (|meta_controller#492| state))) ; $3\n_reason[3:0]
-(define-fun |meta_controller#494| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (concat #b01 (|meta_controller#493| state)) (|meta_controller#491| state))) ; $2\n_reason[3:0]
-(define-fun |meta_controller#495| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b0111 (|meta_controller#494| state))) ; \n_reason
-(define-fun |meta_controller#496| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#448| state) ((_ extract 1 0) (|meta_controller#16| state)) (|meta_controller#9| state))) ; $9\n_token[1:0]
-(define-fun |meta_controller#497| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#431| state) (|meta_controller#9| state) (|meta_controller#496| state))) ; $8\n_token[1:0]
-(define-fun |meta_controller#498| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#433| state) (|meta_controller#9| state) (|meta_controller#497| state))) ; $7\n_token[1:0]
-(define-fun |meta_controller#499| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#16| state)) #b1) (|meta_controller#498| state) (|meta_controller#9| state))) ; $6\n_token[1:0]
-(define-fun |meta_controller#500| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#436| state) (|meta_controller#9| state) (|meta_controller#499| state))) ; $5\n_token[1:0]
-(define-fun |meta_controller#501| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#438| state)) #b1) (|meta_controller#500| state) #b00)) ; $4\n_token[1:0]
-(define-fun |meta_controller#502| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#443| state) #b00 (|meta_controller#501| state))) ; $3\n_token[1:0]
-(define-fun |meta_controller#503| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#9| state) (|meta_controller#502| state))) ; $2\n_token[1:0]
-(define-fun |meta_controller#504| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b00 (|meta_controller#503| state))) ; \n_token
-(define-fun |meta_controller#505| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#441| state) #b01)) ; $add$meta_controller.v:217$17_Y
-(define-fun |meta_controller#506| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#440| state)) #b1) (|meta_controller#505| state) #b00)) ; $ternary$meta_controller.v:217$18_Y
-(define-fun |meta_controller#507| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#443| state) #b00 (|meta_controller#506| state))) ; $3\n_vcnt[1:0]
-(define-fun |meta_controller#508| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#14| state)) #b1) (|meta_controller#441| state) (|meta_controller#507| state))) ; $2\n_vcnt[1:0]
-(define-fun |meta_controller#509| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#446| state)) #b1) #b00 (|meta_controller#508| state))) ; \n_vcnt
-(define-fun |meta_controller#514| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#511| state) #b0 #b1)) ; $0\valid_q1[0:0]
-(define-fun |meta_controller#515| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#513| state)) #b1) false))) ; $logic_not$meta_controller.v:252$29_Y
-(define-fun |meta_controller#516| ((state |meta_controller_s|)) Bool (or  (|meta_controller#511| state) false  (|meta_controller#515| state) false)) ; $logic_or$meta_controller.v:252$30_Y
-(define-fun |meta_controller#517| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#516| state) #b000 (|meta_controller#484| state))) ; $0\rcnt[2:0]
-(define-fun |meta_controller#518| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#516| state) #b00 (|meta_controller#509| state))) ; $0\vcnt[1:0]
-(define-fun |meta_controller#519| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#516| state) #b00 (|meta_controller#477| state))) ; $0\hcnt[1:0]
-(define-fun |meta_controller#520| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#516| state) #b0 (|meta_controller#467| state))) ; $0\fb[0:0]
-(define-fun |meta_controller#521| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#516| state) #b0000 (|meta_controller#462| state))) ; $0\dcnt[3:0]
-(define-fun |meta_controller#522| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#516| state) #b00 (|meta_controller#447| state))) ; $0\cand[1:0]
-(define-fun |meta_controller#523| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#516| state) #b0 #b1)) ; $0\audit_valid[0:0]
-(define-fun |meta_controller#524| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#516| state) #b00 (|meta_controller#504| state))) ; $0\token[1:0]
-(define-fun |meta_controller#525| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#516| state) #b0000 (|meta_controller#495| state))) ; $0\reason[3:0]
-(define-fun |meta_controller#526| ((state |meta_controller_s|)) (_ BitVec 16) (ite (|meta_controller#516| state) #b0000000000000000 (|meta_controller#1| state))) ; $0\audit_addr[15:0]
-(define-fun |meta_controller_n addr| ((state |meta_controller_s|)) (_ BitVec 16) (|meta_controller#0| state))
-(define-fun |meta_controller_n addr_q1| ((state |meta_controller_s|)) (_ BitVec 16) (|meta_controller#1| state))
-(define-fun |meta_controller_n allowed| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#6| state))
-(define-fun |meta_controller_n audit_addr| ((state |meta_controller_s|)) (_ BitVec 16) (|meta_controller#7| state))
-(define-fun |meta_controller_n audit_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#8| state))
-(define-fun |meta_controller_n audit_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#9| state))
-(define-fun |meta_controller_n audit_valid| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#10| state)) #b1))
-(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#11| state))
-(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#12| state))
-(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#13| state))
-(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#14| state)) #b1))
-(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#15| state))
-(define-fun |meta_controller_n in_0| ((state |meta_controller_s|)) Bool (|meta_controller#2| state))
-(define-fun |meta_controller_n in_1| ((state |meta_controller_s|)) Bool (|meta_controller#4| state))
-(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#16| state)) #b1))
-(define-fun |meta_controller_n lut_code| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#425| state))
-(define-fun |meta_controller_n lut_col| ((state |meta_controller_s|)) (_ BitVec 12) (|meta_controller#407| state))
-(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#16| state))
-(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#16| state)))
-(define-fun |meta_controller_n lut_read| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#430| state))
-(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#447| state))
-(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#462| state))
-(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#467| state)) #b1))
-(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#477| state))
-(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#484| state))
-(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#495| state))
-(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#504| state))
-(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#509| state))
-(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (|meta_controller#510| state))
-(define-fun |meta_controller_n probe_fault_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#446| state)) #b1))
-(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#457| state))
-(define-fun |meta_controller_n reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#8| state))
-(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#511| state))
-(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#512| state))
-(define-fun |meta_controller_n sla_violation_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#440| state)) #b1))
-(define-fun |meta_controller_n token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#9| state))
-(define-fun |meta_controller_n valid_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#513| state)) #b1))
-(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#441| state))
+(define-fun |meta_controller#3| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#2| state)) #b110)) ; \in_0
+(define-fun |meta_controller#4| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#3| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$1079 [2:0]
+(define-fun |meta_controller#5| ((state |meta_controller_s|)) Bool (bvule ((_ extract 13 10) (|meta_controller#2| state)) #b0001)) ; \in_1
+(define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#5| state) #b0001 #b1111)) ; $ternary$meta_controller.v:238$151_Y
+(define-fun |meta_controller#7| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (concat #b1 (|meta_controller#4| state)) (|meta_controller#6| state))) ; \allowed
+(define-fun |meta_controller#18| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 0 0) (|meta_controller#17| state)) ((_ extract 1 1) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$113_Y
+(define-fun |meta_controller#19| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#18| state) ((_ extract 2 2) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$114_Y
+(define-fun |meta_controller#20| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#19| state) ((_ extract 3 3) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$115_Y
+(define-fun |meta_controller#21| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#20| state) ((_ extract 4 4) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$116_Y
+(define-fun |meta_controller#22| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#21| state) ((_ extract 5 5) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$117_Y
+(define-fun |meta_controller#23| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#22| state) ((_ extract 6 6) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$118_Y
+(define-fun |meta_controller#24| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#23| state) ((_ extract 7 7) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$119_Y
+(define-fun |meta_controller#25| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#24| state) ((_ extract 8 8) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$120_Y
+(define-fun |meta_controller#26| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#25| state) ((_ extract 9 9) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$121_Y
+(define-fun |meta_controller#27| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#26| state) ((_ extract 10 10) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$122_Y
+(define-fun |meta_controller#28| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#27| state) ((_ extract 11 11) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$123_Y
+(define-fun |meta_controller#29| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#28| state) ((_ extract 12 12) (|meta_controller#17| state)))) ; \lut_code [0]
+(define-fun |meta_controller#30| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 13 13) (|meta_controller#17| state)) ((_ extract 14 14) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$125_Y
+(define-fun |meta_controller#31| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#30| state) ((_ extract 15 15) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$126_Y
+(define-fun |meta_controller#32| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#31| state) ((_ extract 16 16) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$127_Y
+(define-fun |meta_controller#33| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#32| state) ((_ extract 17 17) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$128_Y
+(define-fun |meta_controller#34| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#33| state) ((_ extract 18 18) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$129_Y
+(define-fun |meta_controller#35| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#34| state) ((_ extract 19 19) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$130_Y
+(define-fun |meta_controller#36| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#35| state) ((_ extract 20 20) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$131_Y
+(define-fun |meta_controller#37| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#36| state) ((_ extract 21 21) (|meta_controller#17| state)))) ; \lut_code [1]
+(define-fun |meta_controller#38| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 22 22) (|meta_controller#17| state)) ((_ extract 23 23) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$133_Y
+(define-fun |meta_controller#39| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#38| state) ((_ extract 24 24) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$134_Y
+(define-fun |meta_controller#40| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#39| state) ((_ extract 25 25) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$135_Y
+(define-fun |meta_controller#41| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#40| state) ((_ extract 26 26) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$136_Y
+(define-fun |meta_controller#42| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#41| state) ((_ extract 27 27) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$137_Y
+(define-fun |meta_controller#43| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#42| state) ((_ extract 28 28) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$138_Y
+(define-fun |meta_controller#44| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#43| state) ((_ extract 29 29) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$139_Y
+(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#44| state) ((_ extract 30 30) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$140_Y
+(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#45| state) ((_ extract 31 31) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$141_Y
+(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#46| state) ((_ extract 32 32) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$142_Y
+(define-fun |meta_controller#48| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#47| state) ((_ extract 33 33) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$143_Y
+(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#48| state) ((_ extract 34 34) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$144_Y
+(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#49| state) ((_ extract 35 35) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$145_Y
+(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#50| state) ((_ extract 36 36) (|meta_controller#17| state)))) ; \lut_code [2]
+(define-fun |meta_controller#95| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#12| state))) ; $ne$meta_controller.v:308$166_Y
+(define-fun |meta_controller#96| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#12| state))) ; $8\n_cand[1:0]
+(define-fun |meta_controller#97| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#10| state))) ; $eq$meta_controller.v:305$165_Y
+(define-fun |meta_controller#98| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) (|meta_controller#12| state) (|meta_controller#96| state))) ; $7\n_cand[1:0]
+(define-fun |meta_controller#99| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#98| state) (|meta_controller#12| state))) ; $6\n_cand[1:0]
+(define-fun |meta_controller#100| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#14| state) #b0000)) ; $ne$meta_controller.v:299$162_Y
+(define-fun |meta_controller#101| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#100| state) (|meta_controller#12| state) (|meta_controller#99| state))) ; $5\n_cand[1:0]
+(define-fun |meta_controller#102| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#10| state))))) ; $shiftx$meta_controller.v:0$160_Y
+(define-fun |meta_controller#103| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#101| state) #b00)) ; $4\n_cand[1:0]
+(define-fun |meta_controller#106| ((state |meta_controller_s|)) Bool (= (|meta_controller#105| state) #b10)) ; $eq$meta_controller.v:281$156_Y
+(define-fun |meta_controller#107| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) false) (or  (|meta_controller#106| state) false))) ; $logic_and$meta_controller.v:281$157_Y
+(define-fun |meta_controller#108| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#103| state))) ; $3\n_cand[1:0]
+(define-fun |meta_controller#109| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#12| state) (|meta_controller#108| state))) ; $2\n_cand[1:0]
+(define-fun |meta_controller#111| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#109| state))) ; \n_cand
+(define-fun |meta_controller#112| ((state |meta_controller_s|)) Bool (= (|meta_controller#16| state) #b10)) ; $eq$meta_controller.v:312$167_Y
+(define-fun |meta_controller#113| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#112| state) #b1010 (|meta_controller#14| state))) ; $11\n_dcnt[3:0]
+(define-fun |meta_controller#114| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#95| state) (|meta_controller#14| state) (|meta_controller#113| state))) ; $10\n_dcnt[3:0]
+(define-fun |meta_controller#115| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#97| state) (|meta_controller#14| state) (|meta_controller#114| state))) ; $9\n_dcnt[3:0]
+(define-fun |meta_controller#116| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#115| state) (|meta_controller#14| state))) ; $8\n_dcnt[3:0]
+(define-fun |meta_controller#117| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#14| state) #b0001)) ; $sub$meta_controller.v:300$163_Y
+(define-fun |meta_controller#118| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#100| state) (|meta_controller#117| state) (|meta_controller#116| state))) ; $7\n_dcnt[3:0]
+(define-fun |meta_controller#119| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#118| state) #b1010)) ; $6\n_dcnt[3:0]
+(define-fun |meta_controller#120| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#107| state) #b0000 (|meta_controller#119| state))) ; $5\n_dcnt[3:0]
+(define-fun |meta_controller#122| ((state |meta_controller_s|)) Bool (= (|meta_controller#121| state) #b111)) ; $eq$meta_controller.v:272$154_Y
+(define-fun |meta_controller#123| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#122| state) #b1010 (|meta_controller#14| state))) ; $4\n_dcnt[3:0]
+(define-fun |meta_controller#124| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) (|meta_controller#14| state) (|meta_controller#123| state))) ; $3\n_dcnt[3:0]
+(define-fun |meta_controller#125| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#124| state) (|meta_controller#120| state))) ; $2\n_dcnt[3:0]
+(define-fun |meta_controller#126| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b0000 (|meta_controller#125| state))) ; \n_dcnt
+(define-fun |meta_controller#127| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#107| state) #b1 #b0)) ; $5\n_fb[0:0]
+(define-fun |meta_controller#128| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#122| state) #b0 #b1)) ; $4\n_fb[0:0]
+(define-fun |meta_controller#129| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) #b1 (|meta_controller#128| state))) ; $3\n_fb[0:0]
+(define-fun |meta_controller#130| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#129| state) (|meta_controller#127| state))) ; $2\n_fb[0:0]
+(define-fun |meta_controller#131| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b1 (|meta_controller#130| state))) ; \n_fb
+(define-fun |meta_controller#132| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#16| state) #b01)) ; $add$meta_controller.v:318$168_Y
+(define-fun |meta_controller#133| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#112| state) #b00 (|meta_controller#132| state))) ; $9\n_hcnt[1:0]
+(define-fun |meta_controller#134| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) #b01 (|meta_controller#133| state))) ; $8\n_hcnt[1:0]
+(define-fun |meta_controller#135| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) #b00 (|meta_controller#134| state))) ; $7\n_hcnt[1:0]
+(define-fun |meta_controller#136| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#135| state) #b00)) ; $6\n_hcnt[1:0]
+(define-fun |meta_controller#137| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#100| state) (|meta_controller#16| state) (|meta_controller#136| state))) ; $5\n_hcnt[1:0]
+(define-fun |meta_controller#138| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#137| state) #b00)) ; $4\n_hcnt[1:0]
+(define-fun |meta_controller#139| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#138| state))) ; $3\n_hcnt[1:0]
+(define-fun |meta_controller#140| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#16| state) (|meta_controller#139| state))) ; $2\n_hcnt[1:0]
+(define-fun |meta_controller#141| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#140| state))) ; \n_hcnt
+(define-fun |meta_controller#142| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#121| state) #b000)) ; $6\n_rcnt[2:0]
+(define-fun |meta_controller#143| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#107| state) #b000 (|meta_controller#142| state))) ; $5\n_rcnt[2:0]
+(define-fun |meta_controller#144| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#121| state) #b001)) ; $add$meta_controller.v:278$155_Y
+(define-fun |meta_controller#145| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#122| state) #b000 (|meta_controller#144| state))) ; $4\n_rcnt[2:0]
+(define-fun |meta_controller#146| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) #b000 (|meta_controller#145| state))) ; $3\n_rcnt[2:0]
+(define-fun |meta_controller#147| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#146| state) (|meta_controller#143| state))) ; $2\n_rcnt[2:0]
+(define-fun |meta_controller#148| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b000 (|meta_controller#147| state))) ; \n_rcnt
+(define-fun |meta_controller#149| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#112| state) #b10 #b01)) ; $11\n_reason[3:0]
+(define-fun |meta_controller#150| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) #b01 (|meta_controller#149| state))) ; $10\n_reason[3:0]
+(define-fun |meta_controller#151| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) #b00 (|meta_controller#150| state))) ; $9\n_reason[3:0]
+(define-fun |meta_controller#152| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (concat #b0 (|meta_controller#151| state)) #b100)) ; $8\n_reason[3:0]
+(define-fun |meta_controller#153| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#100| state) #b011 (|meta_controller#152| state))) ; $7\n_reason[3:0]
+(define-fun |meta_controller#154| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (concat #b0 (|meta_controller#153| state)) #b1000)) ; $6\n_reason[3:0]
+(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#107| state) #b0101 (|meta_controller#154| state))) ; $5\n_reason[3:0]
+(define-fun |meta_controller#156| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#122| state) #b10 #b01)) ; $4\n_reason[3:0]
+(define-fun |meta_controller#157| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) #b01 (|meta_controller#156| state))) ; $3\n_reason[3:0]
+(define-fun |meta_controller#158| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (concat #b01 (|meta_controller#157| state)) (|meta_controller#155| state))) ; $2\n_reason[3:0]
+(define-fun |meta_controller#159| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b0111 (|meta_controller#158| state))) ; \n_reason
+(define-fun |meta_controller#160| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#112| state) ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#10| state))) ; $9\n_token[1:0]
+(define-fun |meta_controller#161| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) (|meta_controller#10| state) (|meta_controller#160| state))) ; $8\n_token[1:0]
+(define-fun |meta_controller#162| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) (|meta_controller#10| state) (|meta_controller#161| state))) ; $7\n_token[1:0]
+(define-fun |meta_controller#163| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#162| state) (|meta_controller#10| state))) ; $6\n_token[1:0]
+(define-fun |meta_controller#164| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#100| state) (|meta_controller#10| state) (|meta_controller#163| state))) ; $5\n_token[1:0]
+(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#164| state) #b00)) ; $4\n_token[1:0]
+(define-fun |meta_controller#166| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#165| state))) ; $3\n_token[1:0]
+(define-fun |meta_controller#167| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#10| state) (|meta_controller#166| state))) ; $2\n_token[1:0]
+(define-fun |meta_controller#168| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#167| state))) ; \n_token
+(define-fun |meta_controller#169| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#105| state) #b01)) ; $add$meta_controller.v:291$158_Y
+(define-fun |meta_controller#170| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) (|meta_controller#169| state) #b00)) ; $ternary$meta_controller.v:291$159_Y
+(define-fun |meta_controller#171| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#170| state))) ; $3\n_vcnt[1:0]
+(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#105| state) (|meta_controller#171| state))) ; $2\n_vcnt[1:0]
+(define-fun |meta_controller#173| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#172| state))) ; \n_vcnt
+(define-fun |meta_controller#181| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#176| state) #b0 (|meta_controller#179| state))) ; $0\valid_q2[0:0]
+(define-fun |meta_controller#182| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#176| state) #b0 #b1)) ; $0\valid_q1[0:0]
+(define-fun |meta_controller#183| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#180| state)) #b1) false))) ; $logic_not$meta_controller.v:326$170_Y
+(define-fun |meta_controller#184| ((state |meta_controller_s|)) Bool (or  (|meta_controller#176| state) false  (|meta_controller#183| state) false)) ; $logic_or$meta_controller.v:326$171_Y
+(define-fun |meta_controller#185| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#184| state) #b000 (|meta_controller#148| state))) ; $0\rcnt[2:0]
+(define-fun |meta_controller#186| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#173| state))) ; $0\vcnt[1:0]
+(define-fun |meta_controller#694| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 0 0) (|meta_controller#60| state)) ((_ extract 2 2) (|meta_controller#59| state)))) ; $and$meta_controller.v:214$7_Y
+(define-fun |meta_controller#695| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 1 1) (|meta_controller#60| state)) ((_ extract 5 5) (|meta_controller#59| state)))) ; $and$meta_controller.v:214$8_Y
+(define-fun |meta_controller#696| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#694| state) (|meta_controller#695| state))) ; $0\lut_or[36:0] [0]
+(define-fun |meta_controller#697| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 2 2) (|meta_controller#60| state)) ((_ extract 7 7) (|meta_controller#59| state)))) ; $and$meta_controller.v:213$10_Y
+(define-fun |meta_controller#698| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 3 3) (|meta_controller#60| state)) ((_ extract 9 9) (|meta_controller#59| state)))) ; $and$meta_controller.v:213$11_Y
+(define-fun |meta_controller#699| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#697| state) (|meta_controller#698| state))) ; $0\lut_or[36:0] [1]
+(define-fun |meta_controller#700| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 4 4) (|meta_controller#60| state)) ((_ extract 12 12) (|meta_controller#59| state)))) ; $and$meta_controller.v:212$13_Y
+(define-fun |meta_controller#701| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 5 5) (|meta_controller#60| state)) ((_ extract 14 14) (|meta_controller#59| state)))) ; $and$meta_controller.v:212$14_Y
+(define-fun |meta_controller#702| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#700| state) (|meta_controller#701| state))) ; $0\lut_or[36:0] [2]
+(define-fun |meta_controller#703| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 6 6) (|meta_controller#60| state)) ((_ extract 17 17) (|meta_controller#59| state)))) ; $and$meta_controller.v:211$16_Y
+(define-fun |meta_controller#704| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 7 7) (|meta_controller#60| state)) ((_ extract 19 19) (|meta_controller#59| state)))) ; $and$meta_controller.v:211$17_Y
+(define-fun |meta_controller#705| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#703| state) (|meta_controller#704| state))) ; $0\lut_or[36:0] [3]
+(define-fun |meta_controller#706| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 8 8) (|meta_controller#60| state)) ((_ extract 22 22) (|meta_controller#59| state)))) ; $and$meta_controller.v:210$19_Y
+(define-fun |meta_controller#707| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 9 9) (|meta_controller#60| state)) ((_ extract 24 24) (|meta_controller#59| state)))) ; $and$meta_controller.v:210$20_Y
+(define-fun |meta_controller#708| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#706| state) (|meta_controller#707| state))) ; $0\lut_or[36:0] [4]
+(define-fun |meta_controller#709| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 10 10) (|meta_controller#60| state)) ((_ extract 27 27) (|meta_controller#59| state)))) ; $and$meta_controller.v:209$22_Y
+(define-fun |meta_controller#710| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 11 11) (|meta_controller#60| state)) ((_ extract 30 30) (|meta_controller#59| state)))) ; $and$meta_controller.v:209$23_Y
+(define-fun |meta_controller#711| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#709| state) (|meta_controller#710| state))) ; $0\lut_or[36:0] [5]
+(define-fun |meta_controller#712| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 12 12) (|meta_controller#60| state)) ((_ extract 33 33) (|meta_controller#59| state)))) ; $and$meta_controller.v:208$25_Y
+(define-fun |meta_controller#713| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 13 13) (|meta_controller#60| state)) ((_ extract 36 36) (|meta_controller#59| state)))) ; $and$meta_controller.v:208$26_Y
+(define-fun |meta_controller#714| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#712| state) (|meta_controller#713| state))) ; $0\lut_or[36:0] [6]
+(define-fun |meta_controller#715| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 14 14) (|meta_controller#60| state)) ((_ extract 39 39) (|meta_controller#59| state)))) ; $and$meta_controller.v:207$28_Y
+(define-fun |meta_controller#716| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 15 15) (|meta_controller#60| state)) ((_ extract 42 42) (|meta_controller#59| state)))) ; $and$meta_controller.v:207$29_Y
+(define-fun |meta_controller#717| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#715| state) (|meta_controller#716| state))) ; $0\lut_or[36:0] [7]
+(define-fun |meta_controller#718| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 16 16) (|meta_controller#60| state)) ((_ extract 45 45) (|meta_controller#59| state)))) ; $and$meta_controller.v:206$31_Y
+(define-fun |meta_controller#719| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 17 17) (|meta_controller#60| state)) ((_ extract 48 48) (|meta_controller#59| state)))) ; $and$meta_controller.v:206$32_Y
+(define-fun |meta_controller#720| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#718| state) (|meta_controller#719| state))) ; $0\lut_or[36:0] [8]
+(define-fun |meta_controller#721| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 18 18) (|meta_controller#60| state)) ((_ extract 51 51) (|meta_controller#59| state)))) ; $and$meta_controller.v:205$34_Y
+(define-fun |meta_controller#722| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 19 19) (|meta_controller#60| state)) ((_ extract 54 54) (|meta_controller#59| state)))) ; $and$meta_controller.v:205$35_Y
+(define-fun |meta_controller#723| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#721| state) (|meta_controller#722| state))) ; $0\lut_or[36:0] [9]
+(define-fun |meta_controller#724| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 20 20) (|meta_controller#60| state)) ((_ extract 57 57) (|meta_controller#59| state)))) ; $and$meta_controller.v:204$37_Y
+(define-fun |meta_controller#725| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 21 21) (|meta_controller#60| state)) ((_ extract 60 60) (|meta_controller#59| state)))) ; $and$meta_controller.v:204$38_Y
+(define-fun |meta_controller#726| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#724| state) (|meta_controller#725| state))) ; $0\lut_or[36:0] [10]
+(define-fun |meta_controller#727| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 22 22) (|meta_controller#60| state)) ((_ extract 63 63) (|meta_controller#59| state)))) ; $and$meta_controller.v:203$40_Y
+(define-fun |meta_controller#728| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 23 23) (|meta_controller#60| state)) ((_ extract 66 66) (|meta_controller#59| state)))) ; $and$meta_controller.v:203$41_Y
+(define-fun |meta_controller#729| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#727| state) (|meta_controller#728| state))) ; $0\lut_or[36:0] [11]
+(define-fun |meta_controller#730| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 24 24) (|meta_controller#60| state)) ((_ extract 68 68) (|meta_controller#59| state)))) ; $0\lut_or[36:0] [12]
+(define-fun |meta_controller#731| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 25 25) (|meta_controller#60| state)) ((_ extract 10 10) (|meta_controller#59| state)))) ; $and$meta_controller.v:201$44_Y
+(define-fun |meta_controller#732| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 26 26) (|meta_controller#60| state)) ((_ extract 15 15) (|meta_controller#59| state)))) ; $and$meta_controller.v:201$45_Y
+(define-fun |meta_controller#733| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#731| state) (|meta_controller#732| state))) ; $0\lut_or[36:0] [13]
+(define-fun |meta_controller#734| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 27 27) (|meta_controller#60| state)) ((_ extract 20 20) (|meta_controller#59| state)))) ; $and$meta_controller.v:200$47_Y
+(define-fun |meta_controller#735| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 28 28) (|meta_controller#60| state)) ((_ extract 25 25) (|meta_controller#59| state)))) ; $and$meta_controller.v:200$48_Y
+(define-fun |meta_controller#736| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#734| state) (|meta_controller#735| state))) ; $0\lut_or[36:0] [14]
+(define-fun |meta_controller#737| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 29 29) (|meta_controller#60| state)) ((_ extract 28 28) (|meta_controller#59| state)))) ; $and$meta_controller.v:199$50_Y
+(define-fun |meta_controller#738| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 30 30) (|meta_controller#60| state)) ((_ extract 31 31) (|meta_controller#59| state)))) ; $and$meta_controller.v:199$51_Y
+(define-fun |meta_controller#739| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#737| state) (|meta_controller#738| state))) ; $0\lut_or[36:0] [15]
+(define-fun |meta_controller#740| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 31 31) (|meta_controller#60| state)) ((_ extract 34 34) (|meta_controller#59| state)))) ; $and$meta_controller.v:198$53_Y
+(define-fun |meta_controller#741| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 32 32) (|meta_controller#60| state)) ((_ extract 37 37) (|meta_controller#59| state)))) ; $and$meta_controller.v:198$54_Y
+(define-fun |meta_controller#742| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#740| state) (|meta_controller#741| state))) ; $0\lut_or[36:0] [16]
+(define-fun |meta_controller#743| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 33 33) (|meta_controller#60| state)) ((_ extract 40 40) (|meta_controller#59| state)))) ; $and$meta_controller.v:197$56_Y
+(define-fun |meta_controller#744| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 34 34) (|meta_controller#60| state)) ((_ extract 43 43) (|meta_controller#59| state)))) ; $and$meta_controller.v:197$57_Y
+(define-fun |meta_controller#745| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#743| state) (|meta_controller#744| state))) ; $0\lut_or[36:0] [17]
+(define-fun |meta_controller#746| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 35 35) (|meta_controller#60| state)) ((_ extract 46 46) (|meta_controller#59| state)))) ; $and$meta_controller.v:196$59_Y
+(define-fun |meta_controller#747| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 36 36) (|meta_controller#60| state)) ((_ extract 49 49) (|meta_controller#59| state)))) ; $and$meta_controller.v:196$60_Y
+(define-fun |meta_controller#748| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#746| state) (|meta_controller#747| state))) ; $0\lut_or[36:0] [18]
+(define-fun |meta_controller#749| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 37 37) (|meta_controller#60| state)) ((_ extract 52 52) (|meta_controller#59| state)))) ; $and$meta_controller.v:195$62_Y
+(define-fun |meta_controller#750| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 38 38) (|meta_controller#60| state)) ((_ extract 55 55) (|meta_controller#59| state)))) ; $and$meta_controller.v:195$63_Y
+(define-fun |meta_controller#751| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#749| state) (|meta_controller#750| state))) ; $0\lut_or[36:0] [19]
+(define-fun |meta_controller#752| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 39 39) (|meta_controller#60| state)) ((_ extract 58 58) (|meta_controller#59| state)))) ; $and$meta_controller.v:194$65_Y
+(define-fun |meta_controller#753| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 40 40) (|meta_controller#60| state)) ((_ extract 61 61) (|meta_controller#59| state)))) ; $and$meta_controller.v:194$66_Y
+(define-fun |meta_controller#754| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#752| state) (|meta_controller#753| state))) ; $0\lut_or[36:0] [20]
+(define-fun |meta_controller#755| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 41 41) (|meta_controller#60| state)) ((_ extract 64 64) (|meta_controller#59| state)))) ; $and$meta_controller.v:193$68_Y
+(define-fun |meta_controller#756| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 42 42) (|meta_controller#60| state)) ((_ extract 69 69) (|meta_controller#59| state)))) ; $and$meta_controller.v:193$69_Y
+(define-fun |meta_controller#757| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#755| state) (|meta_controller#756| state))) ; $0\lut_or[36:0] [21]
+(define-fun |meta_controller#758| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 44 44) (|meta_controller#60| state)) ((_ extract 0 0) (|meta_controller#59| state)))) ; $and$meta_controller.v:192$71_Y
+(define-fun |meta_controller#759| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 43 43) (|meta_controller#60| state)) (|meta_controller#758| state))) ; $0\lut_or[36:0] [22]
+(define-fun |meta_controller#760| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 45 45) (|meta_controller#60| state)) ((_ extract 1 1) (|meta_controller#59| state)))) ; $and$meta_controller.v:191$73_Y
+(define-fun |meta_controller#761| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 46 46) (|meta_controller#60| state)) ((_ extract 3 3) (|meta_controller#59| state)))) ; $and$meta_controller.v:191$74_Y
+(define-fun |meta_controller#762| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#760| state) (|meta_controller#761| state))) ; $0\lut_or[36:0] [23]
+(define-fun |meta_controller#763| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 47 47) (|meta_controller#60| state)) ((_ extract 4 4) (|meta_controller#59| state)))) ; $and$meta_controller.v:190$76_Y
+(define-fun |meta_controller#764| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 48 48) (|meta_controller#60| state)) ((_ extract 6 6) (|meta_controller#59| state)))) ; $and$meta_controller.v:190$77_Y
+(define-fun |meta_controller#765| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#763| state) (|meta_controller#764| state))) ; $0\lut_or[36:0] [24]
+(define-fun |meta_controller#766| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 49 49) (|meta_controller#60| state)) ((_ extract 8 8) (|meta_controller#59| state)))) ; $and$meta_controller.v:189$79_Y
+(define-fun |meta_controller#767| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 50 50) (|meta_controller#60| state)) ((_ extract 11 11) (|meta_controller#59| state)))) ; $and$meta_controller.v:189$80_Y
+(define-fun |meta_controller#768| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#766| state) (|meta_controller#767| state))) ; $0\lut_or[36:0] [25]
+(define-fun |meta_controller#769| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 51 51) (|meta_controller#60| state)) ((_ extract 13 13) (|meta_controller#59| state)))) ; $and$meta_controller.v:188$82_Y
+(define-fun |meta_controller#770| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 52 52) (|meta_controller#60| state)) ((_ extract 16 16) (|meta_controller#59| state)))) ; $and$meta_controller.v:188$83_Y
+(define-fun |meta_controller#771| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#769| state) (|meta_controller#770| state))) ; $0\lut_or[36:0] [26]
+(define-fun |meta_controller#772| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 53 53) (|meta_controller#60| state)) ((_ extract 18 18) (|meta_controller#59| state)))) ; $and$meta_controller.v:187$85_Y
+(define-fun |meta_controller#773| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 54 54) (|meta_controller#60| state)) ((_ extract 21 21) (|meta_controller#59| state)))) ; $and$meta_controller.v:187$86_Y
+(define-fun |meta_controller#774| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#772| state) (|meta_controller#773| state))) ; $0\lut_or[36:0] [27]
+(define-fun |meta_controller#775| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 55 55) (|meta_controller#60| state)) ((_ extract 23 23) (|meta_controller#59| state)))) ; $and$meta_controller.v:186$88_Y
+(define-fun |meta_controller#776| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 56 56) (|meta_controller#60| state)) ((_ extract 26 26) (|meta_controller#59| state)))) ; $and$meta_controller.v:186$89_Y
+(define-fun |meta_controller#777| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#775| state) (|meta_controller#776| state))) ; $0\lut_or[36:0] [28]
+(define-fun |meta_controller#778| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 57 57) (|meta_controller#60| state)) ((_ extract 29 29) (|meta_controller#59| state)))) ; $and$meta_controller.v:185$91_Y
+(define-fun |meta_controller#779| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 58 58) (|meta_controller#60| state)) ((_ extract 32 32) (|meta_controller#59| state)))) ; $and$meta_controller.v:185$92_Y
+(define-fun |meta_controller#780| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#778| state) (|meta_controller#779| state))) ; $0\lut_or[36:0] [29]
+(define-fun |meta_controller#781| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 59 59) (|meta_controller#60| state)) ((_ extract 35 35) (|meta_controller#59| state)))) ; $and$meta_controller.v:184$94_Y
+(define-fun |meta_controller#782| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 60 60) (|meta_controller#60| state)) ((_ extract 38 38) (|meta_controller#59| state)))) ; $and$meta_controller.v:184$95_Y
+(define-fun |meta_controller#783| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#781| state) (|meta_controller#782| state))) ; $0\lut_or[36:0] [30]
+(define-fun |meta_controller#784| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 61 61) (|meta_controller#60| state)) ((_ extract 41 41) (|meta_controller#59| state)))) ; $and$meta_controller.v:183$97_Y
+(define-fun |meta_controller#785| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 62 62) (|meta_controller#60| state)) ((_ extract 44 44) (|meta_controller#59| state)))) ; $and$meta_controller.v:183$98_Y
+(define-fun |meta_controller#786| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#784| state) (|meta_controller#785| state))) ; $0\lut_or[36:0] [31]
+(define-fun |meta_controller#787| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 63 63) (|meta_controller#60| state)) ((_ extract 47 47) (|meta_controller#59| state)))) ; $and$meta_controller.v:182$100_Y
+(define-fun |meta_controller#788| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 64 64) (|meta_controller#60| state)) ((_ extract 50 50) (|meta_controller#59| state)))) ; $and$meta_controller.v:182$101_Y
+(define-fun |meta_controller#789| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#787| state) (|meta_controller#788| state))) ; $0\lut_or[36:0] [32]
+(define-fun |meta_controller#790| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 65 65) (|meta_controller#60| state)) ((_ extract 53 53) (|meta_controller#59| state)))) ; $and$meta_controller.v:181$103_Y
+(define-fun |meta_controller#791| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 66 66) (|meta_controller#60| state)) ((_ extract 56 56) (|meta_controller#59| state)))) ; $and$meta_controller.v:181$104_Y
+(define-fun |meta_controller#792| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#790| state) (|meta_controller#791| state))) ; $0\lut_or[36:0] [33]
+(define-fun |meta_controller#793| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 67 67) (|meta_controller#60| state)) ((_ extract 59 59) (|meta_controller#59| state)))) ; $and$meta_controller.v:180$106_Y
+(define-fun |meta_controller#794| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 68 68) (|meta_controller#60| state)) ((_ extract 62 62) (|meta_controller#59| state)))) ; $and$meta_controller.v:180$107_Y
+(define-fun |meta_controller#795| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#793| state) (|meta_controller#794| state))) ; $0\lut_or[36:0] [34]
+(define-fun |meta_controller#796| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 69 69) (|meta_controller#60| state)) ((_ extract 65 65) (|meta_controller#59| state)))) ; $and$meta_controller.v:179$109_Y
+(define-fun |meta_controller#797| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 70 70) (|meta_controller#60| state)) ((_ extract 67 67) (|meta_controller#59| state)))) ; $and$meta_controller.v:179$110_Y
+(define-fun |meta_controller#798| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#796| state) (|meta_controller#797| state))) ; $0\lut_or[36:0] [35]
+(define-fun |meta_controller#800| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#141| state))) ; $0\hcnt[1:0]
+(define-fun |meta_controller#801| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#184| state) #b0 (|meta_controller#131| state))) ; $0\fb[0:0]
+(define-fun |meta_controller#802| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#184| state) #b0000 (|meta_controller#126| state))) ; $0\dcnt[3:0]
+(define-fun |meta_controller#803| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#111| state))) ; $0\cand[1:0]
+(define-fun |meta_controller#804| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#184| state) #b0 #b1)) ; $0\audit_valid[0:0]
+(define-fun |meta_controller#805| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#168| state))) ; $0\token[1:0]
+(define-fun |meta_controller#806| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#184| state) #b0000 (|meta_controller#159| state))) ; $0\reason[3:0]
+(define-fun |meta_controller#807| ((state |meta_controller_s|)) (_ BitVec 14) (ite (|meta_controller#184| state) #b00000000000000 (|meta_controller#2| state))) ; $0\audit_addr[13:0]
+(define-fun |meta_controller_n addr| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#0| state))
+(define-fun |meta_controller_n addr_q1| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#1| state))
+(define-fun |meta_controller_n addr_q2| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#2| state))
+(define-fun |meta_controller_n allowed| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#7| state))
+(define-fun |meta_controller_n audit_addr| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#8| state))
+(define-fun |meta_controller_n audit_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#9| state))
+(define-fun |meta_controller_n audit_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#10| state))
+(define-fun |meta_controller_n audit_valid| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#11| state)) #b1))
+(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12| state))
+(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#13| state))
+(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#14| state))
+(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#15| state)) #b1))
+(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#16| state))
+(define-fun |meta_controller_n in_0| ((state |meta_controller_s|)) Bool (|meta_controller#3| state))
+(define-fun |meta_controller_n in_1| ((state |meta_controller_s|)) Bool (|meta_controller#5| state))
+(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#58| state)) #b1))
+(define-fun |meta_controller_n lut_code| ((state |meta_controller_s|)) (_ BitVec 3) (concat (|meta_controller#51| state) (concat (|meta_controller#37| state) (|meta_controller#29| state))))
+(define-fun |meta_controller_n lut_col| ((state |meta_controller_s|)) (_ BitVec 71) (|meta_controller#59| state))
+(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#58| state))
+(define-fun |meta_controller_n lut_or| ((state |meta_controller_s|)) (_ BitVec 37) (|meta_controller#17| state))
+(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#58| state)))
+(define-fun |meta_controller_n lut_sel| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#60| state))
+(define-fun |meta_controller_n lut_sel_d| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#94| state))
+(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#111| state))
+(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#126| state))
+(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#131| state)) #b1))
+(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#141| state))
+(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#148| state))
+(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#159| state))
+(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#168| state))
+(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#173| state))
+(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (|meta_controller#174| state))
+(define-fun |meta_controller_n probe_fault_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#175| state)) #b1))
+(define-fun |meta_controller_n probe_fault_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#110| state)) #b1))
+(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#121| state))
+(define-fun |meta_controller_n reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#9| state))
+(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#176| state))
+(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#177| state))
+(define-fun |meta_controller_n sla_violation_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#178| state)) #b1))
+(define-fun |meta_controller_n sla_violation_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#104| state)) #b1))
+(define-fun |meta_controller_n token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#10| state))
+(define-fun |meta_controller_n valid_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#179| state)) #b1))
+(define-fun |meta_controller_n valid_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#180| state)) #b1))
+(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#105| state))
 (define-fun |meta_controller_a| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_u| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_i| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_h| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_t| ((state |meta_controller_s|) (next_state |meta_controller_s|)) Bool (and
-  (= (|meta_controller#514| state) (|meta_controller#513| next_state)) ; $procdff$897 \valid_q1
-  (= (|meta_controller#517| state) (|meta_controller#457| next_state)) ; $procdff$895 \rcnt
-  (= (ite (|meta_controller#510| state) #b1 #b0) (|meta_controller#446| next_state)) ; $procdff$899 \probe_fault_q1
-  (= (|meta_controller#518| state) (|meta_controller#441| next_state)) ; $procdff$893 \vcnt
-  (= (ite (|meta_controller#512| state) #b1 #b0) (|meta_controller#440| next_state)) ; $procdff$900 \sla_violation_q1
-  (= (|meta_controller#430| state) (|meta_controller#16| next_state)) ; $procdff$896 \lut_entry
-  (= (|meta_controller#519| state) (|meta_controller#15| next_state)) ; $procdff$891 \hcnt
-  (= (|meta_controller#520| state) (|meta_controller#14| next_state)) ; $procdff$894 \fb
-  (= (|meta_controller#521| state) (|meta_controller#13| next_state)) ; $procdff$892 \dcnt
-  (= (|meta_controller#522| state) (|meta_controller#11| next_state)) ; $procdff$890 \cand
-  (= (|meta_controller#523| state) (|meta_controller#10| next_state)) ; $procdff$888 \audit_valid
-  (= (|meta_controller#524| state) (|meta_controller#9| next_state)) ; $procdff$886 \token
-  (= (|meta_controller#525| state) (|meta_controller#8| next_state)) ; $procdff$887 \reason
-  (= (|meta_controller#526| state) (|meta_controller#7| next_state)) ; $procdff$889 \audit_addr
-  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$898 \addr_q1
+  (= (|meta_controller#181| state) (|meta_controller#180| next_state)) ; $procdff$1063 \valid_q2
+  (= (|meta_controller#182| state) (|meta_controller#179| next_state)) ; $procdff$1062 \valid_q1
+  (= (ite (|meta_controller#177| state) #b1 #b0) (|meta_controller#178| next_state)) ; $procdff$1066 \sla_violation_q1
+  (= (ite (|meta_controller#174| state) #b1 #b0) (|meta_controller#175| next_state)) ; $procdff$1065 \probe_fault_q1
+  (= (|meta_controller#185| state) (|meta_controller#121| next_state)) ; $procdff$1058 \rcnt
+  (= (|meta_controller#175| state) (|meta_controller#110| next_state)) ; $procdff$1068 \probe_fault_q2
+  (= (|meta_controller#186| state) (|meta_controller#105| next_state)) ; $procdff$1056 \vcnt
+  (= (|meta_controller#178| state) (|meta_controller#104| next_state)) ; $procdff$1069 \sla_violation_q2
+  (= (|meta_controller#94| state) (|meta_controller#60| next_state)) ; $procdff$1059 \lut_sel
+  (= (|meta_controller#693| state) (|meta_controller#59| next_state)) ; $procdff$1061 \lut_col
+  (= (concat (|meta_controller#799| state) (concat (|meta_controller#798| state) (concat (|meta_controller#795| state) (concat (|meta_controller#792| state) (concat (|meta_controller#789| state) (concat (|meta_controller#786| state) (concat (|meta_controller#783| state) (concat (|meta_controller#780| state) (concat (|meta_controller#777| state) (concat (|meta_controller#774| state) (concat (|meta_controller#771| state) (concat (|meta_controller#768| state) (concat (|meta_controller#765| state) (concat (|meta_controller#762| state) (concat (|meta_controller#759| state) (concat (|meta_controller#757| state) (concat (|meta_controller#754| state) (concat (|meta_controller#751| state) (concat (|meta_controller#748| state) (concat (|meta_controller#745| state) (concat (|meta_controller#742| state) (concat (|meta_controller#739| state) (concat (|meta_controller#736| state) (concat (|meta_controller#733| state) (concat (|meta_controller#730| state) (concat (|meta_controller#729| state) (concat (|meta_controller#726| state) (concat (|meta_controller#723| state) (concat (|meta_controller#720| state) (concat (|meta_controller#717| state) (concat (|meta_controller#714| state) (concat (|meta_controller#711| state) (concat (|meta_controller#708| state) (concat (|meta_controller#705| state) (concat (|meta_controller#702| state) (concat (|meta_controller#699| state) (|meta_controller#696| state))))))))))))))))))))))))))))))))))))) (|meta_controller#17| next_state)) ; $procdff$1060 \lut_or
+  (= (|meta_controller#800| state) (|meta_controller#16| next_state)) ; $procdff$1054 \hcnt
+  (= (|meta_controller#801| state) (|meta_controller#15| next_state)) ; $procdff$1057 \fb
+  (= (|meta_controller#802| state) (|meta_controller#14| next_state)) ; $procdff$1055 \dcnt
+  (= (|meta_controller#803| state) (|meta_controller#12| next_state)) ; $procdff$1053 \cand
+  (= (|meta_controller#804| state) (|meta_controller#11| next_state)) ; $procdff$1051 \audit_valid
+  (= (|meta_controller#805| state) (|meta_controller#10| next_state)) ; $procdff$1049 \token
+  (= (|meta_controller#806| state) (|meta_controller#9| next_state)) ; $procdff$1050 \reason
+  (= (|meta_controller#807| state) (|meta_controller#8| next_state)) ; $procdff$1052 \audit_addr
+  (= (|meta_controller#1| state) (|meta_controller#2| next_state)) ; $procdff$1067 \addr_q2
+  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$1064 \addr_q1
 )) ; end of module meta_controller
 
 (declare-const rtl_s |meta_controller_s|)
 (declare-const rtl_s2 |meta_controller_s|)
 (assert (|meta_controller_t| rtl_s rtl_s2))
 (assert (not (|meta_controller_n rst| rtl_s2)))
-(declare-const cur_addr (_ BitVec 16))
+(declare-const cur_addr (_ BitVec 14))
 (assert (= cur_addr (|meta_controller_n addr| rtl_s)))
 (declare-const cur_probe_fault (_ BitVec 1))
 (assert (= cur_probe_fault (ite (|meta_controller_n probe_fault| rtl_s) #b1 #b0)))
@@ -703,7 +473,7 @@
 (assert (= cur_rcnt (|meta_controller_n rcnt| rtl_s)))
 (declare-const cur_reason (_ BitVec 4))
 (assert (= cur_reason (|meta_controller_n reason| rtl_s)))
-(declare-const cur_addr_q1 (_ BitVec 16))
+(declare-const cur_addr_q1 (_ BitVec 14))
 (assert (= cur_addr_q1 (|meta_controller_n addr_q1| rtl_s)))
 (declare-const cur_probe_fault_q1 (_ BitVec 1))
 (assert (= cur_probe_fault_q1 (ite (|meta_controller_n probe_fault_q1| rtl_s) #b1 #b0)))
@@ -711,13 +481,21 @@
 (assert (= cur_sla_violation_q1 (ite (|meta_controller_n sla_violation_q1| rtl_s) #b1 #b0)))
 (declare-const cur_valid_q1 (_ BitVec 1))
 (assert (= cur_valid_q1 (ite (|meta_controller_n valid_q1| rtl_s) #b1 #b0)))
+(declare-const cur_addr_q2 (_ BitVec 14))
+(assert (= cur_addr_q2 (|meta_controller_n addr_q2| rtl_s)))
+(declare-const cur_probe_fault_q2 (_ BitVec 1))
+(assert (= cur_probe_fault_q2 (ite (|meta_controller_n probe_fault_q2| rtl_s) #b1 #b0)))
+(declare-const cur_sla_violation_q2 (_ BitVec 1))
+(assert (= cur_sla_violation_q2 (ite (|meta_controller_n sla_violation_q2| rtl_s) #b1 #b0)))
+(declare-const cur_valid_q2 (_ BitVec 1))
+(assert (= cur_valid_q2 (ite (|meta_controller_n valid_q2| rtl_s) #b1 #b0)))
 (declare-const cur_audit_valid (_ BitVec 1))
 (assert (= cur_audit_valid (ite (|meta_controller_n audit_valid| rtl_s) #b1 #b0)))
 (declare-const cur_audit_token (_ BitVec 2))
 (assert (= cur_audit_token (|meta_controller_n audit_token| rtl_s)))
 (declare-const cur_audit_reason (_ BitVec 4))
 (assert (= cur_audit_reason (|meta_controller_n audit_reason| rtl_s)))
-(declare-const cur_audit_addr (_ BitVec 16))
+(declare-const cur_audit_addr (_ BitVec 14))
 (assert (= cur_audit_addr (|meta_controller_n audit_addr| rtl_s)))
 (declare-const nxt_token (_ BitVec 2))
 (assert (= nxt_token (|meta_controller_n token| rtl_s2)))
@@ -737,9 +515,9 @@
 (assert (= nxt_reason (|meta_controller_n reason| rtl_s2)))
 (declare-const nxt_audit_valid (_ BitVec 1))
 (assert (= nxt_audit_valid (ite (|meta_controller_n audit_valid| rtl_s2) #b1 #b0)))
-(declare-const nxt_audit_addr (_ BitVec 16))
+(declare-const nxt_audit_addr (_ BitVec 14))
 (assert (= nxt_audit_addr (|meta_controller_n audit_addr| rtl_s2)))
-(declare-const nxt_addr_q1 (_ BitVec 16))
+(declare-const nxt_addr_q1 (_ BitVec 14))
 (assert (= nxt_addr_q1 (|meta_controller_n addr_q1| rtl_s2)))
 (declare-const nxt_probe_fault_q1 (_ BitVec 1))
 (assert (= nxt_probe_fault_q1 (ite (|meta_controller_n probe_fault_q1| rtl_s2) #b1 #b0)))
@@ -747,3 +525,11 @@
 (assert (= nxt_sla_violation_q1 (ite (|meta_controller_n sla_violation_q1| rtl_s2) #b1 #b0)))
 (declare-const nxt_valid_q1 (_ BitVec 1))
 (assert (= nxt_valid_q1 (ite (|meta_controller_n valid_q1| rtl_s2) #b1 #b0)))
+(declare-const nxt_addr_q2 (_ BitVec 14))
+(assert (= nxt_addr_q2 (|meta_controller_n addr_q2| rtl_s2)))
+(declare-const nxt_probe_fault_q2 (_ BitVec 1))
+(assert (= nxt_probe_fault_q2 (ite (|meta_controller_n probe_fault_q2| rtl_s2) #b1 #b0)))
+(declare-const nxt_sla_violation_q2 (_ BitVec 1))
+(assert (= nxt_sla_violation_q2 (ite (|meta_controller_n sla_violation_q2| rtl_s2) #b1 #b0)))
+(declare-const nxt_valid_q2 (_ BitVec 1))
+(assert (= nxt_valid_q2 (ite (|meta_controller_n valid_q2| rtl_s2) #b1 #b0)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import subprocess
 from fractions import Fraction
@@ -273,10 +274,8 @@ def test_cosim_section_of_the_spec_is_validated(tmp_path):
 @pytest.mark.skipif(shutil.which("verilator") is None, reason="verilator is installed by make setup")
 def test_small_build_measures_code_coverage_and_fails_below_a_threshold(tmp_path):
     text = REFERENCE_SLA.read_text().split("\ncosim:")[0]
-    for b in ("bits: 4", "bits: 3"):
-        text = text.replace(b, "bits: 1")
+    text = re.sub(r"bits: \d\}", "bits: 1}", text)
     sla = tmp_path / "sla.yaml"
-    # the trained controller never proposes int4 or offload_cpu: the token's upper bit cannot toggle
     sla.write_text(text + "\ncosim: {cycles: 10000, monitor_requests: 100, coverage: {reasons: 1.0, line: 0.5, "
                           "toggle: 0.99, branch: 0.5}}\n")
     res = build(REFERENCE_MODEL, sla, tmp_path / "out", BuildOptions(verify=False, distill=False, skip_rtl_proofs=True,
@@ -292,11 +291,10 @@ def test_small_build_measures_code_coverage_and_fails_below_a_threshold(tmp_path
 
 def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(tmp_path):
     text = REFERENCE_SLA.read_text().split("\ncosim:")[0]
-    for b in ("bits: 4", "bits: 3"):
-        text = text.replace(b, "bits: 1")
-    assert "latency: 2," in text
+    text = re.sub(r"bits: \d\}", "bits: 1}", text)
+    assert re.search(r"latency: \d,", text)
     sla = tmp_path / "sla.yaml"
-    sla.write_text(text.replace("latency: 2,", "latency: 1,"))  # the audit timing below is the one-cycle one
+    sla.write_text(re.sub(r"latency: \d,", "latency: 1,", text))  # the audit timing below is the one-cycle one
     out = tmp_path / "out"
     build(REFERENCE_MODEL, sla, out, BuildOptions(verify=False, distill=False, skip_rtl_proofs=True, skip_cosim=True,
                                                   skip_lint=True))

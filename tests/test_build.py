@@ -62,7 +62,9 @@ def test_reference_controller_builds_end_to_end(reference_build):
     assert hdl["dff"] >= 30 and hdl["bram"] == (0 if REF_LATENCY == 1 else pnr["hx8k"]["bram"])
     assert 6 <= pnr["hx8k"]["bram"] <= 12 and pnr["hx8k"]["lut4"] < 300 and pnr["up5k"]["fits"]
     assert hdl["fmax_mhz_hx8k"] > hdl["fmax_mhz_up5k"] > 5
-    assert hdl["goal_met"] == (hdl["fmax_mhz_hx8k"] >= 130 and hdl["fmax_mhz_up5k"] >= 50)
+    assert hdl["goal_met"] == all(r["meets_goal"] for r in pnr.values())   # ECP5-25F's 200 MHz: not met
+    assert pnr["hx8k"]["meets_goal"] == (hdl["fmax_mhz_hx8k"] >= 130) and pnr["up5k"]["meets_goal"] == (
+        hdl["fmax_mhz_up5k"] >= 50)
     assert s["stages"]["verify"]["status"] == "ok"
     assert s["stages"]["verify"]["properties"] == {"P1": "proved", "P2": "proved", "P3": "proved"}
     # trained from the regime profile: every action wins somewhere (docs/training.md), and the verifier

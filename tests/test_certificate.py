@@ -156,7 +156,7 @@ def test_check_catches_a_file_added_to_the_bundle(bundle_copy):
 def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_copy):
     hexfile = bundle_copy / "lut.hex"
     lines = hexfile.read_text().splitlines()
-    addr = 40000
+    addr = 10000
     lines[addr] = f"{int(lines[addr], 16) ^ 0x01:02x}"
     hexfile.write_text("\n".join(lines) + "\n")
     _rehash(bundle_copy)

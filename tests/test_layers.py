@@ -22,7 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "core": ("generator.errors", "generator.numerics", "generator.ir", "generator.spec", "generator.spec_doc",
              "generator.lut", "generator.boxtree", "generator.results", "generator.exports", "mi_certify.templates"),
     "tools": ("verification.tools", "verification.workers", "verification.yosys", "verification.verilator",
-              "verification.chromium", "verification.marabou", "verification.verilog_reader"),
+              "verification.chromium", "verification.marabou", "verification.bitvec", "verification.verilog_reader"),
     "import": ("generator.onnx_import", "generator.model", "generator.mlp", "generator.train"),
     "network": ("verification.bounds", "verification.properties", "verification.vnnlib", "verification.z3_exact",
                 "verification.falsify", "verification.nn_verify", "verification.network"),

@@ -41,7 +41,11 @@ def _first_difference(name: str, a: bytes, b: bytes) -> str:
     la, lb = a.decode("utf-8", "replace").splitlines(), b.decode("utf-8", "replace").splitlines()
     for k, (x, y) in enumerate(zip(la, lb), start=1):
         if x != y:
-            return f"{name} line {k}: {x.strip()[:70]!r}, made again {y.strip()[:70]!r}"
+            x, y = x.strip(), y.strip()
+            col = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            start = max(0, col - 20)   # the window shows where the lines part
+            cut = (lambda t: ("…" if start else "") + t[start:start + 70])
+            return f"{name} line {k} column {col + 1}: {cut(x)!r}, made again {cut(y)!r}"
     return f"{name}: {len(la)} lines, made again {len(lb)}"
 
 

@@ -32,6 +32,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_workload import conv_blocks  # noqa: E402  (the convolutional blocks of the convnet workload)
+
 CHANNELS = (3, 24, 40, 64)
 SIZE = 64
 HEAD = (2048, 2048, 2048)
@@ -46,20 +49,7 @@ def build(seed: int = 0) -> onnx.ModelProto:
         inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
         return name
 
-    x = "image"
-    for i, (cin, cout) in enumerate(zip(CHANNELS[:-1], CHANNELS[1:])):
-        w = rng.normal(0.0, np.sqrt(2.0 / (cin * 9)), size=(cout, cin, 3, 3))
-        nodes.append(helper.make_node("Conv", [x, init(f"conv{i}.weight", w), init(f"conv{i}.bias", np.zeros(cout))],
-                                      [f"conv{i}"], name=f"conv{i}", kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
-        nodes.append(helper.make_node(
-            "BatchNormalization",
-            [f"conv{i}", init(f"bn{i}.scale", rng.uniform(0.5, 1.5, cout)), init(f"bn{i}.bias", rng.normal(0, 0.1, cout)),
-             init(f"bn{i}.mean", rng.normal(0, 0.1, cout)), init(f"bn{i}.var", rng.uniform(0.5, 1.5, cout))],
-            [f"bn{i}"], name=f"bn{i}", epsilon=1e-5))
-        nodes.append(helper.make_node("Relu", [f"bn{i}"], [f"relu{i}"], name=f"relu{i}"))
-        nodes.append(helper.make_node("MaxPool", [f"relu{i}"], [f"pool{i}"], name=f"pool{i}", kernel_shape=[2, 2],
-                                      strides=[2, 2]))
-        x = f"pool{i}"
+    x = conv_blocks(rng, init, nodes, "image", CHANNELS)
     nodes.append(helper.make_node("Flatten", [x], ["features"], name="flatten", axis=1))
     x, width = "features", CHANNELS[-1] * (SIZE // 8) ** 2
     for j, units in enumerate(HEAD):

@@ -29,16 +29,12 @@ CLASSES = 10
 SIZE = 128
 
 
-def build(seed: int = 0) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def init(name, array):
-        inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
-        return name
-
-    x = "image"
-    for i, (cin, cout) in enumerate(zip(CHANNELS[:-1], CHANNELS[1:])):
+def conv_blocks(rng: np.random.Generator, init, nodes: list, x: str, channels: tuple[int, ...]) -> str:
+    """Append ``len(channels) - 1`` blocks Conv 3x3 pad 1 -> BatchNormalization -> Relu -> MaxPool 2x2
+    to ``nodes`` (He-normal weights, random batch-norm statistics from ``rng``, in this order);
+    ``init(name, array)`` adds an initializer and returns its name. Returns the last output's name.
+    Shared with make_regime_workload.py."""
+    for i, (cin, cout) in enumerate(zip(channels[:-1], channels[1:])):
         w = rng.normal(0.0, np.sqrt(2.0 / (cin * 9)), size=(cout, cin, 3, 3))
         nodes.append(helper.make_node("Conv", [x, init(f"conv{i}.weight", w), init(f"conv{i}.bias", np.zeros(cout))],
                                       [f"conv{i}"], name=f"conv{i}", kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
@@ -51,6 +47,18 @@ def build(seed: int = 0) -> onnx.ModelProto:
         nodes.append(helper.make_node("MaxPool", [f"relu{i}"], [f"pool{i}"], name=f"pool{i}", kernel_shape=[2, 2],
                                       strides=[2, 2]))
         x = f"pool{i}"
+    return x
+
+
+def build(seed: int = 0) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def init(name, array):
+        inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
+        return name
+
+    x = conv_blocks(rng, init, nodes, "image", CHANNELS)
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
     nodes.append(helper.make_node("Flatten", ["gap"], ["features"], name="flatten", axis=1))
     w = rng.normal(0.0, np.sqrt(2.0 / CHANNELS[-1]), size=(CLASSES, CHANNELS[-1]))

@@ -151,12 +151,12 @@ def profile_command(args, console: Console) -> int:
                           f"{row['load_procs']}{' ' + row['load_kind'] if row['load_kind'] else ''}, batch {row['batch']}, size {row['input_size']}, threads "
                           f"{row['threads']}, {inputs[0][0]}={row[inputs[0][0]]}; ms {lat}", highlight=False)
 
-    console.print(f"profiling {args.workload}: {cfg.samples} samples × {len(actions)} actions × {cfg.repeats} "
-                  "requests …", highlight=False)
     try:
         cfg.check()
     except ValueError as exc:
         raise ProfileInputError(str(exc)) from None
+    console.print(f"profiling {args.workload}: {cfg.samples} samples × {len(actions)} actions × "
+                  f"{cfg.rounds} rounds × {cfg.repeats} requests …", highlight=False)
     from mi_certify.runtime.probes import LinuxProbe, MergedProbe, MicrobenchProbe
     probe = LinuxProbe(util_window_s=min(0.1, cfg.settle_s), mem_bw_peak=args.mem_bw_peak)
     if args.microbench:

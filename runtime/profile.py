@@ -105,7 +105,7 @@ class ProfileConfig:
             raise ValueError("settle must be within [0, 10] s")
         if not self.load_kinds or any(k not in LOAD_KINDS for k in self.load_kinds):
             bad = [k for k in self.load_kinds if k not in LOAD_KINDS]
-            raise ValueError(f"load kinds: {bad[0] if bad else 'give at least one'} "
+            raise ValueError(f"load kinds: {f'unknown kind {bad[0]!r}' if bad else 'give at least one'} "
                              f"(kinds: {', '.join(LOAD_KINDS)})")
         for name, vals, low in (("load levels", self.load_levels, 0), ("batch sizes", self.batch_sizes, 1),
                                 ("threads", self.threads, 1), ("input sizes", self.input_sizes, 1)):

@@ -83,7 +83,7 @@ def test_profile_draws_load_kinds_and_spreads_rounds(tmp_path):
         assert d["load_kind"] in ("", "cpu", "stream", "thrash")
         assert all(float(d[f"latency_ms.{a}"]) > 0 for a in ACTIONS)
     assert {d["load_kind"] for d in rows if d["load_procs"] == "1"}, "seed 2 loads some samples"
-    for bad, msg in ((dict(load_kinds=("gpu",)), "load kinds: gpu"), (dict(load_kinds=()), "give at least one"),
+    for bad, msg in ((dict(load_kinds=("gpu",)), "load kinds: unknown kind 'gpu'"), (dict(load_kinds=()), "give at least one"),
                      (dict(rounds=0), "rounds must be")):
         with pytest.raises(ValueError, match=msg):
             ProfileConfig(**bad).check()
@@ -112,7 +112,7 @@ def test_cli_profile_prints_a_progress_line_per_sample_when_stderr_is_a_file(tmp
                *[f"--map={k}={v}" for k, v in UNIFORM.items()])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert lines[0] == f"profiling {WORKLOAD}: 3 samples × 4 actions × 1 requests …"
+    assert lines[0] == f"profiling {WORKLOAD}: 3 samples × 4 actions × 1 rounds × 1 requests …"
     progress = [line for line in lines if line.startswith("sample ")]
     assert len(progress) == 3, proc.stderr
     for k, line in enumerate(progress, 1):
@@ -313,3 +313,20 @@ def test_profile_refuses_an_unknown_input_before_measuring(tmp_path):
     with pytest.raises(ValueError, match="unknown controller input 'fan'"):
         profile(WORKLOAD, tmp_path / "p.csv", ACTIONS, DEFAULT_PLANS, overrides={**UNIFORM, "fan": "uniform"})
     assert not list(tmp_path.iterdir())
+
+
+def test_the_regime_workload_is_made_byte_for_byte_the_same_and_runs(tmp_path):
+    """examples/workload/make_regime_workload.py: the model the shipped profile was measured on."""
+    script = EXAMPLES / "workload" / "make_regime_workload.py"
+    digests = []
+    for k in range(2):
+        out = tmp_path / f"m{k}.onnx"
+        proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        digests.append(hashlib.sha256(out.read_bytes()).hexdigest())
+    assert digests[0] == digests[1]
+    m = onnx.load(str(tmp_path / "m0.onnx"))
+    head = sum(int(np.prod(i.dims)) for i in m.graph.initializer if i.name.startswith("fc"))
+    assert head * 4 == 64 * 2**20 + 3 * 2048 * 4   # 64 MiB of fp32 head weights (+ biases)
+    s = ort.InferenceSession(str(tmp_path / "m0.onnx"), providers=["CPUExecutionProvider"])
+    assert s.run(None, {"image": np.zeros((1, 3, 64, 64), np.float32)})[0].shape == (1, 10)

@@ -5,7 +5,7 @@ arithmetic after quantization (quantization itself is exact, with fractions.Frac
 
 Sources (sha256):
     model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-    spec   ac9392f2a2c6e59161f5a1685ef039e99f4fbc15004f2a4a871479fc19b17d27
+    spec   48d46a52a424d47e6eb7179c9fa1dba28ac7d6adc09efc03582e40aac90f6b13
     LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 
 Inputs, in ONNX order (physical units; outside [min, max] or NaN = probe fault):

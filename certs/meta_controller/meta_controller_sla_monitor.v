@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   ac9392f2a2c6e59161f5a1685ef039e99f4fbc15004f2a4a871479fc19b17d27
+//   spec   48d46a52a424d47e6eb7179c9fa1dba28ac7d6adc09efc03582e40aac90f6b13
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

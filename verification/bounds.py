@@ -401,15 +401,15 @@ def output_matrix_lower(ir: ControllerIR, C: np.ndarray, lo: np.ndarray, hi: np.
 
 
 def output_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sound (lower, upper) of every raw output over the box, each (n_outputs,): CROWN's linear
-    bounds intersected with the interval bounds (both sound; CROWN is usually, not always, the
-    tighter: on the retrained reference network interval arithmetic was tighter on one output
-    of a narrow box)."""
+    """Sound (lower, upper) of every raw output over the box, each (n_outputs,): CROWN's backward
+    bounds intersected with the output node's own bounds in :func:`crown_bounds` (forward linear
+    bounds, themselves never looser than interval bounds). All are sound; CROWN is usually, not
+    always, the tighter: on the retrained reference network interval arithmetic was tighter on
+    one output of a narrow box."""
     n = ir.n_outputs
     eye = np.eye(n)
     bounds = crown_bounds(ir, lo, hi)
     low, _ = output_matrix_lower(ir, eye, lo, hi, bounds)
     neg, _ = output_matrix_lower(ir, -eye, lo, hi, bounds)
-    ib = interval_bounds(ir, lo, hi)
     out = ir.outputs[0]
-    return np.maximum(low, ib.lower[out]), np.minimum(-neg, ib.upper[out])
+    return np.maximum(low, bounds.lower[out]), np.minimum(-neg, bounds.upper[out])

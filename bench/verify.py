@@ -9,7 +9,7 @@ ones (bench/vnncomp2022_acasxu.csv), then a summary: decided, wrong, median and
 maximum time. A wrong answer (sat vs unsat against the published result) is printed as
 WRONG and makes the exit status 1.
 
-Usage: python bench/verify.py [--timeout S] [--no-marabou] [--cartpole N] [--only NET/PROP]
+Usage: python bench/verify.py [--timeout S] [--no-marabou] [--lp] [--cartpole N] [--only NET/PROP]
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--no-marabou", action="store_true", help="skip the plain-Marabou column")
     ap.add_argument("--cartpole", type=int, default=6, help="CartPole rows, spread over the 100 (default 6)")
     ap.add_argument("--only", default="", help="run rows whose label contains this text")
+    ap.add_argument("--lp", action="store_true", help="with the LP-chosen CROWN multipliers (lp_relax)")
     args = ap.parse_args()
     published = {}
     with PUBLISHED.open() as f:
@@ -79,7 +80,7 @@ def main() -> int:
         total += 1
         model = models.setdefault(onnx, load_model(Path(onnx)))
         query = parse_vnnlib(Path(vnnlib), model.ir.n_inputs, model.ir.n_outputs)
-        res = decide(model, query, VerifyOptions(timeout=args.timeout))
+        res = decide(model, query, VerifyOptions(timeout=args.timeout, lp_hints=args.lp))
         ours = res.verdict.vnnlib
         mark = ""
         if ours in ("sat", "unsat"):

@@ -15,8 +15,8 @@ from mi_certify.generator.model import load_model
 from mi_certify.generator.onnx_import import evaluate_onnxruntime, import_onnx
 from mi_certify.generator.spec import load_spec
 from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode, ReluNode
-from mi_certify.verification.bounds import (LOWER_SLOPES, crown_bounds, forward_bounds, interval_bounds,
-                                             output_bounds, output_matrix_lower)
+from mi_certify.verification.bounds import (LOWER_SLOPES, NodeBounds, crown_bounds, forward_bounds,
+                                             interval_bounds, output_bounds, output_matrix_lower)
 from mi_certify.verification.falsify import pgd_search
 from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
 from mi_certify.verification.properties import Disjunct, Query
@@ -156,6 +156,40 @@ def test_forward_bounds_contain_every_node_value_and_are_never_looser_than_inter
     for k in range(5):
         ys = ir.evaluate(lo[k] + (hi[k] - lo[k]) * rng.random((3000, ir.n_inputs)))
         assert np.all(ys @ C.T >= low[k] - 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lp_chosen_slopes_give_the_lp_value_soundly_and_never_less_than_crown(seed):
+    """The triangle LP only chooses λ and the slopes; the bound is our CROWN pass with them:
+    it must hold at every sampled point, equal the LP's value (the LP dual is CROWN with
+    those slopes, Salman et al. 2019) and not fall below CROWN's adaptive slopes for the same λ."""
+    from mi_certify.verification.bounds import combined_row_lower
+    from mi_certify.verification.lp_relax import TriangleLP
+    rng = np.random.default_rng(seed)
+    ir = _random_dag(rng, int(rng.integers(2, 6)), [int(v) for v in rng.integers(4, 16, size=rng.integers(1, 4))],
+                     int(rng.integers(2, 5)))
+    C = rng.standard_normal((3, ir.n_outputs))
+    lo = rng.uniform(-1, 0, ir.n_inputs)
+    hi = lo + rng.uniform(0.2, 1.0, ir.n_inputs)
+    nb = crown_bounds(ir, lo[None], hi[None])
+    ys = ir.evaluate(lo + (hi - lo) * rng.random((4000, ir.n_inputs)))
+    d = np.min(ys @ C.T, axis=0) + 0.3  # a region that is not empty: the LP value is negative
+    lp = TriangleLP(ir, C, d)
+    value, lam, slopes = lp.hint(lo, hi, NodeBounds([v[0] for v in nb.lower], [v[0] for v in nb.upper]))
+    assert lam.shape == (3,) and np.all(lam >= 0) and abs(lam.sum() - 1) < 1e-12
+    assert all(np.all((s >= 0) & (s <= 1)) for s in slopes.values())
+    got = combined_row_lower(ir, C, d, lam[None], lo[None], hi[None], nb, {k: v[None] for k, v in slopes.items()})[0]
+    assert np.all((ys @ C.T - d) @ lam >= got - 1e-9)  # sound at every sampled point
+    assert abs(got - value) <= 1e-6 * (1 + abs(value))  # the LP's optimum, reached by the sound pass
+    adaptive = combined_row_lower(ir, C, d, lam[None], lo[None], hi[None], nb,
+                                  {k: (nb.upper[ir.nodes[k].src] > -nb.lower[ir.nodes[k].src]).astype(float)
+                                   for k in slopes})[0]
+    assert got >= adaptive - 1e-9
+    # any λ and slopes are sound, however bad: random ones too
+    lam_w = rng.random(3)
+    wild = combined_row_lower(ir, C, d, lam_w[None], lo[None], hi[None], nb,
+                              {k: rng.random(v[None].shape) for k, v in slopes.items()})[0]
+    assert np.isfinite(wild) and np.all((ys @ C.T - d) @ lam_w >= wild - 1e-9)
 
 
 def test_fused_relu_step_gives_the_numpy_expressions_bits():

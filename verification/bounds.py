@@ -37,6 +37,8 @@ from mi_certify.generator.numerics import matmul, rowdot, sum_last
 
 #: Relative outward inflation of every computed bound (see module docstring).
 INFLATION = 1e-9
+#: (box, neuron) pairs bounded in one backward pass of :func:`crown_bounds`.
+_INSTANCE_CHUNK = 16384
 
 
 class BoundsTimeout(TimeoutError):
@@ -203,15 +205,20 @@ def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: f
 LOWER_SLOPES = ("adaptive", "zero", "one", "chord")
 
 
-def _relu_relaxation(l: np.ndarray, u: np.ndarray, lower: str = "adaptive"):
-    """(lower slope, upper slope, upper intercept) per neuron; lower intercept is 0."""
+def _relu_relaxation(l: np.ndarray, u: np.ndarray, lower: str | np.ndarray = "adaptive"):
+    """(lower slope, upper slope, upper intercept) per neuron; lower intercept is 0. ``lower``
+    names a rule of LOWER_SLOPES or gives the unstable neurons' slopes (same shape as ``l``,
+    clipped to [0, 1]: every such slope is sound)."""
     active = l >= 0
     inactive = u <= 0
     unstable = ~active & ~inactive
     denom = np.where(unstable, u - l, 1.0)
     s_up = np.where(active, 1.0, np.where(inactive, 0.0, u / denom))
     b_up = np.where(unstable, -l * s_up, 0.0)
-    slope = {"adaptive": (u > -l).astype(np.float64), "zero": 0.0, "one": 1.0, "chord": s_up}[lower]
+    if isinstance(lower, str):
+        slope = {"adaptive": (u > -l).astype(np.float64), "zero": 0.0, "one": 1.0, "chord": s_up}[lower]
+    else:
+        slope = np.clip(lower, 0.0, 1.0)
     s_lo = np.where(active, 1.0, np.where(inactive, 0.0, slope))
     return s_lo, s_up, b_up
 
@@ -249,15 +256,36 @@ def _relu_back(L, A, s_lo, s_up, b_up):  # pragma: no cover - compiled
 
 
 def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None, lo: np.ndarray, hi: np.ndarray,
-                          bounds: NodeBounds, lower: str = "adaptive",
-                          rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                          bounds: NodeBounds, lower: str | dict[int, np.ndarray] = "adaptive",
+                          rows: np.ndarray | None = None, per_box: np.ndarray | None = None,
+                          gather: np.ndarray | None = None,
+                          cache: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Batched CROWN backward pass: lam (B, m, size(target)), lo/hi (B, n), bounds (B, size_i) arrays;
     ``lam=None`` stands for the rows ``[I; -I]`` (both bounds of every neuron of an affine
     target), whose first step is the exact ``[w; -w]`` (no products: a tenth of the work);
     ``rows`` then selects the neurons (default all): the result has ``2 * len(rows)`` rows.
+    ``per_box`` (B,) instead gives each box one neuron of its own (rows ``[e_j; -e_j]``, 2 rows).
+    ``gather`` (B,): box b of this pass is box ``gather[b]`` of ``bounds`` (lo/hi are this
+    pass's). ``cache``: relaxations by (node, rule) of ``bounds``' boxes, reused across calls.
+    ``lower``: a rule of LOWER_SLOPES, or {ReLU node id: (B, size) lower slopes}.
 
     Returns (lower (B, m), input coefficients (B, m, n_inputs))."""
-    if lam is None:
+    if lam is None and per_box is not None:  # box b bounds its own neuron per_box[b]: rows [e_j; -e_j]
+        node = ir.nodes[target]
+        B, m = lo.shape[0], 2
+        coef = {}
+        acoef = {}
+        for src, w in node.terms:  # [e_j; -e_j] @ w in fixed order is exactly [w_j; -w_j]
+            w = w[per_box]
+            signed = np.stack([w, -w], axis=1)
+            absw = np.abs(signed)
+            coef[src] = coef[src] + signed if src in coef else signed
+            acoef[src] = acoef[src] + absw if src in acoef else absw
+        bias = node.bias[per_box]
+        const = np.stack([bias, -bias], axis=1)
+        mag = np.abs(const)
+        target -= 1
+    elif lam is None:
         node = ir.nodes[target]
         sel = np.arange(node.size) if rows is None else rows
         B, m = lo.shape[0], 2 * len(sel)
@@ -297,8 +325,16 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
                 coef[src] = coef[src] + matmul(L, w) if src in coef else matmul(L, w)
                 acoef[src] = acoef[src] + matmul(A, np.abs(w)) if src in acoef else matmul(A, np.abs(w))
         else:
-            l, u = bounds.lower[node.src], bounds.upper[node.src]
-            s_lo, s_up, b_up = _relu_relaxation(l, u, lower)
+            key = (nid, lower) if isinstance(lower, str) else None
+            if cache is not None and key in cache:
+                s_lo, s_up, b_up = cache[key]
+            else:
+                l, u = bounds.lower[node.src], bounds.upper[node.src]
+                s_lo, s_up, b_up = _relu_relaxation(l, u, lower if isinstance(lower, str) else lower[nid])
+                if cache is not None and key is not None:
+                    cache[key] = (s_lo, s_up, b_up)
+            if gather is not None:
+                s_lo, s_up, b_up = s_lo[gather], s_up[gather], b_up[gather]
             LS, AS, dc, dm = _relu_back(np.ascontiguousarray(L), np.ascontiguousarray(A), s_lo, s_up, b_up)
             const = const + dc
             mag = mag + dm
@@ -331,6 +367,7 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
     nb = NodeBounds(lower, upper)
     # CROWN only where it can help: pre-ReLU nodes that are not a direct affine map of the
     # input (for those, interval bounds are already exact up to the inflation)
+    cache: dict = {}  # ReLU relaxations of the boxes, by (node, rule): computed once per call
     need = {n.src for n in ir.nodes if isinstance(n, ReluNode)
             if not (isinstance(ir.nodes[n.src], AffineNode) and all(s == 0 for s, _ in ir.nodes[n.src].terms))}
     for nid, node in enumerate(ir.nodes):
@@ -344,31 +381,37 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
             if nid in need:
                 # only neurons some box leaves unstable need CROWN: a stable one's relaxation
                 # is exact whatever its bounds (only its sign is used downstream)
-                sel = np.nonzero(np.any((l_i < 0) & (u_i > 0), axis=0))[0]
-                if sel.size:
-                    passes = []
-                    for v in lower_slopes:
-                        _check_deadline(deadline)
-                        passes.append(_backward_lower_batch(ir, nid, None, lo, hi, nb, v, rows=sel)[0])
-                    both = np.max(passes, axis=0)
+                # (each box's own unstable neurons: a row is computed by the same operations
+                # whichever other rows share its pass, so the bits do not depend on the grouping)
+                bi, ji = np.nonzero((l_i < 0) & (u_i > 0))
+                if bi.size:
                     l_i, u_i = l_i.copy(), u_i.copy()
-                    l_i[:, sel] = np.maximum(l_i[:, sel], both[:, :sel.size])
-                    u_i[:, sel] = np.minimum(u_i[:, sel], -both[:, sel.size:])
+                    for s in range(0, bi.size, _INSTANCE_CHUNK):
+                        b, j = bi[s:s + _INSTANCE_CHUNK], ji[s:s + _INSTANCE_CHUNK]
+                        passes = []
+                        for v in lower_slopes:
+                            _check_deadline(deadline)
+                            passes.append(_backward_lower_batch(ir, nid, None, lo[b], hi[b], nb, v, per_box=j,
+                                                                gather=b, cache=cache)[0])
+                        both = np.max(passes, axis=0)
+                        l_i[b, j] = np.maximum(l_i[b, j], both[:, 0])
+                        u_i[b, j] = np.minimum(u_i[b, j], -both[:, 1])
             lower[nid], upper[nid] = l_i, u_i
     return _unbatch(nb, single)
 
 
 def output_matrix_lower(ir: ControllerIR, C: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                         bounds: NodeBounds | None = None,
-                        lower_slopes: tuple[str, ...] = ("adaptive",),
+                        lower_slopes: tuple[str | dict[int, np.ndarray], ...] = ("adaptive",),
                         deadline: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Sound lower bounds of ``C @ y`` over the box (y = the concatenated outputs).
 
     Args:
         C: (m, n_outputs); or, with lo/hi (B, n_inputs), (m, n_outputs) shared or
             (B, m, n_outputs) per box.
-        lower_slopes: lower relaxations of unstable ReLUs to try (see LOWER_SLOPES); the
-            best bound per row is kept; the coefficients are those of the first.
+        lower_slopes: lower relaxations of unstable ReLUs to try (see LOWER_SLOPES), or
+            {ReLU node id: (B, size) slopes} (any slope in [0, 1] is sound); the best bound per
+            row is kept; the coefficients are those of the first.
         deadline: as for :func:`crown_bounds` (raises BoundsTimeout).
     Returns:
         (lower (m,), input coefficients (m, n_inputs)); with a leading B axis for a batch.
@@ -413,3 +456,34 @@ def output_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> tuple[np.
     neg, _ = output_matrix_lower(ir, -eye, lo, hi, bounds)
     out = ir.outputs[0]
     return np.maximum(low, bounds.lower[out]), np.minimum(-neg, bounds.upper[out])
+
+
+def combined_row_lower(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lam: np.ndarray, lo: np.ndarray,
+                       hi: np.ndarray, bounds: NodeBounds, slopes: dict[int, np.ndarray],
+                       deadline: float | None = None) -> np.ndarray:
+    """Sound lower bounds, one per box, of ``λᵀ(C y − d)`` for the real-valued λ given, over the
+    boxes (the region ``C y <= d`` of a box is empty where it is positive, for any λ >= 0).
+
+    The combined row ``fl(λᵀC)`` and ``fl(λᵀd)`` are rounded; the backward pass bounds the
+    rounded row exactly (outward rounding as in the module docstring), and the rounding of the
+    combination is charged on top: ``INFLATION · (|λ|ᵀ|C| · max|y| + |λ|ᵀ|d|)`` with max|y|
+    from the output nodes' bounds (a sum of m products errs by at most m·2⁻⁵³ of that:
+    Higham §3.1).
+
+    Args:
+        C: (m, n_outputs); d: (m,); lam: (B, m) >= 0; lo, hi: (B, n_inputs);
+        bounds: NodeBounds with (B, size_i) arrays (those the slopes were chosen for);
+        slopes: {ReLU node id: (B, size) lower slopes in [0, 1]} (any values are sound).
+    Returns:
+        (B,) lower bounds.
+    Raises:
+        BoundsTimeout when ``deadline`` has passed.
+    """
+    lam = np.maximum(np.asarray(lam, dtype=np.float64), 0.0)
+    row = matmul(lam, C)[:, None, :]  # (B, 1, n_outputs)
+    low, _ = output_matrix_lower(ir, row, lo, hi, bounds, lower_slopes=(slopes,), deadline=deadline)
+    reach = np.concatenate([np.maximum(np.abs(bounds.lower[o]), np.abs(bounds.upper[o])) for o in ir.outputs],
+                           axis=1)
+    pad = matmul(matmul(lam, np.abs(C)) * reach, np.ones(reach.shape[1])) + matmul(lam, np.abs(d))
+    dl = matmul(lam, d)
+    return _inflate(low[:, 0] - dl, pad + np.abs(dl) + np.abs(low[:, 0]), True)

@@ -36,7 +36,9 @@ from mi_certify.generator.results import Verdict
 
 from . import marabou
 from .falsify import pgd_search
-from .bounds import BoundsTimeout, NodeBounds, crown_bounds, forward_bounds, output_matrix_lower
+from .bounds import (BoundsTimeout, NodeBounds, combined_row_lower, crown_bounds, forward_bounds,
+                     output_matrix_lower)
+from .lp_relax import TriangleLP, is_lp_ready
 from .properties import Disjunct, Query
 from .z3_exact import ExactChecker, confirm_boxes
 
@@ -67,6 +69,10 @@ PAIR_ROWS_MAX = 6
 FIRST_SHARE = 0.3
 #: Share of a query's timeout the gradient search before branch and bound may take.
 PGD_SHARE = 0.1
+#: Seconds HiGHS may take for one box's LP (see :mod:`.lp_relax`).
+LP_TIME_LIMIT = 1.0
+#: Whether a box whose parent's LP multipliers are inherited gets an LP of its own too.
+LP_EVERY_LEVEL = True
 #: Processes for the Z3 confirmation (both cores of the reference machine).
 Z3_WORKERS = 2
 #: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED.
@@ -108,6 +114,7 @@ class VerifyOptions:
     max_boxes: int = 200_000
     use_marabou: bool = True
     z3_confirm: bool = True
+    lp_hints: bool = False
 
 
 def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -170,7 +177,8 @@ def replay(model: LoadedModel, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]
 
 
 def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: float, bab_deadline: float,
-                      opts: VerifyOptions, stats: dict, closed: list, strategy: str, tried: list[int]):
+                      opts: VerifyOptions, stats: dict, closed: list, strategy: str, tried: list[int],
+                      lp: TriangleLP | None):
     """Input-splitting branch and bound of one disjunct from its bounded root box.
 
     ``strategy``: "influence" splits the input of largest influence |Λ_r,i| · width_i on the
@@ -245,8 +253,9 @@ def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: f
         two = ok[other[ok] != pick[ok]]
         ch_lo = np.concatenate([c_lo[ok, pick[ok]], c_lo[two, other[two]]]).reshape(-1, n)
         ch_hi = np.concatenate([c_hi[ok, pick[ok]], c_hi[two, other[two]]]).reshape(-1, n)
+        parent = np.concatenate([np.repeat(ok, 2), np.repeat(two, 2)])
         try:
-            ch_low, ch_lin, ch_cheap = _bound_region(ir, dj, ch_lo, ch_hi, deadline)
+            ch_low, ch_lin, ch_nb = _bound_region(ir, dj, ch_lo, ch_hi, deadline)
         except BoundsTimeout:
             open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
             break
@@ -260,15 +269,26 @@ def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: f
             worse_b = np.minimum(np.max(pair[b2], axis=1), 0.0) + np.minimum(np.min(pair[b2], axis=1), 0.0)
             keep[np.where(worse_b > worse_a, a, b2)] = False
         sel = np.repeat(keep, 2)
-        ch_lo, ch_hi, ch_low, ch_lin, ch_cheap = ch_lo[sel], ch_hi[sel], ch_low[sel], ch_lin[sel], ch_cheap[sel]
+        ch_lo, ch_hi, ch_low, ch_lin, parent = ch_lo[sel], ch_hi[sel], ch_low[sel], ch_lin[sel], parent[sel]
+        ch_nb = NodeBounds([v[sel] for v in ch_nb.lower], [v[sel] for v in ch_nb.upper])
         ch_best = np.max(ch_low - dj.d, axis=1)
         ch_row = np.argmax(ch_low - dj.d, axis=1)
+        # the parents' LP multipliers (α, λ) on the children, then the LP's own where still open
+        hints = [take[p][6] for p in parent]
+        try:
+            ch_best = np.maximum(ch_best, _hinted_lower(ir, dj, ch_lo, ch_hi, ch_nb, hints, deadline))
+            want = np.nonzero(~(ch_best > 0) & np.array([h is None or LP_EVERY_LEVEL for h in hints]))[0]
+            fresh = _lp_hints(lp, ch_lo, ch_hi, ch_nb, want, deadline, stats)
+            ch_best = np.maximum(ch_best, _hinted_lower(ir, dj, ch_lo, ch_hi, ch_nb, fresh, deadline))
+        except BoundsTimeout:
+            open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
+            break
         for c in range(ch_lo.shape[0]):
             if ch_best[c] > 0:
                 closed.append((ch_lo[c], ch_hi[c]))
             else:
                 heapq.heappush(heap, (float(ch_best[c]), counter, ch_lo[c], ch_hi[c], ch_lin[c], int(ch_row[c]),
-                                      float(ch_cheap[c])))
+                                      fresh[c] if fresh[c] is not None else hints[c]))
                 counter += 1
     return None, open_boxes
 
@@ -292,29 +312,33 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     start = time.monotonic()
     bab_deadline = start + (deadline - start) * (opts.bound_share if opts.use_marabou else 1.0)
     dj = _with_implied_rows(dj)
+    lp = TriangleLP(ir, dj.C, dj.d) if opts.lp_hints and is_lp_ready(ir) else None
     try:
-        low, lin, cheap = _bound_region(ir, dj, dj.lo[None, :], dj.hi[None, :], deadline)
+        low, lin, nb = _bound_region(ir, dj, dj.lo[None, :], dj.hi[None, :], deadline)
+        best = float(np.max(low[0] - dj.d))
+        hint = _lp_hints(lp, dj.lo[None, :], dj.hi[None, :], nb, np.array([0]) if best <= 0 else np.array([], int),
+                         deadline, stats)
+        best = max(best, float(_hinted_lower(ir, dj, dj.lo[None, :], dj.hi[None, :], nb, hint, deadline)[0]))
     except BoundsTimeout:
         return Verdict.UNKNOWN, None, "bounds", "timeout in the first bound computation"
     stats["boxes"] += 1
-    if np.max(low[0] - dj.d) > 0:
+    if best > 0:
         closed.append((dj.lo.copy(), dj.hi.copy()))
         return Verdict.PROVED, None, "bounds", "1 box closed by CROWN bounds"
     # the frontier: open boxes with their bounds, most promising for a counterexample first;
     # a portfolio: the smart split first for a share of the time, then the influence split
-    root = (float(np.max(low[0] - dj.d)), 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)),
-            float(cheap[0]))
+    root = (best, 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)), hint[0])
     tried = [0]
     first = time.monotonic() + FIRST_SHARE * (bab_deadline - time.monotonic())
     mark = len(closed)
     decided, open_boxes = _branch_and_bound(model, dj, root, min(first, deadline), first, opts, stats, closed,
-                                            "smart", tried)
+                                            "smart", tried, lp)
     if decided is not None:
         return decided
     if open_boxes:
         del closed[mark:]  # that partition is incomplete: start again with the other split
         decided, open_boxes = _branch_and_bound(model, dj, root, deadline, bab_deadline, opts, stats, closed,
-                                                "influence", tried)
+                                                "influence", tried, lp)
         if decided is not None:
             return decided
     if not open_boxes:
@@ -356,7 +380,9 @@ def _with_implied_rows(dj: Disjunct) -> Disjunct:
     (pairs only up to PAIR_ROWS_MAX rows). A point of the region satisfies every convex
     combination of its rows, so the region is the same; but a box where different rows are
     positive in different parts can be closed by one combined row (a fixed-multiplier
-    Lagrangian relaxation of the conjunction)."""
+    Lagrangian relaxation of the conjunction). A combination is added only where its float64
+    row and right-hand side are the exact rational combination (checked with fractions):
+    a rounded row would be a slightly different constraint."""
     m = dj.C.shape[0]
     if m < 2:
         return dj
@@ -368,23 +394,35 @@ def _with_implied_rows(dj: Disjunct) -> Disjunct:
                 w[a] = w[b] = 0.5
                 combos.append(w)
     W = np.array(combos)
-    return Disjunct(dj.lo, dj.hi, np.vstack([dj.C, matmul(W, dj.C)]), np.concatenate([dj.d, matmul(W, dj.d)]),
-                    dj.label)
+    rows, rhs = matmul(W, dj.C), matmul(W, dj.d)
+    exact = [k for k in range(W.shape[0]) if _exact_combination(W[k], dj.C, dj.d, rows[k], rhs[k])]
+    if not exact:
+        return dj
+    return Disjunct(dj.lo, dj.hi, np.vstack([dj.C, rows[exact]]), np.concatenate([dj.d, rhs[exact]]), dj.label)
+
+
+def _exact_combination(w: np.ndarray, C: np.ndarray, d: np.ndarray, row: np.ndarray, rhs: float) -> bool:
+    """True when ``row == Σ_r w_r C_r`` and ``rhs == Σ_r w_r d_r`` hold exactly (rationals)."""
+    from fractions import Fraction
+    wf = [Fraction(float(v)) for v in w]
+    if Fraction(float(rhs)) != sum(a * Fraction(float(v)) for a, v in zip(wf, d)):
+        return False
+    return all(Fraction(float(row[j])) == sum(a * Fraction(float(v)) for a, v in zip(wf, C[:, j]))
+               for j in range(C.shape[1]))
 
 
 def _bound_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray, deadline: float,
-                  tight: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Lower bounds of the disjunct's rows ``C y`` over each box (B, m) and their input
-    coefficients (B, m, n_inputs), and the best row's bound from the cheap pass alone (B,),
-    by CROWN's backward pass for the rows over node bounds
+                  tight: bool = True) -> tuple[np.ndarray, np.ndarray, NodeBounds]:
+    """Lower bounds of the disjunct's rows ``C y`` over each box (B, m), their input
+    coefficients (B, m, n_inputs) and the node bounds used (NodeBounds of (B, size_i)
+    arrays), by CROWN's backward pass for the rows over node bounds
     from :func:`~.bounds.forward_bounds` (cheap); with ``tight``, the boxes those leave
     open get CROWN's backward bounds for every hidden node too (:func:`~.bounds.crown_bounds`,
     far tighter in deep networks, ~15x the cost). Raises BoundsTimeout."""
     nb = forward_bounds(ir, lo, hi, deadline=deadline)
     low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb, deadline=deadline)
-    cheap = np.max(low - dj.d, axis=1)
     if not tight:
-        return low, lin, cheap
+        return low, lin, nb
     again = np.nonzero(~(np.max(low - dj.d, axis=1) > 0))[0]
     if again.size:
         cb = crown_bounds(ir, lo[again], hi[again], deadline=deadline)
@@ -394,7 +432,45 @@ def _bound_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray
         better = np.max(low2 - dj.d, axis=1) >= np.max(low[again] - dj.d, axis=1)
         low[again[better]] = low2[better]
         lin[again[better]] = lin2[better]
-    return low, lin, cheap
+        for full, part in zip(nb.lower + nb.upper, cb.lower + cb.upper):
+            full[again] = part
+    return low, lin, nb
+
+
+def _hinted_lower(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray, nb: NodeBounds,
+                  hints: list, deadline: float) -> np.ndarray:
+    """Sound lower bound of ``λᵀ(C y − d)`` per box for the boxes' hints ((λ (m,), {ReLU id:
+    slopes}) from :meth:`~.lp_relax.TriangleLP.hint`, a parent's or the box's own), over the
+    boxes' node bounds ``nb``; -inf where a box has no hint (B,)."""
+    out = np.full(lo.shape[0], -np.inf)
+    has = np.array([h is not None for h in hints], dtype=bool)
+    if not has.any():
+        return out
+    k = np.nonzero(has)[0]
+    lam = np.array([hints[i][0] for i in k])
+    slopes = {nid: np.array([hints[i][1][nid] for i in k]) for nid in hints[k[0]][1]}
+    sub = NodeBounds([v[k] for v in nb.lower], [v[k] for v in nb.upper])
+    out[k] = combined_row_lower(ir, dj.C, dj.d, lam, lo[k], hi[k], sub, slopes, deadline=deadline)
+    return out
+
+
+def _lp_hints(lp: TriangleLP | None, lo: np.ndarray, hi: np.ndarray, nb: NodeBounds, which: np.ndarray,
+              deadline: float, stats: dict) -> list:
+    """LP hints for the boxes ``which`` (indices into lo/hi/nb), None for the others and when
+    the LP gives none or the deadline is near."""
+    hints: list = [None] * lo.shape[0]
+    if lp is None:
+        return hints
+    for b in which:
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            break
+        h = lp.hint(lo[b], hi[b], NodeBounds([v[b] for v in nb.lower], [v[b] for v in nb.upper]),
+                    time_limit=min(LP_TIME_LIMIT, left))
+        stats["lp_calls"] = stats.get("lp_calls", 0) + 1
+        if h is not None:
+            hints[b] = (h[1], h[2])
+    return hints
 
 
 def batch_size(ir: ControllerIR) -> int:

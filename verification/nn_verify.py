@@ -111,7 +111,7 @@ class VerifyOptions:
     timeout: float = 60.0
     confirm_timeout: float = 300.0
     bound_share: float = 0.6
-    max_boxes: int = 200_000
+    max_boxes: int = 2_000_000
     use_marabou: bool = True
     z3_confirm: bool = True
     lp_hints: bool = False
@@ -218,8 +218,6 @@ def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: f
             wit = _replay_hits(model, dj, pts, tried)
             if wit is not None:
                 return (Verdict.VIOLATED, wit, "bounds+pgd", f"{stats['boxes']} boxes"), open_boxes
-        # every box's 2n children (halves along each input) bounded in one pass; the input
-        # whose worse half is nearer to being closed is split (smart branching)
         K = los.shape[0]
         mid = (los + his) / 2
         c_lo = np.repeat(los[:, None, None, :], 2, axis=2).repeat(n, axis=1)  # (K, n, 2, n)
@@ -227,16 +225,19 @@ def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: f
         dims = np.arange(n)
         c_hi[:, dims, 0, dims] = mid
         c_lo[:, dims, 1, dims] = mid
-        try:
-            c_low, _, _ = _bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False)
-        except BoundsTimeout:
-            open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
-            break
-        stats["boxes"] += 2 * n * K
-        c_best = np.max(c_low - dj.d, axis=1).reshape(K, n, 2)
-        score = np.min(c_best, axis=2) + 1e-3 * np.max(c_best, axis=2)
-        score = np.where(his - los > 0, score, -np.inf)
-        pick = np.argmax(score, axis=1)
+        if strategy == "smart":
+            # every box's 2n children (halves along each input) bounded in one cheap pass; the
+            # input whose worse half is nearer to being closed is the first candidate
+            try:
+                c_low, _, _ = _bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False)
+            except BoundsTimeout:
+                open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
+                break
+            stats["boxes"] += 2 * n * K
+            c_best = np.max(c_low - dj.d, axis=1).reshape(K, n, 2)
+            score = np.min(c_best, axis=2) + 1e-3 * np.max(c_best, axis=2)
+            score = np.where(his - los > 0, score, -np.inf)
+            pick = np.argmax(score, axis=1)
         # a second candidate: the input of largest influence |Λ_r,i| · width_i on the box's best
         # row (the cheap bounds mislead where they are loose); both candidates' halves get the
         # tight bounds and the split whose worse half is nearer to closing is taken
@@ -244,12 +245,12 @@ def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: f
         infl = np.where(np.any(infl > 0, axis=1)[:, None], infl, his - los)
         infl = np.where(his - los > 0, infl, -np.inf)
         other = np.argmax(infl, axis=1)
-        splittable = np.isfinite(score[np.arange(K), pick])
+        if strategy == "influence":  # the influence split alone: no cheap pass
+            pick = other
+        splittable = np.any(his - los > 0, axis=1)
         for b in np.nonzero(~splittable)[0]:
             open_boxes.append((los[b], his[b]))
         ok = np.nonzero(splittable)[0]
-        if strategy == "influence":
-            pick = other
         two = ok[other[ok] != pick[ok]]
         ch_lo = np.concatenate([c_lo[ok, pick[ok]], c_lo[two, other[two]]]).reshape(-1, n)
         ch_hi = np.concatenate([c_hi[ok, pick[ok]], c_hi[two, other[two]]]).reshape(-1, n)

@@ -25,7 +25,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
               "verification.chromium", "verification.marabou", "verification.bitvec", "verification.verilog_reader"),
     "import": ("generator.onnx_import", "generator.model", "generator.mlp", "generator.train"),
     "network": ("verification.bounds", "verification.properties", "verification.vnnlib", "verification.z3_exact",
-                "verification.falsify", "verification.lp_relax", "verification.nn_verify", "verification.network"),
+                "verification.falsify", "verification.lp_relax", "verification.lp_split", "verification.nn_verify",
+                "verification.network"),
     "build": ("generator.distill", "generator.emit", "generator.emit_monitor", "generator.heatmap"),
     "proofs": ("verification.fsm_proofs", "verification.lut_check", "verification.rtl_formal",
                "verification.cocotb_sim", "verification.cocotb_tb", "verification.vector_sim",
@@ -176,6 +177,6 @@ def test_the_cli_main_runs_verify_from_python_c(tmp_path):
     assert "Traceback" not in proc.stderr and "circular import" not in proc.stderr, proc.stderr
     assert proc.returncode == 0 and "status: proved" in proc.stderr, proc.stdout + proc.stderr
     import re
-    shown = re.findall(r"\[\d/7\] (P\d): proved in [\d.]+ s \(bounds; confirmed by z3\)", proc.stderr)
+    shown = re.findall(r"\[\d/7\] (P\d): proved in [\d.]+ s \(bounds(?:\+lp)?; confirmed by z3\)", proc.stderr)
     assert shown == ["P1", "P2", "P3"], proc.stderr  # one progress line per query, the Z3 confirmation said
     assert all(f"reach:{a}: reachable" in proc.stderr for a in ("keep", "merge_conv", "int4", "offload_cpu"))

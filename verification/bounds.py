@@ -345,7 +345,8 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
 
 
 def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
-                 lower_slopes: tuple[str, ...] = ("adaptive",), deadline: float | None = None) -> NodeBounds:
+                 lower_slopes: tuple[str, ...] = ("adaptive",), deadline: float | None = None,
+                 phases: dict[int, np.ndarray] | None = None) -> NodeBounds:
     """Bounds of every node over [lo, hi]: forward linear bounds (:func:`forward_bounds`, never
     looser than interval bounds) everywhere, tightened by CROWN at every pre-ReLU node that is not a direct affine map of the input (outputs keep
     interval bounds; bound output expressions with :func:`output_matrix_lower`).
@@ -396,6 +397,10 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
                         both = np.max(passes, axis=0)
                         l_i[b, j] = np.maximum(l_i[b, j], both[:, 0])
                         u_i[b, j] = np.minimum(u_i[b, j], -both[:, 1])
+            if phases is not None and nid in phases:
+                ph = phases[nid]
+                l_i = np.where(ph > 0, np.maximum(l_i, 0.0), l_i)
+                u_i = np.where(ph < 0, np.minimum(u_i, 0.0), u_i)
             lower[nid], upper[nid] = l_i, u_i
     return _unbatch(nb, single)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -39,6 +40,7 @@ from .falsify import pgd_search
 from .bounds import (BoundsTimeout, NodeBounds, combined_row_lower, crown_bounds, forward_bounds,
                      output_matrix_lower)
 from .lp_relax import TriangleLP, is_lp_ready
+from .lp_split import close_leaves, is_split_ready
 from .properties import Disjunct, Query
 from .z3_exact import ExactChecker, confirm_boxes
 
@@ -73,6 +75,9 @@ PGD_SHARE = 0.1
 LP_TIME_LIMIT = 1.0
 #: Whether a box whose parent's LP multipliers are inherited gets an LP of its own too.
 LP_EVERY_LEVEL = True
+#: Input halvings (the sum over the inputs of log2(region width / box width)) after which
+#: an open box goes to the ReLU-split LP (:mod:`.lp_split`) instead of being split again.
+LEAF_DEPTH = 14
 #: Processes for the Z3 confirmation (both cores of the reference machine).
 Z3_WORKERS = 2
 #: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED.
@@ -106,7 +111,8 @@ class VerifyOptions:
     """timeout: wall-clock seconds per query (search). confirm_timeout: seconds for the
     exact Z3 confirmation of a PROVED (<= 64 ReLUs). bound_share: share of the timeout
     for branch and bound before Marabou takes the open boxes. max_boxes: branch-and-bound
-    box budget."""
+    box budget. lp_leaves: open boxes LEAF_DEPTH halvings deep are decided by ReLU-split
+    branch and bound with the triangle LP (:mod:`.lp_split`) in ``workers`` processes."""
 
     timeout: float = 60.0
     confirm_timeout: float = 300.0
@@ -115,6 +121,8 @@ class VerifyOptions:
     use_marabou: bool = True
     z3_confirm: bool = True
     lp_hints: bool = False
+    lp_leaves: bool = True
+    workers: int = 2
 
 
 def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -178,15 +186,18 @@ def replay(model: LoadedModel, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]
 
 def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: float, bab_deadline: float,
                       opts: VerifyOptions, stats: dict, closed: list, strategy: str, tried: list[int],
-                      lp: TriangleLP | None):
+                      lp: TriangleLP | None, leaves: list | None = None, leaf_depth: float = math.inf):
     """Input-splitting branch and bound of one disjunct from its bounded root box.
 
     ``strategy``: "influence" splits the input of largest influence |Λ_r,i| · width_i on the
     box's best row (Wang et al., ReluVal, USENIX Security 2018, "smear" style); "smart"
     bounds all 2n halves cheaply and takes, of that pick and the influence pick, the split
     whose halves' tight bounds are nearer to closing. Boxes proved empty go to ``closed``.
+    ``leaves``: where an open box that is ``leaf_depth`` halvings deep (the sum over the
+    inputs of log2(region width / box width)) goes instead of being split again.
     Returns (decided (verdict, witness, method, detail) or None, open boxes)."""
     ir = model.ir
+    root_w = dj.hi - dj.lo
     n = ir.n_inputs
     heap = [root]
     counter = 1
@@ -284,9 +295,18 @@ def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: f
         except BoundsTimeout:
             open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
             break
+        deep = np.zeros(ch_lo.shape[0], dtype=bool)
+        if leaves is not None:
+            w = ch_hi - ch_lo
+            with np.errstate(divide="ignore"):
+                halvings = np.sum(np.where(root_w > 0, np.log2(np.where(w > 0, root_w / np.where(w > 0, w, 1.0),
+                                                                         math.inf)), 0.0), axis=1)
+            deep = halvings >= leaf_depth
         for c in range(ch_lo.shape[0]):
             if ch_best[c] > 0:
                 closed.append((ch_lo[c], ch_hi[c]))
+            elif deep[c]:
+                leaves.append((ch_lo[c], ch_hi[c]))
             else:
                 heapq.heappush(heap, (float(ch_best[c]), counter, ch_lo[c], ch_hi[c], ch_lin[c], int(ch_row[c]),
                                       fresh[c] if fresh[c] is not None else hints[c]))
@@ -332,16 +352,30 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     tried = [0]
     first = time.monotonic() + FIRST_SHARE * (bab_deadline - time.monotonic())
     mark = len(closed)
+    leaves = [] if opts.lp_leaves and is_split_ready(ir) else None
+    depth = LEAF_DEPTH if leaves is not None else math.inf
     decided, open_boxes = _branch_and_bound(model, dj, root, min(first, deadline), first, opts, stats, closed,
-                                            "smart", tried, lp)
+                                            "smart", tried, lp, leaves, depth)
     if decided is not None:
         return decided
     if open_boxes:
         del closed[mark:]  # that partition is incomplete: start again with the other split
+        if leaves is not None:
+            leaves.clear()
         decided, open_boxes = _branch_and_bound(model, dj, root, deadline, bab_deadline, opts, stats, closed,
-                                                "influence", tried, lp)
+                                                "influence", tried, lp, leaves, depth)
         if decided is not None:
             return decided
+    if leaves:
+        if open_boxes:  # the leaves are open too
+            open_boxes += leaves
+        else:
+            decided, open_boxes = _decide_leaves(model, dj, leaves, deadline, opts, stats, closed, errors)
+            if decided is not None:
+                return decided
+            if not open_boxes:
+                return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
+                    f"{len(leaves)} by ReLU-split LP ({stats['lp_calls']} LPs)"
     if not open_boxes:
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
     if not opts.use_marabou:
@@ -374,6 +408,28 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         return Verdict.UNKNOWN, None, "bounds+marabou", f"{len(unknown)} of {len(open_boxes)} boxes undecided: " \
             f"{unknown[0]}"
     return Verdict.PROVED, None, "bounds+marabou", f"{stats['boxes']} boxes; {len(open_boxes)} closed by Marabou"
+
+
+def _decide_leaves(model: LoadedModel, dj: Disjunct, leaves: list, deadline: float, opts: VerifyOptions,
+                   stats: dict, closed: list, errors: list[str]):
+    """ReLU-split LP on the leaves (:func:`~.lp_split.close_leaves`); candidates are replayed.
+    Returns (decided (verdict, witness, method, detail) or None, leaves left open)."""
+    answers = close_leaves(model.ir, dj.C, dj.d, leaves, deadline, workers=opts.workers)
+    stats["lp_leaves"] = stats.get("lp_leaves", 0) + len(leaves)
+    left = []
+    for (lo, hi), (kind, what) in zip(leaves, answers):
+        if kind == "closed":
+            closed.append((lo, hi))
+            stats["lp_calls"] = stats.get("lp_calls", 0) + int(what)
+            continue
+        if kind == "candidate":
+            ok, wit = replay(model, dj, np.clip(what, lo, hi))
+            if ok:
+                return (Verdict.VIOLATED, wit, "bounds+lp", f"{stats['boxes']} boxes, LP witness"), left
+            errors.append(f"LP point {np.round(what, 6).tolist()} does not replay "
+                          f"(max slack {wit['max_row_slack_onnxruntime']:.3g})")
+        left.append((lo, hi))
+    return None, left
 
 
 def _with_implied_rows(dj: Disjunct) -> Disjunct:
@@ -591,7 +647,7 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
             return QueryResult(query.id, v, time.monotonic() - t0, method, wit, "; ".join(details), errors, stats)
         if v == Verdict.UNKNOWN:
             verdict = Verdict.UNKNOWN
-    method = "+".join(sorted(set(methods))) or "none"
+    method = "+".join(sorted({part for m in methods for part in m.split("+")})) or "none"
     if verdict == Verdict.PROVED and opts.z3_confirm and ir.n_relus <= Z3_CONFIRM_MAX_RELUS:
         msg = _confirm_partitions(ir, query, partitions, time.monotonic() + opts.confirm_timeout, stats)
         if msg:

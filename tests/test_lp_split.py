@@ -1,0 +1,153 @@
+"""ReLU-split LP leaves (verification/lp_split.py): the safe bound, completeness on small
+networks against Z3, the worker path, and the ACAS Xu rows input splitting alone left open."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ANCHORS
+from mi_certify.generator.ir import AffineNode, ReluNode
+from mi_certify.generator.model import load_model
+from mi_certify.verification.bounds import NodeBounds, crown_bounds
+from mi_certify.verification.lp_split import SplitLP, close_leaves, split_leaf
+from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
+from mi_certify.verification.vnnlib import parse_vnnlib
+from mi_certify.verification.z3_exact import ExactChecker
+from test_verification import _random_dag
+
+
+def _node_values(ir, x):
+    vals = [x]
+    for node in ir.nodes[1:]:
+        if isinstance(node, AffineNode):
+            vals.append(sum(vals[s] @ w.T for s, w in node.terms) + node.bias)
+        else:
+            vals.append(np.maximum(vals[node.src], 0))
+    return vals
+
+
+def _one(nb):
+    return NodeBounds([v[0] for v in nb.lower], [v[0] for v in nb.upper])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_safe_bound_holds_on_every_sampled_point_of_the_subdomain_and_is_the_lp_optimum(seed):
+    """Any phases: the bound is below t(x) = max_r (C y(x) - d)_r at every sampled point whose
+    pre-activations have those signs; +inf (empty) only when no sampled point has them; and
+    within 1e-6 of HiGHS's optimum (the outward rounding costs nothing visible)."""
+    rng = np.random.default_rng(seed)
+    ir = _random_dag(rng, int(rng.integers(2, 6)), [int(v) for v in rng.integers(4, 14, size=rng.integers(1, 4))],
+                     int(rng.integers(2, 5)))
+    C = rng.standard_normal((3, ir.n_outputs))
+    lo = rng.uniform(-1, 0, ir.n_inputs)
+    hi = lo + rng.uniform(0.3, 1.0, ir.n_inputs)
+    x = lo + (hi - lo) * rng.random((20000, ir.n_inputs))
+    vals = _node_values(ir, x)
+    d = np.quantile(vals[ir.outputs[0]] @ C.T, 0.3, axis=0)
+    nb = _one(crown_bounds(ir, lo[None], hi[None]))
+    lp = SplitLP(ir, C, d)
+    relus = [nid for nid, node in enumerate(ir.nodes) if isinstance(node, ReluNode)]
+    seen_finite = 0
+    for trial in range(6):
+        phases, inside = {}, np.ones(x.shape[0], dtype=bool)
+        for nid in relus:
+            src = ir.nodes[nid].src
+            unstable = np.nonzero((nb.lower[src] < 0) & (nb.upper[src] > 0))[0]
+            ph = np.zeros(ir.nodes[nid].size, dtype=np.int8)
+            for k in rng.permutation(unstable)[:trial]:
+                ph[k] = rng.choice([-1, 1])
+                inside &= (vals[src][:, k] >= 0) if ph[k] > 0 else (vals[src][:, k] <= 0)
+            phases[nid] = ph
+        bound, point, _ = lp.solve(lo, hi, nb, phases)
+        t = np.max(vals[ir.outputs[0]][inside] @ C.T - d, axis=1)
+        if bound == np.inf:
+            assert not inside.any(), "a subdomain with points was called empty"
+            continue
+        assert np.isfinite(bound)
+        assert np.all(t >= bound - 1e-9)
+        objective = lp.h.getInfo().objective_function_value
+        assert bound <= objective + 1e-12 and objective - bound <= 1e-6 * (1 + abs(objective))
+        assert point.shape == (ir.n_inputs,) and np.all(point >= lo - 1e-9) and np.all(point <= hi + 1e-9)
+        seen_finite += 1
+    assert seen_finite >= 1
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_split_leaf_decides_small_networks_as_z3_does(seed):
+    """Complete on small networks: "closed" only where Z3 (exact rationals) finds no point,
+    and a Z3 counterexample region is never closed but yields an LP point inside it."""
+    rng = np.random.default_rng(100 + seed)
+    ir = _random_dag(rng, int(rng.integers(2, 4)), [int(v) for v in rng.integers(3, 9, size=rng.integers(1, 3))],
+                     2)
+    C = np.array([[1.0, -1.0]])
+    lo = rng.uniform(-1, 0, ir.n_inputs)
+    hi = lo + rng.uniform(0.5, 1.5, ir.n_inputs)
+    ys = ir.evaluate(lo + (hi - lo) * rng.random((5000, ir.n_inputs)))
+    margin = ys @ C.T
+    for d in (np.array([float(np.min(margin)) - 0.05]), np.array([float(np.quantile(margin, 0.02))])):
+        exact, _ = ExactChecker(ir, C, d).check(lo, hi, 60.0)
+        kind, what = split_leaf(ir, C, d, lo, hi, float("inf"), max_lps=20000)
+        assert exact in ("sat", "unsat")
+        if exact == "unsat":
+            assert kind == "closed" and what >= 1
+        else:
+            assert kind == "candidate"
+            y = ir.evaluate(np.asarray(what)[None])[0]
+            assert np.all(what >= lo - 1e-9) and np.all(what <= hi + 1e-9)
+            assert float(C[0] @ y - d[0]) <= 1e-6
+
+
+def test_leaves_in_worker_processes_give_the_answers_of_this_process():
+    rng = np.random.default_rng(7)
+    ir = _random_dag(rng, 3, [10, 10], 2)
+    C = np.array([[1.0, -1.0]])
+    edges = np.linspace(-1, 1, 5)[:-1]
+    boxes = [(np.array([a, b, c]), np.array([a + 0.5, b + 0.5, c + 0.5])) for a in edges for b in edges for c in edges]
+    ys = ir.evaluate(-1 + 2 * rng.random((5000, 3)))
+    # a region empty on every box: all closed, the same LP counts whichever process ran them
+    d = np.array([float(np.min(ys @ C.T)) - 0.5])
+    one = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
+    two = close_leaves(ir, C, d, boxes, float("inf"), workers=2)
+    assert len(one) == len(boxes) == 64
+    assert [k for k, _ in one] == ["closed"] * 64 == [k for k, _ in two]
+    assert [n for _, n in one] == [n for _, n in two]
+    # a region Z3 finds points of in boxes 48, 52 and 56 (the minimum sampled margin - 0.02):
+    # the search stops at box 48 with an LP point of the region; in this process every box
+    # before it is closed; with workers, the chunk still running when the point came back is
+    # stopped ("open", not reached), never "closed" without its LPs
+    d = np.array([float(np.min(ys @ C.T)) - 0.02])
+    assert [k for k, b in enumerate(boxes) if ExactChecker(ir, C, d).check(*b, 60.0)[0] == "sat"] == [48, 52, 56]
+    here = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
+    there = close_leaves(ir, C, d, boxes, float("inf"), workers=2)
+    assert [k for k, _ in here] == ["closed"] * 48 + ["candidate"] + ["open"] * 15
+    assert there[48][0] == "candidate" and np.array_equal(there[48][1], here[48][1])
+    assert all(there[k] == here[k] or there[k] == ("open", "not reached") for k in range(64) if k != 48)
+    assert float(C[0] @ ir.evaluate(here[48][1][None])[0] - d[0]) <= 0
+
+
+def test_highs_prints_nothing_on_stdout():
+    code = ("import numpy as np\nfrom test_verification import _random_dag\n"
+            "from mi_certify.verification.lp_split import split_leaf\n"
+            "ir = _random_dag(np.random.default_rng(0), 2, [6], 2)\n"
+            "split_leaf(ir, np.array([[1.0, -1.0]]), np.array([-50.0]), -np.ones(2), np.ones(2), float('inf'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(Path(__file__).resolve().parent))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+
+
+@pytest.mark.parametrize("net,prop", [("4_2", 2)])
+def test_acasxu_row_input_splitting_left_open_is_proved_by_the_lp_leaves(net, prop):
+    """Undecided at 300 s by input splitting alone (3_3/p2 and 4_2/p2); with ReLU-split LP
+    leaves in 2 processes: 26 s and 39 s on the reference machine (bench/verify.py)."""
+    root = ANCHORS / "acasxu"
+    model = load_model(root / "onnx" / f"ACASXU_run2a_{net}_batch_2000.onnx")
+    res = decide(model, parse_vnnlib(root / "vnnlib" / f"prop_{prop}.vnnlib", 5, 5),
+                 VerifyOptions(timeout=240, use_marabou=False))
+    assert res.verdict == Verdict.PROVED, res
+    assert res.method == "bounds+lp" and res.stats["lp_leaves"] > 100 and res.stats["lp_calls"] > res.stats["lp_leaves"]

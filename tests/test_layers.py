@@ -25,7 +25,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
               "verification.yosys", "verification.verilator",
               "verification.chromium", "verification.marabou", "verification.bitvec", "verification.verilog_reader"),
     "import": ("generator.onnx_import", "generator.model", "generator.mlp", "generator.train"),
-    "network": ("verification.bounds", "verification.properties", "verification.vnnlib", "verification.z3_exact",
+    "network": ("verification.bounds", "verification.campaign", "verification.properties", "verification.vnnlib", "verification.z3_exact",
                 "verification.falsify", "verification.lp_relax", "verification.nn_verify", "verification.network"),
     "build": ("generator.distill", "generator.emit", "generator.emit_monitor", "generator.heatmap"),
     "proofs": ("verification.fsm_proofs", "verification.lut_check", "verification.rtl_formal",

@@ -24,6 +24,7 @@ task again elsewhere, at most ``allowed-failures`` times (LocalCluster: ``Backen
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from typing import Callable, Sequence
@@ -32,7 +33,13 @@ from mi_certify.generator.errors import BackendError, TaskLostError
 
 from .backends import BackendSpec, TaskRecord, identity_difference, software_identity
 
-__all__ = ["DaskBackend", "WorkerMismatch"]
+__all__ = ["DaskBackend", "WorkerMismatch", "LOCAL_CONFIG"]
+
+#: Dask settings of the LocalCluster ``scheduler="local"`` starts (docs/scale-out.md gives the same for
+#: ``dask worker``): no MALLOC_TRIM_THRESHOLD_ in the workers' environment (Dask sets 65536, which
+#: disables glibc's dynamic threshold; the distillation's many short-lived arrays then cost ~50 % more,
+#: in system time: measured 9.4 -> 13.8 s on one process), one BLAS/OpenMP thread per worker (kept).
+LOCAL_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
 class WorkerMismatch(Exception):
@@ -46,7 +53,7 @@ def _identity_here() -> dict:
 
 def _run_task(fn: Callable, expected: dict, item):
     """The task body on a worker: refuse a mismatched worker, then ``fn(item)``.
-    Returns (result, seconds (wall clock on the worker), worker address)."""
+    Returns (result, seconds (wall clock on the worker), worker address, CPU seconds of its process)."""
     try:
         from distributed import get_worker
         where = get_worker().address
@@ -55,9 +62,9 @@ def _run_task(fn: Callable, expected: dict, item):
     diff = identity_difference(expected, software_identity())
     if diff:
         raise WorkerMismatch(f"worker {where}: {diff}")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn(item)
-    return out, time.perf_counter() - t0, where
+    return out, time.perf_counter() - t0, where, time.process_time() - c0
 
 
 class DaskBackend:
@@ -80,10 +87,14 @@ class DaskBackend:
         self.client = None
         self.address = spec.scheduler
         if spec.scheduler == "local":
-            # the scheduler reads allowed-failures when it starts: the retries of a lost worker's task
-            with dask.config.set({"distributed.scheduler.allowed-failures": spec.retries}):
-                self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
-                                             dashboard_address=None, host="127.0.0.1", silence_logs=logging.ERROR)
+            environ = dict(os.environ)  # the nannies write their workers' variables into this process's
+            try:
+                with dask.config.set(LOCAL_CONFIG | {"distributed.scheduler.allowed-failures": spec.retries}):
+                    self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
+                                                 dashboard_address=None, host="127.0.0.1", silence_logs=logging.ERROR)
+            finally:
+                os.environ.clear()
+                os.environ.update(environ)
             self.address = self._cluster.scheduler_address
         try:
             self.client = Client(self.address, timeout=spec.connect_timeout, set_as_default=False)
@@ -145,7 +156,7 @@ class DaskBackend:
             for fut in as_completed(futures, loop=self.client.loop):
                 k = index[fut.key]
                 try:
-                    value, seconds, worker = fut.result()
+                    value, seconds, worker, cpu = fut.result()
                 except KilledWorker as exc:
                     raise TaskLostError(f"its worker was lost more often than the scheduler's allowed-failures "
                                         f"({exc}); nothing was merged", where=f"task {k} of {len(items)} ({name})") from None
@@ -153,7 +164,7 @@ class DaskBackend:
                     raise BackendError(f"refused: {exc}; install the same mi-certify on every worker",
                                        where=str(self.address)) from None
                 results[k] = value
-                records[k] = TaskRecord(k, seconds, worker)
+                records[k] = TaskRecord(k, seconds, worker, cpu)
                 if on_result:
                     on_result(k, len(results))
         finally:

@@ -181,6 +181,20 @@ def test_an_unreachable_scheduler_is_one_error_naming_it_within_the_timeout():
         "connect to tcp://127.0.0.1:9 after 2 s)"], proc.stderr
 
 
+@pytest.mark.parametrize("address, reason", [
+    ("nonsense://x", r"not a Dask scheduler address \(ValueError: unknown address scheme 'nonsense'"),
+    ("tcp://127.0.0.1:notaport", r"not a Dask scheduler address"),
+    ("tls://127.0.0.1:9", r"a tls:// scheduler needs distributed's TLS settings here: distributed.comm.tls.ca-file"),
+])
+def test_a_malformed_address_or_tls_without_certificates_is_refused_before_connecting(address, reason, monkeypatch):
+    for var in [v for v in os.environ if v.startswith("DASK_DISTRIBUTED__COMM__TLS")]:
+        monkeypatch.delenv(var)
+    t0 = time.monotonic()
+    with pytest.raises(BackendError, match=rf"^{re.escape(address)}: {reason}"):
+        open_backend(BackendSpec(scheduler=address, connect_timeout=2))
+    assert time.monotonic() - t0 < 2
+
+
 def _campaign_dir(tmp_path) -> Path:
     d = tmp_path / "acasxu"
     d.mkdir()

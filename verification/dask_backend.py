@@ -96,12 +96,35 @@ class DaskBackend:
                 os.environ.clear()
                 os.environ.update(environ)
             self.address = self._cluster.scheduler_address
+        try:  # a malformed address fails here, before a Client is half made
+            from distributed.comm.addressing import parse_address, parse_host_port
+            from distributed.comm.registry import get_backend
+            scheme, loc = parse_address(str(self.address))
+            get_backend(scheme)
+            if scheme in ("tcp", "tls"):
+                parse_host_port(loc)
+        except Exception as exc:  # noqa: BLE001 - ValueError, TypeError: the address is what is wrong
+            self.close()
+            raise BackendError(f"not a Dask scheduler address ({type(exc).__name__}: {exc}); e.g. tcp://10.0.0.5:8786 "
+                               "or local", where=str(spec.scheduler)) from None
+        if str(self.address).startswith("tls://"):
+            from distributed.security import Security
+            sec = Security()   # distributed's configuration: the settings docs/scale-out.md shows
+            if not (sec.tls_ca_file and sec.tls_client_cert):
+                raise BackendError("a tls:// scheduler needs distributed's TLS settings here: "
+                                   "distributed.comm.tls.ca-file and .client.cert/.client.key (or "
+                                   "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, ...; docs/scale-out.md, Security)",
+                                   where=str(spec.scheduler))
         try:
             self.client = Client(self.address, timeout=spec.connect_timeout, set_as_default=False)
-        except Exception as exc:  # noqa: BLE001 - OSError/TimeoutError (unreachable), ValueError (bad address)
+        except (OSError, TimeoutError) as exc:  # unreachable, refused, TLS handshake refused
             self.close()
             raise BackendError(f"the Dask scheduler does not answer within {spec.connect_timeout:g} s "
                                f"({type(exc).__name__}: {exc})", where=str(spec.scheduler)) from None
+        except Exception as exc:  # noqa: BLE001 - ValueError/TypeError: a malformed address or TLS setting
+            self.close()
+            raise BackendError(f"cannot connect to this Dask scheduler ({type(exc).__name__}: {exc})",
+                               where=str(spec.scheduler)) from None
         try:
             self.client.wait_for_workers(1, timeout=spec.connect_timeout)
         except Exception:  # noqa: BLE001 - TimeoutError (distributed raises its own subclass)

@@ -186,6 +186,10 @@ class DaskBackend:
                 except WorkerMismatch as exc:
                     raise BackendError(f"refused: {exc}; install the same mi-certify on every worker",
                                        where=str(self.address)) from None
+                except ImportError as exc:  # a worker without mi-certify (or one of its packages)
+                    raise BackendError(f"a worker cannot run the task ({type(exc).__name__}: {exc}); install the "
+                                       "same mi-certify and constraints.txt on every worker",
+                                       where=str(self.address)) from None
                 results[k] = value
                 records[k] = TaskRecord(k, seconds, worker, cpu)
                 if on_result:

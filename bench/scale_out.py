@@ -57,6 +57,41 @@ def fingerprint(r) -> tuple:
     return r.boxes.tobytes(), r.witnesses.tobytes(), table_bytes(r.lut.tokens, r.lut.confident), r.lut.status.tolist()
 
 
+class OtherLoad:
+    """CPU seconds the rest of the machine used while a block ran: system-wide busy time minus this
+    process tree's (psutil), so a run on shared cores can be read (2 cores x wall = all there was)."""
+
+    def __enter__(self):
+        import psutil
+        self._t0, self._sys0, self._mine0 = time.monotonic(), self._busy(psutil.cpu_times()), self._tree()
+        return self
+
+    def __exit__(self, *exc):
+        import psutil
+        self.wall = time.monotonic() - self._t0
+        self.other = max(0.0, (self._busy(psutil.cpu_times()) - self._sys0) - (self._tree() - self._mine0))
+
+    @staticmethod
+    def _busy(t) -> float:
+        return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+    @staticmethod
+    def _tree() -> float:
+        import psutil
+        total = 0.0
+        me = psutil.Process()
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                c = p.cpu_times()   # the reaped children's too (our own workers end inside the block)
+                total += c.user + c.system + c.children_user + c.children_system
+            except psutil.Error:
+                pass
+        return total
+
+    def note(self) -> str:
+        return f"other processes used {self.other:.1f} of the {2 * self.wall:.1f} core-seconds"
+
+
 def makespan(durations: list[float], workers: int) -> float:
     """Tasks handed out in order, each to the worker that is free first."""
     free = [0.0] * workers
@@ -76,16 +111,17 @@ def on_cluster(n: int, spec, warm_spec, model) -> dict:
         t0 = time.monotonic()
         distill(warm_spec, model, DistillOptions(workers=1), backend=backend)   # imports, numba cache loads
         warm = time.monotonic() - t0
-        t0 = time.monotonic()
-        r = distill(spec, model, DistillOptions(workers=1), backend=backend)
-        wall = time.monotonic() - t0
+        with OtherLoad() as load:
+            r = distill(spec, model, DistillOptions(workers=1), backend=backend)
+        wall = load.wall
         tasks = [t.seconds for t in backend.tasks]
         cpu = [t.cpu_seconds for t in backend.tasks]
         per_worker = {}
         for t in backend.tasks:
             per_worker[t.worker] = per_worker.get(t.worker, 0) + 1
     return {"workers": n, "start_s": started, "warmup_s": warm, "wall_s": wall, "task_s": tasks, "task_cpu_s": cpu,
-            "tasks_per_worker": sorted(per_worker.values()), "result": r}
+            "tasks_per_worker": sorted(per_worker.values()), "result": r, "other_cpu_s": load.other,
+            "load": load.note()}
 
 
 def main(argv=None) -> int:
@@ -106,17 +142,18 @@ def main(argv=None) -> int:
           f"cells; load average before: {os.getloadavg()[0]:.2f} (2 cores, shared)")
     inline = InlineBackend()
     distill(warm_spec, model, DistillOptions(workers=1), backend=inline)
-    t0 = time.monotonic()
-    ref = distill(spec, model, DistillOptions(workers=1), backend=inline)
-    t_inline = time.monotonic() - t0
+    with OtherLoad() as load:
+        ref = distill(spec, model, DistillOptions(workers=1), backend=inline)
+    t_inline = load.wall
     print(f"in this process (no Dask): {t_inline:.2f} s, {len(inline.tasks)} slices "
-          f"(largest {max(t.seconds for t in inline.tasks):.2f} s, sum {sum(t.seconds for t in inline.tasks):.2f} s)")
+          f"(largest {max(t.seconds for t in inline.tasks):.2f} s, sum {sum(t.seconds for t in inline.tasks):.2f} s); "
+          f"{load.note()}")
     from mi_certify.verification.backends import ProcessBackend
-    t0 = time.monotonic()
-    own = distill(spec, model, DistillOptions(workers=2), backend=ProcessBackend(2))
-    t_own = time.monotonic() - t0
+    with OtherLoad() as load:
+        own = distill(spec, model, DistillOptions(workers=2), backend=ProcessBackend(2))
+    t_own = load.wall
     print(f"our own 2 worker processes (the default, no Dask): {t_own:.2f} s; bytes identical: "
-          f"{fingerprint(own) == fingerprint(ref)}")
+          f"{fingerprint(own) == fingerprint(ref)}; {load.note()}")
     runs = {}
     for n in (1, 2):
         runs[n] = on_cluster(n, spec, warm_spec, model)
@@ -124,7 +161,7 @@ def main(argv=None) -> int:
         runs[n]["identical_to_in_process"] = same
         print(f"Dask LocalCluster, {n} worker{'s' if n > 1 else ''}: {runs[n]['wall_s']:.2f} s "
               f"(start {runs[n]['start_s']:.1f} s, warm-up {runs[n]['warmup_s']:.1f} s, not counted); tasks per "
-              f"worker {runs[n]['tasks_per_worker']}; bytes identical to the in-process run: {same}")
+              f"worker {runs[n]['tasks_per_worker']}; bytes identical to the in-process run: {same}; {runs[n]['load']}")
         if not same:
             print("ERROR: the bytes differ", file=sys.stderr)
             return 1

@@ -89,7 +89,9 @@ class OtherLoad:
         return total
 
     def note(self) -> str:
-        return f"other processes used {self.other:.1f} of the {2 * self.wall:.1f} core-seconds"
+        cores = max(0.0, 2 * self.wall - self.other) / self.wall if self.wall else 0.0
+        return (f"other processes used {self.other:.1f} of the {2 * self.wall:.1f} core-seconds (this run had "
+                f"{cores:.2f} of the 2 cores)")
 
 
 def makespan(durations: list[float], workers: int) -> float:

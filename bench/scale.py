@@ -11,7 +11,8 @@ sampled every 0.2 s). Rows:
   cells, not the number of inputs (goal: within 2×).
 
 Goals (issue 17, 2 cores): reference at 20 bits ≤ 60 s, at 24 bits ≤ 15 min, peak ≤ 4 GB.
-Usage: ``python bench/scale.py [--full]``.
+Usage: ``python bench/scale.py [--full]``. Scale-out over workers (Dask, 1 vs 2 here and a model of
+8-64): ``python bench/scale_out.py``.
 """
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ def lut_stage(ctx: BuildContext) -> StageResult:
     if ctx.opts.distill:
         def run():
             r = distill(spec, ctx.model, DistillOptions(resolve=spec.resolve),
-                        progress=ctx.progress("lut", "cells decided"))
+                        progress=ctx.progress("lut", "cells decided"), backend=ctx.opts.backend)
             fid, fid_diag = fidelity(spec, ctx.model, r.lut, n_points=FIDELITY_POINTS)
             ctx.diagnostics["fidelity_onnxruntime"] = fid_diag
             return r, fid

@@ -97,6 +97,30 @@ def _add_build_parser(sub, cosim_random_cycles: int, cosim_seed: int) -> None:
                         "Z3 confirmation (default 60: a query ends within 2 x 60 s); a timeout is UNKNOWN and "
                         "fails the build")
     b.add_argument("--json", action="store_true", help="print summary.json to stdout instead of a table")
+    _add_backend_options(b, "the distillation's slices")
+
+
+def _add_backend_options(p, what: str) -> None:
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help=f"run {what} on a Dask cluster: a scheduler address (tcp://host:8786, tls://...; "
+                        "docs/scale-out.md) or 'local' (a Dask LocalCluster of --workers processes here); default: "
+                        "worker processes of our own, no Dask. The results are byte-identical either way")
+    p.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="worker processes (default 2; 1: in this process); with --scheduler local, the "
+                        "LocalCluster's workers; with a scheduler address, the cluster's own workers are used")
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                   help="with --scheduler: seconds to reach the scheduler and see a worker (default 10)")
+
+
+def _backend_spec(args):
+    """The BackendSpec of --scheduler / --workers / --connect-timeout (BackendError-free checks here)."""
+    from mi_certify.verification.backends import BackendSpec
+
+    if args.workers < 1:
+        raise MiCertifyError("at least one worker is needed", where="--workers")
+    if not args.connect_timeout > 0:
+        raise MiCertifyError("must be a positive number of seconds", where="--connect-timeout")
+    return BackendSpec(scheduler=args.scheduler, workers=args.workers, connect_timeout=args.connect_timeout)
 
 
 def _add_verify_parsers(sub) -> None:
@@ -112,11 +136,19 @@ def _add_verify_parsers(sub) -> None:
                                    "then Marabou (built from our IR, child process, timeout); every counterexample "
                                    "is replayed on onnxruntime and the IR; PROVED on <= 64 ReLUs is confirmed by Z3. "
                                    "Exit 0 all proved (unsat), 1 some violated (sat), 3 some unknown, 2 bad input.")
-    v.add_argument("model", metavar="MODEL.onnx", help="the network (ONNX)")
+    v.add_argument("model", metavar="MODEL.onnx", nargs="?", default=None,
+                   help="the network (ONNX); with --campaign only for a list of VNN-LIB files")
     src = v.add_mutually_exclusive_group(required=True)
     src.add_argument("--sla", metavar="SLA.yaml", help="prove its properties and the output domain over its envelope")
     src.add_argument("--vnnlib", metavar="PROP.vnnlib", help="decide one VNN-LIB property (unsafe region); the last "
                      "line of stdout is sat, unsat or unknown")
+    src.add_argument("--campaign", metavar="LIST", help="decide every instance of LIST: VNN-COMP's instances.csv "
+                     "(ONNX,VNNLIB[,TIMEOUT] per line, paths relative to LIST's folder) or, with MODEL.onnx, one "
+                     "VNN-LIB file per line; writes --results in VNN-COMP's results.csv format")
+    v.add_argument("--results", metavar="FILE.csv", help="with --campaign: the results file (default: "
+                   "results.csv here): category,onnx,vnnlib,prepare_time,result,run_time per instance")
+    v.add_argument("--category", metavar="NAME", help="with --campaign: the results' first column (default: "
+                   "the name of LIST's folder)")
     v.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wall-clock seconds per query (default 60)")
     v.add_argument("--confirm-timeout", type=float, default=300.0, metavar="S",
                    help="seconds for the exact Z3 confirmation of each PROVED on networks with <= 64 ReLUs "
@@ -125,6 +157,7 @@ def _add_verify_parsers(sub) -> None:
     v.add_argument("--json", metavar="FILE", dest="json_out", help="write every result (verdict, time, method, "
                    "witness, statistics) as JSON")
     v.add_argument("--no-marabou", action="store_true", help="bounds only; open boxes stay unknown")
+    _add_backend_options(v, "the campaign's instances (--campaign)")
 
 
 def _add_bundle_parsers(sub) -> None:
@@ -195,10 +228,16 @@ def _run_build(args, console: Console) -> int:
                         skip_lint=args.skip_lint, skip_rtl_proofs=args.skip_rtl_proofs,
                         skip_synth=args.skip_synth, verify=not args.no_verify, distill=not args.sample_lut,
                         heatmap=tuple(args.heatmap.split(",", 1)) if args.heatmap else None, verify_timeout=args.verify_timeout)
+    from mi_certify.verification.backends import open_backend
+
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not console.is_terminal)
-    with progress:
-        result = build(args.model, args.sla, out, opts, on_event=_progress_events(progress, console))
+    with open_backend(_backend_spec(args)) as backend:  # a Dask scheduler is reached (and checked) now
+        if args.scheduler:
+            console.print(f"distillation on {backend.describe()}", highlight=False)
+        opts.backend = backend
+        with progress:
+            result = build(args.model, args.sla, out, opts, on_event=_progress_events(progress, console))
     if args.json:
         print(json.dumps(result.summary, indent=2, sort_keys=True))
     else:
@@ -364,13 +403,67 @@ def _run_verify(args, console: Console) -> int:
     from .model import load_model
 
     opts = VerifyOptions(timeout=args.timeout, confirm_timeout=args.confirm_timeout, use_marabou=not args.no_marabou)
-    for target in (args.witness, args.json_out):
+    for target in (args.witness, args.json_out, args.results):
         if target and not Path(target).resolve().parent.is_dir():
             raise MiCertifyError("the folder of this output file does not exist", file=target)
+    if args.campaign:
+        return _verify_campaign(args, opts, console)
+    for flag, given in (("--results", args.results), ("--category", args.category), ("--scheduler", args.scheduler)):
+        if given:
+            raise MiCertifyError("only with --campaign", where=flag)
+    if args.model is None:
+        raise MiCertifyError("the network MODEL.onnx is required with --sla and --vnnlib", where="MODEL.onnx")
     model = load_model(args.model)
     if args.vnnlib:
         return _verify_vnnlib(args, model, opts, console)
     return _verify_sla(args, model, opts, console)
+
+
+def _verify_campaign(args, opts, console: Console) -> int:
+    """``verify --campaign LIST``: every instance decided on the backend; one VNN-COMP results.csv.
+    Exit 0 every instance sat or unsat, 3 some timeout or unknown, 1 some error, 2 bad input."""
+    from mi_certify.verification.backends import open_backend
+    from mi_certify.verification.campaign import read_instances, results_csv, run_campaign
+
+    if args.witness:
+        raise MiCertifyError("not with --campaign (the JSON file holds every counterexample)", where="--witness")
+    instances = read_instances(args.campaign, args.model)  # every entry checked before any work
+    category = args.category or Path(args.campaign).resolve().parent.name
+    if "," in category or "\n" in category:
+        raise MiCertifyError("must not contain a comma", where="--category")
+    results_path = Path(args.results or "results.csv")
+    spec = _backend_spec(args)
+    with open_backend(spec) as backend:
+        console.print(f"campaign {args.campaign}: {len(instances)} instances on {backend.describe()}; each at most "
+                      f"{opts.timeout:g} s (or its own timeout) search + {opts.confirm_timeout:g} s confirmation",
+                      highlight=False)
+
+        def shown(inst, done: int, total: int) -> None:
+            console.print(f"  [{done}/{total}] line {inst.line}: {inst.onnx} {inst.vnnlib} decided", highlight=False)
+
+        results = run_campaign(instances, opts, backend, on_result=shown)
+    tmp = results_path.with_name(f".{results_path.name}.partial")
+    tmp.write_text(results_csv(results, category), encoding="utf-8")
+    tmp.replace(results_path)
+    t = Table(title=f"campaign {args.campaign}")
+    for col in ("line", "network", "property", "result", "time (s)"):
+        t.add_column(col)
+    for r in results:
+        t.add_row(str(r.instance.line), r.instance.onnx, r.instance.vnnlib, _campaign_style(r.result), f"{r.run_s:.2f}")
+    console.print(t)
+    counts = {w: sum(r.result == w for r in results) for w in ("sat", "unsat", "timeout", "unknown", "error")}
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([{"line": r.instance.line, "onnx": r.instance.onnx,
+                                                    "vnnlib": r.instance.vnnlib, "result": r.result,
+                                                    "query": r.query} for r in results], indent=2, sort_keys=True)
+                                       + "\n")
+    console.print(", ".join(f"{v} {k}" for k, v in counts.items()) + f" → {results_path}", highlight=False)
+    return 1 if counts["error"] else 3 if counts["timeout"] or counts["unknown"] else 0
+
+
+def _campaign_style(word: str) -> str:
+    color = {"unsat": "green", "sat": "red", "error": "red"}.get(word, "yellow")
+    return f"[{color}]{word}[/]"
 
 
 def _verify_vnnlib(args, model, opts, console: Console) -> int:

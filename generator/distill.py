@@ -39,8 +39,9 @@ CROWN lower bounds of the margins (for argmin the softmax of ``-y``); for a cell
 by bisection, the minimum over its sub-boxes. A box whose bound is under the threshold
 is split further; a single cell under it is not confident.
 
-The slices run in two worker processes; results are merged in slice order, so the LUT
-does not depend on scheduling.
+The slices run in two worker processes (or on a Dask cluster: ``backend``,
+:mod:`mi_certify.verification.backends`); results are merged in slice order, so the LUT and the
+partition do not depend on the backend, the number of workers or scheduling.
 """
 
 from __future__ import annotations
@@ -522,34 +523,35 @@ def slices_of(spec: Spec) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def distill(spec: Spec, model: LoadedModel, opts: DistillOptions | None = None,
-            progress=None) -> DistillResult:
+            progress=None, backend=None) -> DistillResult:
     """Build the certified LUT over the whole grid of ``spec`` for ``model`` (its IR is bounded;
     witnesses of RESOLVED cells are replayed on its onnxruntime session).
 
     Args:
         progress: called as ``progress(cells_decided, cells_total)`` after every slice.
+        backend: where the slices run (:mod:`mi_certify.verification.backends`: this process, our own
+            processes, a Dask cluster); None: ``opts.workers`` processes of our own. The result is
+            byte-identical on every backend (merged in slice order).
     Returns:
         DistillResult; ``lut.status`` holds PROVEN or RESOLVED for every cell.
     Cost: linear in the number of final boxes (no grid of vertices, no corner set); memory
     O(cells) bytes for the table plus O(boxes · inputs) for the partition.
     """
+    from mi_certify.verification.backends import BackendSpec, map_ordered, open_backend
+
     opts = opts or DistillOptions()
     n = 1 << spec.address_bits
     slices = [(spec, model, lo, hi, opts) for lo, hi in slices_of(spec)]
     per = n // len(slices)
-    results = []
-    if opts.workers > 1:
-        from mi_certify.verification.workers import WorkersLost, map_in_processes
-        try:  # results come back in slice order, whatever the workers' order
-            results = map_in_processes(_distill_slice, slices, opts.workers,
-                                       on_result=(lambda k, done: progress(done * per, n)) if progress else None)
-        except WorkersLost:  # e.g. called from a script without a __main__ guard
-            results = []
-    if not results:
-        for k, s in enumerate(slices):
-            results.append(_distill_slice(s))
-            if progress:
-                progress((k + 1) * per, n)
+    own = backend is None
+    if own:  # opts.workers processes of our own (this process when 1): no Dask
+        backend = open_backend(BackendSpec(workers=opts.workers))
+    try:  # results come back in slice order, whatever the workers' number and order
+        results = map_ordered(_distill_slice, slices, backend,
+                              on_result=(lambda k, done: progress(done * per, n)) if progress else None)
+    finally:
+        if own:
+            backend.close()
     boxes = np.concatenate([r[0] for r in results])
     witnesses = np.concatenate([r[1] for r in results])
     witnesses = witnesses[np.argsort(witnesses["address"], kind="stable")]

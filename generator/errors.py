@@ -54,6 +54,23 @@ class BuildError(MiCertifyError):
     exit_code = 2
 
 
+class BackendError(MiCertifyError):
+    """The execution backend cannot be used: a Dask scheduler that does not answer within the
+    connect timeout, a cluster without workers, a worker whose mi-certify (version, source
+    hash) or numerical packages differ from this process's (``where``: the scheduler or worker
+    address). Raised by :mod:`mi_certify.verification.backends` before any task runs, or when
+    a mismatched worker joins later."""
+
+    exit_code = 2
+
+
+class TaskLostError(MiCertifyError):
+    """A task's worker was lost more often than the backend's retries allow (``where``: the
+    task; ``reason`` says how often and the last worker). Nothing is merged: the run fails."""
+
+    exit_code = 1
+
+
 class ToolMissingError(BuildError):
     """An external tool is not installed, too old, or does not run or answer.
 

@@ -68,7 +68,9 @@ def sha256_file(path: Path) -> str:
 @dataclass
 class BuildOptions:
     """Options of one build. ``cosim_cycles``: random cycles after the directed ones (None: sla.yaml
-    ``cosim.cycles``, else COSIM_RANDOM_CYCLES)."""
+    ``cosim.cycles``, else COSIM_RANDOM_CYCLES). ``backend``: where the distillation's slices run (a
+    live backend of :func:`mi_certify.verification.backends.open_backend`; None: two processes of our
+    own); it changes no output byte, so the manifest's command line does not name it."""
 
     cosim_cycles: int | None = None
     cosim_seed: int = COSIM_SEED
@@ -80,6 +82,7 @@ class BuildOptions:
     heatmap: tuple[str, str] | None = None
     skip_rtl_proofs: bool = False
     skip_synth: bool = False
+    backend: object = None
 
 
 @dataclass

@@ -42,7 +42,7 @@ import scipy.sparse as sp
 
 from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode, ReluNode
 
-from .bounds import NodeBounds, crown_bounds
+from .bounds import BoundsTimeout, NodeBounds, crown_bounds
 
 __all__ = ["SplitLP", "close_leaves", "is_split_ready", "split_leaf"]
 
@@ -310,7 +310,10 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
     """
     lp = lp or SplitLP(ir, C, d)
     relu_src = {nid: ir.nodes[nid].src for nid, _, _, _ in lp.relus}
-    root_nb = crown_bounds(ir, lo, hi)
+    try:
+        root_nb = crown_bounds(ir, lo, hi, deadline=deadline)
+    except BoundsTimeout:
+        return "open", "timeout"
     stack = [({}, root_nb, getattr(lp, "root_basis", None) if warm_root else None)]
     n_lp = 0
     while stack:
@@ -336,7 +339,10 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         for sign in (-1, 1):
             ph = {a: b.copy() for a, b in phases.items()}
             ph.setdefault(nid, np.zeros(ir.nodes[nid].size, dtype=np.int8))[k] = sign
-            child = crown_bounds(ir, lo, hi, phases={relu_src[a]: b for a, b in ph.items()})
+            try:
+                child = crown_bounds(ir, lo, hi, deadline=deadline, phases={relu_src[a]: b for a, b in ph.items()})
+            except BoundsTimeout:
+                return "open", "timeout"
             child = NodeBounds([np.maximum(a, p) for a, p in zip(child.lower, nb.lower)],
                                [np.minimum(a, p) for a, p in zip(child.upper, nb.upper)])
             stack.append((ph, child, lp.basis))

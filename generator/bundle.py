@@ -26,6 +26,7 @@ from importlib import metadata, resources
 from pathlib import Path
 
 from .results import GOOD_VERDICTS
+from .source_id import SOURCE_PACKAGES, source_digest
 
 #: Format marker of manifest.json.
 MANIFEST_FORMAT = "mi-certify/build-v1"
@@ -34,28 +35,11 @@ CROSS_CHECK_POINTS = 256
 #: Format marker of distillation.json written by :func:`write_distillation`.
 DISTILLATION_FORMAT = "mi-certify/distillation-v3"
 #: The packages whose files make up mi-certify's source identity.
-SOURCE_PACKAGES = ("mi_certify.generator", "mi_certify.verification", "mi_certify.runtime", "mi_certify.templates")
-SOURCE_SUFFIXES = (".py", ".j2")
 #: Contract of proofs/index.json (FSM and RTL proofs): obligations written by those stages.
 PROOF_INDEX = "proofs/index.json"
 #: Files whose content depends on timing, the machine or the signer; listed in the manifest but not hashed.
 UNHASHED = ("build.log", "verification_log.json", "timings.json", "provenance.json", "report.png",
             "diagnostics.json", "manifest.json.sig")
-
-
-def _package_files(pkg: str) -> list[tuple[str, bytes]]:
-    root = resources.files(pkg)
-    out = []
-
-    def walk(node, prefix):
-        for child in sorted(node.iterdir(), key=lambda c: c.name):
-            if child.is_dir():
-                if child.name != "__pycache__":
-                    walk(child, f"{prefix}{child.name}/")
-            elif child.name.endswith(SOURCE_SUFFIXES):
-                out.append((f"{pkg}/{prefix}{child.name}", child.read_bytes()))
-    walk(root, "")
-    return out
 
 
 def source_identity() -> dict:
@@ -65,14 +49,8 @@ def source_identity() -> dict:
     ``.j2`` file of the four mi-certify packages, in sorted order (each name and content
     length-prefixed, so no two file sets collide by concatenation).
     """
-    h = hashlib.sha256()
-    n = 0
-    for pkg in SOURCE_PACKAGES:
-        for name, data in _package_files(pkg):
-            h.update(f"{len(name)}:{name}:{len(data)}:".encode())
-            h.update(data)
-            n += 1
-    return {"sha256": h.hexdigest(), "files": n,
+    digest, n = source_digest()
+    return {"sha256": digest, "files": n,
             "covers": "every .py and .j2 file of " + ", ".join(SOURCE_PACKAGES)}
 
 

@@ -20,7 +20,8 @@ PACKAGES = {"generator": "mi_certify.generator", "verification": "mi_certify.ver
 LAYERS: dict[str, tuple[str, ...]] = {
     "runtime": ("mi_certify.runtime.*",),
     "core": ("generator.errors", "generator.numerics", "generator.ir", "generator.spec", "generator.spec_doc",
-             "generator.lut", "generator.boxtree", "generator.results", "generator.exports", "mi_certify.templates"),
+             "generator.lut", "generator.boxtree", "generator.results", "generator.exports", "generator.source_id",
+             "mi_certify.templates"),
     "tools": ("verification.tools", "verification.workers", "verification.backends", "verification.dask_backend",
               "verification.yosys", "verification.verilator",
               "verification.chromium", "verification.marabou", "verification.bitvec", "verification.verilog_reader"),

@@ -21,23 +21,22 @@ same bytes on any backend. Backends:
 
 from __future__ import annotations
 
-import hashlib
 import platform
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata, resources
+from importlib import metadata
 from typing import Callable, Sequence
+
+from mi_certify.generator.source_id import source_digest
 
 __all__ = ["BackendSpec", "InlineBackend", "ProcessBackend", "TaskRecord", "map_ordered", "open_backend",
            "software_identity"]
 
-#: The packages whose .py and .j2 files make up the source digest (the manifest's source identity).
-SOURCE_PACKAGES = ("mi_certify.generator", "mi_certify.verification", "mi_certify.runtime", "mi_certify.templates")
 #: Distributions whose versions a worker must share with the client: mi-certify and what its numbers
 #: depend on (a different numpy, numba or onnxruntime could change a bound, a witness replay, a verdict).
-IDENTITY_PACKAGES = ("mi-certify", "numpy", "numba", "llvmlite", "scipy", "onnx", "onnxruntime", "z3-solver",
-                     "maraboupy")
+IDENTITY_PACKAGES = ("mi-certify", "numpy", "numba", "llvmlite", "scipy", "highspy", "onnx", "onnxruntime",
+                     "z3-solver", "maraboupy")
 
 
 @dataclass(frozen=True)
@@ -174,38 +173,20 @@ def map_ordered(fn: Callable, items: Sequence, backend=None,
     return (InlineBackend() if backend is None else backend).map_ordered(fn, items, on_result)
 
 
-def _package_files(pkg: str) -> list[tuple[str, bytes]]:
-    out = []
-
-    def walk(node, prefix):
-        for child in sorted(node.iterdir(), key=lambda c: c.name):
-            if child.is_dir():
-                if child.name != "__pycache__":
-                    walk(child, f"{prefix}{child.name}/")
-            elif child.name.endswith((".py", ".j2")):
-                out.append((f"{pkg}/{prefix}{child.name}", child.read_bytes()))
-    walk(resources.files(pkg), "")
-    return out
-
-
 @lru_cache(maxsize=1)
 def software_identity() -> dict:
     """What runs the tasks in this process: {"mi_certify_source": sha256 over every .py and .j2 file
     of the four packages (the same digest as the manifest's ``mi_certify.source.sha256``:
     :func:`mi_certify.generator.bundle.source_identity`), "python": version, "packages": {distribution:
     version} of :data:`IDENTITY_PACKAGES`}. A Dask worker whose identity differs is refused."""
-    h = hashlib.sha256()
-    for pkg in SOURCE_PACKAGES:
-        for name, data in _package_files(pkg):
-            h.update(f"{len(name)}:{name}:{len(data)}:".encode())
-            h.update(data)
+    digest, _ = source_digest()
     pkgs = {}
     for dist in IDENTITY_PACKAGES:
         try:
             pkgs[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pkgs[dist] = "not installed"
-    return {"mi_certify_source": h.hexdigest(), "python": platform.python_version(), "packages": pkgs}
+    return {"mi_certify_source": digest, "python": platform.python_version(), "packages": pkgs}
 
 
 def identity_difference(mine: dict, theirs: dict) -> str | None:

@@ -39,6 +39,26 @@ from .bounds import NodeBounds
 _TINY = 1e-12
 
 
+def affine_equalities(ir: ControllerIR, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Every affine node as equality rows ``Σ_src W x_src - y = -bias`` over variables laid
+    out by node (node i's values start at ``off[i]``). Returns (row, column, value) triplets,
+    the right-hand sides and the number of rows."""
+    rows, cols, vals, rhs = [], [], [], []
+    r = 0
+    for nid, node in enumerate(ir.nodes):
+        if not isinstance(node, AffineNode):
+            continue
+        o = off[nid]
+        eye = np.arange(node.size)
+        rows.append(r + eye), cols.append(o + eye), vals.append(-np.ones(node.size))
+        for src, w in node.terms:
+            i, j = np.nonzero(w)
+            rows.append(r + i), cols.append(off[src] + j), vals.append(w[i, j])
+        rhs.append(-node.bias)
+        r += node.size
+    return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), np.concatenate(rhs), r
+
+
 class TriangleLP:
     """The LP relaxation of ``ir`` for the rows ``C y <= d`` (C (m, n_outputs), d (m,)).
 
@@ -52,20 +72,7 @@ class TriangleLP:
         self.d = np.asarray(d, dtype=np.float64)
         self.off = np.cumsum([0] + [node.size for node in ir.nodes])
         self.nv = int(self.off[-1]) + 1
-        rows, cols, vals, rhs = [], [], [], []
-        r = 0
-        for nid, node in enumerate(ir.nodes):
-            if not isinstance(node, AffineNode):
-                continue
-            o = self.off[nid]
-            eye = np.arange(node.size)
-            rows.append(r + eye), cols.append(o + eye), vals.append(-np.ones(node.size))
-            for src, w in node.terms:
-                i, j = np.nonzero(w)
-                rows.append(r + i), cols.append(self.off[src] + j), vals.append(w[i, j])
-            rhs.append(-node.bias)
-            r += node.size
-        self._affine = (np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), np.concatenate(rhs), r)
+        self._affine = affine_equalities(ir, self.off)
         out = np.concatenate([self.off[o] + np.arange(ir.nodes[o].size) for o in ir.outputs])
         m = self.C.shape[0]
         i, j = np.nonzero(self.C)

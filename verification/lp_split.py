@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode, ReluNode
 
 from .bounds import BoundsTimeout, NodeBounds, crown_bounds
+from .lp_relax import affine_equalities
 
 __all__ = ["SplitLP", "close_leaves", "is_split_ready", "split_leaf"]
 
@@ -78,18 +79,8 @@ class SplitLP:
         self.d = np.asarray(d, dtype=np.float64)
         self.off = np.cumsum([0] + [node.size for node in ir.nodes])
         self.nv = int(self.off[-1]) + 1
-        rows, cols, vals, rl, ru = [], [], [], [], []
-        r = 0
-        for nid, node in enumerate(ir.nodes):
-            if isinstance(node, AffineNode):
-                o = self.off[nid]
-                eye = np.arange(node.size)
-                rows.append(r + eye), cols.append(o + eye), vals.append(-np.ones(node.size))
-                for src, w in node.terms:
-                    i, j = np.nonzero(w)
-                    rows.append(r + i), cols.append(self.off[src] + j), vals.append(w[i, j])
-                rl.append(-node.bias), ru.append(-node.bias)
-                r += node.size
+        er, ec, ev, erhs, r = affine_equalities(ir, self.off)
+        rows, cols, vals, rl, ru = [er], [ec], [ev], [erhs], [erhs]
         self.relus = []  # (node id, pre-activation node id, row of z - h <= 0, row of h - s z <= b)
         for nid, node in enumerate(ir.nodes):
             if isinstance(node, ReluNode):

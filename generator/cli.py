@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -92,12 +93,23 @@ def _add_build_parser(sub, cosim_random_cycles: int, cosim_seed: int) -> None:
     b.add_argument("--heatmap", metavar="X,Y", default=None,
                    help="also write heatmap_X_Y.png: the LUT over inputs X and Y (other inputs at their middle "
                         "level), resolved cells marked")
-    b.add_argument("--verify-timeout", type=float, default=60.0, metavar="S",
+    b.add_argument("--verify-timeout", type=_seconds, default=60.0, metavar="S",
                    help="wall-clock seconds per verification query for its search, and as many for its exact "
                         "Z3 confirmation (default 60: a query ends within 2 x 60 s); a timeout is UNKNOWN and "
                         "fails the build")
     b.add_argument("--json", action="store_true", help="print summary.json to stdout instead of a table")
     _add_backend_options(b, "the distillation's slices")
+
+
+def _seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
+    return value
 
 
 def _add_backend_options(p, what: str) -> None:
@@ -106,9 +118,10 @@ def _add_backend_options(p, what: str) -> None:
                         "docs/scale-out.md) or 'local' (a Dask LocalCluster of --workers processes here); default: "
                         "worker processes of our own, no Dask. The results are byte-identical either way")
     p.add_argument("--workers", type=int, default=2, metavar="N",
-                   help="worker processes (default 2; 1: in this process); with --scheduler local, the "
-                        "LocalCluster's workers; with a scheduler address, the cluster's own workers are used")
-    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                   help="worker processes (default 2; 1: in this process), also for verify's LP leaves; with "
+                        "--scheduler local, the LocalCluster's workers; with a scheduler address, the cluster's own "
+                        "workers are used")
+    p.add_argument("--connect-timeout", type=_seconds, default=10.0, metavar="S",
                    help="with --scheduler: seconds to reach the scheduler and see a worker (default 10)")
 
 
@@ -149,8 +162,8 @@ def _add_verify_parsers(sub) -> None:
                    "results.csv here): category,onnx,vnnlib,prepare_time,result,run_time per instance")
     v.add_argument("--category", metavar="NAME", help="with --campaign: the results' first column (default: "
                    "the name of LIST's folder)")
-    v.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wall-clock seconds per query (default 60)")
-    v.add_argument("--confirm-timeout", type=float, default=300.0, metavar="S",
+    v.add_argument("--timeout", type=_seconds, default=60.0, metavar="S", help="wall-clock seconds per query (default 60)")
+    v.add_argument("--confirm-timeout", type=_seconds, default=300.0, metavar="S",
                    help="seconds for the exact Z3 confirmation of each PROVED on networks with <= 64 ReLUs "
                         "(default 300); an unconfirmed proof is unknown")
     v.add_argument("--witness", metavar="FILE", help="with --vnnlib: write the counterexample in VNN-COMP format")
@@ -402,7 +415,8 @@ def _run_verify(args, console: Console) -> int:
 
     from .model import load_model
 
-    opts = VerifyOptions(timeout=args.timeout, confirm_timeout=args.confirm_timeout, use_marabou=not args.no_marabou)
+    opts = VerifyOptions(timeout=args.timeout, confirm_timeout=args.confirm_timeout, use_marabou=not args.no_marabou,
+                         workers=args.workers)
     for target in (args.witness, args.json_out, args.results):
         if target and not Path(target).resolve().parent.is_dir():
             raise MiCertifyError("the folder of this output file does not exist", file=target)

@@ -181,6 +181,23 @@ def test_an_unreachable_scheduler_is_one_error_naming_it_within_the_timeout():
         "connect to tcp://127.0.0.1:9 after 2 s)"], proc.stderr
 
 
+def test_a_listener_that_never_speaks_dask_is_refused_within_the_connect_timeout():
+    """distributed's own timeout does not bound a peer that accepts and stays silent."""
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(BackendError, match=rf"^tcp://127\.0\.0\.1:{port}: no Dask scheduler answers at this "
+                                               r"address within 2 s"):
+            open_backend(BackendSpec(scheduler=f"tcp://127.0.0.1:{port}", connect_timeout=2))
+        assert time.monotonic() - t0 < 2 + 2 + 3
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("address, reason", [
     ("nonsense://x", r"not a Dask scheduler address \(ValueError: unknown address scheme 'nonsense'"),
     ("tcp://127.0.0.1:notaport", r"not a Dask scheduler address"),

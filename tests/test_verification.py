@@ -515,3 +515,26 @@ def test_wide_deep_network_query_ends_at_its_timeout_as_unknown_or_decided(tmp_p
         elif r.verdict == Verdict.UNKNOWN:
             # out of time in the search, or in Marabou on the boxes it left ("deadline reached")
             assert any(w in r.detail for w in ("timeout", "open", "deadline reached")), r.detail
+
+
+def test_ctrl_c_inside_a_compiled_kernel_stops_the_query_instead_of_becoming_its_error():
+    """numba reports a KeyboardInterrupt raised in a kernel as SystemError with the interrupt as
+    context: decide() must stop (exit 130), not record an error and go on with the next region."""
+    from mi_certify.verification import nn_verify
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("<built-in function x> returned a result with an exception set")
+    except SystemError as exc:
+        wrapped = exc
+    assert nn_verify._interrupted(wrapped) and nn_verify._interrupted(KeyboardInterrupt())
+    assert not nn_verify._interrupted(SystemError("other")) and not nn_verify._interrupted(ValueError("x"))
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "abc"])
+def test_verify_refuses_a_timeout_that_is_not_a_positive_finite_number(value):
+    proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "verify", "m.onnx", "--vnnlib", "p",
+                           "--timeout", value], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"argument --timeout: {value!r} is not a" in proc.stderr

@@ -143,12 +143,8 @@ def run_campaign(instances: list[Instance], opts, backend=None, on_result=None) 
     """
     from mi_certify.generator.model import load_model
 
-    from .backends import InlineBackend
     from .vnnlib import parse_vnnlib
 
-    if backend is not None and type(backend) is not InlineBackend:
-        # the instances already run side by side: a query's LP leaves stay in its own process
-        opts = replace(opts, workers=1)
     models: dict[Path, object] = {}
     tasks, prep = [], []
     for inst in instances:

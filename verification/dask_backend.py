@@ -3,8 +3,8 @@
 A :class:`DaskBackend` holds one ``distributed.Client``: to a scheduler at an address (``tcp://``,
 ``tls://``; docs/scale-out.md starts one with ``dask scheduler`` and workers with ``dask worker
 ADDRESS``), or to a ``LocalCluster`` it starts itself (``scheduler="local"``: ``workers`` processes,
-one thread each, no dashboard, bound to 127.0.0.1). Only this module imports dask; the default
-backends never load it.
+one thread each, bound to 127.0.0.1, Dask's HTTP status service on a free port). Only this
+module imports dask; the default backends never load it.
 
 What travels: each task is ``(fn, identity, item)`` pickled by distributed (``fn`` by reference: a
 module-level function of mi-certify; the item: typed objects such as the Spec, the LoadedModel with
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from typing import Callable, Sequence
@@ -115,8 +116,26 @@ class DaskBackend:
                                    "distributed.comm.tls.ca-file and .client.cert/.client.key (or "
                                    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, ...; docs/scale-out.md, Security)",
                                    where=str(spec.scheduler))
+        # distributed's own timeout does not bound a peer that accepts and never speaks Dask (an
+        # HTTP server, a proxy): the connection is made in a thread that gets the same time, plus 2 s
+        got: dict = {}
+
+        def connect():
+            try:
+                got["client"] = Client(self.address, timeout=spec.connect_timeout, set_as_default=False)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                got["error"] = exc
+        thread = threading.Thread(target=connect, name="dask-connect", daemon=True)
+        thread.start()
+        thread.join(spec.connect_timeout + 2.0)
+        if thread.is_alive():
+            self.close()
+            raise BackendError(f"no Dask scheduler answers at this address within {spec.connect_timeout:g} s "
+                               "(something else may listen there)", where=str(spec.scheduler))
         try:
-            self.client = Client(self.address, timeout=spec.connect_timeout, set_as_default=False)
+            if "error" in got:
+                raise got["error"]
+            self.client = got["client"]
         except (OSError, TimeoutError) as exc:  # unreachable, refused, TLS handshake refused
             self.close()
             raise BackendError(f"the Dask scheduler does not answer within {spec.connect_timeout:g} s "

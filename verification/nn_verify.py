@@ -378,11 +378,13 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
                     f"{len(leaves)} by ReLU-split LP ({stats['lp_calls']} LPs)"
     if not open_boxes:
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
+    where = f"{len(open_boxes)} boxes open" if not leaves else \
+        f"{len(open_boxes)} boxes open ({len(leaves)} went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
     if not opts.use_marabou:
-        return Verdict.UNKNOWN, None, "bounds", f"{len(open_boxes)} boxes left open (Marabou disabled)"
+        return Verdict.UNKNOWN, None, "bounds", f"{where} (Marabou disabled)"
     remaining = deadline - time.monotonic()
     if remaining <= 0.5 or len(open_boxes) > MARABOU_MAX_BOXES:
-        return Verdict.UNKNOWN, None, "bounds", f"timeout with {len(open_boxes)} boxes open"
+        return Verdict.UNKNOWN, None, "bounds", f"timeout with {where}"
     stats["marabou_boxes"] += len(open_boxes)
     nbs = _open_box_bounds(ir, open_boxes, time.monotonic() + 0.2 * remaining)
     remaining = deadline - time.monotonic()
@@ -602,6 +604,18 @@ def _pgd_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[int
     return None
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """True for Ctrl-C that a compiled kernel turned into another exception (numba reports a
+    KeyboardInterrupt raised inside it as SystemError with the interrupt as its context)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) -> QueryResult:
     """Decide a query (disjunction of unsafe regions) within ``opts.timeout`` seconds on ``model``
     (:class:`~mi_certify.generator.model.LoadedModel`: the IR is queried, onnxruntime replays
@@ -622,6 +636,8 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
         try:
             found = look()
         except Exception as exc:  # noqa: BLE001 - a failed look is no answer; the search below decides
+            if _interrupted(exc):
+                raise KeyboardInterrupt from exc
             log.exception("query %s: %s failed", query.id, name)
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
             found = None
@@ -637,6 +653,8 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
             v, wit, method, detail = _decide_disjunct(model, dj, deadline, opts, stats, errors,
                                                       partitions[-1])
         except Exception as exc:  # noqa: BLE001 - any internal failure is UNKNOWN, never PROVED
+            if _interrupted(exc):
+                raise KeyboardInterrupt from exc
             log.exception("query %s failed", query.id)
             v, wit, method, detail = Verdict.UNKNOWN, None, "error", f"{type(exc).__name__}: {exc}"
             errors.append(detail)

@@ -305,6 +305,14 @@ def test_malformed_vnnlib_is_refused_with_one_located_error(tmp_path, body, mess
         parse_vnnlib(f, 4, 2)
 
 
+def test_a_property_of_another_network_names_the_input_count():
+    """A 4-input property (CartPole) against a 5-input network (ACAS Xu): the cause, not a symptom."""
+    from mi_certify.verification.vnnlib import VnnlibError
+    with pytest.raises(VnnlibError, match=r"cartpole_case_unsafe_31\.vnnlib: declares 4 inputs \(X_\*\) but the "
+                                          r"network has 5$"):
+        parse_vnnlib(ANCHORS / "rl_cartpole" / "vnnlib" / "cartpole_case_unsafe_31.vnnlib", 5, 5)
+
+
 @pytest.mark.parametrize("body", ["(assert (< 0 0))", "(assert (< Y_0 Y_0))", "(assert (> Y_1 Y_1))"])
 def test_strict_comparisons_that_are_constant_false_give_unsat(tmp_path, body):
     f = tmp_path / "p.vnnlib"

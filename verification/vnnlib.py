@@ -187,6 +187,9 @@ def _parse_vnnlib(path, n_inputs, n_outputs) -> Query:
     for k, i in names.values():
         if (k == "X" and i >= nx) or (k == "Y" and i >= ny):
             raise VnnlibError(f"{k}_{i} is declared but the network has {nx} inputs and {ny} outputs", file=f)
+    declared = sum(1 for kind, _ in names.values() if kind == "X")
+    if n_inputs is not None and declared < nx:  # (an undeclared output is only unconstrained)
+        raise VnnlibError(f"declares {declared} inputs (X_*) but the network has {nx}", file=f)
     dnf: list[list] = [[]]
     for a in asserts:
         part = _formula(a, f, names)

@@ -199,8 +199,9 @@ def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: f
     ir = model.ir
     root_w = dj.hi - dj.lo
     n = ir.n_inputs
-    heap = [root]
-    counter = 1
+    heap = list(root) if isinstance(root, list) else [root]  # one root box, or a frontier
+    heapq.heapify(heap)
+    counter = 1 + max(t[1] for t in heap)
     open_boxes: list[tuple[np.ndarray, np.ndarray]] = []
     per_pass = max(1, batch_size(ir) * 8 // (2 * n))
     rounds = 0
@@ -351,7 +352,6 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     root = (best, 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)), hint[0])
     tried = [0]
     first = time.monotonic() + FIRST_SHARE * (bab_deadline - time.monotonic())
-    mark = len(closed)
     leaves = [] if opts.lp_leaves and is_split_ready(ir) else None
     depth = LEAF_DEPTH if leaves is not None else math.inf
     decided, open_boxes = _branch_and_bound(model, dj, root, min(first, deadline), first, opts, stats, closed,
@@ -359,13 +359,19 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     if decided is not None:
         return decided
     if open_boxes:
-        del closed[mark:]  # that partition is incomplete: start again with the other split
-        if leaves is not None:
-            leaves.clear()
-        decided, open_boxes = _branch_and_bound(model, dj, root, deadline, bab_deadline, opts, stats, closed,
-                                                "influence", tried, lp, leaves, depth)
-        if decided is not None:
-            return decided
+        # the influence split goes on from the smart phase's frontier (its closed boxes and
+        # leaves stand: with the frontier they still cover the region)
+        try:
+            frontier = _frontier(ir, dj, open_boxes, deadline, closed)
+        except BoundsTimeout:
+            frontier = None
+        if frontier:
+            decided, open_boxes = _branch_and_bound(model, dj, frontier, deadline, bab_deadline, opts, stats,
+                                                    closed, "influence", tried, lp, leaves, depth)
+            if decided is not None:
+                return decided
+        elif frontier is not None:
+            open_boxes = []
     if leaves:
         if open_boxes:  # the leaves are open too
             open_boxes += leaves
@@ -410,6 +416,25 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         return Verdict.UNKNOWN, None, "bounds+marabou", f"{len(unknown)} of {len(open_boxes)} boxes undecided: " \
             f"{unknown[0]}"
     return Verdict.PROVED, None, "bounds+marabou", f"{stats['boxes']} boxes; {len(open_boxes)} closed by Marabou"
+
+
+def _frontier(ir: ControllerIR, dj: Disjunct, boxes: list, deadline: float, closed: list) -> list:
+    """Heap entries for open boxes (bounded again, in batches); boxes that close go to
+    ``closed``. Raises BoundsTimeout."""
+    out = []
+    step = batch_size(ir)
+    for k in range(0, len(boxes), step):
+        los = np.array([b[0] for b in boxes[k:k + step]])
+        his = np.array([b[1] for b in boxes[k:k + step]])
+        low, lin, _ = _bound_region(ir, dj, los, his, deadline)
+        best = np.max(low - dj.d, axis=1)
+        row = np.argmax(low - dj.d, axis=1)
+        for j in range(los.shape[0]):
+            if best[j] > 0:
+                closed.append((los[j], his[j]))
+            else:
+                out.append((float(best[j]), len(out), los[j], his[j], lin[j], int(row[j]), None))
+    return out
 
 
 def _decide_leaves(model: LoadedModel, dj: Disjunct, leaves: list, deadline: float, opts: VerifyOptions,

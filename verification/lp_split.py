@@ -40,12 +40,12 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode, ReluNode
+from mi_certify.generator.ir import AffineNode, ControllerIR, ReluNode
 
 from .bounds import BoundsTimeout, NodeBounds, crown_bounds
 from .lp_relax import affine_equalities
 
-__all__ = ["SplitLP", "close_leaves", "is_split_ready", "split_leaf"]
+__all__ = ["SplitLP", "close_leaves", "split_leaf"]
 
 #: Relative padding of every rounded sum (the float64 error of a sum of k terms is below
 #: k · 1.2e-16 of the sum of their absolute values; 1e-9 covers k up to ~8 million).
@@ -54,11 +54,6 @@ _PAD = 1e-9
 MAX_LPS = 5000
 #: Leaves handed to a worker process at a time.
 LEAF_CHUNK = 32
-
-
-def is_split_ready(ir: ControllerIR) -> bool:
-    """True when every node is an input, affine or ReLU node (what :class:`SplitLP` encodes)."""
-    return all(isinstance(n, (InputNode, AffineNode, ReluNode)) for n in ir.nodes)
 
 
 class SplitLP:
@@ -100,7 +95,6 @@ class SplitLP:
         cols += [out[j], np.full(m, self.nv - 1)]
         vals += [self.C[i, j], -np.ones(m)]
         rl.append(np.full(m, -np.inf)), ru.append(self.d)
-        self.region_rows = r + np.arange(m)
         self.n_rows = r + m
         self.out_cols = out
         A = sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
@@ -258,28 +252,25 @@ class SplitLP:
 
     def _candidate(self, lb: np.ndarray, ub: np.ndarray, y: np.ndarray | None):
         """The unstable neuron whose triangle intercept carries the most dual weight (by
-        the hull's area when the duals give none); None when no neuron is unstable."""
-        best, best_score, best_area = None, 0.0, -1.0
-        for li, (nid, src, first, second) in enumerate(self.relus):
+        the hull's area when the duals give none); None when no neuron is unstable. Ties go
+        to the earlier neuron."""
+        by_score, by_area = (None, 0.0), (None, -1.0)
+        for nid, src, first, second in self.relus:
             zs = self.off[src]
-            size = second.size
-            l, u = lb[zs:zs + size], ub[zs:zs + size]
+            l, u = lb[zs:zs + second.size], ub[zs:zs + second.size]
             unstable = (l < 0) & (u > 0)
             if not unstable.any():
                 continue
-            area = np.where(unstable, -l * u / np.where(unstable, u - l, 1.0), -1.0)
             if y is not None:
                 score = np.where(unstable, -np.minimum(y[second], 0.0) * self.ru[second], 0.0)
                 k = int(np.argmax(score))
-                if score[k] > best_score:
-                    best, best_score = (nid, k), float(score[k])
-            if best_score == 0.0:
-                k = int(np.argmax(area))
-                if area[k] > best_area:
-                    best_area = float(area[k])
-                    if y is None or best_score == 0.0:
-                        best = (nid, k)
-        return best
+                if score[k] > by_score[1]:
+                    by_score = ((nid, k), float(score[k]))
+            area = np.where(unstable, -l * u / np.where(unstable, u - l, 1.0), -1.0)
+            k = int(np.argmax(area))
+            if area[k] > by_area[1]:
+                by_area = ((nid, k), float(area[k]))
+        return by_score[0] if by_score[0] is not None else by_area[0]
 
 
 def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -305,7 +296,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         root_nb = crown_bounds(ir, lo, hi, deadline=deadline)
     except BoundsTimeout:
         return "open", "timeout"
-    stack = [({}, root_nb, getattr(lp, "root_basis", None) if warm_root else None)]
+    stack = [({}, root_nb, lp.root_basis if warm_root else None)]
     n_lp = 0
     while stack:
         left = deadline - time.monotonic()

@@ -40,7 +40,7 @@ from .falsify import pgd_search
 from .bounds import (BoundsTimeout, NodeBounds, combined_row_lower, crown_bounds, forward_bounds,
                      output_matrix_lower)
 from .lp_relax import TriangleLP, is_lp_ready
-from .lp_split import close_leaves, is_split_ready
+from .lp_split import close_leaves
 from .properties import Disjunct, Query
 from .z3_exact import ExactChecker, confirm_boxes
 
@@ -352,7 +352,7 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     root = (best, 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)), hint[0])
     tried = [0]
     first = time.monotonic() + FIRST_SHARE * (bab_deadline - time.monotonic())
-    leaves = [] if opts.lp_leaves and is_split_ready(ir) else None
+    leaves = [] if opts.lp_leaves and is_lp_ready(ir) else None
     depth = LEAF_DEPTH if leaves is not None else math.inf
     decided, open_boxes = _branch_and_bound(model, dj, root, min(first, deadline), first, opts, stats, closed,
                                             "smart", tried, lp, leaves, depth)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _small_build(tmp: Path) -> Path:
-    from mi_certify.generator.pipeline import BuildOptions, build
+    from mi_certify.generator.pipeline.runner import BuildOptions, build
     text = (ROOT / "examples" / "meta_controller" / "sla.yaml").read_text().split("\ncosim:")[0]
     for b in ("bits: 4", "bits: 3"):
         text = text.replace(b, "bits: 2")
@@ -40,11 +40,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cycles", type=int, default=20_000, help="random cycles after the directed ones (default 20000)")
     args = ap.parse_args(argv)
 
-    from mi_certify.generator.lut import property_masks
-    from mi_certify.generator.spec import load_spec
-    from mi_certify.verification.cocotb_sim import (expected_trace, fsm_job, make_stimulus,
+    from mi_certify.generator.core.lut import property_masks
+    from mi_certify.generator.core.spec import load_spec
+    from mi_certify.verification.cosim.cocotb_sim import (expected_trace, fsm_job, make_stimulus,
                                                     run_cosim_per_cycle)
-    from mi_certify.verification.vector_sim import run_icarus, run_verilator_coverage
+    from mi_certify.verification.cosim.vector_sim import run_icarus, run_verilator_coverage
 
     with tempfile.TemporaryDirectory(prefix="mi-certify-bench-") as tmp:
         tmp = Path(tmp)

@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from mi_certify.generator.distill import DistillOptions, cell_edges, box_of_cells, distill
-from mi_certify.generator.model import load_model
-from mi_certify.generator.onnx_import import import_onnx
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.build.distill import DistillOptions, cell_edges, box_of_cells, distill
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.generator.frontend.onnx_import import import_onnx
+from mi_certify.generator.core.spec import load_spec
 from mi_certify.runtime.quantize import split_address
-from mi_certify.verification import marabou
-from mi_certify.verification.properties import decoded_rows
+from mi_certify.verification.tools import marabou
+from mi_certify.verification.nn.properties import decoded_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "meta_controller" / "controller.onnx"

@@ -3,9 +3,9 @@
     python bench/fmax_bound.py [--build DIR] [--seeds N]
 
 Every variant is placed and routed with the build's own flow
-(:func:`mi_certify.verification.synth.place_and_route`: the registered-input wrapper,
+(:func:`mi_certify.verification.rtl.synth.place_and_route`: the registered-input wrapper,
 ``synth_ice40 -nodffe`` / ``synth_ecp5``, nextpnr-ice40 HX8K ct256 / UP5K sg48, nextpnr-ecp5
-LFE5U-25F CABGA256: every device of :data:`mi_certify.verification.synth.DEVICES`), on seeds 1..N:
+LFE5U-25F CABGA256: every device of :data:`mi_certify.verification.rtl.synth.DEVICES`), on seeds 1..N:
 
 - **shipped**: the build's ``<module>.v`` as it is;
 - **table read alone**: the same file with the FSM's next-state logic replaced by
@@ -79,10 +79,10 @@ def main(argv=None) -> int:
     ap.add_argument("--slices", type=int, default=None, help="low bits of an alternative sliced_rom layout")
     args = ap.parse_args(argv)
 
-    from mi_certify.generator import emit as emit_mod
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.build import emit as emit_mod
+    from mi_certify.generator.core.spec import load_spec
     from mi_certify.runtime.fsm import REASON_BITS
-    from mi_certify.verification import synth
+    from mi_certify.verification.rtl import synth
 
     build = Path(args.build)
     spec = load_spec(build / "inputs" / "spec" / "sla.yaml")
@@ -90,8 +90,8 @@ def main(argv=None) -> int:
     variants = {"shipped": (src, None), "table read alone": (table_only(src), None), "FSM alone": (fsm_only(src), None)}
     if args.slices is not None:
         import numpy as np
-        from mi_certify.generator.emit import SourceHashes, emit_verilog, rom_file_name
-        from mi_certify.generator.lut import Lut, LutFsmArtefact, property_masks
+        from mi_certify.generator.build.emit import SourceHashes, emit_verilog, rom_file_name
+        from mi_certify.generator.core.lut import Lut, LutFsmArtefact, property_masks
         raw = np.frombuffer(bytes.fromhex((build / "lut.hex").read_text().replace("\n", "")), dtype=np.uint8)
         lut = Lut((raw & 0x7F).astype(np.uint8), (raw >> 7).astype(bool), np.full(raw.size, "proven", dtype=object))
         real = emit_mod.sliced_rom

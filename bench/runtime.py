@@ -75,7 +75,7 @@ def main(argv=None) -> int:
 
     tmp = tempfile.TemporaryDirectory(prefix="mi-certify-bench-")
     if args.build is None:
-        from mi_certify.generator.pipeline import BuildOptions, build
+        from mi_certify.generator.pipeline.runner import BuildOptions, build
         out = Path(tmp.name) / "meta_controller"
         build(ROOT / "examples/meta_controller/controller.onnx", ROOT / "examples/meta_controller/sla.yaml", out,
               BuildOptions(skip_lint=True, skip_cosim=True, verify=False, distill=False))

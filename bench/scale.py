@@ -36,9 +36,9 @@ SLA = ROOT / "examples" / "meta_controller" / "sla.yaml"
 
 ONE = """
 import json, sys, time
-from mi_certify.generator.distill import DistillOptions, distill
-from mi_certify.generator.model import load_model
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.build.distill import DistillOptions, distill
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.generator.core.spec import load_spec
 spec, model = load_spec(sys.argv[2]), load_model(sys.argv[1])
 t0 = time.monotonic()
 r = distill(spec, model, DistillOptions(resolve=spec.resolve))

@@ -42,7 +42,7 @@ PROJECT = (1, 2, 4, 8, 16, 32, 64)
 
 
 def spec_at(bits: list[int], folder: Path):
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.core.spec import load_spec
 
     text = SLA.read_text()
     for b in bits:
@@ -53,7 +53,7 @@ def spec_at(bits: list[int], folder: Path):
 
 
 def fingerprint(r) -> tuple:
-    from mi_certify.generator.lut import table_bytes
+    from mi_certify.generator.core.lut import table_bytes
     return r.boxes.tobytes(), r.witnesses.tobytes(), table_bytes(r.lut.tokens, r.lut.confident), r.lut.status.tolist()
 
 
@@ -104,8 +104,8 @@ def makespan(durations: list[float], workers: int) -> float:
 
 
 def on_cluster(n: int, spec, warm_spec, model) -> dict:
-    from mi_certify.generator.distill import DistillOptions, distill
-    from mi_certify.verification.backends import BackendSpec, open_backend
+    from mi_certify.generator.build.distill import DistillOptions, distill
+    from mi_certify.verification.tools.backends import BackendSpec, open_backend
 
     t0 = time.monotonic()
     with open_backend(BackendSpec(scheduler="local", workers=n)) as backend:   # what --scheduler local starts
@@ -132,9 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args(argv)
 
-    from mi_certify.generator.distill import DistillOptions, distill
-    from mi_certify.generator.model import load_model
-    from mi_certify.verification.backends import InlineBackend
+    from mi_certify.generator.build.distill import DistillOptions, distill
+    from mi_certify.generator.frontend.model import load_model
+    from mi_certify.verification.tools.backends import InlineBackend
 
     model = load_model(MODEL)
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     print(f"in this process (no Dask): {t_inline:.2f} s, {len(inline.tasks)} slices "
           f"(largest {max(t.seconds for t in inline.tasks):.2f} s, sum {sum(t.seconds for t in inline.tasks):.2f} s); "
           f"{load.note()}")
-    from mi_certify.verification.backends import ProcessBackend
+    from mi_certify.verification.tools.backends import ProcessBackend
     with OtherLoad() as load:
         own = distill(spec, model, DistillOptions(workers=2), backend=ProcessBackend(2))
     t_own = load.wall

@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from mi_certify.generator.model import load_model
-from mi_certify.verification import marabou
-from mi_certify.verification.nn_verify import VerifyOptions, decide
-from mi_certify.verification.vnnlib import parse_vnnlib
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.verification.tools import marabou
+from mi_certify.verification.nn.nn_verify import VerifyOptions, decide
+from mi_certify.verification.nn.vnnlib import parse_vnnlib
 
 ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "anchors"
 PUBLISHED = Path(__file__).resolve().parent / "vnncomp2022_acasxu.csv"

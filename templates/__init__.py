@@ -45,8 +45,8 @@ def environment() -> jinja2.Environment:
     keep_trailing_newline (a file ends as its template does); autoescape for ``*.html.j2``
     only (HTML escaping in report.html, none in Python, Verilog, Yosys or C++ output, none
     for ``from_string`` templates); the :data:`FILTERS`. Under it the python/, verilog/ and
-    report/ templates render byte-identically to the environments of generator/emit.py and
-    generator/report.py (which name report templates without the ``report/`` prefix).
+    report/ templates render byte-identically to the environments of generator/build/emit.py and
+    generator/bundle/report.py (which name report templates without the ``report/`` prefix).
     Raises nothing itself; ``get_template`` raises ``jinja2.TemplateNotFound``.
     """
     import jinja2

@@ -66,13 +66,13 @@ def children(pid: int) -> list[int]:
 
 
 def spawned_workers(pid: int) -> list[int]:
-    """Worker processes of ``pid`` (verification/workers.py; multiprocessing spawn's too)."""
+    """Worker processes of ``pid`` (verification/tools/workers.py; multiprocessing spawn's too)."""
     out = []
     for c in children(pid):
         try:
             with open(f"/proc/{c}/cmdline") as fh:
                 cmd = fh.read()
-                if "spawn_main" in cmd or "mi_certify.verification.workers" in cmd:
+                if "spawn_main" in cmd or "mi_certify.verification.tools.workers" in cmd:
                     out.append(c)
         except OSError:
             pass

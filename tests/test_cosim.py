@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from conftest import REFERENCE_MODEL, REFERENCE_SLA
-from mi_certify.generator.errors import SpecError
-from mi_certify.generator.pipeline import BuildOptions, build
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.core.errors import SpecError
+from mi_certify.generator.pipeline.runner import BuildOptions, build
+from mi_certify.generator.core.spec import load_spec
 from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.runtime.sla import (CycleMonitorConfig, CycleSlaMonitor, MonitorConfig, SlaLimits, SlaMonitor,
                                     accuracy_limit_fixed, accuracy_to_fixed, latency_limit_cycles)
-from mi_certify.verification import monitor_cosim
-from mi_certify.generator.lut import LutFsmArtefact
-from mi_certify.verification.cocotb_sim import run_cosim
-from mi_certify.verification.coverage import assess
-from mi_certify.verification.vector_sim import SimReport, parse_coverage
+from mi_certify.verification.cosim import monitor_cosim
+from mi_certify.generator.core.lut import LutFsmArtefact
+from mi_certify.verification.cosim.cocotb_sim import run_cosim
+from mi_certify.verification.cosim.coverage import assess
+from mi_certify.verification.cosim.vector_sim import SimReport, parse_coverage
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITOR = ROOT / "hdl" / "sla_monitor.v"
@@ -132,7 +132,7 @@ def test_reason_coverage_counts_only_the_reasons_this_lut_can_produce():
     # action never MASKs: 1.0 was out of reach for such specs (a fresh-user review)
     from types import SimpleNamespace
     from mi_certify.runtime.fsm import MaskBox, Reason
-    from mi_certify.verification.cocotb_sim import functional_coverage
+    from mi_certify.verification.cosim.cocotb_sim import functional_coverage
     cfg = FsmConfig(4, 0, 3, 10, 3, 8)
     always = (Reason.HOLD, Reason.PROBE_FAULT, Reason.FALLBACK, Reason.RECOVER, Reason.COOLDOWN)
     rep = SimpleNamespace(cells=16, transitions={}, reasons={int(r): 5 for r in always})
@@ -201,7 +201,7 @@ def test_mutated_monitor_rtl_is_caught(tmp_path, monkeypatch, mutation):
 # --- the FSM co-simulation can fail ------------------------------------------------------------------
 
 def test_fsm_cosimulation_fails_when_the_reference_expectation_is_altered(reference_build, tmp_path):
-    from mi_certify.generator.lut import property_masks
+    from mi_certify.generator.core.lut import property_masks
     lut = bytes.fromhex((reference_build / "lut.hex").read_text().replace("\n", ""))
 
     def alter(stimulus, expected):
@@ -299,8 +299,8 @@ def test_audit_port_is_compared_every_cycle_and_a_wrong_audit_expectation_fails(
     build(REFERENCE_MODEL, sla, out, BuildOptions(verify=False, distill=False, skip_rtl_proofs=True, skip_cosim=True,
                                                   skip_lint=True))
     spec = load_spec(sla)
-    from mi_certify.generator.lut import property_masks
-    from mi_certify.verification.cocotb_sim import AUDIT_PORTS, fsm_ports
+    from mi_certify.generator.core.lut import property_masks
+    from mi_certify.verification.cosim.cocotb_sim import AUDIT_PORTS, fsm_ports
     _, outs, _ = fsm_ports(out / "meta_controller.v", "meta_controller")
     assert [p.name for p in outs] == ["token", "reason", *AUDIT_PORTS]
     lut = bytes.fromhex((out / "lut.hex").read_text().replace("\n", ""))

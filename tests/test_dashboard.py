@@ -1,4 +1,4 @@
-"""The operator's dashboard: ``mi-certify audit report`` (generator/dashboard.py)."""
+"""The operator's dashboard: ``mi-certify audit report`` (generator/bundle/dashboard.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
-from mi_certify.generator import dashboard
-from mi_certify.generator.pipeline import BuildOptions, build
+from mi_certify.generator.bundle import dashboard
+from mi_certify.generator.pipeline.runner import BuildOptions, build
 from mi_certify.runtime.audit import AuditLog
 from mi_certify.runtime.engine import run_live
 from mi_certify.runtime.live import ControlLoop, load_build
@@ -179,7 +179,7 @@ def test_without_a_heat_map_the_visited_addresses_are_a_table(run, monkeypatch):
 
 
 def test_dashboard_loads_in_headless_chromium_without_console_errors(page, tmp_path):
-    from mi_certify.verification.chromium import find_chromium, load_page
+    from mi_certify.verification.tools.chromium import find_chromium, load_page
     if not find_chromium():
         pytest.skip("chromium is not installed")
     res = load_page(page[1], screenshot=tmp_path / "shot.png")

@@ -6,10 +6,10 @@ import pytest
 from onnx import helper
 
 from conftest import save_model, tensor
-from mi_certify.generator.distill import DistillOptions, distill, fidelity
-from mi_certify.generator.lut import PROVEN, RESOLVED
-from mi_certify.generator.model import load_model
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
+from mi_certify.generator.core.lut import PROVEN, RESOLVED
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.generator.core.spec import load_spec
 
 SPEC = """schema: mi-certify/v1
 controller: {{name: ctl, decode: argmax}}
@@ -73,7 +73,7 @@ def test_confident_bit_is_a_certified_lower_bound(tmp_path):
 
 
 def test_refuse_policy_fails_the_build_when_a_cell_holds_two_actions(tmp_path):
-    from mi_certify.generator.pipeline import BuildOptions, build
+    from mi_certify.generator.pipeline.runner import BuildOptions, build
     model = _model(tmp_path)
     _spec(tmp_path, distill_section="distill: {resolve: refuse}")
     res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True, skip_synth=True,
@@ -83,7 +83,7 @@ def test_refuse_policy_fails_the_build_when_a_cell_holds_two_actions(tmp_path):
 
 
 def test_heatmap_png_marks_resolved_cells(tmp_path):
-    from mi_certify.generator.pipeline import BuildOptions, build
+    from mi_certify.generator.pipeline.runner import BuildOptions, build
     model = _model(tmp_path)
     _spec(tmp_path)
     res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True, skip_synth=True,

@@ -10,12 +10,12 @@ import pytest
 import z3
 
 from conftest import REFERENCE_MODEL, REFERENCE_SLA
-from mi_certify.generator.lut import LutFsmArtefact, property_masks
-from mi_certify.generator.pipeline import BuildOptions, build
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.core.lut import LutFsmArtefact, property_masks
+from mi_certify.generator.pipeline.runner import BuildOptions, build
+from mi_certify.generator.core.spec import load_spec
 from mi_certify.runtime.fsm import FsmConfig, LutFsm, MaskBox, Reason, allowed_at
-from mi_certify.verification.fsm_proofs import entry_alphabet, prove_fsm
-from mi_certify.verification.rtl_formal import rtl_obligations
+from mi_certify.verification.rtl.fsm_proofs import entry_alphabet, prove_fsm
+from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 
 # 4 addresses (one input, 2 bits): keep, int4, int4 (not confident), merge; a property forbids int4 at 2
 TOKENS = np.array([0, 2, 2, 1])
@@ -149,7 +149,7 @@ def test_the_reference_build_proves_the_fsm_and_the_rtl(reference_build):
 def test_a_latch_in_the_rtl_stops_the_formal_flow(tmp_path):
     """Yosys ``check -assert`` does not catch latches (DESIGN.md): the SMT-LIB script asserts
     that none was inferred, so an incomplete combinational assignment fails the RTL proofs."""
-    from mi_certify.verification import yosys
+    from mi_certify.verification.tools import yosys
     v = tmp_path / "latchy.v"
     v.write_text("module latchy(input wire [1:0] addr, output reg [1:0] token);\n"
                  "always @(*) if (addr[0]) token = addr;\nendmodule\n")

@@ -11,17 +11,17 @@ import subprocess
 import numpy as np
 import pytest
 
-from mi_certify.generator.boxtree import Leaf, build_tree, evaluate, tree_size
-from mi_certify.generator.emit import (SourceHashes, emit_rom_hex, emit_verilog, lut_entries, rom_file_name,
+from mi_certify.generator.core.boxtree import Leaf, build_tree, evaluate, tree_size
+from mi_certify.generator.build.emit import (SourceHashes, emit_rom_hex, emit_verilog, lut_entries, rom_file_name,
                                        sliced_rom, split_select)
-from mi_certify.generator.errors import SpecError
-from mi_certify.generator.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
-from mi_certify.generator.onnx_import import import_onnx
-from mi_certify.generator.spec import HdlOptions, load_spec
-from mi_certify.verification import synth
-from mi_certify.verification.check_tables import verilog_table
-from mi_certify.verification.fsm_proofs import entry_alphabet
-from mi_certify.verification.rtl_formal import rtl_obligations
+from mi_certify.generator.core.errors import SpecError
+from mi_certify.generator.core.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
+from mi_certify.generator.frontend.onnx_import import import_onnx
+from mi_certify.generator.core.spec import HdlOptions, load_spec
+from mi_certify.verification.rtl import synth
+from mi_certify.verification.check.tables import verilog_table
+from mi_certify.verification.rtl.fsm_proofs import entry_alphabet
+from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 
 from conftest import REFERENCE_MODEL, REFERENCE_SLA
 
@@ -146,7 +146,7 @@ def test_the_sliced_rom_codes_slices_and_shares_columns():
 def test_a_constant_lut_is_proved_read_back_and_co_simulated(small, tmp_path, encoding):
     # every cell the same entry: no ROM, no slice, no comparator; a combinational block
     # without inputs would never run in an event-driven simulator (found by a fresh-user review)
-    from mi_certify.verification.cocotb_sim import run_cosim
+    from mi_certify.verification.cosim.cocotb_sim import run_cosim
     spec, lut, boxes = small
     const = dataclasses.replace(lut, tokens=np.zeros_like(lut.tokens), confident=np.ones_like(lut.confident))
     spec, v = _emit(spec, const, boxes, tmp_path / "rtl", encoding)
@@ -273,7 +273,7 @@ def test_reset_style_and_polarity_behave_as_documented_in_icarus(small, tmp_path
 
 
 def test_spec_hdl_section_defaults_and_errors(tmp_path):
-    from mi_certify.generator.spec import HdlTarget
+    from mi_certify.generator.core.spec import HdlTarget
     assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="sliced_rom", clock_mhz=50.0, latency=3,
                                                       target=HdlTarget("up5k", 50.0, False))
     text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
@@ -312,7 +312,7 @@ def test_place_and_route_gives_a_deterministic_fmax_on_the_registered_wrapper(sm
 
 @pytest.mark.skipif(bool(synth.tools_missing()), reason="yosys and nextpnr-ice40 are required (make setup)")
 def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_the_smallest(small, tmp_path):
-    from mi_certify.generator.build_stages import auto_encoding
+    from mi_certify.generator.pipeline.stages import auto_encoding
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "rom")
     assert synth.ice40_stats(v, spec.module_name)["bram"] == 0  # read combinationally: logic on its own
@@ -327,8 +327,8 @@ def test_the_rom_maps_to_block_ram_behind_a_registered_address_and_auto_picks_th
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
 def test_a_prefixed_active_low_rom_design_co_simulates_through_the_adapter(small, tmp_path):
-    from mi_certify.verification import hdl_adapter
-    from mi_certify.verification.cocotb_sim import run_cosim
+    from mi_certify.verification.rtl import hdl_adapter
+    from mi_certify.verification.cosim.cocotb_sim import run_cosim
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path / "rtl", "rom", reset="async", reset_polarity="low", prefix="acme_")
     machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
@@ -367,7 +367,7 @@ def test_a_design_over_a_devices_capacity_is_recorded_without_running_nextpnr(sm
 
 
 def test_a_rom_above_the_yosys_limit_is_refused_before_any_tool_runs(small, tmp_path, monkeypatch):
-    from mi_certify.verification import yosys
+    from mi_certify.verification.tools import yosys
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "rom")
     assert synth.rom_shapes(v) == [("lut_rom", 1024, 3)] and synth.rom_brams(v) == 1
@@ -400,7 +400,7 @@ def test_a_rom_above_the_yosys_limit_is_refused_before_any_tool_runs(small, tmp_
 def test_the_lut_is_evaluated_in_chunks_with_the_same_result(small, tmp_path):
     import tracemalloc
 
-    from mi_certify.verification.rtl_formal import lut_from_smt2, yosys_smt2
+    from mi_certify.verification.rtl.rtl_formal import lut_from_smt2, yosys_smt2
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "sliced_rom")
     design = yosys_smt2(v, spec.module_name, entry_bits=spec.token_bits + 1)
@@ -417,7 +417,7 @@ def test_the_lut_is_evaluated_in_chunks_with_the_same_result(small, tmp_path):
 # --- pipelined decision (hdl.latency) and the pyverilog reader --------------------------------
 
 def test_the_decision_stream_delays_every_input_and_a_reset_empties_the_pipeline():
-    from mi_certify.verification.cocotb_sim import decision_stream
+    from mi_certify.verification.cosim.cocotb_sim import decision_stream
     rows = [[1, 7, 0, 0], [0, 1, 0, 1], [0, 2, 1, 0], [0, 3, 0, 0], [1, 4, 0, 0], [0, 5, 0, 0], [0, 6, 0, 0],
             [0, 8, 0, 1]]
     assert decision_stream(rows, 1) == rows
@@ -429,7 +429,7 @@ def test_the_decision_stream_delays_every_input_and_a_reset_empties_the_pipeline
 
 @pytest.mark.parametrize("encoding", ["case", "rom", "boxtree", "sliced_rom"])
 def test_every_latency_is_proved_with_the_delay_and_read_back(small, tmp_path, encoding):
-    from mi_certify.verification.verilog_reader import read_lut
+    from mi_certify.verification.tools.verilog_reader import read_lut
     spec0, lut, boxes = small
     for latency in (2, 3):
         spec, v = _emit(spec0, lut, boxes, tmp_path / str(latency), encoding, latency=latency, reset="async",
@@ -444,7 +444,7 @@ def test_every_latency_is_proved_with_the_delay_and_read_back(small, tmp_path, e
 
 
 def test_a_pipeline_that_mixes_cycles_or_reports_the_wrong_address_is_caught(small, tmp_path):
-    from mi_certify.verification.verilog_reader import VerilogReadError, read_lut
+    from mi_certify.verification.tools.verilog_reader import VerilogReadError, read_lut
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "case", latency=3)
     src = v.read_text()
@@ -464,8 +464,8 @@ def test_a_pipeline_that_mixes_cycles_or_reports_the_wrong_address_is_caught(sma
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
 @pytest.mark.parametrize("encoding,latency", [("sliced_rom", 3), ("case", 2)])
 def test_a_pipelined_design_co_simulates_cycle_by_cycle_with_the_delay(small, tmp_path, encoding, latency):
-    from mi_certify.verification.cocotb_sim import run_cosim
-    from mi_certify.verification.hdl_adapter import prepare
+    from mi_certify.verification.cosim.cocotb_sim import run_cosim
+    from mi_certify.verification.rtl.hdl_adapter import prepare
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path / "rtl", encoding, latency=latency, reset_polarity="low")
     machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
@@ -520,9 +520,9 @@ def wide():
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
 def test_latency_3_cuts_the_slice_multiplexer_and_stays_proved_read_back_and_co_simulated(wide, tmp_path):
-    from mi_certify.verification.cocotb_sim import run_cosim
-    from mi_certify.verification.hdl_adapter import prepare
-    from mi_certify.verification.verilog_reader import read_lut
+    from mi_certify.verification.cosim.cocotb_sim import run_cosim
+    from mi_certify.verification.rtl.hdl_adapter import prepare
+    from mi_certify.verification.tools.verilog_reader import read_lut
     spec0, lut = wide
     spec, v = _emit(spec0, lut, None, tmp_path / "rtl", "sliced_rom", latency=3)
     src = v.read_text()
@@ -548,7 +548,7 @@ def test_latency_3_cuts_the_slice_multiplexer_and_stays_proved_read_back_and_co_
 
 def test_every_generated_file_parses_with_pyverilog_and_matches_header_and_spec(small, tmp_path):
     from mi_certify.runtime.fsm import REASON_BITS, Reason
-    from mi_certify.verification.verilog_reader import check_all, check_controller, read_lut
+    from mi_certify.verification.tools.verilog_reader import check_all, check_controller, read_lut
     spec0, lut, boxes = small
     combos = [(enc, 1, opt) for enc in ("case", "rom", "boxtree", "sliced_rom") for opt in OPTIONS]
     combos += [(enc, lat, OPTIONS[-1]) for enc in ("case", "rom", "boxtree", "sliced_rom") for lat in (2, 3)]
@@ -564,7 +564,7 @@ def test_every_generated_file_parses_with_pyverilog_and_matches_header_and_spec(
 
 def test_a_header_or_port_that_disagrees_with_the_spec_and_a_parse_failure_are_named(small, tmp_path):
     from mi_certify.runtime.fsm import REASON_BITS, Reason
-    from mi_certify.verification.verilog_reader import VerilogReadError, check_controller, parse
+    from mi_certify.verification.tools.verilog_reader import VerilogReadError, check_controller, parse
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "sliced_rom", latency=2)
     names = [r.name for r in Reason]
@@ -607,7 +607,7 @@ def test_spec_hdl_latency_defaults_to_one_and_accepts_auto(tmp_path):
 def test_the_smt2_lut_evaluator_keeps_bit_vectors_wider_than_int64_exact():
     """A ROM word or concatenation wider than 63 bits (a LUT with many slice columns) is evaluated
     with exact integers: int64 lanes would wrap, and the reference LUT once crashed the build here."""
-    from mi_certify.verification.rtl_formal import _eval_lut_chunk
+    from mi_certify.verification.rtl.rtl_formal import _eval_lut_chunk
     addrs = np.arange(16, dtype=np.int64)
     # addr shifted 66 bits up and back: wraps to 0 in int64
     shifted = [["_", "extract", "3", "0"], [["_", "extract", "69", "66"], ["concat", ["|addr|", "s"], "#b" + "0" * 66]]]

@@ -15,29 +15,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"generator": "mi_certify.generator", "verification": "mi_certify.verification",
             "runtime": "mi_certify.runtime", "templates": "mi_certify.templates"}
 
-#: Layers, lowest first. A module may import modules of its own layer and of the layers below;
-#: the peers of the top layers (pipeline | checker, and the CLI on top) never import each other.
+#: Layers, lowest first, each the folders that hold it: a module's folder is its layer. A module may
+#: import modules of its own layer and of the layers below; the peers of the top layers
+#: (pipeline | checker, and the CLI on top) never import each other.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "runtime": ("mi_certify.runtime.*",),
-    "core": ("generator.errors", "generator.numerics", "generator.ir", "generator.spec", "generator.spec_doc",
-             "generator.lut", "generator.boxtree", "generator.results", "generator.exports", "generator.source_id",
-             "mi_certify.templates"),
-    "tools": ("verification.tools", "verification.workers", "verification.backends", "verification.dask_backend",
-              "verification.yosys", "verification.verilator",
-              "verification.chromium", "verification.marabou", "verification.bitvec", "verification.verilog_reader"),
-    "import": ("generator.onnx_import", "generator.model", "generator.mlp", "generator.train"),
-    "network": ("verification.bounds", "verification.campaign", "verification.properties", "verification.vnnlib",
-                "verification.z3_exact", "verification.falsify", "verification.lp_relax", "verification.lp_split",
-                "verification.nn_verify", "verification.network"),
-    "build": ("generator.distill", "generator.emit", "generator.emit_monitor", "generator.heatmap"),
-    "proofs": ("verification.fsm_proofs", "verification.lut_check", "verification.rtl_formal",
-               "verification.cocotb_sim", "verification.cocotb_tb", "verification.vector_sim",
-               "verification.monitor_cosim", "verification.coverage", "verification.synth",
-               "verification.hdl_adapter"),
-    "bundle": ("generator.bundle", "generator.report", "generator.signing", "generator.dashboard"),
-    "pipeline": ("generator.pipeline", "generator.build_stages"),
-    "checker": ("verification.bundle_check", "verification.bundle_documents", "verification.check_*"),
-    "cli": ("generator.cli", "generator.cli_train", "generator.cli_runtime"),
+    "runtime": ("runtime",),
+    "core": ("generator/core", "templates"),
+    "tools": ("verification/tools",),
+    "import": ("generator/frontend",),
+    "network": ("verification/nn",),
+    "build": ("generator/build",),
+    "proofs": ("verification/rtl", "verification/cosim"),
+    "bundle": ("generator/bundle",),
+    "pipeline": ("generator/pipeline",),
+    "checker": ("verification/check",),
+    "cli": ("generator/cli",),
 }
 ORDER = list(LAYERS)
 #: Layers whose modules must not import each other although one is listed after the other.
@@ -45,22 +37,34 @@ PEERS = {("checker", "pipeline")}
 
 
 def _module_names() -> dict[str, Path]:
+    """{dotted module name: its file} for every module of the four packages, subpackages included."""
     out = {}
     for folder, pkg in PACKAGES.items():
-        for f in sorted((ROOT / folder).glob("*.py")):
-            out[pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"] = f
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" in f.parts or f.name == "__main__.py":
+                continue
+            parts = f.relative_to(ROOT / folder).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            out[".".join((pkg, *parts))] = f
     return out
 
 
+def _folder_of(module: str) -> str:
+    """The folder of a module's file relative to the repository (``mi_certify.generator.core.ir`` →
+    ``generator/core``; a subpackage's ``__init__`` → the subpackage's folder)."""
+    short = module.removeprefix("mi_certify.").split(".")
+    path = ROOT.joinpath(*short)
+    return "/".join(short if path.is_dir() else short[:-1])
+
+
 def layer_of(module: str) -> str | None:
-    """The layer of a module (``mi_certify.generator.ir`` → core); None for the package ``__init__``s,
-    which load their public names lazily and belong to no layer."""
-    short = module.removeprefix("mi_certify.")
-    for name, patterns in LAYERS.items():
-        for pat in patterns:
-            p = pat.removeprefix("mi_certify.")
-            if p.endswith("*") and short.startswith(p[:-1]) or short == p or module == pat:
-                return name
+    """The layer of a module, read from its folder (``mi_certify.generator.core.ir`` → core); None for
+    the top package ``__init__``s (mi_certify.generator, mi_certify.verification), which load their
+    public names lazily and belong to no layer."""
+    folder = _folder_of(module)
+    for name, folders in LAYERS.items():
+        if any(folder == f or folder.startswith(f + "/") for f in folders):
+            return name
     return None
 
 
@@ -122,8 +126,18 @@ def _sources() -> dict[str, str]:
 
 
 def test_every_module_has_a_layer():
-    assert [m for m in _module_names() if layer_of(m) is None and not m.count(".") == 1
-            and m != "mi_certify.templates"] == []
+    """Every module sits in a layer's folder: only the two top package ``__init__``s have none."""
+    assert sorted(m for m in _module_names() if layer_of(m) is None) == ["mi_certify.generator",
+                                                                       "mi_certify.verification"]
+
+
+def test_the_layer_comes_from_the_folder():
+    assert layer_of("mi_certify.generator.core.ir") == "core"
+    assert layer_of("mi_certify.verification.nn.bounds") == "network"
+    assert layer_of("mi_certify.verification.cosim") == "proofs"     # a subpackage's __init__
+    assert layer_of("mi_certify.runtime.fsm") == "runtime"
+    assert layer_of("mi_certify.templates") == "core"
+    assert all(layer_of(m) is not None for m in _module_names() if m.count(".") >= 3)
 
 
 def test_imports_follow_the_layers_and_no_private_name_crosses_a_module():
@@ -131,13 +145,13 @@ def test_imports_follow_the_layers_and_no_private_name_crosses_a_module():
 
 
 @pytest.mark.parametrize("module, line", [
-    ("mi_certify.verification.bounds", "from mi_certify.generator.pipeline import build"),       # proofs → pipeline
-    ("mi_certify.generator.emit_monitor", "from mi_certify.verification.monitor_cosim import expected"),  # build → proofs
-    ("mi_certify.generator.ir", "from .onnx_import import import_onnx"),                        # core → import
-    ("mi_certify.verification.bundle_check", "from mi_certify.generator.pipeline import build"),  # checker → pipeline
-    ("mi_certify.generator.report", "from .emit import _fraction"),                              # a private name
-    ("mi_certify.runtime.fsm", "def f():\n    from mi_certify.generator.lut import Lut"),        # runtime → core, nested
-    ("mi_certify.generator.distill", "from mi_certify.generator import build"),                 # via a public name
+    ("mi_certify.verification.nn.bounds", "from mi_certify.generator.pipeline.runner import build"),       # proofs → pipeline
+    ("mi_certify.generator.build.emit_monitor", "from mi_certify.verification.cosim.monitor_cosim import expected"),  # build → proofs
+    ("mi_certify.generator.core.ir", "from ..frontend.onnx_import import import_onnx"),                        # core → import
+    ("mi_certify.verification.check.bundle_check", "from mi_certify.generator.pipeline.runner import build"),  # checker → pipeline
+    ("mi_certify.generator.bundle.report", "from ..build.emit import _fraction"),                              # a private name
+    ("mi_certify.runtime.fsm", "def f():\n    from mi_certify.generator.core.lut import Lut"),        # runtime → core, nested
+    ("mi_certify.generator.build.distill", "from mi_certify.generator import BuildOptions"),          # via a public name
 ])
 def test_an_arrow_against_the_flow_is_caught(module, line):
     sources = _sources()
@@ -160,11 +174,11 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 
 
 def test_importing_the_ir_loads_no_solver_no_onnx_and_no_template_engine():
-    code = ("import sys; import mi_certify.generator.ir; "
+    code = ("import sys; import mi_certify.generator.core.ir; "
             "print(sorted(m for m in ('z3', 'onnx', 'jinja2', 'onnxruntime', 'maraboupy', 'matplotlib') "
             "if m in sys.modules)); print(sum(m.startswith('mi_certify') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[0] == "[]" and int(out[1]) == 5  # mi_certify, .generator (+ .exports), .numerics, .ir
+    assert out[0] == "[]" and int(out[1]) == 6  # mi_certify, .generator, .core (+ .exports), .numerics, .ir
 
 
 def test_the_cli_main_runs_verify_from_python_c(tmp_path):
@@ -172,7 +186,7 @@ def test_the_cli_main_runs_verify_from_python_c(tmp_path):
     (the reference network has <= 64 ReLUs) runs in spawned worker processes, which import their
     module alone (the import cycle broke them)."""
     from conftest import REFERENCE_MODEL, REFERENCE_SLA
-    code = ("import sys; from mi_certify.generator.cli import main; "
+    code = ("import sys; from mi_certify.generator.cli.main import main; "
             f"sys.exit(main(['verify', {str(REFERENCE_MODEL)!r}, '--sla', {str(REFERENCE_SLA)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**__import__("os").environ, "COLUMNS": "200"})

@@ -1,4 +1,4 @@
-"""ReLU-split LP leaves (verification/lp_split.py): the safe bound, completeness on small
+"""ReLU-split LP leaves (verification/nn/lp_split.py): the safe bound, completeness on small
 networks against Z3, the worker path, and the ACAS Xu rows input splitting alone left open."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from conftest import ANCHORS
-from mi_certify.generator.ir import AffineNode, ReluNode
-from mi_certify.generator.model import load_model
-from mi_certify.verification.bounds import NodeBounds, crown_bounds
-from mi_certify.verification.lp_split import SplitLP, close_leaves, split_leaf
-from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
-from mi_certify.verification.vnnlib import parse_vnnlib
-from mi_certify.verification.z3_exact import ExactChecker
+from mi_certify.generator.core.ir import AffineNode, ReluNode
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.verification.nn.bounds import NodeBounds, crown_bounds
+from mi_certify.verification.nn.lp_split import SplitLP, close_leaves, split_leaf
+from mi_certify.verification.nn.nn_verify import Verdict, VerifyOptions, decide
+from mi_certify.verification.nn.vnnlib import parse_vnnlib
+from mi_certify.verification.nn.z3_exact import ExactChecker
 from test_verification import _random_dag
 
 
@@ -132,7 +132,7 @@ def test_leaves_in_worker_processes_give_the_answers_of_this_process():
 
 def test_highs_prints_nothing_on_stdout():
     code = ("import numpy as np\nfrom test_verification import _random_dag\n"
-            "from mi_certify.verification.lp_split import split_leaf\n"
+            "from mi_certify.verification.nn.lp_split import split_leaf\n"
             "ir = _random_dag(np.random.default_rng(0), 2, [6], 2)\n"
             "split_leaf(ir, np.array([[1.0, -1.0]]), np.array([-50.0]), -np.ones(2), np.ones(2), float('inf'))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -1,4 +1,4 @@
-"""Fixed-order float64 arithmetic (generator/numerics.py) and the deterministic trainer (generator/mlp.py)."""
+"""Fixed-order float64 arithmetic (generator/core/numerics.py) and the deterministic trainer (generator/frontend/mlp.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from decimal import Decimal, getcontext
 import numpy as np
 import pytest
 
-from mi_certify.generator import numerics as N
-from mi_certify.generator.mlp import DeterministicMLP
+from mi_certify.generator.core import numerics as N
+from mi_certify.generator.frontend.mlp import DeterministicMLP
 
 
 def _sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:

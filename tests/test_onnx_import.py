@@ -10,9 +10,9 @@ import pytest
 from onnx import helper
 
 from conftest import ACAS_1_1, ANCHORS, CARTPOLE, CASES, save_model, tensor
-from mi_certify.generator.errors import ModelImportError, ModelMismatchError
-from mi_certify.generator.ir import AffineNode
-from mi_certify.generator.onnx_import import cross_check, evaluate_onnxruntime, import_onnx
+from mi_certify.generator.core.errors import ModelImportError, ModelMismatchError
+from mi_certify.generator.core.ir import AffineNode
+from mi_certify.generator.frontend.onnx_import import cross_check, evaluate_onnxruntime, import_onnx
 
 BOX = (-np.ones(2), np.ones(2))
 
@@ -218,7 +218,7 @@ def test_the_cross_check_takes_any_input_count(tmp_path, n_in):
 
 
 def test_corner_sets_are_exhaustive_while_small_and_a_fixed_sample_beyond():
-    from mi_certify.generator.numerics import MAX_CORNERS, corner_signs
+    from mi_certify.generator.core.numerics import MAX_CORNERS, corner_signs
     five = corner_signs(5)
     assert five.shape == (32, 5) and len({tuple(r) for r in five}) == 32
     assert [int("".join("1" if b else "0" for b in reversed(r)), 2) for r in five] == list(range(32))
@@ -362,7 +362,7 @@ def test_the_loaded_model_reads_the_logits_and_keeps_the_file_bytes(tmp_path):
     import hashlib
     import pickle
 
-    from mi_certify.generator.model import load_model
+    from mi_certify.generator.frontend.model import load_model
     path = _mlp_head(tmp_path, "sm", [helper.make_node("Softmax", ["z"], ["y"])])
     m = load_model(path)
     assert m.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and m.data == path.read_bytes()
@@ -374,7 +374,7 @@ def test_the_loaded_model_reads_the_logits_and_keeps_the_file_bytes(tmp_path):
 
 
 def test_a_head_that_disagrees_with_its_logits_is_caught():
-    from mi_certify.generator.onnx_import import OnnxruntimeReadout
+    from mi_certify.generator.frontend.onnx_import import OnnxruntimeReadout
     r = OnnxruntimeReadout.__new__(OnnxruntimeReadout)
     r.head = type("H", (), {"kind": "softmax", "output": "y"})()
     r.name = "m.onnx"

@@ -56,7 +56,7 @@ def test_straight_line_level_search_is_the_exact_level_for_every_width(lo, hi):
     at every cell edge and its float neighbours and at random floats of the envelope."""
     import random
 
-    from mi_certify.generator.emit import _level_tree, level_thresholds
+    from mi_certify.generator.build.emit import _level_tree, level_thresholds
 
     rng = random.Random(5)
     for bits in range(1, 9):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
-from mi_certify.generator.pipeline import BuildOptions, build
+from mi_certify.generator.pipeline.runner import BuildOptions, build
 from mi_certify.runtime.audit import AuditLog, verify_log
 from mi_certify.runtime.live import BuildLoadError, ControlLoop, load_build, replay
 from mi_certify.runtime.probes import QUANTITIES, FeatureMap, LinuxProbe, ProbeSample, Reading, TraceProbe

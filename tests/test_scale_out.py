@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from conftest import ANCHORS, EXAMPLES, ROOT
-from mi_certify.generator.distill import DistillOptions, distill
-from mi_certify.generator.errors import BackendError, MiCertifyError, TaskLostError
-from mi_certify.generator.lut import table_bytes
-from mi_certify.generator.model import load_model
-from mi_certify.generator.spec import load_spec
-from mi_certify.verification.backends import BackendSpec, InlineBackend, map_ordered, open_backend, software_identity
-from mi_certify.verification.campaign import read_instances, results_csv, run_campaign
-from mi_certify.verification.nn_verify import VerifyOptions
+from mi_certify.generator.build.distill import DistillOptions, distill
+from mi_certify.generator.core.errors import BackendError, MiCertifyError, TaskLostError
+from mi_certify.generator.core.lut import table_bytes
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.generator.core.spec import load_spec
+from mi_certify.verification.tools.backends import BackendSpec, InlineBackend, map_ordered, open_backend, software_identity
+from mi_certify.verification.nn.campaign import read_instances, results_csv, run_campaign
+from mi_certify.verification.nn.nn_verify import VerifyOptions
 
 distributed = pytest.importorskip("distributed")
 ACAS = ANCHORS / "acasxu"
@@ -149,7 +149,7 @@ def test_a_task_that_keeps_losing_its_worker_is_a_clear_error_not_a_gap(dask_bac
 
 
 def test_a_worker_of_another_mi_certify_is_refused_by_name(dask_backend, monkeypatch):
-    import mi_certify.verification.dask_backend as db
+    import mi_certify.verification.tools.dask_backend as db
     fake = {**software_identity(), "mi_certify_source": "0" * 64}
     monkeypatch.setattr(db, "software_identity", lambda: fake)
     with pytest.raises(BackendError, match=r"worker tcp://127\.0\.0\.1:\d+: refused: mi-certify source sha256 "
@@ -160,7 +160,7 @@ def test_a_worker_of_another_mi_certify_is_refused_by_name(dask_backend, monkeyp
 
 
 def test_the_identity_digest_is_the_manifests_source_digest():
-    from mi_certify.generator.bundle import source_identity
+    from mi_certify.generator.bundle.records import source_identity
     assert software_identity()["mi_certify_source"] == source_identity()["sha256"]
     assert software_identity()["packages"]["mi-certify"] != "not installed"
 
@@ -274,8 +274,8 @@ def test_a_bad_instance_line_is_named_with_its_reason(tmp_path, line, reason):
 
 def test_the_default_backends_never_import_dask(tmp_path):
     code = ("import sys, pathlib; sys.path.insert(0, 'tests'); import test_distill as td; "
-            "from mi_certify.generator.distill import DistillOptions, distill; "
-            "from mi_certify.generator.model import load_model; "
+            "from mi_certify.generator.build.distill import DistillOptions, distill; "
+            "from mi_certify.generator.frontend.model import load_model; "
             f"p = pathlib.Path({str(tmp_path)!r}); "
             "r = distill(td._spec(p), load_model(td._model(p)), DistillOptions(workers=2)); "
             "assert r.lut.tokens.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]; "

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from conftest import REFERENCE_SLA
-from mi_certify.generator.errors import SpecError
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.core.errors import SpecError
+from mi_certify.generator.core.spec import load_spec
 from mi_certify.runtime.sla import MonitorConfig, SlaLimits, SlaMonitor, exceeds, window_statistic
 
 LIMITS = [SlaLimits(50.0, 0.0), SlaLimits(30.0, 1.5), SlaLimits(None, None)]

@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import helper
 
 from conftest import save_model, tensor
-from mi_certify.generator.distill import DistillOptions, distill
-from mi_certify.generator.lut import PROVEN
-from mi_certify.generator.model import load_model
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.build.distill import DistillOptions, distill
+from mi_certify.generator.core.lut import PROVEN
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.generator.core.spec import load_spec
 
 def slow(examples: int) -> settings:
     """Settings for tests whose examples take seconds: no deadline, fixed examples (derandomized:
@@ -197,7 +197,7 @@ def test_the_estimate_refuses_what_does_not_fit_before_writing_anything(tmp_path
     ([2] * 6, 3, [16, 16, 16, 16, 16, 16]),  # depth 6
 ])
 def test_the_estimate_is_linear_in_cells_for_any_shape(tmp_path, bits, actions, widths):
-    from mi_certify.generator.distill import BASE_BYTES, BYTES_PER_CELL, estimate
+    from mi_certify.generator.build.distill import BASE_BYTES, BYTES_PER_CELL, estimate
     model_path, sla = make_controller(tmp_path, bits, actions, widths, 3)
     plan = estimate(load_spec(sla), load_model(model_path).ir)
     assert plan["cells"] == 1 << sum(bits)

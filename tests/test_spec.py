@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from conftest import EXAMPLES
-from mi_certify.generator.errors import SpecError
-from mi_certify.generator.spec import load_spec
+from mi_certify.generator.core.errors import SpecError
+from mi_certify.generator.core.spec import load_spec
 
 BASE = textwrap.dedent("""\
     schema: mi-certify/v1
@@ -154,9 +154,9 @@ def test_shipped_example_specs_are_valid(name):
 
 def test_sla_yaml_reference_is_generated_from_the_schema():
     from conftest import ROOT
-    from mi_certify.generator.spec_doc import render
+    from mi_certify.generator.core.spec_doc import render
     assert (ROOT / "docs" / "sla-yaml.md").read_text() == render(), \
-        "regenerate: python -m mi_certify.generator.spec_doc > docs/sla-yaml.md"
+        "regenerate: python -m mi_certify.generator.core.spec_doc > docs/sla-yaml.md"
 
 
 def _check_spec(path):

@@ -10,10 +10,11 @@ import re
 import pytest
 import yaml
 
-from mi_certify.generator.bundle import HDL_SUMMARY_KEYS, hdl_record
-from mi_certify.generator.errors import SpecError
-from mi_certify.generator.spec import TARGET_DEVICES, HdlTarget, load_spec
-from mi_certify.verification import synth, tools
+from mi_certify.generator.bundle.records import HDL_SUMMARY_KEYS, hdl_record
+from mi_certify.generator.core.errors import SpecError
+from mi_certify.generator.core.spec import TARGET_DEVICES, HdlTarget, load_spec
+from mi_certify.verification.rtl import synth
+from mi_certify.verification.tools import registry as tools
 
 from conftest import REFERENCE_MODEL, REFERENCE_SLA
 
@@ -141,7 +142,7 @@ def measured(tmp_path_factory):
 @needs_tools
 def test_a_build_that_misses_its_declared_clock_fails_and_an_advisory_one_passes_and_says_so(measured, monkeypatch,
                                                                                              capsys):
-    from mi_certify.generator.cli import main
+    from mi_certify.generator.cli.main import main
     memo: dict = {}
     real = synth.place_and_route
 
@@ -201,12 +202,12 @@ def test_latency_auto_picks_the_smallest_latency_that_meets_the_target_and_check
     """measure_target with a stand-in place and route: Fmax rises with the register stages of the file."""
     import dataclasses
 
-    from mi_certify.generator.build_stages import measure_target
-    from mi_certify.generator.emit import SourceHashes, emit_verilog
-    from mi_certify.generator.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
-    from mi_certify.generator.onnx_import import import_onnx
+    from mi_certify.generator.pipeline.stages import measure_target
+    from mi_certify.generator.build.emit import SourceHashes, emit_verilog
+    from mi_certify.generator.core.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
+    from mi_certify.generator.frontend.onnx_import import import_onnx
     from mi_certify.runtime.fsm import REASON_BITS, Reason
-    from mi_certify.verification.verilog_reader import check_controller
+    from mi_certify.verification.tools.verilog_reader import check_controller
     sla = _spec(tmp_path, {"encoding": "case", "latency": "auto", "target": {"device": "up5k", "clock_mhz": 50}},
                 bits=2)
     spec = load_spec(sla)

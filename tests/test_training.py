@@ -15,9 +15,9 @@ import onnxruntime as ort
 import pytest
 
 from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
-from mi_certify.generator.onnx_import import import_onnx
-from mi_certify.generator.spec import load_spec
-from mi_certify.generator.train import (TrainError, TrainOptions, guard_boxes, label_rows, read_profile,
+from mi_certify.generator.frontend.onnx_import import import_onnx
+from mi_certify.generator.core.spec import load_spec
+from mi_certify.generator.frontend.train import (TrainError, TrainOptions, guard_boxes, label_rows, read_profile,
                                         train_controller)
 from mi_certify.runtime.engine import DEFAULT_PLANS
 from mi_certify.runtime.profile import REFERENCE_INPUTS, ProfileConfig, profile, profile_columns

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from conftest import ANCHORS, CASES, REFERENCE_MODEL, REFERENCE_SLA, running, spawned_workers
-from mi_certify.generator.model import load_model
-from mi_certify.generator.onnx_import import evaluate_onnxruntime, import_onnx
-from mi_certify.generator.spec import load_spec
-from mi_certify.generator.ir import AffineNode, ControllerIR, InputNode, ReluNode
-from mi_certify.verification.bounds import (LOWER_SLOPES, NodeBounds, crown_bounds, forward_bounds,
+from mi_certify.generator.frontend.model import load_model
+from mi_certify.generator.frontend.onnx_import import evaluate_onnxruntime, import_onnx
+from mi_certify.generator.core.spec import load_spec
+from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode
+from mi_certify.verification.nn.bounds import (LOWER_SLOPES, NodeBounds, crown_bounds, forward_bounds,
                                              interval_bounds, output_bounds, output_matrix_lower)
-from mi_certify.verification.falsify import pgd_search
-from mi_certify.verification.nn_verify import Verdict, VerifyOptions, decide
-from mi_certify.verification.properties import Disjunct, Query
-from mi_certify.verification.vnnlib import parse_vnnlib, read_counterexample
+from mi_certify.verification.nn.falsify import pgd_search
+from mi_certify.verification.nn.nn_verify import Verdict, VerifyOptions, decide
+from mi_certify.verification.nn.properties import Disjunct, Query
+from mi_certify.verification.nn.vnnlib import parse_vnnlib, read_counterexample
 
 FAST = VerifyOptions(timeout=30)
 MARABOU_ONLY = VerifyOptions(timeout=30, max_boxes=0)  # every box goes straight to Marabou
@@ -163,8 +163,8 @@ def test_lp_chosen_slopes_give_the_lp_value_soundly_and_never_less_than_crown(se
     """The triangle LP only chooses λ and the slopes; the bound is our CROWN pass with them:
     it must hold at every sampled point, equal the LP's value (the LP dual is CROWN with
     those slopes, Salman et al. 2019) and not fall below CROWN's adaptive slopes for the same λ."""
-    from mi_certify.verification.bounds import combined_row_lower
-    from mi_certify.verification.lp_relax import TriangleLP
+    from mi_certify.verification.nn.bounds import combined_row_lower
+    from mi_certify.verification.nn.lp_relax import TriangleLP
     rng = np.random.default_rng(seed)
     ir = _random_dag(rng, int(rng.integers(2, 6)), [int(v) for v in rng.integers(4, 16, size=rng.integers(1, 4))],
                      int(rng.integers(2, 5)))
@@ -193,8 +193,8 @@ def test_lp_chosen_slopes_give_the_lp_value_soundly_and_never_less_than_crown(se
 
 
 def test_fused_relu_step_gives_the_numpy_expressions_bits():
-    from mi_certify.generator.numerics import sum_last
-    from mi_certify.verification.bounds import _relu_back, _relu_relaxation
+    from mi_certify.generator.core.numerics import sum_last
+    from mi_certify.verification.nn.bounds import _relu_back, _relu_relaxation
     rng = np.random.default_rng(3)
     L = rng.standard_normal((4, 6, 9)) * 10.0 ** rng.integers(-9, 9, size=(4, 6, 9))
     L[0, 0, :3] = [-0.0, 0.0, 1e300]
@@ -298,7 +298,7 @@ BOX = "".join(f"(assert (>= X_{i} -0.1))(assert (<= X_{i} 0.1))" for i in range(
     ("(assert (or))", "'or' without arguments"),
 ])
 def test_malformed_vnnlib_is_refused_with_one_located_error(tmp_path, body, message):
-    from mi_certify.verification.vnnlib import VnnlibError
+    from mi_certify.verification.nn.vnnlib import VnnlibError
     f = tmp_path / "p.vnnlib"
     f.write_text(HEAD + BOX + body)
     with pytest.raises(VnnlibError, match=re.escape(message)):
@@ -307,7 +307,7 @@ def test_malformed_vnnlib_is_refused_with_one_located_error(tmp_path, body, mess
 
 def test_a_property_of_another_network_names_the_input_count():
     """A 4-input property (CartPole) against a 5-input network (ACAS Xu): the cause, not a symptom."""
-    from mi_certify.verification.vnnlib import VnnlibError
+    from mi_certify.verification.nn.vnnlib import VnnlibError
     with pytest.raises(VnnlibError, match=r"cartpole_case_unsafe_31\.vnnlib: declares 4 inputs \(X_\*\) but the "
                                           r"network has 5$"):
         parse_vnnlib(ANCHORS / "rl_cartpole" / "vnnlib" / "cartpole_case_unsafe_31.vnnlib", 5, 5)
@@ -325,8 +325,8 @@ def test_strict_comparisons_that_are_constant_false_give_unsat(tmp_path, body):
 _SLOW_Z3 = """
 import sys, threading, time
 import numpy as np
-from mi_certify.generator.onnx_import import import_onnx
-from mi_certify.verification.z3_exact import confirm_boxes
+from mi_certify.generator.frontend.onnx_import import import_onnx
+from mi_certify.verification.nn.z3_exact import confirm_boxes
 ir = import_onnx(sys.argv[2])
 C = np.zeros((1, ir.n_outputs)); C[0, 0] = 1.0
 tasks = [(C, np.array([-1e9]), np.full(ir.n_inputs, -0.3 + 0.01 * k), np.full(ir.n_inputs, 0.3)) for k in range(6)]
@@ -377,7 +377,7 @@ def test_ctrl_c_stops_the_z3_worker_processes_at_once(where):
 
 
 def test_z3_confirmation_in_worker_processes_equals_the_one_in_this_process():
-    from mi_certify.verification.z3_exact import confirm_boxes
+    from mi_certify.verification.nn.z3_exact import confirm_boxes
     ir = import_onnx(REFERENCE_MODEL)
     C = np.zeros((1, ir.n_outputs))
     C[0, 0] = 1.0
@@ -435,7 +435,7 @@ def test_many_actions_verify_within_the_timeouts_with_the_known_verdicts(tmp_pat
     confirm timeout) + slack (it ran past 600 s: the Z3 confirmation gave every box the whole
     budget); a property true by construction is PROVED, a false one VIOLATED with a replayed witness."""
     import time
-    from mi_certify.verification.network import verify_spec
+    from mi_certify.verification.nn.network import verify_spec
     dead = n_act - 1
     model = load_model(_random_mlp(tmp_path, [5, 32, n_act], seed=n_act, dead_action=dead))
     spec = load_spec(_sla(tmp_path, 5, n_act, f"  - {{id: DEAD, when: {{}}, forbid: [a{dead}]}}\n"
@@ -490,7 +490,7 @@ def test_z3_confirmation_tasks_share_one_deadline():
     with every task unknown and no worker left (each task used to get the whole 3 s: 12 s)."""
     import os
     import time
-    from mi_certify.verification.z3_exact import confirm_boxes
+    from mi_certify.verification.nn.z3_exact import confirm_boxes
     ir = import_onnx(ANCHORS / "acasxu" / "onnx" / "ACASXU_run2a_1_1_batch_2000.onnx")
     C = np.zeros((1, ir.n_outputs))
     C[0, 0] = 1.0
@@ -509,7 +509,7 @@ def test_wide_deep_network_query_ends_at_its_timeout_as_unknown_or_decided(tmp_p
     the deadline is checked inside the bound computation too; the query ends within its timeout
     plus slack, and a timeout is UNKNOWN (never PROVED)."""
     import time
-    from mi_certify.verification.properties import reachability_queries
+    from mi_certify.verification.nn.properties import reachability_queries
     model = load_model(_random_mlp(tmp_path, [24] + [256] * 6 + [32], seed=1))
     spec = load_spec(_sla(tmp_path, 24, 32, "  - {id: B, when: {}, output: {a0: {max: 1000000}}}\n"))
     for query in reachability_queries(spec)[:4]:
@@ -528,7 +528,7 @@ def test_wide_deep_network_query_ends_at_its_timeout_as_unknown_or_decided(tmp_p
 def test_ctrl_c_inside_a_compiled_kernel_stops_the_query_instead_of_becoming_its_error():
     """numba reports a KeyboardInterrupt raised in a kernel as SystemError with the interrupt as
     context: decide() must stop (exit 130), not record an error and go on with the next region."""
-    from mi_certify.verification import nn_verify
+    from mi_certify.verification.nn import nn_verify
     try:
         try:
             raise KeyboardInterrupt

@@ -1,0 +1,1 @@
+"""Bundle layer: the certificate bundle's records, evidence, obligations, report, dashboard, signing."""

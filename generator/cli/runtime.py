@@ -1,0 +1,381 @@
+"""CLI glue of the run-time commands: ``mi-certify run`` and ``mi-certify audit verify|replay|report``.
+
+The work is done by :mod:`mi_certify.runtime` (probes, SLA monitor, audit log, live
+loop, replay); this module parses options, turns runtime errors into located
+``MiCertifyError`` lines (exit 2) and renders results.
+
+Exit codes: ``run`` 0 done, 2 bad input, 130 interrupted (the first Ctrl-C or SIGTERM
+stops it after the current request; the summary and the audit log's head are printed);
+``audit verify`` 0 intact (a torn last line is reported, not a failure), 1 tampered,
+2 bad input; ``audit replay`` 0 every decision confirmed, 1 a mismatch or a tampered
+log, 2 bad input; ``audit report`` the same as replay (the HTML is written for 0 and 1,
+nothing for 2).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from mi_certify.generator.core.errors import MiCertifyError
+
+
+class RuntimeInputError(MiCertifyError):
+    """A build directory, workload, audit log, key or option of a run-time command is unusable."""
+
+
+def add_parsers(sub) -> dict:
+    """Add ``run`` and ``audit`` to the sub-parsers; returns {command: handler}."""
+    r = sub.add_parser("run", help="run a workload on onnxruntime under a built controller (live loop)",
+                       description="Before each request: read the probes, step the generated controller, apply "
+                                   "its action to the onnxruntime session; after it: measure latency and accuracy "
+                                   "loss against fp32, feed the SLA monitor, append an audit record. Action → "
+                                   "plan mapping and probe sources: docs/runtime.md. Ctrl-C stops after the "
+                                   "current request (exit 130) and prints the summary and the audit log's head "
+                                   "record (seq, sha256) to pass to audit verify --anchor.")
+    r.add_argument("--build", required=True, metavar="DIR", help="a build directory (mi-certify build)")
+    r.add_argument("--workload", required=True, metavar="MODEL.onnx", help="the model the engine runs "
+                   "(examples/workload/convnet.onnx)")
+    r.add_argument("--requests", type=int, default=300, metavar="N", help="number of requests (default 300)")
+    r.add_argument("--audit", metavar="LOG", help="append decision records to this JSON Lines audit log")
+    r.add_argument("--key", metavar="KEYFILE", help="HMAC key file (>= 16 bytes) for the audit log")
+    r.add_argument("--fsync", default="always", metavar="POLICY",
+                   help="audit fsync policy: always (default), never, every:N")
+    r.add_argument("--probe", default="linux", metavar="SOURCE",
+                   help="linux (this machine, default) or trace:FILE.csv (replay recorded readings)")
+    r.add_argument("--probe-rate", type=float, default=0.0, metavar="HZ",
+                   help="sample the probes in a background thread at HZ (the request reads the latest sample; "
+                        "one older than 3 periods is a probe fault); 0: read them before each request (default)")
+    r.add_argument("--microbench", action="store_true",
+                   help="also measure mem_bw_avail and cache_chase_ns by micro-benchmarks (docs/runtime.md); "
+                        "with --probe linux")
+    r.add_argument("--map", action="append", default=[], metavar="INPUT=EXPR",
+                   help="source of a controller input: NUMBER (an assumed constant), QUANTITY, QUANTITY*NUMBER, "
+                        "QUANTITY/NUMBER or Q1/Q2 (repeatable; quantities in docs/runtime.md)")
+    r.add_argument("--mem-bw-peak", type=float, default=None, metavar="B/s",
+                   help="peak memory bandwidth for mem_bw_peak (the kernel does not expose it)")
+    r.add_argument("--plan", action="append", default=[], metavar="ACTION=LEVEL[,quantized][,threads=N]",
+                   help="execution plan of an action (defaults for keep, merge_conv, int4, offload_cpu)")
+    r.add_argument("--background-load", type=int, default=0, metavar="K",
+                   help="run K busy-loop processes during the middle third of the requests")
+    r.add_argument("--interval", type=float, default=0.02, metavar="S",
+                   help="pause between requests in seconds (default 0.02)")
+    r.add_argument("--json", metavar="FILE", dest="json_out", help="write the run's counts as JSON")
+
+    a = sub.add_parser("audit", help="verify, replay or report (HTML dashboard) an audit log",
+                       description="Check the hash chain (and HMACs) of an audit log, or replay its decisions.")
+    asub = a.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    v = asub.add_parser("verify", help="check the chain; report every edited, removed, inserted or reordered record",
+                        description="Exit 0 intact (a torn last line from a crash is reported and ignored), "
+                                    "1 tampered, 2 bad input.")
+    v.add_argument("log", metavar="LOG")
+    v.add_argument("--key", metavar="KEYFILE", help="HMAC key: also check every record's MAC")
+    v.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
+                   help="a record hash kept outside the log (e.g. the head sha256 printed by run): it must be "
+                        "in the intact chain; detects truncation and, without a key, a rebuilt chain (repeatable)")
+    v.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p = asub.add_parser("replay", help="re-run the FSM from the logged inputs and confirm every decision",
+                        description="Uses the build's generated runtime and the reference FSM; prints SLA "
+                                    "attainment per action and switch counts. Exit 0 all confirmed, 1 mismatch "
+                                    "or tampered log, 2 bad input.")
+    p.add_argument("log", metavar="LOG")
+    p.add_argument("--build", required=True, metavar="DIR", help="the build the log was written with")
+    p.add_argument("--key", metavar="KEYFILE", help="HMAC key of the log")
+    p.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
+                   help="a record hash kept outside the log that must be in the intact chain (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the replay report as JSON on stdout")
+    d = asub.add_parser("report", help="write the operator's dashboard of a log: one offline HTML file",
+                        description="Verifies the chain, replays the decisions and writes one self-contained HTML "
+                                    "file (inline SVG plots): decision timeline, probe trends with LUT cell edges, "
+                                    "SLA attainment per action, visited LUT cells, the verdict. Exit 0 written "
+                                    "and all confirmed, 1 written but tampered or mismatch, 2 bad input (nothing "
+                                    "written).")
+    d.add_argument("log", metavar="LOG")
+    d.add_argument("--build", required=True, metavar="DIR", help="the build the log was written with")
+    d.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write (e.g. run.html)")
+    d.add_argument("--key", metavar="KEYFILE", help="HMAC key of the log")
+    d.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
+                   help="a record hash kept outside the log that must be in the intact chain (repeatable)")
+    return {"run": run_command, "audit": audit_command}
+
+
+def _located(fn, *args, **kw):
+    """Call fn; turn runtime-package errors into one located MiCertifyError line."""
+    from mi_certify.runtime.audit import AuditError
+    from mi_certify.runtime.live import BuildLoadError
+    try:
+        return fn(*args, **kw)
+    except (AuditError, BuildLoadError) as exc:
+        raise RuntimeInputError(exc.reason, file=exc.file) from None
+    except ValueError as exc:
+        raise RuntimeInputError(str(exc)) from None
+
+
+def _key(path):
+    from mi_certify.runtime.audit import load_key
+    return None if path is None else _located(load_key, path)
+
+
+def run_command(args, console: Console) -> int:
+    """``mi-certify run``: the live loop on onnxruntime under a built controller (docs/runtime.md)."""
+    build, plans, probe, features = _live_inputs(args)
+    from mi_certify.runtime.audit import AuditLog
+    from mi_certify.runtime.engine import Workload, run_live
+    from mi_certify.runtime.live import ControlLoop
+
+    key = _key(args.key)
+    console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
+    workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
+    loop = ControlLoop(build, probe, features)
+    log = head = rep = None
+    interrupted: list[int] = []
+    restore = _stop_on_signals(interrupted)
+    try:
+        if args.audit:
+            log = _located(AuditLog, args.audit, key=key, fsync=args.fsync,
+                           header={**loop.audit_header(), "workload": Path(args.workload).name,
+                                   "plans": {a: plans[a].describe() for a in build.actions}})
+            loop.audit = log
+        _print_inputs(probe, features, console)
+        rep = run_live(loop, workload, args.requests, args.background_load, args.interval,
+                       stop=lambda: bool(interrupted))
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, without the summary
+        interrupted.append(signal.SIGINT)
+    finally:
+        restore()
+        try:
+            if log is not None:
+                head = log.close()
+        finally:
+            probe.close()
+            workload.close()
+    _print_run_end(args, build, rep, log, head, interrupted, console)
+    return 130 if interrupted else 0
+
+
+def _live_inputs(args):
+    """(build, plans, probe, feature map) of ``mi-certify run``; RuntimeInputError on bad options."""
+    from mi_certify.runtime.engine import DEFAULT_PLANS, parse_plan
+    from mi_certify.runtime.live import load_build
+    from mi_certify.runtime.probes import FeatureMap, LinuxProbe, MicrobenchProbe, SampledProbe, TraceProbe
+
+    if args.requests < 1:
+        raise RuntimeInputError("--requests must be at least 1")
+    if args.background_load < 0 or args.interval < 0:
+        raise RuntimeInputError("--background-load and --interval must not be negative")
+    build = _located(load_build, args.build)
+    plans = dict(DEFAULT_PLANS)
+    for text in args.plan:
+        name, plan = _located(parse_plan, text)
+        plans[name] = plan
+    missing = [a for a in build.actions if a not in plans]
+    if missing:
+        raise RuntimeInputError(f"action '{missing[0]}' has no execution plan; give --plan "
+                                f"{missing[0]}=LEVEL[,quantized][,threads=N]", file=args.build)
+    try:
+        overrides = FeatureMap.parse_overrides(args.map)
+    except ValueError as exc:
+        raise RuntimeInputError(str(exc)) from None
+    if not Path(args.workload).is_file():
+        raise RuntimeInputError("no such file", file=args.workload)
+    if args.probe_rate < 0 or args.probe_rate > 1000:
+        raise RuntimeInputError(f"--probe-rate {args.probe_rate:g}: expected 0 (inline) or a rate up to 1000 Hz")
+    if (args.microbench or args.probe_rate > 0) and args.probe != "linux":
+        raise RuntimeInputError("--microbench and --probe-rate measure this machine: use them with --probe linux")
+    if args.probe == "linux":
+        probes = [LinuxProbe(mem_bw_peak=args.mem_bw_peak)] + ([MicrobenchProbe()] if args.microbench else [])
+        rate = args.probe_rate or (1.0 if args.microbench else 0.0)   # micro-benchmarks never run inline
+        probe = SampledProbe(probes, 1.0 / rate) if rate else probes[0]
+        if rate:
+            probe.wait_first(30.0)   # the first request sees a sample, not a probe fault
+        offered = ()
+    elif args.probe.startswith("trace:"):
+        probe = _located(TraceProbe, args.probe[len("trace:"):])
+        offered = probe.columns
+    else:
+        raise RuntimeInputError(f"--probe {args.probe!r}: expected linux or trace:FILE.csv")
+    return build, plans, probe, _located(FeatureMap.build, build.inputs, overrides, offered)
+
+
+def _print_inputs(probe, features, console: Console) -> None:
+    """The table of controller inputs, their sources and a first reading (not used up from a trace)."""
+    from mi_certify.runtime.probes import TraceProbe
+
+    t = Table(title="inputs and their sources")
+    for col in ("controller input", "source", "first reading"):
+        t.add_column(col)
+    first = features(probe.read())
+    if isinstance(probe, TraceProbe):
+        probe.index = 0  # the table's sample must not use up the trace's first row
+    for n, s, v, e in zip(features.inputs, features.sources, *first):
+        t.add_row(n, s, f"{v:.4g}" if v is not None else f"[yellow]unavailable[/]: {e}")
+    console.print(t)
+    if any(v is None for v in first[0]):
+        console.print("[yellow]warning:[/] some inputs are unavailable: every step is a probe fault "
+                      "(conservative action). Map them with --map INPUT=EXPR (a number = an assumed constant).")
+
+
+def _print_run_end(args, build, rep, log, head, interrupted: list, console: Console) -> None:
+    if rep is not None:
+        _print_live(rep, build, console)
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(rep.to_json(), indent=2, sort_keys=True) + "\n")
+    if interrupted:
+        done = (f"after {rep.requests} of {args.requests} requests" if rep is not None else
+                "(a second time: stopped at once, no summary)")
+        console.print(f"[yellow]interrupted[/] {done}" + ("; every request done is in the audit log"
+                                                         if log is not None else ""), highlight=False)
+    if head is not None:
+        console.print(f"audit log: {args.audit}; head record {head.seq}, sha256 {head.sha256}\n"
+                      f"keep that hash elsewhere: mi-certify audit verify {args.audit}"
+                      f"{' --key ' + args.key if args.key else ''} --anchor {head.seq}:{head.sha256}", highlight=False)
+
+
+def _stop_on_signals(flag: list) -> Callable[[], None]:
+    """Make the first Ctrl-C (SIGINT) or SIGTERM a request to stop after the current request
+    (the number is appended to ``flag``); a second one raises KeyboardInterrupt. A SIGINT that
+    the parent set to be ignored (a background job) stays ignored. Returns the function that
+    restores the previous handlers."""
+    def handler(signum, frame):
+        if flag:
+            raise KeyboardInterrupt
+        flag.append(signum)
+
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        prev = signal.getsignal(sig)
+        if prev is not signal.SIG_IGN:
+            old[sig] = prev
+            signal.signal(sig, handler)
+
+    def restore():
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
+    return restore
+
+
+def _print_live(rep, build, console: Console) -> None:
+    t = Table(title=f"live run: {rep.requests} requests")
+    for col in ("action", "requests", "median latency (ms)", "p90 (ms)", "limit (ms)"):
+        t.add_column(col)
+    j = rep.to_json()
+    for i, a in enumerate(build.actions):
+        lat = j["latency"].get(a, {})
+        lim = build.limits[i].latency_ms
+        t.add_row(a, str(rep.tokens.get(a, 0)), str(lat.get("median_ms", "-")), str(lat.get("p90_ms", "-")),
+                  "-" if lim is None else f"{lim:g}")
+    console.print(t)
+    for p in j["phases"]:
+        console.print(f"phase {p['phase']:6s} from request {p['from_request']:5d}: {p['tokens']}", highlight=False)
+    console.print(f"switches: {j['switch_count']} {j['switches']}; SLA violations: {rep.violations}",
+                  highlight=False)
+    console.print(fallback_summary(rep.fallbacks, j["reasons"].get("FALLBACK", 0), rep.recoveries), highlight=False)
+    console.print(f"steps per reason: {j['reasons']}", highlight=False)
+
+
+def fallback_summary(entries: int, fallback_steps: int, recoveries: int) -> str:
+    """The fallback counts of a run or replay, worded so the two counts cannot be confused:
+    ``entries`` = steps that entered the fallback on ``violations_to_fallback`` consecutive SLA
+    violations (reason FALLBACK, not in fallback before); ``fallback_steps`` = all steps with
+    reason FALLBACK (those entries, and every later step without a probe fault until RECOVER,
+    also after a fallback that a probe fault started; probe-fault steps are PROBE_FAULT)."""
+    return (f"fallback entries on SLA violations: {entries}; steps in fallback (reason FALLBACK: the entry steps and "
+            f"the later steps without a probe fault until RECOVER, also when a probe fault put it there): "
+            f"{fallback_steps}; recoveries: {recoveries}")
+
+
+def audit_command(args, console: Console) -> int:
+    from mi_certify.runtime.audit import verify_log
+
+    key = _key(args.key)
+    if not Path(args.log).is_file():
+        raise RuntimeInputError("no such file", file=args.log)
+    if args.audit_command == "report":
+        return _report_command(args, key, console)
+    report = _located(verify_log, args.log, key, args.anchor)
+    if args.audit_command == "verify":
+        if args.json:
+            print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        _print_verify(report, console)
+        return 0 if report.ok else 1
+    from mi_certify.runtime.live import load_build, replay
+    build = _located(load_build, args.build)
+    rep = _located(replay, args.log, build, key)
+    if args.json:
+        print(json.dumps({"verify": report.to_json(), "replay": rep.to_json()}, indent=2, sort_keys=True))
+    _print_verify(report, console)
+    t = Table(title=f"SLA attainment per action ({rep.decisions} decisions, {rep.sessions} sessions)")
+    for col in ("action", "requests", "latency met", "accuracy met", "attainment", "monitor compliant"):
+        t.add_column(col)
+    for a, st in rep.per_action.items():
+        n = st["requests"]
+        t.add_row(a, str(n), f"{st['met_latency']}", f"{st['met_accuracy']}",
+                  "-" if not n else f"{st['attainment']:.1%}", f"{st['verdict_compliant']}")
+    console.print(t)
+    j = rep.to_json()
+    console.print(f"switches: {j['switch_count']} {j['switches']}; probe faults (reason PROBE_FAULT): "
+                  f"{rep.probe_faults}", highlight=False)
+    console.print(fallback_summary(rep.fallbacks, j["reasons"].get("FALLBACK", 0), rep.recoveries), highlight=False)
+    if rep.mismatches:
+        for seq, what, logged, got in rep.mismatches[:20]:
+            console.print(f"[red]mismatch[/] record {seq}: {what}: logged {logged!r}, replayed {got!r}",
+                          highlight=False)
+        console.print(f"[red]{len(rep.mismatches)} mismatches[/]")
+    elif rep.decisions:
+        console.print(f"[green]all {rep.decisions} decisions confirmed[/] (token, reason, state, LUT entry, "
+                      "address, SLA verdict) by the generated runtime and the reference FSM")
+    else:
+        console.print("[yellow]the log holds no decision[/]")
+    if not report.ok:  # the last line says the verdict: replayed decisions of a tampered log prove nothing
+        console.print(f"[red]the log is tampered: {len(report.findings)} finding(s) (above); not confirmed[/]")
+    return 0 if rep.ok and report.ok else 1
+
+
+def _report_command(args, key, console: Console) -> int:
+    """``mi-certify audit report``: the dashboard (generator/bundle/dashboard.py); exit codes as ``audit replay``."""
+    from mi_certify.generator.bundle.dashboard import write_dashboard
+    from mi_certify.runtime.live import load_build
+    out = Path(args.out)
+    if out.is_dir():
+        raise RuntimeInputError("is a directory, not an HTML file to write", file=args.out)
+    if not out.parent.is_dir():
+        raise RuntimeInputError(f"the directory {out.parent} does not exist", file=args.out)
+    build = _located(load_build, args.build)
+    try:
+        dash = _located(write_dashboard, args.log, build, out, key, args.anchor)
+    except OSError as exc:
+        raise RuntimeInputError(f"cannot write the dashboard: {exc.strerror or exc}", file=args.out) from None
+    j = dash.data
+    chain = "[green]intact[/]" if dash.intact else "[red]TAMPERED[/]"
+    rep = ("[green]confirmed[/]" if dash.confirmed else "[red]MISMATCH[/]" if j["replay"]["decisions"]
+           else "[yellow]no decision[/]")
+    console.print(f"{args.log}: {j['verify']['records']} records, chain {chain} "
+                  f"({len(j['verify']['findings'])} findings); {j['replay']['decisions']} decisions {rep} "
+                  f"({j['replay']['mismatch_count']} mismatches); dashboard written to {out}", highlight=False)
+    return 0 if dash.ok else 1
+
+
+def _print_verify(report, console: Console) -> None:
+    for n in report.notes[:1]:
+        if n.startswith("no record's MAC verifies"):
+            console.print(f"[yellow]note:[/] {n}", highlight=False)
+    shown = report.findings[:20]
+    for f in shown:
+        where = f"record {f.seq}" if f.seq is not None else "record ?"
+        line = f" (line {f.line})" if f.line else ""
+        console.print(f"[red]{f.kind}[/]: {where}{line}: {f.detail}", highlight=False)
+    if len(report.findings) > len(shown):
+        console.print(f"... and {len(report.findings) - len(shown)} more findings (--json lists them all)",
+                      highlight=False)
+    for n in report.notes:
+        if not n.startswith("no record's MAC verifies"):
+            console.print(f"[yellow]note:[/] {n}", highlight=False)
+    state = "[green]intact[/]" if report.ok else f"[red]TAMPERED[/] ({len(report.findings)} findings)"
+    console.print(f"{report.path}: {report.records} records, {state}; "
+                  f"{'HMAC checked' if report.authenticated else 'hash chain only (no key)'}; "
+                  f"head sha256 {report.head}", highlight=False)

@@ -1,0 +1,210 @@
+"""CLI glue of ``mi-certify profile`` and ``mi-certify train`` (docs/training.md).
+
+``profile`` measures (:mod:`mi_certify.runtime.profile`); ``train`` labels, trains and
+exports (:mod:`mi_certify.generator.frontend.train`). Exit codes: 0 done, 2 bad input (one line
+naming file, field and reason; nothing is written).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from mi_certify.generator.core.errors import MiCertifyError
+
+
+class ProfileInputError(MiCertifyError):
+    """A workload, spec or option of ``mi-certify profile`` is unusable."""
+
+
+def _ints(text: str, opt: str) -> tuple[int, ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise ProfileInputError(f"{opt} {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
+
+
+def add_parsers(sub) -> dict:
+    """Add ``profile`` and ``train``; returns {command: handler}."""
+    from mi_certify.runtime.profile import ProfileConfig
+
+    d = ProfileConfig()
+    p = sub.add_parser("profile", help="measure every action of a workload on onnxruntime under varied conditions",
+                       description="For each sample: set a condition (background load, batch size, intra-op "
+                                   "threads, input size), read the probes, run the request under every action in "
+                                   "a random order (warm-up discarded) and record latency (ms) and accuracy loss "
+                                   "(pp vs fp32). Writes DATA.csv and DATA.json (command line, machine, feature "
+                                   "sources). Format: docs/training.md.")
+    p.add_argument("--workload", required=True, metavar="MODEL.onnx", help="the model the engine runs")
+    p.add_argument("--out", required=True, metavar="DATA.csv", help="the profile to write (and DATA.json beside it)")
+    p.add_argument("--samples", type=int, default=d.samples, metavar="N", help=f"rows (default {d.samples})")
+    p.add_argument("--sla", metavar="SLA.yaml", help="take input names, envelope and actions from this spec "
+                   "(default: the reference controller's five inputs and four actions)")
+    p.add_argument("--map", action="append", default=[], metavar="INPUT=EXPR",
+                   help="source of an input: as for `run` (NUMBER, QUANTITY, QUANTITY*NUMBER, QUANTITY/NUMBER, "
+                        "Q1/Q2), or 'uniform' = drawn uniformly over the envelope (the probe cannot read it)")
+    p.add_argument("--mem-bw-peak", type=float, default=None, metavar="B/s", help="peak memory bandwidth")
+    p.add_argument("--plan", action="append", default=[], metavar="ACTION=LEVEL[,quantized][,threads=N]",
+                   help="execution plan of an action (defaults for keep, merge_conv, int4, offload_cpu)")
+    p.add_argument("--load-levels", default=",".join(map(str, d.load_levels)), metavar="K,..",
+                   help=f"background-load processes to draw from (default {','.join(map(str, d.load_levels))})")
+    p.add_argument("--load-kinds", default=",".join(d.load_kinds), metavar="KIND,..",
+                   help="what the background processes do, one kind drawn per sample: cpu (busy loop), stream "
+                        f"(memory copies), thrash (random cache-line updates) (default {','.join(d.load_kinds)})")
+    p.add_argument("--microbench", action="store_true",
+                   help="also read the memory micro-benchmarks (mem_bw_avail B/s, cache_chase_ns ns) at each sample")
+    p.add_argument("--batch-sizes", default=",".join(map(str, d.batch_sizes)), metavar="B,..",
+                   help=f"batch sizes (default {','.join(map(str, d.batch_sizes))})")
+    p.add_argument("--threads", default=",".join(map(str, d.threads)), metavar="T,..",
+                   help=f"intra-op threads of plans without fixed threads (default {','.join(map(str, d.threads))})")
+    p.add_argument("--input-sizes", default=",".join(map(str, d.input_sizes)), metavar="S,..",
+                   help="size of the input's spatial dimensions (default "
+                        f"{','.join(map(str, d.input_sizes))}; 'none' = the model's own)")
+    p.add_argument("--repeats", type=int, default=d.repeats, metavar="R",
+                   help=f"requests per action per round, back to back (default {d.repeats})")
+    p.add_argument("--rounds", type=int, default=d.rounds, metavar="K",
+                   help="blocks of R requests per action per sample, spread over the sample (a warm-up before "
+                        f"each later block); latency = median, accuracy loss = mean of all (default {d.rounds})")
+    p.add_argument("--settle", type=float, default=d.settle_s, metavar="S",
+                   help=f"pause before the probe reading, seconds (default {d.settle_s})")
+    p.add_argument("--seed", type=int, default=d.seed, metavar="S", help=f"seed (default {d.seed})")
+
+    t = sub.add_parser("train", help="train a meta controller (ONNX) from a profile",
+                       description="Label each row with the action of least latency that meets its SLA (ties and "
+                                   "'none meets it': the conservative action; forbid/require properties applied over "
+                                   "their guard boxes), add property-box rows, train a ReLU MLP (fixed-order arithmetic, fixed "
+                                   "seed), export ONNX in physical units (onnx.checker, onnxruntime == the trainer) "
+                                   "and write OUT.train.json / OUT.train.md. Details: docs/training.md.")
+    t.add_argument("data", metavar="DATA.csv", help="a profile (mi-certify profile)")
+    t.add_argument("--sla", required=True, metavar="SLA.yaml", help="inputs, envelope, actions, SLAs, properties")
+    t.add_argument("--out", required=True, metavar="controller.onnx", help="the model to write")
+    t.add_argument("--hidden", default="16,16", metavar="H1,H2", help="hidden layer sizes (default 16,16)")
+    t.add_argument("--alpha", type=float, default=1.0, metavar="A", help="L2 penalty (default 1.0)")
+    t.add_argument("--max-iter", type=int, default=3000, metavar="N", help="L-BFGS iterations (default 3000)")
+    t.add_argument("--holdout", type=float, default=0.25, metavar="F", help="held-out share (default 0.25)")
+    t.add_argument("--augment", type=int, default=None, metavar="N",
+                   help="synthetic rows per forbid/require property (default: as many as training rows)")
+    t.add_argument("--tie-ms", type=float, default=0.0, metavar="MS",
+                   help="latencies within this of the least are a tie -> conservative (default 0)")
+    t.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
+    return {"profile": profile_command, "train": train_command}
+
+
+def _spec_inputs(path):
+    from mi_certify.generator.core.spec import load_spec
+    spec = load_spec(path)
+    return spec, [(i.name, i.unit, i.min, i.max) for i in spec.inputs], [a.name for a in spec.actions]
+
+
+def profile_command(args, console: Console) -> int:
+    from mi_certify.runtime.engine import DEFAULT_PLANS, parse_plan
+    from mi_certify.runtime.probes import FeatureMap
+    from mi_certify.runtime.profile import REFERENCE_INPUTS, ProfileConfig, profile
+
+    if not Path(args.workload).is_file():
+        raise ProfileInputError("no such file", file=args.workload)
+    if args.sla:
+        _, inputs, actions = _spec_inputs(args.sla)
+    else:
+        inputs, actions = list(REFERENCE_INPUTS), list(DEFAULT_PLANS)
+    plans = dict(DEFAULT_PLANS)
+    for text in args.plan:
+        try:
+            name, plan = parse_plan(text)
+        except ValueError as exc:
+            raise ProfileInputError(f"--plan: {exc}") from None
+        plans[name] = plan
+    try:
+        overrides = FeatureMap.parse_overrides(args.map)
+    except ValueError as exc:
+        raise ProfileInputError(str(exc)) from None
+    cfg = ProfileConfig(samples=args.samples, load_levels=_ints(args.load_levels, "--load-levels"),
+                        batch_sizes=_ints(args.batch_sizes, "--batch-sizes"), threads=_ints(args.threads, "--threads"),
+                        input_sizes=_ints(args.input_sizes, "--input-sizes"), repeats=args.repeats, rounds=args.rounds,
+                        settle_s=args.settle, seed=args.seed,
+                        load_kinds=tuple(k.strip() for k in args.load_kinds.split(",") if k.strip()))
+    command = "mi-certify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
+
+    # on a terminal: a progress bar and a line every 20 samples; in a file or pipe (no bar): a line
+    # per sample (its condition and latencies, time so far and an estimate of the time left)
+    every = 20 if console.is_terminal else 1
+    bar = Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
+    task = bar.add_task("profile", total=cfg.samples)
+    t0 = time.monotonic()
+
+    def on_sample(i, row):
+        bar.update(task, completed=i + 1)
+        if i % every == 0 or i == cfg.samples - 1:
+            lat = " ".join(f"{a}={row[f'latency_ms.{a}']:.1f}" if row[f'latency_ms.{a}'] is not None else f"{a}=-"
+                           for a in actions)
+            took = time.monotonic() - t0
+            left = took / (i + 1) * (cfg.samples - i - 1)
+            console.print(f"sample {i + 1}/{cfg.samples} ({took:.0f} s, about {left:.0f} s left): load "
+                          f"{row['load_procs']}{' ' + row['load_kind'] if row['load_kind'] else ''}, batch {row['batch']}, size {row['input_size']}, threads "
+                          f"{row['threads']}, {inputs[0][0]}={row[inputs[0][0]]}; ms {lat}", highlight=False)
+
+    try:
+        cfg.check()
+    except ValueError as exc:
+        raise ProfileInputError(str(exc)) from None
+    console.print(f"profiling {args.workload}: {cfg.samples} samples × {len(actions)} actions × "
+                  f"{cfg.rounds} rounds × {cfg.repeats} requests …", highlight=False)
+    from mi_certify.runtime.probes import LinuxProbe, MergedProbe, MicrobenchProbe
+    probe = LinuxProbe(util_window_s=min(0.1, cfg.settle_s), mem_bw_peak=args.mem_bw_peak)
+    if args.microbench:
+        probe = MergedProbe([probe, MicrobenchProbe()])
+    try:
+        with bar:
+            meta = profile(args.workload, args.out, actions, plans, inputs, overrides, cfg, probe=probe,
+                           command=command or f"mi-certify profile --workload {args.workload} --out {args.out}",
+                           on_sample=on_sample)
+    except ValueError as exc:
+        raise ProfileInputError(str(exc)) from None
+    finally:
+        probe.close()
+    console.print(f"wrote {args.out} ({meta['samples']} rows, {meta['duration_s']} s) and "
+                  f"{Path(args.out).with_suffix('.json')}; load average {meta['loadavg_start'][0]:.2f} → "
+                  f"{meta['loadavg_end'][0]:.2f}", highlight=False)
+    return 0
+
+
+def train_command(args, console: Console) -> int:
+    from mi_certify.generator.core.spec import load_spec
+    from mi_certify.generator.frontend.train import TrainError, TrainOptions, read_profile, train_controller, write_outputs
+
+    spec = load_spec(args.sla)
+    try:
+        hidden = tuple(int(h) for h in args.hidden.split(","))
+    except ValueError:
+        raise TrainError(f"--hidden {args.hidden!r}: expected two integers, e.g. 16,16") from None
+    opts = TrainOptions(hidden=hidden, alpha=args.alpha, max_iter=args.max_iter, holdout=args.holdout,
+                        augment=args.augment, tie_ms=args.tie_ms, seed=args.seed)
+    opts.check()
+    if not Path(args.out).resolve().parent.is_dir():
+        raise TrainError("the folder of this output file does not exist", file=args.out)
+    data = read_profile(args.data, spec)
+    res = train_controller(data, spec, opts)
+    js, md = write_outputs(res, args.out)
+    r = res.report
+    h = r["held_out"]
+    fx, pi = h["against_fixed_actions"], h["permutation_importance"]
+    console.print(f"labels {r['label_distribution']}; held-out accuracy {h['accuracy']} (always the majority label: "
+                  f"{h['majority_label_accuracy']}); regret {h['regret']}", highlight=False)
+    if fx.get("rows"):
+        console.print(f"mean latency regret on {fx['rows']} held-out rows: controller "
+                      f"{fx['controller']['mean_regret_ms']} ms, best fixed action ({fx['best_fixed_action']}) "
+                      f"{fx['fixed'][fx['best_fixed_action']]['mean_regret_ms']} ms", highlight=False)
+    console.print("permutation importance (held-out accuracy drop): "
+                  + ", ".join(f"{n} {v['accuracy_drop_mean']:+.3f}" for n, v in pi["inputs"].items())
+                  + f"; measurable influence: {', '.join(pi['measurable_inputs']) or 'none'}", highlight=False)
+    console.print(f"wrote {args.out} (sha256 {r['export']['onnx_sha256'][:16]}…), {js}, {md}", highlight=False)
+    console.print(f"next: mi-certify build {args.out} --sla {args.sla}", highlight=False)
+    return 0

@@ -1,0 +1,1 @@
+"""Pipeline layer: the build stages and the build that runs them in order."""

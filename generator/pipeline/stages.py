@@ -1,0 +1,562 @@
+"""The build stages, one function each, in the order :func:`mi_certify.generator.pipeline.runner.build` runs them.
+
+Every stage takes the :class:`BuildContext` (what the earlier stages produced: the
+spec, the model, the LUT-FSM …), calls the generator or verification module that does
+the work, writes its evidence into the staging directory through
+:class:`~mi_certify.generator.bundle.records.Evidence`, and returns one
+:class:`~mi_certify.generator.core.results.StageResult` whose ``record`` goes into
+``summary.json``. Which module does each stage's work: docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import tempfile
+import threading
+import time
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import z3
+
+from mi_certify.runtime.sla import SlaLimits
+from mi_certify.verification.tools import chromium
+from mi_certify.verification.cosim import cocotb_sim
+from mi_certify.verification.cosim import coverage
+from mi_certify.verification.rtl import hdl_adapter
+from mi_certify.verification.rtl import synth
+from mi_certify.verification.tools import verilator
+from mi_certify.verification.rtl.fsm_proofs import entry_alphabet, prove_fsm, write_proofs
+from mi_certify.verification.rtl.lut_check import check_lut_properties
+from mi_certify.verification.cosim.monitor_cosim import run_monitor_cosim
+from mi_certify.verification.nn.network import verify_spec
+from mi_certify.verification.nn.nn_verify import VerifyOptions
+from mi_certify.verification.rtl.rtl_formal import rtl_obligations
+
+from mi_certify.generator.bundle.records import DISTILLATION_TABLES, PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage as cosim_record, distill_errors, write_distillation
+from mi_certify.generator.bundle.records import hdl_record
+from mi_certify.generator.build.distill import UNDECIDED, DistillOptions, distill, fidelity
+from mi_certify.generator.build.emit import ENCODINGS, LATENCIES, SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
+from mi_certify.generator.build.emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
+from mi_certify.generator.core.errors import BuildError
+from mi_certify.generator.core.lut import Lut, LutFsmArtefact, apply_masks, property_masks, sample_lut
+from mi_certify.generator.frontend.model import LoadedModel
+from mi_certify.generator.core.results import StageResult, Status, Verdict
+from mi_certify.generator.core.spec import Spec
+
+#: Random points of the fidelity check against the network.
+FIDELITY_POINTS = 100_000
+
+
+class Background:
+    """Run ``fn`` in a daemon thread (Ctrl-C / SIGTERM of the build does not wait for it);
+    ``result()`` waits and returns its value or raises its exception."""
+
+    def __init__(self, fn: Callable):
+        self._value, self._error = None, None
+
+        def run():
+            try:
+                self._value = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+                self._error = exc
+        self._thread = threading.Thread(target=run, name="mi-certify-verify", daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def run_timed(on_event: Callable, times: dict, name: str, fn: Callable, status_of: Callable = lambda res: "ok"):
+    """Run ``fn()`` as stage ``name``: "start" and "done" events (``done`` carries
+    ``name:status``, status from ``status_of(result)``), its seconds into ``times``."""
+    on_event("start", name, None)
+    t0 = time.perf_counter()
+    res = fn()
+    times[name] = round(time.perf_counter() - t0, 3)
+    on_event("done", f"{name}:{status_of(res)}", times[name])
+    return res
+
+
+@dataclass
+class BuildContext:
+    """What one build has produced so far; each stage reads it and adds its products.
+
+    ``d`` is the staging directory (renamed to the output directory when the build is
+    complete); ``on_event(kind, name, value)`` receives progress ("start", "progress",
+    "detail", "note", "done"); ``times`` the seconds per stage (timings.json, build.log: not hashed).
+    """
+
+    spec: Spec
+    model: LoadedModel
+    opts: object  # BuildOptions (pipeline.py)
+    d: Path
+    on_event: Callable[[str, str, float | None], None]
+    version: str
+    times: dict[str, float] = field(default_factory=dict)
+    query_times: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)
+    proof_index: list[dict] = field(default_factory=list)
+    results: dict[str, StageResult] = field(default_factory=dict)
+    evidence: Evidence | None = None
+    # products of the stages, in the order they appear
+    verify_job: Background | None = None
+    boxes: list | None = None
+    lut: Lut | None = None
+    masks: list = field(default_factory=list)
+    machine: LutFsmArtefact | None = None
+    alphabet: dict = field(default_factory=dict)
+    unmasked: list = field(default_factory=list)
+    hashes: SourceHashes | None = None
+    py_path: Path | None = None
+    v_path: Path | None = None
+    mon_path: Path | None = None
+    #: the declared target's devices placed at emit time ({device: place_and_route record}; the hdl stage reuses them)
+    target_pnr: dict | None = None
+
+    def __post_init__(self):
+        if self.evidence is None:
+            self.evidence = Evidence(self.d)
+
+    def timed(self, name: str, fn: Callable, status_of: Callable = lambda res: "ok"):
+        """Run ``fn()`` as stage ``name`` (:func:`run_timed`)."""
+        return run_timed(self.on_event, self.times, name, fn, status_of)
+
+    def progress(self, name: str, unit: str | None = None) -> Callable[[int, int], None]:
+        """``progress(done, total)`` for stage ``name``: a "progress" event (the fraction) and,
+        with ``unit``, a "detail" event ("12,288 / 65,536 cells decided")."""
+        def report(a: int, b: int) -> None:
+            self.on_event("progress", name, a / b)
+            if unit:
+                self.on_event("detail", name, f"{a:,} / {b:,} {unit}")
+        return report
+
+    def note(self, name: str, text: str) -> None:
+        """A line for the user about stage ``name`` (a "note" event), e.g. an estimate."""
+        self.on_event("note", name, text)
+
+    def record(self, result: StageResult) -> StageResult:
+        self.results[result.name] = result
+        return result
+
+    @property
+    def stages(self) -> dict[str, dict]:
+        """summary.json ``stages``: every stage's record, in build order."""
+        return {name: r.record for name, r in self.results.items()}
+
+
+def _status(ok: bool) -> str:
+    return Status.OK.value if ok else Status.FAILED.value
+
+
+# --- verify (beside the later stages) ---------------------------------------------------------
+
+def start_verify(ctx: BuildContext) -> StageResult:
+    """Network verification (properties + output domain) in a background thread: it reads only
+    the IR and the spec, so it runs beside distillation and the later stages."""
+    if not ctx.opts.verify:
+        return StageResult.skipped("verify", STAGE_TEXT["verify.skipped"])
+    # the search and the exact confirmation of a query get --verify-timeout each
+    vopts = VerifyOptions(timeout=ctx.opts.verify_timeout, confirm_timeout=ctx.opts.verify_timeout)
+    ctx.verify_job = Background(lambda: ctx.timed(
+        "verify", lambda: verify_spec(ctx.model, ctx.spec, vopts, progress=ctx.progress("verify")),
+        lambda r: _status(r.status == Verdict.PROVED.value)))
+    return StageResult("verify", {"status": Status.RUNNING.value})
+
+
+def finish_verify(ctx: BuildContext) -> StageResult | None:
+    """Join the verification thread; write verification.json (hashed: verdicts, machine-independent
+    witnesses) and verification_log.json (not hashed: times, onnxruntime outputs). None when
+    verification was skipped."""
+    if ctx.verify_job is None:
+        return None
+    vres = ctx.verify_job.result()
+    det = vres.deterministic_json()
+    ctx.query_times.update({f"network.{r.id}": round(r.time_s, 3) for r in vres.properties})
+    ctx.query_times.update({f"network.unreachable.{r.id.split(':', 1)[1]}": round(r.time_s, 3)
+                            for r in vres.reachability})
+    ctx.evidence.write("verification.json", det)
+    ctx.evidence.write("verification_log.json", vres.full_json())
+    return StageResult("verify", {
+        "status": _status(vres.status == Verdict.PROVED.value), "result": vres.status,
+        "properties": {r["id"]: r["verdict"] for r in det["properties"]},
+        "reachable_actions": [a["action"] for a in det["output_domain"]["actions"] if a["reachable"] == "yes"],
+        "timeout_s": ctx.opts.verify_timeout}, evidence=("verification.json",))
+
+
+# --- lut: distillation, masks, lut_properties, the table ------------------------------------
+
+def lut_stage(ctx: BuildContext) -> StageResult:
+    """Certified distillation (or centre sampling with --sample-lut) over the quantized grid;
+    fidelity against the network; distillation.json; the optional heat map."""
+    spec = ctx.spec
+    if ctx.opts.distill:
+        def run():
+            r = distill(spec, ctx.model, DistillOptions(resolve=spec.resolve),
+                        progress=ctx.progress("lut", "cells decided"), backend=ctx.opts.backend)
+            fid, fid_diag = fidelity(spec, ctx.model, r.lut, n_points=FIDELITY_POINTS)
+            ctx.diagnostics["fidelity_onnxruntime"] = fid_diag
+            return r, fid
+
+        def errors_of(res):
+            return distill_errors(spec, res[0].lut.counts()["resolved"], res[1])
+        dres, fid = ctx.timed("lut", run, lambda res: "failed" if errors_of(res) else "ok")
+        ctx.lut, ctx.boxes = dres.lut, dres.boxes
+        counts = ctx.lut.counts()
+        errors = errors_of((dres, fid))
+        write_distillation(ctx.d, dres.boxes, dres.witnesses, spec.resolve, fid)
+        record = {"status": _status(not errors), "method": STAGE_TEXT["lut.distilled"],
+                  **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
+                  "undecided_cells": int(np.sum(dres.boxes["method"] == UNDECIDED)),
+                  "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
+                  **({"error": "; ".join(errors)} if errors else {})}
+        evidence = ("distillation.json", *DISTILLATION_TABLES.values())
+    else:
+        ctx.lut = ctx.timed("lut", lambda: sample_lut(spec, ctx.model.ir, progress=ctx.progress("lut")))
+        record = {"status": "ok", "method": STAGE_TEXT["lut.sampled"], **ctx.lut.counts()}
+        evidence = ()
+    if ctx.opts.heatmap:
+        from mi_certify.generator.build.heatmap import write_heatmap  # matplotlib: loaded only when a heat map is asked for
+        x, y = ctx.opts.heatmap
+        write_heatmap(spec, ctx.lut, x, y, ctx.d / f"heatmap_{x}_{y}.png")
+    return StageResult("lut", record, evidence=evidence)
+
+
+def lut_properties_stage(ctx: BuildContext) -> StageResult:
+    """Property masks applied to the LUT (rule 3a's cells overridden to the conservative
+    action), then every forbid/require property checked on every LUT cell; lut_properties.json."""
+    spec = ctx.spec
+    ctx.masks = property_masks(spec)
+    ctx.lut, overridden = apply_masks(spec, ctx.lut, ctx.masks)
+    ctx.machine = LutFsmArtefact.from_lut(spec, ctx.lut, ctx.masks)
+    violated = lambda rs: any(r.verdict == Verdict.VIOLATED.value for r in rs)  # noqa: E731
+    props = ctx.timed("lut_properties", lambda: check_lut_properties(spec, ctx.lut.tokens),
+                      lambda rs: "failed" if violated(rs) else "ok")
+    ctx.evidence.write("lut_properties.json", {
+        "properties": [r.to_json() for r in props],
+        "masks": [{"id": m.id, "levels": [list(m.lo), list(m.hi)],
+                   "allowed": [a.name for i, a in enumerate(spec.actions) if (m.allowed >> i) & 1]}
+                  for m in ctx.masks],
+        "overridden_cells": overridden})
+    return StageResult("lut_properties", {
+        "status": _status(not violated(props)), "method": STAGE_TEXT["lut_properties"],
+        "properties": {r.id: r.verdict for r in props}, "overridden_cells": len(overridden)},
+        evidence=("lut_properties.json",))
+
+
+def cell_status_runs(status: np.ndarray) -> list:
+    """Run-length encoding [[start, stop, status], ...] of the per-cell status (lut.json)."""
+    out, start = [], 0
+    for i in range(1, len(status) + 1):
+        if i == len(status) or status[i] != status[start]:
+            out.append([start, i, str(status[start])])
+            start = i
+    return out
+
+
+def write_table(ctx: BuildContext) -> None:
+    """lut.hex (one byte per address) and lut.json (its layout, cell counts, hash)."""
+    spec, machine = ctx.spec, ctx.machine
+    lb = machine.table
+    (ctx.d / "lut.hex").write_text("".join(f"{b:02x}\n" for b in lb), encoding="ascii")
+    counts = ctx.lut.counts()
+    hist = np.bincount(machine.tokens, minlength=len(spec.actions))
+    ctx.evidence.write("lut.json", {
+        "format": "lut.hex: one line per address (address = line number), two hex digits: "
+                  "bits 0-6 proposed token, bit 7 confident",
+        "address_bits": spec.address_bits,
+        "inputs": [{"name": i.name, "bits": i.bits, "min": i.min, "max": i.max, "unit": i.unit} for i in spec.inputs],
+        "actions": [a.name for a in spec.actions], "cells": counts["cells"],
+        "status": {k: counts[k] for k in ("proven", "resolved", "sampled")},
+        "cell_status": cell_status_runs(ctx.lut.status),
+        "tokens": {a.name: int(hist[i]) for i, a in enumerate(spec.actions)},
+        "confident_cells": int(machine.confident.sum()), "sha256": machine.sha256})
+
+
+# --- fsm_proofs ------------------------------------------------------------------------------
+
+def fsm_proofs_stage(ctx: BuildContext) -> StageResult:
+    """k-induction proofs of the LUT-FSM (Z3); the machine without rule 3a, whose
+    counterexamples become directed co-simulation sequences."""
+    machine, spec = ctx.machine, ctx.spec
+    ctx.alphabet = entry_alphabet(machine)
+    all_proved = lambda obs: all(o.verdict == Verdict.PROVED.value for o in obs)  # noqa: E731
+    obs = ctx.timed("fsm_proofs", lambda: prove_fsm(machine, spec.properties),
+                    lambda obs: "ok" if all_proved(obs) else "failed")
+    entries = write_proofs(obs, ctx.d, "fsm")
+    ctx.proof_index += entries
+    # the machine without rule 3a (docs/fsm.md): its counterexamples show why the mask is
+    # there, and become directed co-simulation sequences (where the RTL must say MASKED)
+    unmasked = [o for o in prove_fsm(machine, spec.properties, use_mask=False) if o.counterexample]
+    ctx.unmasked = [o.counterexample for o in unmasked]
+    ctx.evidence.write("proofs/fsm/without_rule_3a.json", {
+        "note": "counterexamples of the machine without rule 3a (docs/fsm.md); not a defect of this build",
+        "traces": {o.id: o.counterexample for o in unmasked}})
+    return StageResult("fsm_proofs", {
+        "status": _status(all_proved(obs)), "method": STAGE_TEXT["fsm_proofs"],
+        "obligations": {o.id: o.verdict for o in obs}, "lut_entries": len(ctx.alphabet),
+        "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(ctx.unmasked))},
+        evidence=tuple(e["evidence"] for e in entries), proofs=entries)
+
+
+# --- emit ------------------------------------------------------------------------------------
+
+def auto_encoding(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, boxes, version: str
+                  ) -> tuple[str, dict]:
+    """The ``auto`` encoding: each of :data:`ENCODINGS` emitted and estimated by Yosys
+    (:func:`mi_certify.verification.rtl.synth.estimate`: iCE40 LUT4 + carries + BRAM x 176 behind
+    registered inputs); the smallest wins, ties in the order of ENCODINGS.
+    Returns (encoding, {encoding: estimate}); raises BuildError when Yosys fails."""
+    from mi_certify.runtime.fsm import REASON_BITS
+    est = {}
+    with tempfile.TemporaryDirectory(prefix="mi-certify-auto-") as work:
+        for enc in ENCODINGS:
+            sub = Path(work) / enc
+            sub.mkdir()
+            v = sub / f"{spec.module_name}.v"
+            v.write_text(emit_verilog(spec, machine, hashes, version, encoding=enc, boxes=boxes), encoding="utf-8")
+            rom_text = emit_rom_hex(spec, machine, enc) if enc in ("rom", "sliced_rom") else ""
+            if rom_text:
+                (sub / rom_file_name(spec)).write_text(rom_text, encoding="ascii")
+            try:
+                est[enc] = synth.estimate(v, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
+                                          spec.hdl.reset_port)
+            except synth.SynthError as exc:
+                raise BuildError(f"hdl.encoding auto: {exc}") from None
+    return min(ENCODINGS, key=lambda e: (est[e], ENCODINGS.index(e))), est
+
+
+def _emit_candidate(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, boxes, version: str, encoding: str,
+                    latency: int, work: Path) -> Path:
+    """The Verilog (and ROM file) of one candidate design written into ``work``; returns the .v path."""
+    v = work / f"{spec.module_name}.v"
+    v.write_text(emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes, latency=latency),
+                 encoding="utf-8")
+    rom_text = emit_rom_hex(spec, machine, encoding) if encoding in ("rom", "sliced_rom") else ""
+    if rom_text:
+        (work / rom_file_name(spec)).write_text(rom_text, encoding="ascii")
+    return v
+
+
+def measure_target(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, boxes, version: str, encoding: str,
+                   latencies: tuple[int, ...]) -> tuple[int, dict, dict]:
+    """The declared target measured before the Verilog is written (its header states the verdict):
+    for each of ``latencies`` in order, the design emitted and placed on the target's devices
+    (:func:`mi_certify.verification.rtl.synth.place_and_route`, the hdl stage's seed and wrapper) until
+    one meets it (``hdl.latency: auto``: 1, 2, 3; else the one latency). None meeting it: the one
+    with the highest Fmax on its worst device (ties: the smaller latency).
+
+    Returns (latency, {latency: place_and_route record} of the tried ones, the chosen one's
+    :func:`~mi_certify.verification.rtl.synth.target_verdict`); raises BuildError when a tool fails."""
+    from mi_certify.runtime.fsm import REASON_BITS
+    target = spec.hdl.declared_target
+    devices = tuple(target.devices(synth.DEVICES))
+    tried: dict = {}
+    with tempfile.TemporaryDirectory(prefix="mi-certify-target-") as work:
+        for lat in latencies:
+            sub = Path(work) / f"latency{lat}"
+            sub.mkdir()
+            v = _emit_candidate(spec, machine, hashes, boxes, version, encoding, lat, sub)
+            try:
+                tried[lat] = synth.place_and_route(v, spec.module_name, spec.address_bits, spec.token_bits,
+                                                   REASON_BITS, spec.hdl.reset_port, devices=devices)
+            except synth.SynthError as exc:
+                raise BuildError(f"hdl.target (latency {lat}): {exc}") from None
+            if synth.target_verdict(target, tried[lat])["met"]:
+                break
+    verdicts = {lat: synth.target_verdict(target, pnr) for lat, pnr in tried.items()}
+    met = [lat for lat, v in verdicts.items() if v["met"]]
+    worst = lambda lat: min((f or 0.0) for f in verdicts[lat]["fmax_mhz"].values())  # noqa: E731
+    chosen = met[0] if met else max(tried, key=lambda lat: (worst(lat), -lat))
+    return chosen, tried, verdicts[chosen]
+
+
+def emit_stage(ctx: BuildContext) -> StageResult:
+    """The Python runtime, the Verilog (encoding from sla.yaml, or ``auto``), its ROM file,
+    the SLA-monitor wrapper and core. Headers name the model, spec and LUT hashes."""
+    spec, d = ctx.spec, ctx.d
+    ctx.hashes = SourceHashes(ctx.model.sha256, hashlib.sha256(spec.source).hexdigest(), ctx.machine.sha256)
+    ctx.py_path, ctx.v_path = d / f"{spec.name}.py", d / f"{spec.module_name}.v"
+    ctx.mon_path = d / f"{monitor_module(spec)}.v"
+    # the distillation partition, for the box-tree encoding (inclusive level ranges)
+    boxes = (list(zip(ctx.boxes["level_lo"].astype(int).tolist(), ctx.boxes["level_hi"].astype(int).tolist()))
+             if ctx.boxes is not None else None)
+    encoding, estimates = spec.hdl.encoding, None
+    if encoding == "auto":
+        encoding, estimates = ctx.timed("hdl_encoding", lambda: auto_encoding(spec, ctx.machine, ctx.hashes, boxes,
+                                                                              ctx.version))
+    # the declared target measured on the design before it is written, so the header states whether it
+    # is met; hdl.latency auto: the smallest latency that meets it (docs/hdl.md, "Declared target")
+    target, header, trials = spec.hdl.declared_target, None, None
+    measure = target is not None and not ctx.opts.skip_synth and not synth.tools_missing()
+    if spec.hdl.latency == "auto" and not measure:
+        ctx.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(1))
+    if measure:
+        lats = LATENCIES if spec.hdl.latency == "auto" else (spec.hdl.latency_cycles,)
+        latency, trials, header = ctx.timed("hdl_target", lambda: measure_target(
+            spec, ctx.machine, ctx.hashes, boxes, ctx.version, encoding, lats))
+        ctx.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(latency))
+        ctx.target_pnr = trials[latency]
+    latency = spec.hdl.latency_cycles
+    rom_text = emit_rom_hex(spec, ctx.machine, encoding) if encoding in ("rom", "sliced_rom") else ""
+    rom_file = rom_file_name(spec) if rom_text else None
+
+    def run():
+        ctx.py_path.write_text(emit_python(spec, ctx.machine, ctx.hashes, ctx.version), encoding="utf-8")
+        ctx.v_path.write_text(emit_verilog(spec, ctx.machine, ctx.hashes, ctx.version, encoding=encoding,
+                                           boxes=boxes, latency=latency, target_measured=header), encoding="utf-8")
+        if rom_file:
+            (d / rom_file).write_text(rom_text, encoding="ascii")
+        ctx.mon_path.write_text(emit_sla_monitor(spec, ctx.hashes.spec, ctx.version), encoding="utf-8")
+        copy_monitor_core(d)
+    ctx.timed("emit", run)
+    files = (ctx.py_path.name, ctx.v_path.name, *((rom_file,) if rom_file else ()), ctx.mon_path.name, "sla_monitor.v")
+    return StageResult("emit", {
+        "status": "ok", "python_runtime": ctx.py_path.name, "verilog": ctx.v_path.name, "module": spec.module_name,
+        "encoding": encoding, **({"rom": rom_file} if rom_file else {}),
+        **({"encoding_estimates": estimates} if estimates is not None else {}),
+        "latency": latency, "target_header": header,
+        **({"latency_trials": {str(lat): {dev: p["fmax_mhz"] for dev, p in pnr.items()} for lat, pnr in trials.items()}}
+           if spec.hdl.latency == "auto" and trials is not None else {}),
+        "sla_monitor": [ctx.mon_path.name, "sla_monitor.v"]}, evidence=files)
+
+
+# --- lint, rtl_proofs ------------------------------------------------------------------------
+
+def lint_stage(ctx: BuildContext) -> StageResult:
+    """Verilator --lint-only -Wall of the controller and of the SLA-monitor wrapper; lint.json."""
+    if ctx.opts.skip_lint:
+        return StageResult.skipped("lint", STAGE_TEXT["lint.skipped"])
+    spec = ctx.spec
+    res = ctx.timed("lint", lambda: verilator.lint(ctx.v_path, spec.module_name),
+                    lambda r: "ok" if r.clean else "failed")
+    mon = verilator.lint(ctx.mon_path, monitor_module(spec), extra=(ctx.d / "sla_monitor.v",))
+    ctx.evidence.write("lint.json", {**res.to_json(), "sla_monitor": mon.to_json()})
+    return StageResult("lint", {"status": _status(res.clean and mon.clean), **res.to_json(),
+                                "sla_monitor": mon.to_json()}, evidence=("lint.json",))
+
+
+def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
+    """The RTL against the reference LUT-FSM (Yosys write_smt2 + Z3; the table at every
+    address); proofs/rtl/. A tool or solver failure fails the stage (fails closed)."""
+    if ctx.opts.skip_rtl_proofs:
+        return StageResult.skipped("rtl_proofs", STAGE_TEXT["rtl_proofs.skipped"])
+    spec = ctx.spec
+
+    def run():
+        try:
+            return rtl_obligations(ctx.v_path, spec.module_name, ctx.machine, ctx.alphabet,
+                                   reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low",
+                                   latency=spec.hdl.latency_cycles)
+        except (RuntimeError, OSError, subprocess.SubprocessError, z3.Z3Exception) as exc:
+            return exc
+    proved = lambda r: not isinstance(r, Exception) and all(o.verdict == Verdict.PROVED.value  # noqa: E731
+                                                             for o in r[0])
+    res = ctx.timed("rtl_proofs", run, lambda r: "ok" if proved(r) else "failed")
+    if isinstance(res, Exception):
+        return StageResult("rtl_proofs", {"status": "failed", "error": f"{type(res).__name__}: {res}"})
+    obs, prelude = res
+    entries = write_proofs(obs, ctx.d, "rtl", prelude=("proofs/rtl/design.smt2", prelude))
+    ctx.proof_index += entries
+    return StageResult("rtl_proofs", {"status": _status(proved(res)), "method": STAGE_TEXT["rtl_proofs"],
+                                      "obligations": {o.id: o.verdict for o in obs}},
+                       evidence=("proofs/rtl/design.smt2", *(e["evidence"] for e in entries)), proofs=entries)
+
+
+def write_proof_index(ctx: BuildContext) -> None:
+    ctx.evidence.write(PROOF_INDEX, {"obligations": ctx.proof_index})
+
+
+# --- cosim -----------------------------------------------------------------------------------
+
+def cosim_stage(ctx: BuildContext) -> StageResult:
+    """Co-simulation: the FSM (cocotb + Icarus, every cycle, against the reference and the
+    emitted runtime), the SLA monitor (Icarus), the Verilator code-coverage replay of the FSM
+    vectors (beside Icarus, when sla.yaml sets a line, toggle or branch threshold); coverage
+    against the sla.yaml thresholds. Writes cosim.json, monitor_cosim.json, coverage.json."""
+    if ctx.opts.skip_cosim:
+        return StageResult.skipped("cosim", STAGE_TEXT["cosim.skipped"])
+    record = ctx.timed("cosim", lambda: _cosim(ctx), lambda r: "ok" if r["status"] == "ok" else "failed")
+    return StageResult("cosim", record, evidence=("cosim.json", "monitor_cosim.json", "coverage.json"))
+
+
+def _cosim(ctx: BuildContext) -> dict:
+    import shutil
+    spec, opts, machine, d = ctx.spec, ctx.opts, ctx.machine, ctx.d
+    with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
+        work = Path(work)
+        # options (reset port, polarity, prefix) adapted to the test bench's active-high rst; the
+        # ROM encodings' $readmemh file copied where the simulator runs
+        sims = {sim: hdl_adapter.prepare(ctx.v_path, spec.module_name, spec.hdl.reset_port, machine, work / sim)
+                for sim in ("icarus", "verilator")}
+        replay = None
+        if spec.cosim.code_coverage:
+            replay = Background(lambda: coverage.verilator_replay(*sims["verilator"], machine, work / "verilator",
+                                                                  tuple(ctx.unmasked), opts.cosim_cycles,
+                                                                  opts.cosim_seed, spec.hdl.latency_cycles))
+        monitor = Background(lambda: run_monitor_cosim(
+            [SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor, work / "monitor",
+            random_requests=spec.cosim.monitor_requests, seed=opts.cosim_seed))
+        res = cocotb_sim.run_cosim(*sims["icarus"], machine, work / "icarus", runtime_py=ctx.py_path,
+                                   traces=tuple(ctx.unmasked), random_cycles=opts.cosim_cycles, seed=opts.cosim_seed,
+                                   latency=spec.hdl.latency_cycles)
+        mon = monitor.result()
+        code = replay.result() if replay is not None else None
+        for log in ("icarus/icarus.log", "verilator/verilator.log"):
+            if (not res.passed or (code is not None and not code[0].ok)) and (work / log).exists():
+                shutil.copyfile(work / log, d / Path(log).name)
+    ctx.evidence.write("cosim.json", res.to_json())
+    ctx.evidence.write("monitor_cosim.json", mon.to_json())
+    cov = coverage.assess(machine, res.report, code, dict(spec.cosim.coverage))
+    ctx.evidence.write("coverage.json", cov)
+    return cosim_record(res.to_json(), mon.to_json(), cov)
+
+
+# --- hdl -------------------------------------------------------------------------------------
+
+def hdl_stage(ctx: BuildContext) -> StageResult:
+    """Synthesis and place and route figures (Yosys, nextpnr-ice40 / -ecp5: every device of
+    :data:`mi_certify.verification.rtl.synth.DEVICES`). Runs after the network verification has
+    joined: its queries have wall-clock budgets, and Yosys / nextpnr would take a core from them.
+
+    The declared target (``hdl.target``, or ``hdl.clock_mhz`` alone on every device) decides the
+    status: missed and not advisory, the stage fails with the target's one-line ``detail`` as its
+    ``error`` (the figures stay in the record); missed and advisory, it is ok with a ``warning``."""
+    missing = synth.tools_missing()
+    if ctx.opts.skip_synth:
+        return StageResult.skipped("hdl", STAGE_TEXT["hdl.skipped"])
+    if missing:
+        return StageResult.skipped("hdl", f"not installed: {', '.join(missing)}")
+
+    def run():
+        try:
+            return synth.hdl_numbers(ctx.spec, ctx.v_path, known=ctx.target_pnr)
+        except (synth.SynthError, OSError, ValueError, KeyError) as exc:  # fails closed: the stage fails
+            return exc
+    numbers = ctx.timed("hdl", run, lambda r: "failed" if isinstance(r, Exception) else "ok")
+    if isinstance(numbers, Exception):
+        return StageResult("hdl", {"status": "failed", "error": f"{type(numbers).__name__}: {numbers}"[:800]})
+    return StageResult("hdl", hdl_record(numbers, synth.SEED, header=ctx.results["emit"].record.get("target_header")
+                                         if "emit" in ctx.results else None))
+
+
+# --- report screenshot -----------------------------------------------------------------------
+
+def screenshot(d: Path) -> bool:
+    """Load report.html in headless Chromium and save report.png (not hashed); True when taken.
+    Console errors are the report test's business (tests/test_certificate.py)."""
+    if chromium.find_chromium() is None:
+        return False
+    try:
+        res = chromium.load_page(d / "report.html", screenshot=d / "report.png")
+    except (OSError, chromium.ToolUnavailable):  # a screenshot is a convenience, never a build failure
+        (d / "report.png").unlink(missing_ok=True)
+        return False
+    return res.loaded

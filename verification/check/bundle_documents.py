@@ -1,0 +1,267 @@
+"""The documents a person reads, re-derived from the evidence (part of ``mi-certify check``).
+
+A reader trusts ``summary.json``, ``report.md`` / ``report.html``, ``obligations.json`` and
+the manifest's status and figures; a hash only says they were not changed after the
+manifest was written. So every figure in them is derived again here from the evidence
+files the rest of ``check`` verifies (verification.json, distillation.json, lut.json,
+lut_properties.json, proofs/index.json, lint.json, cosim.json, monitor_cosim.json,
+coverage.json, the spec and the re-imported network), the summary and the manifest
+figures are recomputed with the build's own pure functions, the report is rendered
+again into a scratch copy of the bundle, and the generated sources are emitted again
+from the spec and lut.hex. Any difference is a FAIL naming the file and the field.
+
+What this cannot re-derive, it says: the ``hdl`` stage's numbers come from Yosys and
+nextpnr and are made again by the ``hdl`` item of the full check (skipped by
+``--quick``); a failed stage's free-text ``error`` is not compared (the build is failed
+either way); the ``encoding_estimates`` of ``hdl.encoding: auto``, the emit stage's ``target_header`` and the
+``latency_trials`` of ``hdl.latency: auto`` are measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from mi_certify.verification.check.common import cell_status, command_option
+
+__all__ = ["differences", "expected_documents", "expected_stages", "lut_counts", "regenerate_report",
+           "regenerate_sources"]
+
+
+def _read(d: Path, rel: str):
+    p = d / rel
+    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+
+
+def differences(stored, derived, path: str = "") -> list[str]:
+    """Field paths where ``stored`` and ``derived`` differ, each "path: stored X, derived Y"."""
+    if isinstance(stored, dict) and isinstance(derived, dict):
+        out = []
+        for k in sorted(set(stored) | set(derived), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in stored:
+                out.append(f"{sub}: missing (derived {json.dumps(derived[k])[:80]})")
+            elif k not in derived:
+                out.append(f"{sub}: present ({json.dumps(stored[k])[:80]}) but not derivable from the evidence")
+            else:
+                out.extend(differences(stored[k], derived[k], sub))
+        return out
+    if isinstance(stored, list) and isinstance(derived, list) and len(stored) == len(derived):
+        return [d for i, (a, b) in enumerate(zip(stored, derived)) for d in differences(a, b, f"{path}[{i}]")]
+    if stored != derived or isinstance(stored, bool) != isinstance(derived, bool):
+        return [f"{path}: stored {json.dumps(stored)[:80]}, derived {json.dumps(derived)[:80]}"]
+    return []
+
+
+def lut_counts(lut_json: dict) -> dict:
+    """Cells per status {"proven", "resolved", "sampled"} counted from lut.json's ``cell_status`` runs."""
+    counts = {"proven": 0, "resolved": 0, "sampled": 0}
+    for a, b, s in lut_json["cell_status"]:
+        counts[s] += b - a
+    return counts
+
+
+def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.ndarray, has_rom: bool) -> dict:
+    """Every stage record of summary.json derived from the evidence files in ``d``.
+
+    ``stored`` is summary.json's ``stages``: only the ``hdl`` record (tool measurements,
+    re-made by the full check) and, for a failed stage, its ``error`` text are taken from it.
+    ``has_rom``: the emitter, run again, writes a ``$readmemh`` file for this LUT.
+    """
+    from mi_certify.generator.bundle.records import CROSS_CHECK_POINTS, STAGE_TEXT, cosim_stage
+
+    command = manifest.get("command", [])
+    out: dict = {}
+    out["spec"] = {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
+                   "address_bits": spec.address_bits, "properties": len(spec.properties)}
+    out["import"] = {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
+                     "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": 1e-5, "passed": True}}
+    out["verify"] = _verify_stage(_read(d, "verification.json"), command)
+    out["lut"] = _lut_stage(d, spec, _read(d, "lut.json"))
+    lp = _read(d, "lut_properties.json")
+    out["lut_properties"] = {"status": "failed" if any(r["verdict"] == "violated" for r in lp["properties"]) else "ok",
+                             "method": STAGE_TEXT["lut_properties"],
+                             "properties": {r["id"]: r["verdict"] for r in lp["properties"]},
+                             "overridden_cells": len(lp["overridden_cells"])}
+    index = _read(d, "proofs/index.json") or {"obligations": []}
+    out["fsm_proofs"] = _fsm_stage(d, spec, index, lut)
+    out["emit"] = _emit_stage(spec, stored, has_rom)
+    lint = _read(d, "lint.json")
+    if lint is None:
+        out["lint"] = {"status": "skipped", "reason": STAGE_TEXT["lint.skipped"]}
+    else:
+        out["lint"] = {"status": "ok" if lint["clean"] and lint.get("sla_monitor", {}).get("clean") else "failed",
+                       **lint}
+    out["rtl_proofs"] = _rtl_stage(index, command)
+    cos, mon, cov = _read(d, "cosim.json"), _read(d, "monitor_cosim.json"), _read(d, "coverage.json")
+    if cos is None:
+        out["cosim"] = {"status": "skipped", "reason": STAGE_TEXT["cosim.skipped"]}
+    else:
+        out["cosim"] = cosim_stage(cos, mon, cov)
+    out["hdl"] = dict(stored.get("hdl", {}))
+    if out["hdl"].get("status") == "ok":  # the numbers are re-made by the full check's hdl item
+        from mi_certify.verification.rtl.synth import SEED
+        out["hdl"]["method"] = STAGE_TEXT["hdl"].format(seed=SEED)
+    for name, rec in out.items():  # a failed stage's free text is not re-derivable
+        if rec.get("status") == "failed" and "error" in stored.get(name, {}) and "error" not in rec:
+            rec["error"] = stored[name]["error"]
+    return out
+
+
+def _verify_stage(ver: dict | None, command: list[str]) -> dict:
+    from mi_certify.generator.bundle.records import STAGE_TEXT
+    if ver is None:
+        return {"status": "skipped", "reason": STAGE_TEXT["verify.skipped"]}
+    return {"status": "ok" if ver["status"] == "proved" else "failed", "result": ver["status"],
+            "properties": {r["id"]: r["verdict"] for r in ver["properties"]},
+            "reachable_actions": [a["action"] for a in ver["output_domain"]["actions"] if a["reachable"] == "yes"],
+            "timeout_s": float(command_option(command, "--verify-timeout", "60"))}
+
+
+def _lut_stage(d: Path, spec, lut_json: dict | None) -> dict:
+    """The ``lut`` record: from the distillation boxes, or lut.json's counts for a sampled LUT."""
+    from mi_certify.generator.bundle.records import STAGE_TEXT, distill_errors, read_distillation
+    if not (d / "distillation.json").exists():
+        counts = lut_counts(lut_json)
+        return {"status": "ok", "method": STAGE_TEXT["lut.sampled"], "cells": sum(counts.values()), **counts}
+    from mi_certify.generator.build.distill import UNDECIDED, VERDICTS
+    dist = read_distillation(d)
+    boxes = dist["boxes"]
+    size = np.prod(boxes["level_hi"].astype(np.int64) - boxes["level_lo"].astype(np.int64) + 1, axis=1)
+    counts = {"sampled": 0, **{v: int(size[boxes["verdict"] == k].sum()) for k, v in enumerate(VERDICTS)}}
+    cells = sum(counts.values())
+    fid = dist["fidelity"]
+    errors = distill_errors(spec, counts["resolved"], fid)
+    return {"status": "failed" if errors else "ok", "method": STAGE_TEXT["lut.distilled"], "cells": cells,
+            **counts, "proven_share": round(counts["proven"] / cells, 6),
+            "undecided_cells": int(np.sum(boxes["method"] == UNDECIDED)),
+            "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
+            **({"error": "; ".join(errors)} if errors else {})}
+
+
+def _fsm_stage(d: Path, spec, index: dict, lut: np.ndarray) -> dict:
+    from mi_certify.generator.bundle.records import STAGE_TEXT
+    from mi_certify.generator.core.lut import LutFsmArtefact, property_masks
+    from mi_certify.verification.rtl.fsm_proofs import entry_alphabet
+    fsm = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "fsm"}
+    machine = LutFsmArtefact.from_table(spec, lut, property_masks(spec))
+    traces = (_read(d, "proofs/fsm/without_rule_3a.json") or {"traces": {}})["traces"]
+    return {"status": "ok" if all(v == "proved" for v in fsm.values()) else "failed",
+            "method": STAGE_TEXT["fsm_proofs"], "obligations": fsm,
+            "lut_entries": len(entry_alphabet(machine)),
+            "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(traces))}
+
+
+def _emit_stage(spec, stored: dict, has_rom: bool) -> dict:
+    from mi_certify.generator.build.emit import rom_file_name
+    from mi_certify.generator.build.emit_monitor import module_name as monitor_module
+    encoding = stored.get("emit", {}).get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
+    return {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
+            "module": spec.module_name, "encoding": encoding,
+            **({"rom": rom_file_name(spec)} if has_rom else {}),
+            **({"encoding_estimates": stored["emit"]["encoding_estimates"]}
+               if spec.hdl.encoding == "auto" and "encoding_estimates" in stored.get("emit", {}) else {}),
+            "latency": spec.hdl.latency_cycles, "target_header": _target_header(spec, stored),
+            **({"latency_trials": stored["emit"]["latency_trials"]}
+               if spec.hdl.latency == "auto" and "latency_trials" in stored.get("emit", {}) else {}),
+            "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
+
+
+def _target_header(spec, stored: dict) -> dict | None:
+    """The emit stage's ``target_header`` (the verdict the Verilog header states): a measurement, so
+    taken from summary.json, but only where the build measured (a declared target, the hdl stage
+    not skipped) and only when its Fmax is the hdl stage's (made again by the full check's hdl item);
+    else None (the stored one then differs)."""
+    header = stored.get("emit", {}).get("target_header")
+    hdl = stored.get("hdl", {})
+    if header is None or spec.hdl.declared_target is None or hdl.get("status") == "skipped":
+        return None
+    target = hdl.get("target") or {}
+    return header if header.get("fmax_mhz") == target.get("fmax_mhz") else None
+
+
+def _rtl_stage(index: dict, command: list[str]) -> dict:
+    from mi_certify.generator.bundle.records import STAGE_TEXT
+    rtl = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "rtl"}
+    if "--skip-rtl-proofs" in command:
+        return {"status": "skipped", "reason": STAGE_TEXT["rtl_proofs.skipped"]}
+    if rtl:
+        return {"status": "ok" if all(v == "proved" for v in rtl.values()) else "failed",
+                "method": STAGE_TEXT["rtl_proofs"], "obligations": rtl}
+    return {"status": "failed"}
+
+
+def expected_documents(d: Path, spec, ir, manifest: dict, stages: dict) -> dict[str, object]:
+    """Small hashed records that are a function of the spec, the network and the stage
+    records: import.json, lut.json's header fields, lut_properties.json's masks,
+    obligations.json's wording. {file: {field: value}}."""
+    from mi_certify.generator.core.lut import property_masks
+
+    masks = property_masks(spec)
+    return {
+        "import.json": {"model": Path(manifest["inputs"]["model"]["path"]).name, "ir": ir.describe(),
+                        "notes": list(ir.notes), "onnxruntime_check": stages["import"]["onnxruntime_check"]},
+        "lut.json": {"address_bits": spec.address_bits, "cells": 1 << spec.address_bits,
+                     "actions": [a.name for a in spec.actions],
+                     "inputs": [{"name": i.name, "bits": i.bits, "min": i.min, "max": i.max, "unit": i.unit}
+                                for i in spec.inputs]},
+        "lut_properties.json": {"masks": [{"id": m.id, "levels": [list(m.lo), list(m.hi)],
+                                           "allowed": [a.name for k, a in enumerate(spec.actions)
+                                                       if (m.allowed >> k) & 1]} for m in masks]},
+        "obligations.json": {"times": "timings.json (not hashed)"},
+    }
+
+
+def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes]:
+    """report.md, report.html and heatmaps/*.png rendered again from the bundle's evidence
+    in a scratch copy (the report files themselves and every unhashed file left out)."""
+    from mi_certify.generator.bundle.report import write_report
+
+    manifest = _read(d, "manifest.json")
+    mine = {"report.md", "report.html"}
+    with tempfile.TemporaryDirectory(prefix="mi-certify-report-") as tmp:
+        t = Path(tmp)
+        for rel in manifest["files"]:
+            if rel in mine or rel.startswith("heatmaps/"):
+                continue
+            (t / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(d / rel, t / rel)
+        write_report(spec, t, obligations)
+        return {p.relative_to(t).as_posix(): p.read_bytes() for p in sorted(t.rglob("*"))
+                if p.is_file() and (p.relative_to(t).as_posix() in mine or p.relative_to(t).parts[0] == "heatmaps")}
+
+
+def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.ndarray) -> dict[str, str]:
+    """The emitted Python runtime, Verilog, ROM file and SLA-monitor wrapper made again from
+    the spec, lut.hex, the distillation boxes and the recorded hashes and version."""
+    from mi_certify.generator.bundle.records import read_distillation
+    from mi_certify.generator.build.emit import SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
+    from mi_certify.generator.build.emit_monitor import emit_sla_monitor, module_name as monitor_module
+    from mi_certify.generator.core.lut import Lut, LutFsmArtefact, property_masks
+
+    lut_json = _read(d, "lut.json")
+    table = Lut((lut & 0x7F).astype(np.uint8), (lut >> 7).astype(bool), cell_status(lut_json, lut.size))
+    machine = LutFsmArtefact.from_lut(spec, table, property_masks(spec))
+    inputs = manifest["inputs"]
+    hashes = SourceHashes(inputs["model"]["sha256"], inputs["spec"]["sha256"], lut_json["sha256"])
+    version = manifest["mi_certify"]["version"]
+    encoding = summary["stages"]["emit"]["encoding"]
+    boxes = None
+    if (d / "distillation.json").exists():
+        table = read_distillation(d)["boxes"]
+        boxes = list(zip(table["level_lo"].astype(int).tolist(), table["level_hi"].astype(int).tolist()))
+    from importlib import resources
+    core = resources.files("mi_certify.hdl").joinpath("sla_monitor.v").read_text(encoding="utf-8")
+    out = {f"{spec.name}.py": emit_python(spec, machine, hashes, version), "sla_monitor.v": core,
+           f"{spec.module_name}.v": emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes,
+                                                 target_measured=summary["stages"]["emit"].get("target_header")),
+           f"{monitor_module(spec)}.v": emit_sla_monitor(spec, hashes.spec, version)}
+    if encoding in ("rom", "sliced_rom"):
+        rom = emit_rom_hex(spec, machine, encoding)
+        if rom:
+            out[rom_file_name(spec)] = rom
+    return out

@@ -1,0 +1,117 @@
+"""HDL tools group of ``mi-certify check``: lint, co-simulation and synthesis made again.
+
+Re-derives with the tools the build used (same code, skipped with ``--quick`` or
+without the tool): Verilator's lint of the emitted Verilog against lint.json; the
+co-simulation of the Verilog against the Python reference runtime (same seed, same
+cycles, the recorded without-rule-3a traces) against cosim.json, field by field; the
+``hdl`` stage (YoWASP Yosys + nextpnr-ice40 / -ecp5, same seed) against summary.json's cell
+counts, Fmax per device and verdicts, when the tool versions are the manifest's (docs/hdl.md).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from mi_certify.verification.check.common import SKIP, Checker, CheckContext, require
+
+
+def check_tools(c: Checker, ev: CheckContext) -> None:
+    """Items ``rtl.lint: re-run Verilator`` (with lint.json) and ``cosim: re-run co-simulation``
+    (with cosim.json); each a SKIP with ``--quick`` or without verilator / iverilog."""
+    if (c.d / "lint.json").exists():
+        _tool_item(c, "rtl.lint: re-run Verilator", "verilator", lambda: _lint(c, ev))
+    if (c.d / "cosim.json").exists():
+        _tool_item(c, "cosim: re-run co-simulation", ("iverilog", "vvp"), lambda: _cosim(c, ev))
+
+
+def _tool_item(c: Checker, name: str, tools: str | tuple[str, ...], fn) -> None:
+    """One re-run item: a SKIP with ``--quick`` or without one of ``tools`` (verification/tools/registry.py),
+    else ``fn`` run."""
+    from mi_certify.verification.tools.registry import why_unavailable
+    missing = [(t, why) for t in ((tools,) if isinstance(tools, str) else tools) if (why := why_unavailable(t))]
+    if not c.opts.rerun_tools:
+        c.add(name, SKIP, "same code", "--quick")
+    elif missing:
+        c.add(name, SKIP, "same code", "; ".join(f"{t} is {why}" for t, why in missing))
+    else:
+        c.run(name, "same code", fn)
+
+
+def _lint(c: Checker, ev: CheckContext) -> str:
+    from mi_certify.verification.tools.verilator import lint as run_lint
+    spec = ev.spec
+    res = run_lint(c.d / f"{spec.module_name}.v", spec.module_name).to_json()
+    stored = c.read_json("lint.json")
+    require(res["clean"] == stored["clean"] and res["messages"] == stored["messages"],
+            f"lint now {'clean' if res['clean'] else res['messages'][:2]}, lint.json says "
+            f"{'clean' if stored['clean'] else 'not clean'}")
+    return "clean" if res["clean"] else "same messages as lint.json"
+
+
+def _cosim(c: Checker, ev: CheckContext) -> str:
+    from mi_certify.verification.cosim.cocotb_sim import run_cosim
+    from mi_certify.verification.rtl.hdl_adapter import prepare
+
+    from mi_certify.verification.check.bundle_documents import differences
+    spec = ev.spec
+    stored = c.read_json("cosim.json")
+    machine = ev.machine()
+    traces = ()
+    if (c.d / "proofs" / "fsm" / "without_rule_3a.json").exists():
+        traces = tuple(c.read_json("proofs/fsm/without_rule_3a.json")["traces"].values())
+    with tempfile.TemporaryDirectory(prefix="mi-certify-check-") as work:
+        sim_v, sim_top = prepare(c.d / f"{spec.module_name}.v", spec.module_name, spec.hdl.reset_port,
+                                 machine, Path(work))
+        res = run_cosim(sim_v, sim_top, machine, Path(work), runtime_py=c.d / f"{spec.name}.py", traces=traces,
+                        random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"],
+                        latency=spec.hdl.latency_cycles)
+    again = res.to_json()
+    diff = differences(stored, again)
+    require(not diff, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "
+                      "cosim.json differs in " + "; ".join(diff[:3]))
+    return f"{again['cycles']} cycles, {again['mismatches']} mismatches, identical to cosim.json"
+
+
+def check_hdl_numbers(c: Checker, ev: CheckContext) -> None:
+    """Item ``hdl: synthesis and place and route made again``: the ``hdl`` stage made again
+    (YoWASP Yosys + nextpnr-ice40 / -ecp5, same seed); cell counts, Fmax per device, the declared
+    target's verdict and the stage status it gives must equal summary.json
+    (``ev.spec``, ``ev.summary`` are read). Nothing when the stage measured nothing; a SKIP with
+    ``--quick``, without the tools, or when the tool versions differ from the manifest's
+    (the numbers depend on them; docs/hdl.md)."""
+    name = "hdl: synthesis and place and route made again"
+    stage = ev.summary.get("stages", {}).get("hdl", {})
+    if "place_and_route" not in stage:  # skipped, or failed before measuring (a missed target has figures)
+        return
+    if not c.opts.rerun_tools:
+        c.add(name, SKIP, "same code", "--quick")
+        return
+    from mi_certify.verification.rtl import synth
+    from mi_certify.verification.tools.registry import tool_version
+    if synth.tools_missing():
+        c.add(name, SKIP, "same code", f"not installed: {', '.join(synth.tools_missing())}")
+        return
+    recorded = c.read_json("manifest.json").get("versions", {}).get("tools", {})
+    changed = [t for t in synth.REQUIRED_TOOLS if recorded.get(t) != tool_version(t)]
+    if changed:
+        c.add(name, SKIP, "same code", f"{', '.join(changed)} differ from the build's (manifest.json versions.tools)")
+        return
+    c.run(name, "same code", lambda: _hdl_again(c, ev, stage, synth))
+
+
+def _hdl_again(c: Checker, ev: CheckContext, stage: dict, synth) -> str:
+    from mi_certify.generator.bundle.records import HDL_SUMMARY_KEYS, hdl_record
+    spec = ev.spec
+    fresh = hdl_record(synth.hdl_numbers(spec, c.d / f"{spec.module_name}.v"), synth.SEED,
+                       header=ev.summary.get("stages", {}).get("emit", {}).get("target_header"))
+    stored = {k: ev.summary["hdl"].get(k) for k in HDL_SUMMARY_KEYS}
+    mine = {k: fresh.get(k) for k in stored}
+    require(mine == stored, f"made again: {mine}; summary.json hdl: {stored}")
+    # the whole stage record: counts, Fmax, goals, the declared target's verdict and the status it gives
+    differ = sorted(k for k in set(fresh) | set(stage) if fresh.get(k) != stage.get(k))
+    require(not differ, f"summary.json stages.hdl differs from the numbers made again in: {', '.join(differ)}")
+    fmax = ", ".join(f"{dev.upper()} {fresh[synth.fmax_key(dev)]}" for dev in fresh["place_and_route"])
+    target = fresh.get("target")
+    return (f"Fmax {fmax} MHz, {mine['lut4']} LUT4, {mine['dff']} DFF, {mine['bram']} BRAM"
+            + (f"; {target['detail']}" if target else "") + ": equal to summary.json")

@@ -1,0 +1,494 @@
+"""Sound bound propagation over ControllerIR: interval arithmetic, then linear (CROWN) bounds.
+
+Method: interval bound propagation, then backward linear relaxation of every ReLU
+(CROWN: Zhang et al., "Efficient Neural Network Robustness Certification with General
+Activation Functions", NeurIPS 2018; equivalently DeepPoly: Singh et al., POPL 2019),
+with the adaptive lower relaxation (slope 1 when u > -l, else 0) and the chord as
+upper relaxation. Intermediate (pre-ReLU) bounds are the tighter of interval and
+CROWN bounds, node by node, so later layers see tight relaxations. The graph may be a
+DAG (skip connections, fan-out): coefficients flow back along every term.
+
+Floating point: everything is computed in float64 and every bound is then moved
+outward by ``INFLATION * (M + 1e-300)``, where M is the sum of the absolute values of
+all terms that contributed (tracked alongside, with the same operations on absolute
+values). Accumulated float64 rounding of a sum of n products is at most
+``n * 2**-53 * M`` (Higham, "Accuracy and Stability of Numerical Algorithms", §3.1);
+with n ≤ 10^4 terms per row and ≤ 64 layers this is below 1e-10 * M, so the inflation
+``INFLATION = 1e-9`` covers it with a factor of 10 to spare. The bounds are therefore
+sound for the **real-valued** network whose weights are the float64 values in the IR.
+The float32 evaluation of onnxruntime differs from it by rounding (checked to 1e-5 at
+import); properties are proved about the real-valued network.
+
+Every product and sum is computed in fixed order (:mod:`mi_certify.generator.core.numerics`,
+no BLAS), so the bounds, and every decision taken on them, are the same bits on every
+machine.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode
+from mi_certify.generator.core.numerics import matmul, rowdot, sum_last
+
+#: Relative outward inflation of every computed bound (see module docstring).
+INFLATION = 1e-9
+#: (box, neuron) pairs bounded in one backward pass of :func:`crown_bounds`.
+_INSTANCE_CHUNK = 16384
+
+
+class BoundsTimeout(TimeoutError):
+    """A bound computation passed its ``deadline`` (``time.monotonic()``) between two backward
+    passes; nothing it computed is used (the caller answers UNKNOWN)."""
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise BoundsTimeout("bound computation passed the deadline")
+
+
+@dataclass
+class NodeBounds:
+    """Per-node bounds: ``lower[i]``, ``upper[i]`` are (size_i,) float64 arrays."""
+
+    lower: list[np.ndarray]
+    upper: list[np.ndarray]
+
+    def unstable(self, ir: ControllerIR) -> int:
+        """Number of ReLUs whose input bounds straddle zero."""
+        n = 0
+        for node in ir.nodes:
+            if isinstance(node, ReluNode):
+                lo, hi = self.lower[node.src], self.upper[node.src]
+                n += int(np.sum((lo < 0) & (hi > 0)))
+        return n
+
+
+def _inflate(value: np.ndarray, mag: np.ndarray, down: bool) -> np.ndarray:
+    pad = INFLATION * (mag + 1e-300)
+    return value - pad if down else value + pad
+
+
+def _batch(lo, hi) -> tuple[np.ndarray, np.ndarray, bool]:
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    single = lo.ndim == 1
+    return np.atleast_2d(lo), np.atleast_2d(hi), single
+
+
+def _unbatch(nb: NodeBounds, single: bool) -> NodeBounds:
+    return NodeBounds([v[0] for v in nb.lower], [v[0] for v in nb.upper]) if single else nb
+
+
+def interval_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBounds:
+    """Interval bounds of every node over the box [lo, hi].
+
+    Args:
+        lo, hi: (n_inputs,) for one box, or (B, n_inputs) for B boxes at once.
+    Returns:
+        NodeBounds with (size_i,) arrays, or (B, size_i) arrays for a batch.
+    """
+    lo, hi, single = _batch(lo, hi)
+    lower, upper = [], []
+    for node in ir.nodes:
+        if isinstance(node, InputNode):
+            lower.append(lo.copy())
+            upper.append(hi.copy())
+        elif isinstance(node, AffineNode):
+            c = np.broadcast_to(node.bias, (lo.shape[0], node.size)).copy()
+            r = np.zeros_like(c)
+            mag = np.broadcast_to(np.abs(node.bias), c.shape).copy()
+            for src, w in node.terms:
+                mid = (lower[src] + upper[src]) / 2
+                rad = np.maximum(upper[src] - mid, mid - lower[src])
+                c += matmul(mid, w.T)
+                aw = np.abs(w)
+                r += matmul(rad, aw.T)
+                mag += matmul(np.abs(mid) + rad, aw.T)
+            lower.append(_inflate(c - r, mag + r, True))
+            upper.append(_inflate(c + r, mag + r, False))
+        else:
+            lower.append(np.maximum(lower[node.src], 0.0))
+            upper.append(np.maximum(upper[node.src], 0.0))
+    return _unbatch(NodeBounds(lower, upper), single)
+
+
+def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: float | None = None) -> NodeBounds:
+    """Bounds of every node over the boxes from linear functions of the input carried
+    forward (symbolic intervals with linear relaxations: Wang et al., "Efficient Formal
+    Safety Analysis of Neural Networks" (Neurify), NeurIPS 2018; the forward mode of
+    Xu et al., "Automatic Perturbation Analysis for Scalable Certified Robustness and
+    Beyond" (auto_LiRPA), NeurIPS 2020), each node the tighter of these and interval bounds.
+
+    Every node carries a lower and an upper linear function of x valid over the box;
+    an affine node combines its sources' functions by the signs of its weights, a ReLU
+    with unstable input [l, u] keeps ``α · lower`` (α = 1 when u > -l, else 0) and
+    ``s · (upper − l)`` with s = u / (u − l) rounded up (any larger slope is sound).
+    Cost per box is O(width² · n_inputs) per layer instead of CROWN's backward
+    O(width³ · depth): the cheap choice for few inputs; looser than CROWN in general.
+
+    Floating point as in the module docstring: absolute values of every coefficient and
+    constant are carried alongside and every concretised bound is moved outward by
+    ``INFLATION`` times that magnitude.
+
+    Args:
+        lo, hi: (B, n_inputs) boxes (or (n_inputs,) for one).
+        deadline: ``time.monotonic()`` value, checked once per node.
+    Returns:
+        NodeBounds with (B, size_i) arrays (or (size_i,) for one box).
+    Raises:
+        BoundsTimeout when ``deadline`` has passed.
+    """
+    lo, hi, single = _batch(lo, hi)
+    ib = interval_bounds(ir, lo, hi)
+    B, n = lo.shape
+    reach = np.maximum(np.abs(lo), np.abs(hi))  # (B, n)
+    lower, upper = [], []
+    # per node: lower/upper coefficients (B, n, size) (input axis first: products are x @ w.T),
+    # constants (B, size), and the magnitudes of both
+    fl, fu, cl, cu, am, cm = [], [], [], [], [], []
+    for nid, node in enumerate(ir.nodes):
+        _check_deadline(deadline)
+        if isinstance(node, InputNode):
+            eye = np.broadcast_to(np.eye(n), (B, n, n)).copy()
+            fl.append(eye), fu.append(eye), am.append(eye)
+            zero = np.zeros((B, n))
+            cl.append(zero), cu.append(zero), cm.append(zero)
+            lower.append(lo.copy()), upper.append(hi.copy())
+            continue
+        if isinstance(node, AffineNode):
+            Lc = np.zeros((B, n, node.size))
+            Uc = np.zeros((B, n, node.size))
+            Am = np.zeros((B, n, node.size))
+            l0 = np.broadcast_to(node.bias, (B, node.size)).copy()
+            u0 = l0.copy()
+            c0 = np.broadcast_to(np.abs(node.bias), (B, node.size)).copy()
+            for src, w in node.terms:
+                wp, wn, wa = np.maximum(w, 0.0).T, np.minimum(w, 0.0).T, np.abs(w).T
+                Lc += matmul(fl[src], wp) + matmul(fu[src], wn)
+                Uc += matmul(fu[src], wp) + matmul(fl[src], wn)
+                Am += matmul(am[src], wa)
+                l0 += matmul(cl[src], wp) + matmul(cu[src], wn)
+                u0 += matmul(cu[src], wp) + matmul(cl[src], wn)
+                c0 += matmul(cm[src], wa)
+            mag = c0 + sum_last(np.swapaxes(Am, 1, 2) * reach[:, None, :])
+            low = l0 + sum_last(np.swapaxes(np.maximum(Lc, 0.0), 1, 2) * lo[:, None, :]) \
+                + sum_last(np.swapaxes(np.minimum(Lc, 0.0), 1, 2) * hi[:, None, :])
+            up = u0 + sum_last(np.swapaxes(np.maximum(Uc, 0.0), 1, 2) * hi[:, None, :]) \
+                + sum_last(np.swapaxes(np.minimum(Uc, 0.0), 1, 2) * lo[:, None, :])
+            lower.append(np.maximum(ib.lower[nid], _inflate(low, mag, True)))
+            upper.append(np.minimum(ib.upper[nid], _inflate(up, mag, False)))
+            fl.append(Lc), fu.append(Uc), am.append(Am), cl.append(l0), cu.append(u0), cm.append(c0)
+            continue
+        l, u = lower[node.src], upper[node.src]
+        active, inactive = l >= 0, u <= 0
+        unstable = ~active & ~inactive
+        denom = np.where(unstable, u - l, 1.0)
+        s_up = np.where(active, 1.0, np.where(inactive, 0.0, (u / denom) * (1.0 + 1e-15)))
+        b_up = np.where(unstable, -l * s_up, 0.0)
+        alpha = np.where(active, 1.0, np.where(inactive, 0.0, (u > -l).astype(np.float64)))
+        src = node.src
+        fl.append(fl[src] * alpha[:, None, :]), cl.append(cl[src] * alpha)
+        fu.append(fu[src] * s_up[:, None, :]), cu.append(cu[src] * s_up + b_up)
+        am.append(am[src] * np.maximum(alpha, s_up)[:, None, :])
+        cm.append(cm[src] * np.maximum(alpha, s_up) + np.abs(b_up))
+        lower.append(np.maximum(l, 0.0)), upper.append(np.maximum(u, 0.0))
+    return _unbatch(NodeBounds(lower, upper), single)
+
+
+#: Lower relaxations of an unstable ReLU (any slope in [0, 1] through the origin is sound):
+#: "adaptive" (CROWN: 1 when u > -l, else 0), "zero", "one", "chord" (the upper line's slope).
+LOWER_SLOPES = ("adaptive", "zero", "one", "chord")
+
+
+def _relu_relaxation(l: np.ndarray, u: np.ndarray, lower: str | np.ndarray = "adaptive"):
+    """(lower slope, upper slope, upper intercept) per neuron; lower intercept is 0. ``lower``
+    names a rule of LOWER_SLOPES or gives the unstable neurons' slopes (same shape as ``l``,
+    clipped to [0, 1]: every such slope is sound)."""
+    active = l >= 0
+    inactive = u <= 0
+    unstable = ~active & ~inactive
+    denom = np.where(unstable, u - l, 1.0)
+    s_up = np.where(active, 1.0, np.where(inactive, 0.0, u / denom))
+    b_up = np.where(unstable, -l * s_up, 0.0)
+    if isinstance(lower, str):
+        slope = {"adaptive": (u > -l).astype(np.float64), "zero": 0.0, "one": 1.0, "chord": s_up}[lower]
+    else:
+        slope = np.clip(lower, 0.0, 1.0)
+    s_lo = np.where(active, 1.0, np.where(inactive, 0.0, slope))
+    return s_lo, s_up, b_up
+
+
+@numba.njit(cache=True, fastmath=False, nogil=True)
+def _relu_back(L, A, s_lo, s_up, b_up):  # pragma: no cover - compiled
+    """One ReLU step of the backward pass, fused: with S = s_lo where L >= 0 else s_up and
+    Bc = 0 where L >= 0 else b_up, returns (L·S, A·|S|, Σ_j L·Bc, Σ_j A·|Bc|); the sums run
+    over j in index order from 0, the same IEEE operations as the numpy expressions
+    ``np.where``/``sum_last`` (``fastmath=False``: no FMA, no reassociation)."""
+    B, m, n = L.shape
+    LS = np.empty((B, m, n))
+    AS = np.empty((B, m, n))
+    dc = np.zeros((B, m))
+    dm = np.zeros((B, m))
+    for b in range(B):
+        for r in range(m):
+            c = 0.0
+            g = 0.0
+            for j in range(n):
+                lv = L[b, r, j]
+                if lv >= 0:
+                    sv = s_lo[b, j]
+                    bc = 0.0
+                else:
+                    sv = s_up[b, j]
+                    bc = b_up[b, j]
+                LS[b, r, j] = lv * sv
+                AS[b, r, j] = A[b, r, j] * abs(sv)
+                c = c + lv * bc
+                g = g + A[b, r, j] * abs(bc)
+            dc[b, r] = c
+            dm[b, r] = g
+    return LS, AS, dc, dm
+
+
+def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None, lo: np.ndarray, hi: np.ndarray,
+                          bounds: NodeBounds, lower: str | dict[int, np.ndarray] = "adaptive",
+                          rows: np.ndarray | None = None, per_box: np.ndarray | None = None,
+                          gather: np.ndarray | None = None,
+                          cache: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Batched CROWN backward pass: lam (B, m, size(target)), lo/hi (B, n), bounds (B, size_i) arrays;
+    ``lam=None`` stands for the rows ``[I; -I]`` (both bounds of every neuron of an affine
+    target), whose first step is the exact ``[w; -w]`` (no products: a tenth of the work);
+    ``rows`` then selects the neurons (default all): the result has ``2 * len(rows)`` rows.
+    ``per_box`` (B,) instead gives each box one neuron of its own (rows ``[e_j; -e_j]``, 2 rows).
+    ``gather`` (B,): box b of this pass is box ``gather[b]`` of ``bounds`` (lo/hi are this
+    pass's). ``cache``: relaxations by (node, rule) of ``bounds``' boxes, reused across calls.
+    ``lower``: a rule of LOWER_SLOPES, or {ReLU node id: (B, size) lower slopes}.
+
+    Returns (lower (B, m), input coefficients (B, m, n_inputs))."""
+    if lam is None and per_box is not None:  # box b bounds its own neuron per_box[b]: rows [e_j; -e_j]
+        node = ir.nodes[target]
+        B, m = lo.shape[0], 2
+        coef = {}
+        acoef = {}
+        for src, w in node.terms:  # [e_j; -e_j] @ w in fixed order is exactly [w_j; -w_j]
+            w = w[per_box]
+            signed = np.stack([w, -w], axis=1)
+            absw = np.abs(signed)
+            coef[src] = coef[src] + signed if src in coef else signed
+            acoef[src] = acoef[src] + absw if src in acoef else absw
+        bias = node.bias[per_box]
+        const = np.stack([bias, -bias], axis=1)
+        mag = np.abs(const)
+        target -= 1
+    elif lam is None:
+        node = ir.nodes[target]
+        sel = np.arange(node.size) if rows is None else rows
+        B, m = lo.shape[0], 2 * len(sel)
+        coef: dict[int, np.ndarray] = {}
+        acoef: dict[int, np.ndarray] = {}
+        for src, w in node.terms:  # [I; -I] @ w in fixed order is exactly [w; -w]
+            w = w[sel]
+            signed = np.broadcast_to(np.vstack([w, -w]), (B, m, w.shape[1]))
+            absw = np.broadcast_to(np.vstack([np.abs(w), np.abs(w)]), (B, m, w.shape[1]))
+            coef[src] = coef[src] + signed if src in coef else signed
+            acoef[src] = acoef[src] + absw if src in acoef else absw
+        bias = node.bias[sel]
+        const = np.broadcast_to(np.concatenate([bias, -bias]), (B, m)).copy()
+        mag = np.broadcast_to(np.concatenate([np.abs(bias), np.abs(bias)]), (B, m)).copy()
+        target -= 1
+    else:
+        B, m = lam.shape[0], lam.shape[1]
+        coef = {target: lam}
+        acoef = {target: np.abs(lam)}
+        const = np.zeros((B, m))
+        mag = np.zeros((B, m))
+    for nid in range(target, -1, -1):
+        if nid not in coef:
+            continue
+        L = coef.pop(nid)
+        A = acoef.pop(nid)
+        node = ir.nodes[nid]
+        if isinstance(node, InputNode):
+            pos, neg = np.maximum(L, 0), np.minimum(L, 0)
+            val = rowdot(pos, lo) + rowdot(neg, hi) + const
+            mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
+            return _inflate(val, mag, True), L
+        if isinstance(node, AffineNode):
+            const = const + matmul(L, node.bias)
+            mag = mag + matmul(A, np.abs(node.bias))
+            for src, w in node.terms:
+                coef[src] = coef[src] + matmul(L, w) if src in coef else matmul(L, w)
+                acoef[src] = acoef[src] + matmul(A, np.abs(w)) if src in acoef else matmul(A, np.abs(w))
+        else:
+            key = (nid, lower) if isinstance(lower, str) else None
+            if cache is not None and key in cache:
+                s_lo, s_up, b_up = cache[key]
+            else:
+                l, u = bounds.lower[node.src], bounds.upper[node.src]
+                s_lo, s_up, b_up = _relu_relaxation(l, u, lower if isinstance(lower, str) else lower[nid])
+                if cache is not None and key is not None:
+                    cache[key] = (s_lo, s_up, b_up)
+            if gather is not None:
+                s_lo, s_up, b_up = s_lo[gather], s_up[gather], b_up[gather]
+            LS, AS, dc, dm = _relu_back(np.ascontiguousarray(L), np.ascontiguousarray(A), s_lo, s_up, b_up)
+            const = const + dc
+            mag = mag + dm
+            src = node.src
+            coef[src] = coef[src] + LS if src in coef else LS
+            acoef[src] = acoef[src] + AS if src in acoef else AS
+    raise AssertionError("the input node was not reached")  # pragma: no cover
+
+
+def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
+                 lower_slopes: tuple[str, ...] = ("adaptive",), deadline: float | None = None,
+                 phases: dict[int, np.ndarray] | None = None) -> NodeBounds:
+    """Bounds of every node over [lo, hi]: forward linear bounds (:func:`forward_bounds`, never
+    looser than interval bounds) everywhere, tightened by CROWN at every pre-ReLU node that is not a direct affine map of the input (outputs keep
+    interval bounds; bound output expressions with :func:`output_matrix_lower`).
+
+    Args:
+        lo, hi: (n_inputs,) for one box, or (B, n_inputs) for B boxes in one vectorised pass.
+        lower_slopes: lower relaxations of unstable ReLUs to try (see LOWER_SLOPES); each
+            gives a sound bound, the best per neuron is kept (a cheap stand-in for
+            optimising the slopes as alpha-CROWN does: Xu et al., ICLR 2021).
+        deadline: ``time.monotonic()`` value; checked before every backward pass (one pass
+            costs at most a fraction of a second at width 256, depth 6).
+    Raises:
+        BoundsTimeout when ``deadline`` has passed.
+    """
+    _check_deadline(deadline)
+    lo, hi, single = _batch(lo, hi)
+    ib = forward_bounds(ir, lo, hi, deadline)  # (tighter than intervals: fewer unstable neurons to bound)
+    lower, upper = [None] * len(ir.nodes), [None] * len(ir.nodes)
+    nb = NodeBounds(lower, upper)
+    # CROWN only where it can help: pre-ReLU nodes that are not a direct affine map of the
+    # input (for those, interval bounds are already exact up to the inflation)
+    cache: dict = {}  # ReLU relaxations of the boxes, by (node, rule): computed once per call
+    need = {n.src for n in ir.nodes if isinstance(n, ReluNode)
+            if not (isinstance(ir.nodes[n.src], AffineNode) and all(s == 0 for s, _ in ir.nodes[n.src].terms))}
+    for nid, node in enumerate(ir.nodes):
+        if isinstance(node, InputNode):
+            lower[nid], upper[nid] = lo.copy(), hi.copy()
+        elif isinstance(node, ReluNode):
+            lower[nid] = np.maximum(lower[node.src], 0.0)
+            upper[nid] = np.maximum(upper[node.src], 0.0)
+        else:
+            l_i, u_i = ib.lower[nid], ib.upper[nid]
+            if nid in need:
+                # only neurons some box leaves unstable need CROWN: a stable one's relaxation
+                # is exact whatever its bounds (only its sign is used downstream)
+                # (each box's own unstable neurons: a row is computed by the same operations
+                # whichever other rows share its pass, so the bits do not depend on the grouping)
+                bi, ji = np.nonzero((l_i < 0) & (u_i > 0))
+                if bi.size:
+                    l_i, u_i = l_i.copy(), u_i.copy()
+                    for s in range(0, bi.size, _INSTANCE_CHUNK):
+                        b, j = bi[s:s + _INSTANCE_CHUNK], ji[s:s + _INSTANCE_CHUNK]
+                        passes = []
+                        for v in lower_slopes:
+                            _check_deadline(deadline)
+                            passes.append(_backward_lower_batch(ir, nid, None, lo[b], hi[b], nb, v, per_box=j,
+                                                                gather=b, cache=cache)[0])
+                        both = np.max(passes, axis=0)
+                        l_i[b, j] = np.maximum(l_i[b, j], both[:, 0])
+                        u_i[b, j] = np.minimum(u_i[b, j], -both[:, 1])
+            if phases is not None and nid in phases:
+                ph = phases[nid]
+                l_i = np.where(ph > 0, np.maximum(l_i, 0.0), l_i)
+                u_i = np.where(ph < 0, np.minimum(u_i, 0.0), u_i)
+            lower[nid], upper[nid] = l_i, u_i
+    return _unbatch(nb, single)
+
+
+def output_matrix_lower(ir: ControllerIR, C: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                        bounds: NodeBounds | None = None,
+                        lower_slopes: tuple[str | dict[int, np.ndarray], ...] = ("adaptive",),
+                        deadline: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Sound lower bounds of ``C @ y`` over the box (y = the concatenated outputs).
+
+    Args:
+        C: (m, n_outputs); or, with lo/hi (B, n_inputs), (m, n_outputs) shared or
+            (B, m, n_outputs) per box.
+        lower_slopes: lower relaxations of unstable ReLUs to try (see LOWER_SLOPES), or
+            {ReLU node id: (B, size) slopes} (any slope in [0, 1] is sound); the best bound per
+            row is kept; the coefficients are those of the first.
+        deadline: as for :func:`crown_bounds` (raises BoundsTimeout).
+    Returns:
+        (lower (m,), input coefficients (m, n_inputs)); with a leading B axis for a batch.
+    """
+    lo, hi, single = _batch(lo, hi)
+    bounds = bounds or crown_bounds(ir, lo, hi, deadline=deadline)
+    if single:
+        bounds = NodeBounds([np.atleast_2d(v) for v in bounds.lower], [np.atleast_2d(v) for v in bounds.upper])
+    C = np.asarray(C, dtype=np.float64)
+    if C.ndim == 2:
+        C = np.broadcast_to(C, (lo.shape[0],) + C.shape)
+    total = np.zeros(C.shape[:2])
+    coefs = np.zeros(C.shape[:2] + (ir.n_inputs,))
+    off = 0
+    # several output nodes: bound each block separately and add (sound, possibly looser)
+    for nid in ir.outputs:
+        size = ir.nodes[nid].size
+        best, best_lin = None, None
+        for v in lower_slopes:
+            _check_deadline(deadline)
+            part, lin = _backward_lower_batch(ir, nid, C[:, :, off:off + size], lo, hi, bounds, v)
+            if best is None:
+                best, best_lin = part, lin
+            else:
+                best = np.maximum(best, part)
+        total += best
+        coefs += best_lin
+        off += size
+    return (total[0], coefs[0]) if single else (total, coefs)
+
+
+def output_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sound (lower, upper) of every raw output over the box, each (n_outputs,): CROWN's backward
+    bounds intersected with the output node's own bounds in :func:`crown_bounds` (forward linear
+    bounds, themselves never looser than interval bounds). All are sound; CROWN is usually, not
+    always, the tighter: on the retrained reference network interval arithmetic was tighter on
+    one output of a narrow box."""
+    n = ir.n_outputs
+    eye = np.eye(n)
+    bounds = crown_bounds(ir, lo, hi)
+    low, _ = output_matrix_lower(ir, eye, lo, hi, bounds)
+    neg, _ = output_matrix_lower(ir, -eye, lo, hi, bounds)
+    out = ir.outputs[0]
+    return np.maximum(low, bounds.lower[out]), np.minimum(-neg, bounds.upper[out])
+
+
+def combined_row_lower(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lam: np.ndarray, lo: np.ndarray,
+                       hi: np.ndarray, bounds: NodeBounds, slopes: dict[int, np.ndarray],
+                       deadline: float | None = None) -> np.ndarray:
+    """Sound lower bounds, one per box, of ``λᵀ(C y − d)`` for the real-valued λ given, over the
+    boxes (the region ``C y <= d`` of a box is empty where it is positive, for any λ >= 0).
+
+    The combined row ``fl(λᵀC)`` and ``fl(λᵀd)`` are rounded; the backward pass bounds the
+    rounded row exactly (outward rounding as in the module docstring), and the rounding of the
+    combination is charged on top: ``INFLATION · (|λ|ᵀ|C| · max|y| + |λ|ᵀ|d|)`` with max|y|
+    from the output nodes' bounds (a sum of m products errs by at most m·2⁻⁵³ of that:
+    Higham §3.1).
+
+    Args:
+        C: (m, n_outputs); d: (m,); lam: (B, m) >= 0; lo, hi: (B, n_inputs);
+        bounds: NodeBounds with (B, size_i) arrays (those the slopes were chosen for);
+        slopes: {ReLU node id: (B, size) lower slopes in [0, 1]} (any values are sound).
+    Returns:
+        (B,) lower bounds.
+    Raises:
+        BoundsTimeout when ``deadline`` has passed.
+    """
+    lam = np.maximum(np.asarray(lam, dtype=np.float64), 0.0)
+    row = matmul(lam, C)[:, None, :]  # (B, 1, n_outputs)
+    low, _ = output_matrix_lower(ir, row, lo, hi, bounds, lower_slopes=(slopes,), deadline=deadline)
+    reach = np.concatenate([np.maximum(np.abs(bounds.lower[o]), np.abs(bounds.upper[o])) for o in ir.outputs],
+                           axis=1)
+    pad = matmul(matmul(lam, np.abs(C)) * reach, np.ones(reach.shape[1])) + matmul(lam, np.abs(d))
+    dl = matmul(lam, d)
+    return _inflate(low[:, 0] - dl, pad + np.abs(dl) + np.abs(low[:, 0]), True)

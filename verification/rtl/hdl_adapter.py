@@ -1,0 +1,51 @@
+"""Present any generated RTL to the co-simulation test bench with the default interface.
+
+The cocotb test bench (:mod:`mi_certify.verification.cosim.cocotb_tb`) drives ``rst`` (active
+high) of module ``toplevel``. With the sla.yaml ``hdl`` options the module may be called
+``<prefix><name>`` and its reset may be ``rst_n`` (active low); :func:`prepare` then
+writes an adapter module ``mi_certify_cosim_top`` (the generated module plus a thin
+wrapper that inverts the reset and passes every other port straight through) and
+copies a ``$readmemh`` ROM file to where the simulator runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mi_certify.generator.core.lut import LutFsmArtefact
+from mi_certify.runtime.fsm import REASON_BITS
+
+from mi_certify.verification.cosim.cocotb_sim import copy_memory_files
+
+ADAPTER = "mi_certify_cosim_top"
+
+
+def prepare(verilog: Path, module: str, reset_port: str, machine: LutFsmArtefact,
+            workdir: Path) -> tuple[Path, str]:
+    """(Verilog file, top module) to co-simulate; ``workdir`` is run_cosim's scratch directory;
+    ``machine`` gives the port widths (address and token bits).
+
+    Every ``$readmemh`` file the design names (the ``rom`` / ``sliced_rom`` encodings keep it
+    beside ``verilog``) is copied where the simulators run (:func:`.cocotb_sim.copy_memory_files`).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    copy_memory_files(verilog, workdir)
+    if reset_port == "rst":
+        return verilog, module
+    rst = "!rst" if reset_port == "rst_n" else "rst"
+    tw, rb, ab = machine.token_bits, REASON_BITS, machine.address_bits
+    adapter = f"""
+// co-simulation adapter (mi-certify): active-high rst for the test bench
+module {ADAPTER} (
+    input  wire clk, input wire rst, input wire [{ab - 1}:0] addr, input wire probe_fault, input wire sla_violation,
+    output wire [{tw - 1}:0] token, output wire [{rb - 1}:0] reason, output wire audit_valid,
+    output wire [{tw - 1}:0] audit_token, output wire [{rb - 1}:0] audit_reason, output wire [{ab - 1}:0] audit_addr
+);
+    {module} dut (.clk(clk), .{reset_port}({rst}), .addr(addr), .probe_fault(probe_fault),
+        .sla_violation(sla_violation), .token(token), .reason(reason), .audit_valid(audit_valid),
+        .audit_token(audit_token), .audit_reason(audit_reason), .audit_addr(audit_addr));
+endmodule
+"""
+    out = workdir / f"{ADAPTER}.v"
+    out.write_text(verilog.read_text(encoding="utf-8") + adapter, encoding="utf-8")
+    return out, ADAPTER

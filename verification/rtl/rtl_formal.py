@@ -1,0 +1,575 @@
+"""Formal checks of the generated Verilog: Yosys → SMT-LIB 2 → Z3, and the LUT by exhaustive simulation.
+
+The RTL is read by Yosys (``read_verilog``; the steps of ``prep -top`` with ``proc -norom``;
+no latch (``select -assert-none t:$dlatch``), ``check -assert``: no loops or undriven nets; ``write_smt2 -wires``, Yosys
+manual, "write_smt2"); its transition relation ``|top_t|`` and signal accessors
+``|top_n name|`` are used as they are. Obligations (each an SMT-LIB script whose
+expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/design.smt2``):
+
+- ``rtl.reset``: a cycle with ``rst`` high leaves token = C, reason = HOLD and every
+  counter zero (the reference reset state).
+- ``rtl.equivalence``: from any RTL state equal to a reference state that satisfies
+  the proved FSM invariant (its ghost-free part), one cycle with ``rst`` low gives the
+  next state and reason of the reference transition (docs/fsm.md) for **every**
+  ``addr``, ``probe_fault``, ``sla_violation`` and **every** LUT output (the LUT read
+  is a cut point: the reference takes the RTL's ``lut_entry``). With ``rtl.reset``
+  this is an inductive equivalence: the RTL and the reference agree on every
+  reachable state and every input sequence, so the FSM proofs hold on the RTL.
+- ``rtl.invariant`` / ``rtl.property.<id>``: the ranges and the sla.yaml properties on
+  the active token, stated directly on the RTL's registers (1-inductive given the
+  LUT entries the table holds).
+- ``rtl.audit``: the audit port: ``audit_token``/``audit_reason`` equal ``token``/``reason``
+  in every state; a cycle with reset asserted clears ``audit_valid``; a cycle without it
+  sets ``audit_valid`` and registers ``addr`` into ``audit_addr``.
+- ``rtl.lut_table``: the RTL's ``lut_entry`` equals ``lut.hex`` at every address: the
+  SMT-LIB function Yosys made of it is evaluated at every address (exhaustive).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import z3
+
+from mi_certify.generator.core.lut import LutFsmArtefact
+from mi_certify.generator.core.results import Verdict
+from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, Reason
+
+from mi_certify.verification.tools import yosys
+from mi_certify.verification.tools.bitvec import narrow, widen
+from mi_certify.verification.rtl.fsm_proofs import FsmModel, Obligation, canonical_smt2
+
+#: Registers of the generated RTL and the reference state variable each holds.
+REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "fb": "f", "rcnt": "r"}
+
+#: Audit port signals of the generated RTL (registers: audit_valid, audit_addr; wires: the others).
+AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
+
+
+def decision_signals(latency: int) -> dict[str, str | None]:
+    """The signals the decision stage of the generated RTL reads at ``latency`` (docs/hdl.md,
+    "Latency"): ``addr``, ``fault``, ``viol``, ``valid`` (None at latency 1); the stage
+    ``latency - 1`` pipeline registers ``addr_q<k>``, ``probe_fault_q<k>``, ... otherwise."""
+    if latency == 1:
+        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": None}
+    k = latency - 1
+    return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
+
+
+def pipeline_registers(latency: int, address_bits: int) -> dict[str, int]:
+    """Pipeline registers of the generated RTL at ``latency``: name -> width (stages 1 .. latency-1)."""
+    out = {}
+    for k in range(1, latency):
+        out.update({f"addr_q{k}": address_bits, f"probe_fault_q{k}": 1, f"sla_violation_q{k}": 1, f"valid_q{k}": 1})
+    return out
+
+
+def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0, entry_bits: int | None = None) -> str:
+    """SMT-LIB 2 of the design (Yosys ``prep`` steps; ``write_smt2 -wires``): :func:`.yosys.smt2`,
+    script ``templates/yosys/smt2.ys.j2``. When the LUT's entries share constant upper bits
+    (e.g. two entries that differ in one bit), Yosys narrows ``lut_entry`` below its declared
+    ``entry_bits`` (even to a Bool): the design is then read again with that wire kept, so the
+    proofs see the whole entry. Raises RuntimeError (:class:`.yosys.YosysError`: Yosys missing
+    or too old, failed, or timed out)."""
+    design = yosys.smt2(verilog, top, timeout_s)
+    if entry_bits is not None and f"; yosys-smt2-wire lut_entry {entry_bits}\n" not in design:
+        design = yosys.smt2(verilog, top, timeout_s, keep=("lut_entry",))
+    return design
+
+
+def cut_lut(design: str, top: str) -> str:
+    """The design with the LUT read as a cut point: ``lut_entry`` becomes a free function
+    of the state (so proofs hold for every LUT content), and definitions no longer
+    reachable from the transition relation or the bound signals are dropped. With a
+    pipelined LUT read (latency 2, 3) ``lut_entry`` is a register: the next-state functions
+    of the ``lut_*`` registers (the registered table read) become free functions instead.
+    A constant LUT has no read to cut: the design is returned unchanged."""
+    import re
+
+    ref = re.compile(r"\|%s#\d+\|" % re.escape(top))
+    lines = design.splitlines()
+    acc = next(ln for ln in lines if ln.startswith("(define-fun |%s_n lut_entry|" % top))
+    found = ref.search(acc.split(")) ", 1)[1])
+    if found is None:
+        # a constant LUT (every cell the same entry): Yosys folds it into the logic, there is no
+        # read to cut; the proofs then hold for this LUT, the only content the design can have
+        return design
+    defined = {m.group(1) for m in re.finditer(r"^\(define-fun (\|%s#\d+\|) " % re.escape(top), design, re.M)}
+    targets = {found.group(0)} & defined
+    for ln in lines:   # registered table reads: "(= <next> (|Q| next_state)) ; $procdff$N \lut_..."
+        if ln.startswith("  (= ") and re.search(r" \\lut_\w+$", ln):
+            nxt = ref.search(ln)
+            if nxt is not None and nxt.group(0) in defined:
+                targets.add(nxt.group(0))
+    if not targets:
+        return design
+    out, deps, order = [], {}, []
+    for ln in lines:
+        head = ln.split(" ", 2)[1] if ln.startswith("(define-fun ") else None
+        if head in targets:
+            rest = ln.split(f"((state |{top}_s|)) ", 1)[1]
+            rng = "Bool" if rest.startswith("Bool") else f"(_ BitVec {rest.split('(_ BitVec ')[1].split(')')[0]})"
+            ln = f"(declare-fun {head} (|{top}_s|) {rng})"
+        m = re.match(r"\(define-fun (\|%s#\d+\|) " % re.escape(top), ln)
+        if m:
+            deps[m.group(1)] = (ln, set(ref.findall(ln.split(" ; ")[0])) - {m.group(1)})
+            order.append(m.group(1))
+            continue
+        out.append(ln)
+    roots = set(ref.findall("\n".join(out)))
+    keep, stack = set(), list(roots)
+    while stack:
+        x = stack.pop()
+        if x in keep or x not in deps:
+            continue
+        keep.add(x)
+        stack.extend(deps[x][1])
+    # definitions go back in their original order, before the first use (accessors follow them)
+    head = [ln for ln in out if ln.startswith("(declare-") or ln.startswith(";")]
+    tail = [ln for ln in out if not (ln.startswith("(declare-") or ln.startswith(";"))]
+    return "\n".join(head + [deps[x][0] for x in order if x in keep] + tail) + "\n"
+
+
+class RtlModel:
+    """The Yosys SMT-LIB model of one generated controller, bound to named constants."""
+
+    def __init__(self, design: str, top: str, cfg: FsmConfig, address_bits: int, token_bits: int,
+                 reset_port: str = "rst", reset_active_low: bool = False, latency: int = 1):
+        self.design, self.top, self.cfg = design, top, cfg
+        self.ab, self.tw = address_bits, token_bits
+        sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, reset_port: 1,
+                "lut_entry": token_bits + 1}
+        pipe = pipeline_registers(latency, address_bits)
+        widths = {}
+        for line in design.splitlines():
+            # registers by name; with an asynchronous reset (async2sync) the named signal is the
+            # wire after the reset mux, read below with the reset deasserted
+            if line.startswith("; yosys-smt2-register ") or line.startswith("; yosys-smt2-wire "):
+                _, _, name, w = line.split()
+                widths.setdefault(name, int(w))
+        # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved
+        self.missing = [r for r in list(REGISTERS) + ["reason"] + list(pipe) if r not in widths]
+        sigs.update({r: widths.get(r, 1) for r in list(REGISTERS) + ["reason"]})
+        sigs.update(pipe)
+        audit = {"audit_valid": 1, "audit_token": token_bits, "audit_reason": REASON_BITS,
+                 "audit_addr": address_bits}
+        sigs.update(audit)
+        self.missing += [a for a in AUDIT_PORT if f"(define-fun |{top}_n {a}| " not in design]
+        self.widths = sigs
+        decl = ["(declare-const rtl_s |%s_s|)" % top, "(declare-const rtl_s2 |%s_s|)" % top,
+                "(assert (|%s_t| rtl_s rtl_s2))" % top,
+                # the next state is read with the reset deasserted (an asynchronous reset, modelled by
+                # async2sync, would otherwise mask the registers' contents)
+                "(assert %s(|%s_n %s| rtl_s2))" % ("" if reset_active_low else "(not ", top, reset_port)
+                + ("" if reset_active_low else ")")]
+        for name, w in sigs.items():
+            decl.append(f"(declare-const cur_{name} (_ BitVec {w}))")
+            if name not in self.missing:
+                decl.append(f"(assert (= cur_{name} {self._bv(f'(|{top}_n {name}| rtl_s)', w)}))")
+        for name in list(REGISTERS) + ["reason", "audit_valid", "audit_addr"] + list(pipe):
+            w = sigs[name]
+            decl.append(f"(declare-const nxt_{name} (_ BitVec {w}))")
+            if name not in self.missing:
+                decl.append(f"(assert (= nxt_{name} {self._bv(f'(|{top}_n {name}| rtl_s2)', w)}))")
+        self.binding = "\n".join(decl) + "\n"
+
+    @staticmethod
+    def _bv(term: str, w: int) -> str:
+        # yosys declares 1-bit signals as Bool
+        return f"(ite {term} #b1 #b0)" if w == 1 else term
+
+    def cur(self, name: str) -> z3.BitVecRef:
+        return z3.BitVec(f"cur_{name}", self.widths[name])
+
+    def nxt(self, name: str) -> z3.BitVecRef:
+        return z3.BitVec(f"nxt_{name}", self.widths[name])
+
+    def prelude(self) -> str:
+        return self.design + "\n" + self.binding
+
+    def check(self, formula: z3.BoolRef, timeout_s: float) -> tuple[str, str]:
+        """(answer, SMT-LIB text of the obligation without the prelude)."""
+        s = z3.Solver()
+        s.set("timeout", int(timeout_s * 1000))
+        s.add(z3.parse_smt2_string(self.prelude()))
+        s.add(formula)
+        ans = str(s.check())
+        text = ("; mi-certify proof obligation on the RTL. Expected answer: unsat.\n"
+                "; Not self-contained: prepend proofs/rtl/design.smt2 (the design from Yosys write_smt2, with the\n"
+                "; LUT read as a cut point, and the constants cur_*/nxt_* bound to its signals).\n"
+                f"(assert {canonical_smt2(formula.sexpr())})\n(check-sat)\n")
+        return ans, text
+
+
+def _as_int(bv: z3.BitVecRef) -> z3.ArithRef:
+    return z3.BV2Int(bv, is_signed=False)
+
+
+def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: dict[tuple, int],
+                    timeout_s: float = 300.0, reset_port: str = "rst", reset_active_low: bool = False,
+                    latency: int = 1) -> tuple[list[Obligation], str]:
+    """Run every RTL obligation. Returns (obligations, the design's SMT-LIB prelude).
+
+    machine: the LUT-FSM the RTL must implement (:class:`~mi_certify.generator.core.lut.LutFsmArtefact`);
+    alphabet: its :func:`~.fsm_proofs.entry_alphabet`; top: the module name; reset_port /
+    reset_active_low: the reset input (sla.yaml ``hdl.reset_polarity``: ``rst`` active high or
+    ``rst_n`` active low); latency: the decision latency the RTL was emitted with (sla.yaml
+    ``hdl.latency``, 1 | 2 | 3). With latency L > 1 the decision stage's inputs are the
+    stage L-1 pipeline registers (:func:`decision_signals`): ``rtl.equivalence`` steps the
+    reference on them when ``valid_q<L-1>`` is set and proves the reset values otherwise (a
+    bubble), ``rtl.pipeline`` proves that every stage loads the one before it (stage 1 the
+    ports), ``rtl.reset`` that a reset empties the pipeline, and ``rtl.lut_table`` evaluates
+    the LUT through its L-1 registers. Together: after a reset, the outputs at cycle t are
+    the one-cycle reference machine's for the inputs of cycle t - (L - 1) (docs/hdl.md)."""
+    cfg, masks, bits, token_bits, lut = (machine.config, list(machine.masks), list(machine.input_bits),
+                                         machine.token_bits, machine.table)
+    t0 = time.monotonic()
+    design = yosys_smt2(verilog, top, entry_bits=token_bits + 1)
+    rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits, reset_port, reset_active_low, latency)
+    ref = FsmModel(cfg, masks, alphabet)
+    tw = token_bits
+    cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in REGISTERS.items()}
+    nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in REGISTERS.items()}
+    sig = decision_signals(latency)
+    addr = rtl.cur(sig["addr"])
+    valid = z3.BoolVal(True) if sig["valid"] is None else rtl.cur(sig["valid"]) == 1
+    entry = rtl.cur("lut_entry")
+    inp = {"p": _as_int(z3.Extract(tw - 1, 0, entry)), "c": z3.Extract(tw, tw, entry) == 1,
+           "pf": rtl.cur(sig["fault"]) == 1, "sv": rtl.cur(sig["viol"]) == 1}
+    for j, m in enumerate(masks):
+        conds, shift = [], sum(bits)
+        for lo, hi, b in zip(m.lo, m.hi, bits):
+            shift -= b
+            q = z3.Extract(shift + b - 1, shift, addr)
+            conds += [z3.UGE(q, lo), z3.ULE(q, hi)]
+        inp[f"in{j}"] = z3.And(conds)
+    # the ghost-free part of fsm.invariant (proved on the reference)
+    full = ref.state("rtlghost")
+    s = dict(full)
+    s.update(cur)
+    ghost_free = _ghost_free_invariant(cfg, s)
+    nxt_ref, why_ref = ref.step(s, inp)
+    rst = rtl.cur(reset_port) == (0 if reset_active_low else 1)
+    C = cfg.conservative
+    obligations = []
+
+    def run(oid, requirement, claim, bad):
+        t = time.monotonic()
+        ans, text = rtl.check(bad, timeout_s)
+        ob = Obligation(oid, requirement, claim, method="Yosys write_smt2 + Z3, one cycle (inductive)",
+                        k=1, smt2=text, assumes=["fsm.invariant"] if oid not in ("rtl.reset", "rtl.pipeline") else [])
+        ob.verdict = {"unsat": Verdict.PROVED, "sat": Verdict.VIOLATED}.get(ans, Verdict.UNKNOWN)
+        ob.time_s = time.monotonic() - t
+        if ans == "sat":
+            ob.detail = "one cycle of the RTL differs from the claim"
+        obligations.append(ob)
+
+    # with hysteresis 1 the candidate k and the count h never affect an output (rules 6/7 switch at
+    # once; h stays 0), nor d with cooldown 0: the RTL does not read them, so Yosys removes those
+    # registers, and the claims are about the others
+    unread = {v for v, r, none in (("k", "cand", cfg.hysteresis == 1), ("h", "hcnt", cfg.hysteresis == 1),
+                                   ("d", "dcnt", cfg.cooldown == 0)) if none and r in rtl.missing}
+    nxt_ok = {v: ((C if v == "k" else 0) if v in unread else x) for v, x in nxt.items()}  # the range invariant
+    reset_values = {"t": nxt["t"] == C, "k": nxt["k"] == C, "h": nxt["h"] == 0, "d": nxt["d"] == 0,
+                    "v": nxt["v"] == 0, "f": z3.Not(nxt["f"]), "r": nxt["r"] == 0}
+    reset_state = z3.And([c for v, c in reset_values.items() if v not in unread]
+                         + [rtl.nxt("reason") == int(Reason.HOLD)])
+    pipe = pipeline_registers(latency, sum(bits))
+    empty = z3.And([rtl.nxt(f"valid_q{k}") == 0 for k in range(1, latency)]) if latency > 1 else z3.BoolVal(True)
+    run("rtl.reset", "rtl", "a cycle with rst high gives the reference reset state (token = C, reason = HOLD)"
+        + (" and empties the pipeline" if latency > 1 else ""),
+        z3.And(rst, z3.Not(z3.And(reset_state, empty))))
+    same = z3.And([nxt[v] == nxt_ref[v] for v in REGISTERS.values() if v not in unread]
+                  + [_as_int(rtl.nxt("reason")) == why_ref])
+    if latency == 1:
+        run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) equals the "
+            "reference transition for every input and every LUT output",
+            z3.And(z3.Not(rst), ghost_free, z3.Not(same)))
+    else:
+        run("rtl.equivalence", "fsm", f"from every state of the proved invariant, one RTL cycle (rst low) equals the "
+            f"reference transition on the stage-{latency - 1} inputs for every input and every LUT output when "
+            f"{sig['valid']} is set, and gives the reset state (audit_valid 0) when it is not",
+            z3.And(z3.Not(rst), ghost_free, z3.Not(z3.If(valid, same, z3.And(reset_state,
+                                                                              rtl.nxt("audit_valid") == 0)))))
+        loads = []
+        for k in range(1, latency):
+            for name in ("addr", "probe_fault", "sla_violation"):
+                loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
+            loads.append(rtl.nxt(f"valid_q{k}") == (1 if k == 1 else rtl.cur(f"valid_q{k - 1}")))
+        missing = [r for r in pipe if r in rtl.missing]
+        if missing:
+            ob = Obligation("rtl.pipeline", "rtl", "the RTL has its pipeline registers", method="Yosys write_smt2")
+            ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(missing)}"
+            obligations.append(ob)
+        else:
+            run("rtl.pipeline", "rtl", f"a cycle with rst low loads stage 1 of the input pipeline from addr, "
+                f"probe_fault, sla_violation (valid_q1 set) and stage k from stage k-1, k = 2..{latency - 1}: the "
+                f"decision reads the inputs of {latency - 1} cycle{'s' if latency > 2 else ''} before, valid when no "
+                "reset came since", z3.And(z3.Not(rst), z3.Not(z3.And(loads))))
+    entry_ok = ref.input_ok(inp)
+    run("rtl.invariant", "fsm", "token and candidate are declared actions and every counter stays in range "
+        "(on the RTL registers)",
+        z3.And(z3.Not(rst), ghost_free, entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt_ok))))
+    for j, m in enumerate(masks):
+        allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
+        run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
+            z3.And(z3.Not(rst), valid, ghost_free, entry_ok, inp[f"in{j}"], z3.Not(inp["pf"]),
+                   z3.Not(z3.Or([nxt["t"] == a for a in allowed]))))
+    if not any(a in rtl.missing for a in AUDIT_PORT):
+        run("rtl.audit", "rtl", "the audit port: audit_token = token and audit_reason = reason in every state; "
+            "a reset cycle clears audit_valid; " + ("any other cycle sets it and registers addr into audit_addr"
+                                                   if latency == 1 else
+                                                   f"so does a cycle without a decision ({sig['valid']} low); any "
+                                                   f"other cycle sets it and registers the address of that decision "
+                                                   f"({sig['addr']}) into audit_addr"),
+            z3.Or(rtl.cur("audit_token") != rtl.cur("token"), rtl.cur("audit_reason") != rtl.cur("reason"),
+                  z3.And(rst, rtl.nxt("audit_valid") != 0),
+                  z3.And(z3.Not(rst), z3.Not(valid), rtl.nxt("audit_valid") != 0),
+                  z3.And(z3.Not(rst), valid, z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != addr))))
+    else:
+        ob = Obligation("rtl.audit", "rtl", "the RTL has the audit port", method="Yosys write_smt2")
+        ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(a for a in AUDIT_PORT if a in rtl.missing)}"
+        obligations.append(ob)
+    table = lut_table(design, top, lut, sum(bits), tw, latency)
+    table.exhaustive_evidence = verilog.name
+    obligations.append(table)
+    for ob in obligations:
+        ob.time_s = round(ob.time_s, 3)
+    _ = t0
+    return obligations, rtl.prelude()
+
+
+def _ghost_free_invariant(cfg: FsmConfig, s: dict) -> z3.BoolRef:
+    n, H, D, W, R, C = cfg.n_actions, cfg.hysteresis, cfg.cooldown, cfg.violations_to_fallback, cfg.recovery, \
+        cfg.conservative
+    And, Implies, Not = z3.And, z3.Implies, z3.Not
+    return And(s["t"] >= 0, s["t"] < n, s["k"] >= 0, s["k"] < n, s["h"] >= 0, s["h"] <= H - 1, s["d"] >= 0,
+               s["d"] <= D, s["v"] >= 0, s["v"] <= W - 1, s["r"] >= 0, s["r"] <= R - 1,
+               Implies(s["f"], And(s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0)),
+               Implies(Not(s["f"]), s["r"] == 0), Implies(s["d"] > 0, s["h"] == 0))
+
+
+def _sexp(text: str):
+    """Parse one S-expression (symbols with |bars| kept whole)."""
+    tokens, i, n = [], 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "()":
+            tokens.append(ch)
+            i += 1
+        elif ch.isspace():
+            i += 1
+        elif ch == "|":
+            j = text.index("|", i + 1)
+            tokens.append(text[i:j + 1])
+            i = j + 1
+        else:
+            j = i
+            while j < n and not text[j].isspace() and text[j] not in "()":
+                j += 1
+            tokens.append(text[i:j])
+            i = j
+    stack: list[list] = [[]]
+    for t in tokens:
+        if t == "(":
+            stack.append([])
+        elif t == ")":
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append(t)
+    return stack[0][0]
+
+
+#: Addresses evaluated at once by :func:`lut_from_smt2` (memory: about 8 bytes per address for
+#: each intermediate still needed; at 2^20 addresses all at once, the 20-bit reference's ~1,700
+#: definitions took 13 GB).
+LUT_EVAL_CHUNK = 1 << 16
+
+
+def _lut_graph(design: str, top: str) -> tuple[list, dict, set, dict, int]:
+    """The LUT read of the Yosys SMT-LIB ``design``: (accessor of ``lut_entry``, definitions by
+    name, the addr functions, uses per definition reachable from the accessor, registers
+    crossed). A register on the way (a pipelined read, docs/hdl.md "Latency") stands for its
+    next-state expression one cycle earlier (``|top_t|``); every path from ``addr`` to
+    ``lut_entry`` must cross the same number of registers. Raises ValueError otherwise."""
+    defs: dict[str, list] = {}
+    lines = design.splitlines()
+    for line in lines:
+        if line.startswith("(define-fun |") and line.count("(") == line.count(")"):  # one-line definitions
+            e = _sexp(line.split(" ; ")[0])
+            defs[e[1]] = e[4]
+    registers: dict[str, list] = {}
+    for line in lines:   # the transition relation: (= <next value> (|Q| next_state))
+        if line.startswith("  (= ") and "next_state)" in line:
+            e = _sexp(line.split(" ; ")[0])
+            if isinstance(e[2], list) and e[2][1:] == ["next_state"] and e[2][0] not in defs:
+                registers[e[2][0]] = e[1]
+    addr_fns = set()
+    for line in lines:
+        if line.startswith("(define-fun |%s_n addr|" % top):
+            addr_fns.add(_sexp(line)[4][0])  # the addr accessor's underlying function
+    accessor = next(_sexp(ln)[4] for ln in lines if ln.startswith("(define-fun |%s_n lut_entry|" % top))
+
+    # uses of each definition reachable from the accessor (one per occurrence), and the registers
+    # crossed on the way to each (one number per definition, and one for addr)
+    uses: dict[str, int] = {}
+    depth: dict[str, int] = {}
+    addr_depths: set[int] = set()
+    stack = [(accessor, 0)]
+    while stack:
+        e, k = stack.pop()
+        if not isinstance(e, list) or not e:
+            continue
+        head = e[0]
+        if isinstance(head, str) and head.startswith("|"):
+            if head in addr_fns:
+                addr_depths.add(k)
+                continue
+            uses[head] = uses.get(head, 0) + 1
+            if head in depth:
+                if depth[head] != k:
+                    raise ValueError(f"{head} is read {depth[head]} and {k} cycles back: not a table read")
+                continue
+            depth[head] = k
+            if head in defs:
+                stack.append((defs[head], k))
+            elif head in registers:
+                if k > 8:
+                    raise ValueError("more than 8 registers between addr and lut_entry")
+                stack.append((registers[head], k + 1))
+            continue
+        stack.extend((x, k) for x in e[1:])
+    if len(addr_depths) > 1:
+        raise ValueError(f"lut_entry mixes the addresses of different cycles ({sorted(addr_depths)} registers back)")
+    defs.update(registers)
+    return accessor, defs, addr_fns, uses, next(iter(addr_depths), 0)
+
+
+def lut_registers(design: str, top: str) -> int:
+    """Registers between ``addr`` and ``lut_entry`` in the Yosys SMT-LIB ``design`` (0: a
+    combinational read; latency L reads through L - 1). Raises ValueError (:func:`_lut_graph`)."""
+    return _lut_graph(design, top)[4]
+
+
+def lut_from_smt2(design: str, top: str, address_bits: int, chunk: int = LUT_EVAL_CHUNK) -> np.ndarray:
+    """Evaluate the RTL's ``lut_entry`` (as Yosys compiled it to SMT-LIB) at every address.
+
+    A small evaluator of the SMT-LIB subset Yosys emits for the LUT (ite, =, or, and, not,
+    bit-vector constants, extract, concat, bitwise and/or/not, unsigned comparisons),
+    vectorised over ``chunk`` addresses at a time (every address in turn); a definition's
+    values are dropped once its last use in the chunk has read them, so memory stays
+    bounded by the chunk, not by 2^address_bits x definitions. Raises ValueError on anything else.
+    """
+    accessor, defs, addr_fns, uses, _ = _lut_graph(design, top)
+    total = 1 << address_bits
+    chunk = max(1, min(chunk, total))
+    out = np.empty(total, dtype=np.int64)
+    for start in range(0, total, chunk):
+        addrs = np.arange(start, min(start + chunk, total), dtype=np.int64)
+        out[start:start + addrs.size] = _eval_lut_chunk(accessor, defs, addr_fns, dict(uses), addrs, address_bits)
+    return out
+
+
+def _eval_lut_chunk(accessor, defs: dict, addr_fns: set, left: dict, addrs: np.ndarray, address_bits: int
+                    ) -> np.ndarray:
+    """:func:`lut_from_smt2` on the addresses ``addrs``; ``left``: uses still to come per definition
+    (consumed here: a value is freed after its last use)."""
+    cache: dict[str, tuple] = {}
+    n = addrs.size
+
+    def ev(e):
+        if isinstance(e, str):
+            # constants as numpy scalars: they broadcast, and cost no memory per address
+            if e == "true":
+                return np.True_, 0
+            if e == "false":
+                return np.False_, 0
+            if e.startswith("#b"):
+                return narrow(int(e[2:], 2), len(e) - 2), len(e) - 2
+            raise ValueError(f"unsupported atom {e}")
+        head = e[0]
+        if isinstance(head, str) and head.startswith("|"):  # (|fn| state)
+            if head in addr_fns:
+                return addrs, address_bits
+            val = cache.get(head)
+            if val is None:
+                val = ev(defs[head])
+            left[head] -= 1
+            if left[head] > 0:
+                cache[head] = val
+            else:
+                cache.pop(head, None)
+            return val
+        if isinstance(head, list) and head[0] == "_" and head[1] == "extract":
+            hi, lo = int(head[2]), int(head[3])
+            v, _ = ev(e[1])
+            return narrow((v >> lo) & ((1 << (hi - lo + 1)) - 1), hi - lo + 1), hi - lo + 1
+        args = [ev(x) for x in e[1:]]
+        if head == "ite":
+            w = max(args[1][1], args[2][1])
+            return np.where(args[0][0], widen(args[1][0], w), widen(args[2][0], w)), args[1][1]
+        if head == "=":
+            wide = max(w for _, w in args)
+            return np.asarray(widen(args[0][0], wide) == widen(args[1][0], wide), dtype=bool), 0
+        if head in ("or", "and"):
+            out = args[0][0].copy()
+            for v, _ in args[1:]:
+                out = out | v if head == "or" else out & v
+            return out, 0
+        if head == "not":
+            return ~args[0][0], 0
+        if head == "concat":
+            w_all = sum(w for _, w in args)
+            v, w = widen(args[0][0], w_all), args[0][1]
+            for v2, w2 in args[1:]:
+                v, w = (v << w2) | widen(v2, w_all), w + w2
+            return v, w
+        if head in ("bvand", "bvor"):
+            wide = max(w for _, w in args)
+            out = widen(args[0][0], wide).copy()
+            for v, _ in args[1:]:
+                v = widen(v, wide)
+                out = out & v if head == "bvand" else out | v
+            return out, args[0][1]
+        if head == "bvnot":
+            return (~args[0][0]) & ((1 << args[0][1]) - 1), args[0][1]
+        if head in ("bvuge", "bvule", "bvugt", "bvult"):
+            wide = max(w for _, w in args)
+            a, b = widen(args[0][0], wide), widen(args[1][0], wide)
+            return {"bvuge": a >= b, "bvule": a <= b, "bvugt": a > b, "bvult": a < b}[head], 0
+        raise ValueError(f"unsupported operator {head}")
+
+    return np.broadcast_to(ev(accessor)[0], n)  # a constant LUT evaluates to a scalar
+
+
+def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: int, latency: int = 1
+              ) -> Obligation:
+    """``rtl.lut_table``: the RTL's ``lut_entry``, as Yosys compiled it, evaluated at every
+    address and compared with ``lut.hex`` (exhaustive); with ``latency`` L > 1 through the
+    L - 1 registers of the pipelined read, which must be exactly that many on every path."""
+    t0 = time.monotonic()
+    ob = Obligation("rtl.lut_table", "lut", "the RTL's LUT entry equals lut.hex at every address",
+                    method="Yosys SMT-LIB of the RTL evaluated at every address (exhaustive)")
+    want = np.frombuffer(lut, dtype=np.uint8)
+    want = (want & 0x7F).astype(np.int64) | ((want >> 7).astype(np.int64) << token_bits)
+    try:
+        got = lut_from_smt2(design, top, address_bits)
+        regs = lut_registers(design, top)
+    except (ValueError, KeyError, IndexError, StopIteration, OverflowError, TypeError) as exc:
+        ob.verdict, ob.detail = Verdict.UNKNOWN, f"cannot evaluate the RTL's LUT: {exc}"
+        return ob
+    if regs != latency - 1 and not np.all(got == got.flat[0] if got.size else True):
+        ob.verdict = Verdict.VIOLATED
+        ob.detail = f"the LUT is read through {regs} registers; latency {latency} needs {latency - 1}"
+        return ob
+    ob.time_s = time.monotonic() - t0
+    bad = np.nonzero(got != want)[0]
+    ob.verdict = Verdict.VIOLATED if bad.size else Verdict.PROVED
+    ob.detail = (f"{bad.size} entries differ, first at address {int(bad[0])}" if bad.size
+                 else f"{len(want)} entries equal" + (f" (read through {regs} registers)" if regs else ""))
+    if bad.size:
+        ob.counterexample = [{"addr": int(a), "rtl": int(got[a]), "lut": int(want[a])} for a in bad[:20]]
+    return ob

@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--slices", type=int, default=None, help="low bits of an alternative sliced_rom layout")
     args = ap.parse_args(argv)
 
-    from mi_certify.generator.build import emit as emit_mod
+    from mi_certify.generator.build import lut_rom, lut_sliced_rom
     from mi_certify.generator.core.spec import load_spec
     from mi_certify.runtime.fsm import REASON_BITS
     from mi_certify.verification.rtl import synth
@@ -90,18 +90,20 @@ def main(argv=None) -> int:
     variants = {"shipped": (src, None), "table read alone": (table_only(src), None), "FSM alone": (fsm_only(src), None)}
     if args.slices is not None:
         import numpy as np
-        from mi_certify.generator.build.emit import SourceHashes, emit_verilog, rom_file_name
+        from mi_certify.generator.build.emit_common import SourceHashes
+        from mi_certify.generator.build.emit_verilog import emit_verilog
+        from mi_certify.generator.build.verilog_parts import rom_file_name
         from mi_certify.generator.core.lut import Lut, LutFsmArtefact, property_masks
         raw = np.frombuffer(bytes.fromhex((build / "lut.hex").read_text().replace("\n", "")), dtype=np.uint8)
         lut = Lut((raw & 0x7F).astype(np.uint8), (raw >> 7).astype(bool), np.full(raw.size, "proven", dtype=object))
-        real = emit_mod.sliced_rom
-        emit_mod.sliced_rom = lambda e, a, low_bits=None: real(e, a, args.slices)
+        real = lut_sliced_rom.sliced_rom
+        lut_sliced_rom.sliced_rom = lambda e, a, low_bits=None: real(e, a, args.slices)
         try:
             alt = emit_verilog(spec, LutFsmArtefact.from_lut(spec, lut, property_masks(spec)),
                                SourceHashes("0" * 64, "0" * 64, "0" * 64), "bench", encoding="sliced_rom")
-            hexes = emit_mod.emit_rom_hex(spec, lut, "sliced_rom")
+            hexes = lut_rom.emit_rom_hex(spec, lut, "sliced_rom")
         finally:
-            emit_mod.sliced_rom = real
+            lut_sliced_rom.sliced_rom = real
         variants[f"table read alone, {args.slices} low bits"] = (table_only(alt), {rom_file_name(spec): hexes})
 
     rows = {}

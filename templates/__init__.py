@@ -44,9 +44,8 @@ def environment() -> jinja2.Environment:
     trim_blocks and lstrip_blocks (a ``{% %}`` line leaves no blank line or indent);
     keep_trailing_newline (a file ends as its template does); autoescape for ``*.html.j2``
     only (HTML escaping in report.html, none in Python, Verilog, Yosys or C++ output, none
-    for ``from_string`` templates); the :data:`FILTERS`. Under it the python/, verilog/ and
-    report/ templates render byte-identically to the environments of generator/build/emit.py and
-    generator/bundle/report.py (which name report templates without the ``report/`` prefix).
+    for ``from_string`` templates); the :data:`FILTERS`. Every caller names a template by its
+    target folder (``verilog/fsm.v.j2``, ``report/report.md.j2``, ``yosys/smt2.ys.j2``).
     Raises nothing itself; ``get_template`` raises ``jinja2.TemplateNotFound``.
     """
     import jinja2

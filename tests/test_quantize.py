@@ -56,14 +56,14 @@ def test_straight_line_level_search_is_the_exact_level_for_every_width(lo, hi):
     at every cell edge and its float neighbours and at random floats of the envelope."""
     import random
 
-    from mi_certify.generator.build.emit import _level_tree, level_thresholds
+    from mi_certify.generator.build.emit_python import level_thresholds, level_tree
 
     rng = random.Random(5)
     for bits in range(1, 9):
         q = Quantizer.from_floats(lo, hi, bits)
         th = level_thresholds(lo, hi, bits)
         assert len(th) == (1 << bits) - 1 and list(th) == sorted(th)
-        src = "def level(x0):\n" + "\n".join(_level_tree(0, th, 0, (1 << bits) - 1, "    ")) + "\n    return q0\n"
+        src = "def level(x0):\n" + "\n".join(level_tree(0, th, 0, (1 << bits) - 1, "    ")) + "\n    return q0\n"
         ns: dict = {}
         exec(compile(src, "<tree>", "exec"), ns)
         edges = [float(q.cell_bounds(j)[0]) for j in range(1 << bits)] + [hi]

@@ -203,7 +203,8 @@ def test_latency_auto_picks_the_smallest_latency_that_meets_the_target_and_check
     import dataclasses
 
     from mi_certify.generator.pipeline.stages import measure_target
-    from mi_certify.generator.build.emit import SourceHashes, emit_verilog
+    from mi_certify.generator.build.emit_common import SourceHashes
+    from mi_certify.generator.build.emit_verilog import emit_verilog
     from mi_certify.generator.core.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
     from mi_certify.generator.frontend.onnx_import import import_onnx
     from mi_certify.runtime.fsm import REASON_BITS, Reason

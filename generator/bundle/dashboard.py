@@ -59,9 +59,9 @@ class Dashboard:
 def cell_edges(lo, hi, bits: int) -> list[float]:
     """The inner cell edges of an input with envelope [lo, hi] and ``bits`` bits, as the
     generated runtime compares them: the ``2^bits - 1`` thresholds of
-    :func:`mi_certify.generator.build.emit.level_thresholds` (the smallest float >= each exact edge
+    :func:`mi_certify.generator.build.emit_python.level_thresholds` (the smallest float >= each exact edge
     ``lo + q (hi - lo) / 2^bits``; a reading at or above a threshold is in the upper cell)."""
-    from mi_certify.generator.build.emit import level_thresholds
+    from mi_certify.generator.build.emit_python import level_thresholds
     return list(level_thresholds(float(lo), float(hi), bits))
 
 

@@ -40,7 +40,11 @@ from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 from mi_certify.generator.bundle.records import DISTILLATION_TABLES, PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage as cosim_record, distill_errors, write_distillation
 from mi_certify.generator.bundle.records import hdl_record
 from mi_certify.generator.build.distill import UNDECIDED, DistillOptions, distill, fidelity
-from mi_certify.generator.build.emit import ENCODINGS, LATENCIES, SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
+from mi_certify.generator.build.emit_common import SourceHashes
+from mi_certify.generator.build.emit_python import emit_python
+from mi_certify.generator.build.emit_verilog import emit_verilog
+from mi_certify.generator.build.lut_rom import emit_rom_hex
+from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES, rom_file_name
 from mi_certify.generator.build.emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from mi_certify.generator.core.errors import BuildError
 from mi_certify.generator.core.lut import Lut, LutFsmArtefact, apply_masks, property_masks, sample_lut

@@ -157,7 +157,7 @@ def _fsm_stage(d: Path, spec, index: dict, lut: np.ndarray) -> dict:
 
 
 def _emit_stage(spec, stored: dict, has_rom: bool) -> dict:
-    from mi_certify.generator.build.emit import rom_file_name
+    from mi_certify.generator.build.verilog_parts import rom_file_name
     from mi_certify.generator.build.emit_monitor import module_name as monitor_module
     encoding = stored.get("emit", {}).get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
     return {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
@@ -239,7 +239,11 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     """The emitted Python runtime, Verilog, ROM file and SLA-monitor wrapper made again from
     the spec, lut.hex, the distillation boxes and the recorded hashes and version."""
     from mi_certify.generator.bundle.records import read_distillation
-    from mi_certify.generator.build.emit import SourceHashes, emit_python, emit_rom_hex, emit_verilog, rom_file_name
+    from mi_certify.generator.build.emit_common import SourceHashes
+    from mi_certify.generator.build.emit_python import emit_python
+    from mi_certify.generator.build.emit_verilog import emit_verilog
+    from mi_certify.generator.build.lut_rom import emit_rom_hex
+    from mi_certify.generator.build.verilog_parts import rom_file_name
     from mi_certify.generator.build.emit_monitor import emit_sla_monitor, module_name as monitor_module
     from mi_certify.generator.core.lut import Lut, LutFsmArtefact, property_masks
 

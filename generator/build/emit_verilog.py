@@ -1,0 +1,199 @@
+"""The Verilog emitter: the LUT-FSM as synthesizable Verilog-2001 (``templates/verilog/fsm.v.j2``;
+options from ``spec.hdl``, docs/hdl.md). The LUT logic comes from one module per encoding
+(``lut_case``, ``lut_rom``, ``lut_sliced_rom``, ``lut_boxtree``); this module adds the input
+pipeline, the property masks of rule 3a and the FSM registers around it. The output is a pure
+function of its inputs: the same inputs give byte-identical files."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from mi_certify.runtime.fsm import REASON_BITS, Reason
+from mi_certify.templates import environment
+
+from mi_certify.generator.build import lut_boxtree, lut_case, lut_rom, lut_sliced_rom
+from mi_certify.generator.build.emit_common import SourceHashes, common_variables
+from mi_certify.generator.build.verilog_parts import (ENCODINGS, LATENCIES, LutContext, LutLogic, address_fields,
+                                                      assigns, decision_inputs, decls, lut_entries,
+                                                      template_defaults, width)
+from mi_certify.generator.core.lut import LutFsmArtefact
+from mi_certify.generator.core.spec import Spec
+
+#: The LUT logic of each encoding: LutContext -> LutLogic.
+ENCODERS = {"case": lut_case.lut_logic, "rom": lut_rom.lut_logic, "sliced_rom": lut_sliced_rom.lut_logic,
+            "boxtree": lut_boxtree.lut_logic}
+
+
+def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str,
+                 encoding: str | None = None, boxes: list[tuple[list[int], list[int]]] | None = None,
+                 latency: int | None = None, target_measured: dict | None = None) -> str:
+    """Source text of ``<name>.v`` (Verilog-2001; options from ``spec.hdl``, docs/hdl.md) for
+    ``machine`` (table, allowed-action boxes of rule 3a).
+
+    encoding: "case" | "rom" | "boxtree" | "sliced_rom" (default ``spec.hdl.encoding``; "auto"
+    must be resolved by the caller). case: only entries that differ from the most common
+    entry are listed, the ``default`` arm holds that one. rom, sliced_rom: the design reads
+    :func:`~mi_certify.generator.build.verilog_parts.rom_file_name` (write
+    :func:`~mi_certify.generator.build.lut_rom.emit_rom_hex` beside it; sliced_rom: see
+    :func:`~mi_certify.generator.build.lut_sliced_rom.sliced_rom`). boxtree: comparators
+    on the quantized fields, built from ``boxes`` (the distillation partition: inclusive
+    level ranges) by :func:`mi_certify.generator.core.boxtree.build_tree`. A LUT of one entry is a
+    continuous assignment with every encoding but rom.
+
+    latency: decision latency in clock cycles, 1 | 2 | 3 (default ``spec.hdl.latency``; "auto"
+    is resolved by the caller, and until it is, it means 1): latency L delays addr,
+    probe_fault and sla_violation together through L-1 register stages and registers the LUT
+    read (docs/hdl.md, "Latency"; a sliced ROM with slices at latency 3:
+    :func:`~mi_certify.generator.build.lut_sliced_rom.split_select`).
+    Raises ValueError on an unknown encoding or latency.
+
+    target_measured: the declared target's verdict measured on this design before it was written
+    (a ``target`` record of :func:`mi_certify.verification.rtl.synth.target_verdict`; the build's emit
+    stage records it as ``target_header``); the header states the declared target
+    (:meth:`mi_certify.generator.core.spec.HdlTarget.header_lines`) and, with it, whether it was met.
+    The header has the same number of lines with or without it (the netlist, whose source
+    locations name lines, stays the same).
+    """
+    encoding = encoding or spec.hdl.encoding
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown LUT encoding {encoding!r} (one of {', '.join(ENCODINGS)})")
+    if latency is None:
+        latency = spec.hdl.latency_cycles  # "auto" is resolved upstream; until it is, 1
+    if latency not in LATENCIES:
+        raise ValueError(f"unknown decision latency {latency!r} (one of {', '.join(map(str, LATENCIES))})")
+    d = decision_inputs(latency)
+    fields = address_fields(spec)
+    variables = dict(
+        encoding=encoding, hdl=spec.hdl, latency=latency, addr_fields=fields, d=d,
+        target_lines=(spec.hdl.declared_target.header_lines(target_measured)
+                      if spec.hdl.declared_target is not None else []),
+        mask_lines=_mask_lines(spec, list(machine.masks), fields, d["addr"]),
+        **_lut_variables(spec, machine, encoding, latency, fields, boxes),
+        **_fsm_variables(spec, latency, d["addr"]),
+        **common_variables(spec, machine, hashes, version))
+    template = environment().get_template("verilog/fsm.v.j2")
+    text = template.render(unused_reasons=[], **variables)
+    # a reason code this configuration never produces (PENDING with hysteresis 1, MASKED without a
+    # property mask): declared with the others, and said so (Verilator -Wall: UNUSEDPARAM)
+    unused = [f"R_{r.name}" for r in Reason if len(re.findall(rf"\bR_{r.name}\b", text)) == 1]
+    return template.render(unused_reasons=unused, **variables) if unused else text
+
+
+def _lut_variables(spec: Spec, machine: LutFsmArtefact, encoding: str, latency: int, fields: list[dict],
+                   boxes) -> dict:
+    """The template variables of the LUT logic: the encoding's (:data:`ENCODERS`), or one continuous
+    assignment for a table of one entry (every encoding but rom), then the registers that carry
+    the entry to the decision stage at latency 2 and 3."""
+    tw = spec.token_bits
+    entries = lut_entries(spec, machine)
+    values, counts = np.unique(entries, return_counts=True)
+    default = int(values[int(np.argmax(counts))])
+    const = len(values) == 1 and encoding != "rom"
+    # the address the LUT logic reads: at latency 3 the inputs are registered first (stage 1), the
+    # LUT logic is a register-to-register path into lut_entry (stage 2); the ROM read itself is the
+    # synchronous stage-1 read of addr
+    c = LutContext(spec, machine, entries, default, fields, latency, "addr_q1" if latency == 3 else "addr",
+                   "lut_entry" if latency == 1 else "lut_read", boxes)
+    logic = (LutLogic("one entry for every address (a continuous assignment)", c.lut_out) if const else
+             ENCODERS[encoding](c))
+    variables = {**template_defaults(spec), **logic.variables}
+    rows, lut_out, note = list(logic.decls), logic.lut_out, logic.note
+    if latency > 1 and not const and lut_out == "lut_read":
+        rows.append(("reg", tw + 1, "lut_read", "the LUT logic's entry, registered into lut_entry"))
+    split = variables["split"]
+    # what the register in front of the decision stage loads (None: no such register)
+    lut_reg_src = (None if const or latency == 1 or (encoding == "rom" and latency == 2) or split else
+                   "lut_word" if encoding == "rom" else "lut_read")
+    stage = ("" if latency == 1 else " (decoded from the stage-2 partial ORs)" if split else
+             f" (registered: stage {latency - 1})")
+    rows += [("wire" if const else "reg", tw + 1, "lut_entry", "{confident, proposed token}" + stage),
+             ("wire", tw, "lut_p", "proposed token p"), ("wire", 1, "lut_c", "confident bit c")]
+    if latency > 1:
+        note += f"; the read registered{' twice' if latency == 3 else ''} (latency {latency})"
+    return {**variables, "lut_default": c.entry(default), "lut_const": c.entry(default) if const else None,
+            "lut_addr": c.lut_addr, "lut_out": lut_out, "lut_reg_src": lut_reg_src, "lut_decls": decls(rows),
+            "encoding_note": note, "tw": tw}
+
+
+def _mask_lines(spec: Spec, masks: list, fields: list[dict], addr: str) -> list[str]:
+    """Declarations of rule 3a's mask: per property box, a wire ``in_<j>`` (the decision stage's
+    address ``addr`` is in the box: comparators on its fields, full ranges omitted), and
+    ``allowed``, the AND over the boxes of their allowed-token bits (one bit per token, tokens no
+    action has never allowed). No lines without masks."""
+    tw = spec.token_bits
+    n_act, full = len(spec.actions), 1 << tw
+    mask_rows, factors = [], []
+    for j, m in enumerate(masks):
+        terms = []
+        for fld, lo, hi in zip(fields, m.lo, m.hi):
+            sl = f"{addr}[{fld['msb']}:{fld['lsb']}]" if fld["msb"] > fld["lsb"] else f"{addr}[{fld['msb']}]"
+            if lo > 0:
+                terms.append(f"({sl} >= {fld['bits']}'d{lo})")
+            if hi < (1 << fld["bits"]) - 1:
+                terms.append(f"({sl} <= {fld['bits']}'d{hi})")
+        bits = format(m.allowed, f"0{n_act}b").rjust(full, "0")
+        if terms:
+            mask_rows.append(("wire", 1, f"in_{j} = {' && '.join(terms)}", m.id))
+            factors.append(f"(in_{j} ? {full}'b{bits} : {full}'b{'1' * full})")
+        else:   # the property's region is the whole envelope
+            factors.append(f"{full}'b{bits}")
+    if n_act < full:   # tokens no action has are never allowed
+        factors.insert(0, f"{full}'b{'1' * n_act:0>{full}}")
+    if not masks:
+        return []
+    lines = decls(mask_rows + [("wire", full, "allowed = " + factors[0])])
+    head = lines[-1][:-len(factors[0]) - 1]
+    lines[-1] = lines[-1][:-1]
+    lines += [" " * (len(head) - 2) + "& " + fac for fac in factors[1:]]
+    lines[-1] += ";"
+    return lines
+
+
+def _localparams(rows: list[tuple[str, int, int]]) -> list[str]:
+    """Aligned ``localparam [w-1:0] NAME = w'dV;`` lines of (name, width, value) rows."""
+    r = max(len(f"[{w - 1}:0]") for _, w, _ in rows)
+    n = max(len(name) for name, _, _ in rows)
+    return [f"localparam {f'[{w - 1}:0]':<{r}} {name:<{n}} = {w}'d{v};" for name, w, v in rows]
+
+
+def _fsm_variables(spec: Spec, latency: int, addr: str) -> dict:
+    """The template variables of the FSM around the LUT: parameters, state registers, the input
+    pipeline of latency L (L-1 stages of addr, probe_fault, sla_violation and a valid bit), the
+    next-state registers and their reset and load lines; ``addr``: the decision stage's address."""
+    tw, f = spec.token_bits, spec.fsm
+    hw, dw, vw, rw = (width(f.hysteresis - 1), width(f.cooldown), width(f.violations_to_fallback - 1),
+                      width(f.recovery - 1))
+    params = [("CONSERVATIVE", tw, spec.conservative)]
+    if f.hysteresis > 1:
+        params.append(("HYST_LAST", hw, f.hysteresis - 1))
+    params += [("COOLDOWN", dw, f.cooldown), ("VIOL_LAST", vw, f.violations_to_fallback - 1),
+               ("RECOV_LAST", rw, f.recovery - 1)]
+    state = [("reg", tw, "cand", "candidate k"),
+             ("reg", hw, "hcnt", f"hysteresis count h, 0..{f.hysteresis - 1}"),
+             ("reg", dw, "dcnt", f"cooldown count d, 0..{f.cooldown}"),
+             ("reg", vw, "vcnt", f"consecutive SLA violations v, 0..{f.violations_to_fallback - 1}"),
+             ("reg", 1, "fb", "fallback flag f"),
+             ("reg", rw, "rcnt", f"consecutive compliant steps in fallback r, 0..{f.recovery - 1}")]
+    pipe_rows, pipe_data = [], []
+    for k in range(1, latency):
+        src = ("addr", "probe_fault", "sla_violation") if k == 1 else (f"addr_q{k - 1}", f"probe_fault_q{k - 1}",
+                                                                       f"sla_violation_q{k - 1}")
+        pipe_rows += [("reg", spec.address_bits, f"addr_q{k}", f"addr sampled {k} cycle{'s' if k > 1 else ''} ago"),
+                      ("reg", 1, f"probe_fault_q{k}", None), ("reg", 1, f"sla_violation_q{k}", None),
+                      ("reg", 1, f"valid_q{k}", "no reset in the last " + ("cycle" if k == 1 else f"{k} cycles"))]
+        pipe_data += [(f"addr_q{k}", src[0]), (f"probe_fault_q{k}", src[1]), (f"sla_violation_q{k}", src[2])]
+    nxt = [("reg", tw, "n_token"), ("reg", tw, "n_cand"), ("reg", hw, "n_hcnt"), ("reg", dw, "n_dcnt"),
+           ("reg", vw, "n_vcnt"), ("reg", 1, "n_fb"), ("reg", rw, "n_rcnt"), ("reg", REASON_BITS, "n_reason")]
+    regs = ["token", "cand", "hcnt", "dcnt", "vcnt", "fb", "rcnt", "reason"]
+    reset_vals = ["CONSERVATIVE", "CONSERVATIVE", f"{hw}'d0", f"{dw}'d0", f"{vw}'d0", "1'b0", f"{rw}'d0", "R_HOLD"]
+    ab = spec.address_bits
+    return dict(
+        hw=hw, dw=dw, vw=vw, rw=rw, aligned_params=_localparams(params),
+        reason_params=_localparams([(f"R_{r.name}", REASON_BITS, i) for i, r in enumerate(Reason)]),
+        state_decls=decls(state), pipe_decls=decls(pipe_rows) if pipe_rows else [],
+        pipe_data=assigns(pipe_data) if pipe_data else [], next_decls=decls(nxt),
+        reg_reset=assigns(list(zip(regs, reset_vals)) + [("audit_valid", "1'b0"), ("audit_addr", f"{ab}'d0")]),
+        reg_next=assigns([(r, f"n_{r}") for r in regs] + [("audit_valid", "1'b1"), ("audit_addr", addr)]),
+        reset_active="rst" if spec.hdl.reset_polarity == "high" else "!rst_n")

@@ -223,122 +223,161 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
     ports), ``rtl.reset`` that a reset empties the pipeline, and ``rtl.lut_table`` evaluates
     the LUT through its L-1 registers. Together: after a reset, the outputs at cycle t are
     the one-cycle reference machine's for the inputs of cycle t - (L - 1) (docs/hdl.md)."""
-    cfg, masks, bits, token_bits, lut = (machine.config, list(machine.masks), list(machine.input_bits),
-                                         machine.token_bits, machine.table)
-    t0 = time.monotonic()
+    bits, token_bits = list(machine.input_bits), machine.token_bits
     design = yosys_smt2(verilog, top, entry_bits=token_bits + 1)
-    rtl = RtlModel(cut_lut(design, top), top, cfg, sum(bits), token_bits, reset_port, reset_active_low, latency)
-    ref = FsmModel(cfg, masks, alphabet)
-    tw = token_bits
-    cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in REGISTERS.items()}
-    nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in REGISTERS.items()}
-    sig = decision_signals(latency)
-    addr = rtl.cur(sig["addr"])
-    valid = z3.BoolVal(True) if sig["valid"] is None else rtl.cur(sig["valid"]) == 1
-    entry = rtl.cur("lut_entry")
-    inp = {"p": _as_int(z3.Extract(tw - 1, 0, entry)), "c": z3.Extract(tw, tw, entry) == 1,
-           "pf": rtl.cur(sig["fault"]) == 1, "sv": rtl.cur(sig["viol"]) == 1}
-    for j, m in enumerate(masks):
-        conds, shift = [], sum(bits)
-        for lo, hi, b in zip(m.lo, m.hi, bits):
-            shift -= b
-            q = z3.Extract(shift + b - 1, shift, addr)
-            conds += [z3.UGE(q, lo), z3.ULE(q, hi)]
-        inp[f"in{j}"] = z3.And(conds)
-    # the ghost-free part of fsm.invariant (proved on the reference)
-    full = ref.state("rtlghost")
-    s = dict(full)
-    s.update(cur)
-    ghost_free = _ghost_free_invariant(cfg, s)
-    nxt_ref, why_ref = ref.step(s, inp)
-    rst = rtl.cur(reset_port) == (0 if reset_active_low else 1)
-    C = cfg.conservative
-    obligations = []
+    rtl = RtlModel(cut_lut(design, top), top, machine.config, sum(bits), token_bits, reset_port, reset_active_low,
+                   latency)
+    q = _OneCycle(rtl, machine, alphabet, latency, reset_port, reset_active_low, timeout_s)
+    q.reset_and_equivalence()
+    if latency > 1:
+        q.pipeline()
+    q.invariant_and_properties()
+    q.audit()
+    table = lut_table(design, top, machine.table, sum(bits), token_bits, latency)
+    table.exhaustive_evidence = verilog.name
+    obligations = q.obligations + [table]
+    for ob in obligations:
+        ob.time_s = round(ob.time_s, 3)
+    return obligations, rtl.prelude()
 
-    def run(oid, requirement, claim, bad):
+
+class _OneCycle:
+    """The one-cycle (inductive) RTL obligations of :func:`rtl_obligations`: the RTL's registers
+    before (``cur``) and after (``nxt``) one cycle, the reference machine's step on the decision
+    stage's inputs from the same state, and :meth:`run`, which checks one claim with Z3 and
+    records its obligation in ``obligations`` (in the order run)."""
+
+    def __init__(self, rtl: RtlModel, machine: LutFsmArtefact, alphabet: dict[tuple, int], latency: int,
+                 reset_port: str, reset_active_low: bool, timeout_s: float):
+        self.rtl, self.cfg, self.latency, self.timeout_s = rtl, machine.config, latency, timeout_s
+        self.masks, bits, tw = list(machine.masks), list(machine.input_bits), machine.token_bits
+        self.bits = bits
+        self.obligations: list[Obligation] = []
+        self.cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in REGISTERS.items()}
+        self.nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in REGISTERS.items()}
+        self.sig = sig = decision_signals(latency)
+        self.addr = rtl.cur(sig["addr"])
+        self.valid = z3.BoolVal(True) if sig["valid"] is None else rtl.cur(sig["valid"]) == 1
+        entry = rtl.cur("lut_entry")
+        inp = {"p": _as_int(z3.Extract(tw - 1, 0, entry)), "c": z3.Extract(tw, tw, entry) == 1,
+               "pf": rtl.cur(sig["fault"]) == 1, "sv": rtl.cur(sig["viol"]) == 1}
+        for j, m in enumerate(self.masks):
+            conds, shift = [], sum(bits)
+            for lo, hi, b in zip(m.lo, m.hi, bits):
+                shift -= b
+                q = z3.Extract(shift + b - 1, shift, self.addr)
+                conds += [z3.UGE(q, lo), z3.ULE(q, hi)]
+            inp[f"in{j}"] = z3.And(conds)
+        self.inp = inp
+        # the ghost-free part of fsm.invariant (proved on the reference)
+        ref = FsmModel(self.cfg, self.masks, alphabet)
+        s = dict(ref.state("rtlghost"))
+        s.update(self.cur)
+        self.ghost_free = _ghost_free_invariant(self.cfg, s)
+        self.nxt_ref, self.why_ref = ref.step(s, inp)
+        self.entry_ok = ref.input_ok(inp)
+        self.rst = rtl.cur(reset_port) == (0 if reset_active_low else 1)
+        # with hysteresis 1 the candidate k and the count h never affect an output (rules 6/7 switch at
+        # once; h stays 0), nor d with cooldown 0: the RTL does not read them, so Yosys removes those
+        # registers, and the claims are about the others
+        cfg = self.cfg
+        self.unread = {v for v, r, none in (("k", "cand", cfg.hysteresis == 1), ("h", "hcnt", cfg.hysteresis == 1),
+                                            ("d", "dcnt", cfg.cooldown == 0)) if none and r in rtl.missing}
+
+    def run(self, oid: str, requirement: str, claim: str, bad: z3.BoolRef) -> None:
+        """Check that ``bad`` (the claim's negation over one cycle) is unsatisfiable: PROVED on unsat,
+        VIOLATED on sat, UNKNOWN otherwise (timeout ``timeout_s``)."""
         t = time.monotonic()
-        ans, text = rtl.check(bad, timeout_s)
+        ans, text = self.rtl.check(bad, self.timeout_s)
         ob = Obligation(oid, requirement, claim, method="Yosys write_smt2 + Z3, one cycle (inductive)",
                         k=1, smt2=text, assumes=["fsm.invariant"] if oid not in ("rtl.reset", "rtl.pipeline") else [])
         ob.verdict = {"unsat": Verdict.PROVED, "sat": Verdict.VIOLATED}.get(ans, Verdict.UNKNOWN)
         ob.time_s = time.monotonic() - t
         if ans == "sat":
             ob.detail = "one cycle of the RTL differs from the claim"
-        obligations.append(ob)
+        self.obligations.append(ob)
 
-    # with hysteresis 1 the candidate k and the count h never affect an output (rules 6/7 switch at
-    # once; h stays 0), nor d with cooldown 0: the RTL does not read them, so Yosys removes those
-    # registers, and the claims are about the others
-    unread = {v for v, r, none in (("k", "cand", cfg.hysteresis == 1), ("h", "hcnt", cfg.hysteresis == 1),
-                                   ("d", "dcnt", cfg.cooldown == 0)) if none and r in rtl.missing}
-    nxt_ok = {v: ((C if v == "k" else 0) if v in unread else x) for v, x in nxt.items()}  # the range invariant
-    reset_values = {"t": nxt["t"] == C, "k": nxt["k"] == C, "h": nxt["h"] == 0, "d": nxt["d"] == 0,
-                    "v": nxt["v"] == 0, "f": z3.Not(nxt["f"]), "r": nxt["r"] == 0}
-    reset_state = z3.And([c for v, c in reset_values.items() if v not in unread]
-                         + [rtl.nxt("reason") == int(Reason.HOLD)])
-    pipe = pipeline_registers(latency, sum(bits))
-    empty = z3.And([rtl.nxt(f"valid_q{k}") == 0 for k in range(1, latency)]) if latency > 1 else z3.BoolVal(True)
-    run("rtl.reset", "rtl", "a cycle with rst high gives the reference reset state (token = C, reason = HOLD)"
-        + (" and empties the pipeline" if latency > 1 else ""),
-        z3.And(rst, z3.Not(z3.And(reset_state, empty))))
-    same = z3.And([nxt[v] == nxt_ref[v] for v in REGISTERS.values() if v not in unread]
-                  + [_as_int(rtl.nxt("reason")) == why_ref])
-    if latency == 1:
-        run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) equals the "
-            "reference transition for every input and every LUT output",
-            z3.And(z3.Not(rst), ghost_free, z3.Not(same)))
-    else:
-        run("rtl.equivalence", "fsm", f"from every state of the proved invariant, one RTL cycle (rst low) equals the "
-            f"reference transition on the stage-{latency - 1} inputs for every input and every LUT output when "
-            f"{sig['valid']} is set, and gives the reset state (audit_valid 0) when it is not",
-            z3.And(z3.Not(rst), ghost_free, z3.Not(z3.If(valid, same, z3.And(reset_state,
-                                                                              rtl.nxt("audit_valid") == 0)))))
+    def record_missing(self, oid: str, requirement: str, claim: str, names: list[str]) -> None:
+        """Record ``oid`` VIOLATED: the RTL lacks the signals ``names`` its claim is about."""
+        ob = Obligation(oid, requirement, claim, method="Yosys write_smt2")
+        ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(names)}"
+        self.obligations.append(ob)
+
+    def reset_and_equivalence(self) -> None:
+        """rtl.reset (a reset cycle gives the reference reset state and empties the pipeline) and
+        rtl.equivalence (one cycle equals the reference transition; at latency > 1 on the last
+        stage's inputs when they are valid, the reset state otherwise)."""
+        rtl, nxt, C, latency = self.rtl, self.nxt, self.cfg.conservative, self.latency
+        reset_values = {"t": nxt["t"] == C, "k": nxt["k"] == C, "h": nxt["h"] == 0, "d": nxt["d"] == 0,
+                        "v": nxt["v"] == 0, "f": z3.Not(nxt["f"]), "r": nxt["r"] == 0}
+        reset_state = z3.And([c for v, c in reset_values.items() if v not in self.unread]
+                             + [rtl.nxt("reason") == int(Reason.HOLD)])
+        empty = z3.And([rtl.nxt(f"valid_q{k}") == 0 for k in range(1, latency)]) if latency > 1 else z3.BoolVal(True)
+        self.run("rtl.reset", "rtl", "a cycle with rst high gives the reference reset state (token = C, reason = HOLD)"
+                 + (" and empties the pipeline" if latency > 1 else ""),
+                 z3.And(self.rst, z3.Not(z3.And(reset_state, empty))))
+        same = z3.And([nxt[v] == self.nxt_ref[v] for v in REGISTERS.values() if v not in self.unread]
+                      + [_as_int(rtl.nxt("reason")) == self.why_ref])
+        if latency == 1:
+            self.run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) "
+                     "equals the reference transition for every input and every LUT output",
+                     z3.And(z3.Not(self.rst), self.ghost_free, z3.Not(same)))
+            return
+        self.run("rtl.equivalence", "fsm", f"from every state of the proved invariant, one RTL cycle (rst low) equals "
+                 f"the reference transition on the stage-{latency - 1} inputs for every input and every LUT output "
+                 f"when {self.sig['valid']} is set, and gives the reset state (audit_valid 0) when it is not",
+                 z3.And(z3.Not(self.rst), self.ghost_free,
+                        z3.Not(z3.If(self.valid, same, z3.And(reset_state, rtl.nxt("audit_valid") == 0)))))
+
+    def pipeline(self) -> None:
+        """rtl.pipeline (latency > 1): stage 1 loads the ports, stage k stage k-1, valid_q1 is set."""
+        rtl, latency = self.rtl, self.latency
         loads = []
         for k in range(1, latency):
             for name in ("addr", "probe_fault", "sla_violation"):
                 loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
             loads.append(rtl.nxt(f"valid_q{k}") == (1 if k == 1 else rtl.cur(f"valid_q{k - 1}")))
-        missing = [r for r in pipe if r in rtl.missing]
+        missing = [r for r in pipeline_registers(latency, sum(self.bits)) if r in rtl.missing]
         if missing:
-            ob = Obligation("rtl.pipeline", "rtl", "the RTL has its pipeline registers", method="Yosys write_smt2")
-            ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(missing)}"
-            obligations.append(ob)
-        else:
-            run("rtl.pipeline", "rtl", f"a cycle with rst low loads stage 1 of the input pipeline from addr, "
-                f"probe_fault, sla_violation (valid_q1 set) and stage k from stage k-1, k = 2..{latency - 1}: the "
-                f"decision reads the inputs of {latency - 1} cycle{'s' if latency > 2 else ''} before, valid when no "
-                "reset came since", z3.And(z3.Not(rst), z3.Not(z3.And(loads))))
-    entry_ok = ref.input_ok(inp)
-    run("rtl.invariant", "fsm", "token and candidate are declared actions and every counter stays in range "
-        "(on the RTL registers)",
-        z3.And(z3.Not(rst), ghost_free, entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt_ok))))
-    for j, m in enumerate(masks):
-        allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
-        run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
-            z3.And(z3.Not(rst), valid, ghost_free, entry_ok, inp[f"in{j}"], z3.Not(inp["pf"]),
-                   z3.Not(z3.Or([nxt["t"] == a for a in allowed]))))
-    if not any(a in rtl.missing for a in AUDIT_PORT):
-        run("rtl.audit", "rtl", "the audit port: audit_token = token and audit_reason = reason in every state; "
-            "a reset cycle clears audit_valid; " + ("any other cycle sets it and registers addr into audit_addr"
-                                                   if latency == 1 else
-                                                   f"so does a cycle without a decision ({sig['valid']} low); any "
-                                                   f"other cycle sets it and registers the address of that decision "
-                                                   f"({sig['addr']}) into audit_addr"),
-            z3.Or(rtl.cur("audit_token") != rtl.cur("token"), rtl.cur("audit_reason") != rtl.cur("reason"),
-                  z3.And(rst, rtl.nxt("audit_valid") != 0),
-                  z3.And(z3.Not(rst), z3.Not(valid), rtl.nxt("audit_valid") != 0),
-                  z3.And(z3.Not(rst), valid, z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != addr))))
-    else:
-        ob = Obligation("rtl.audit", "rtl", "the RTL has the audit port", method="Yosys write_smt2")
-        ob.verdict, ob.detail = Verdict.VIOLATED, f"missing: {', '.join(a for a in AUDIT_PORT if a in rtl.missing)}"
-        obligations.append(ob)
-    table = lut_table(design, top, lut, sum(bits), tw, latency)
-    table.exhaustive_evidence = verilog.name
-    obligations.append(table)
-    for ob in obligations:
-        ob.time_s = round(ob.time_s, 3)
-    _ = t0
-    return obligations, rtl.prelude()
+            self.record_missing("rtl.pipeline", "rtl", "the RTL has its pipeline registers", missing)
+            return
+        self.run("rtl.pipeline", "rtl", f"a cycle with rst low loads stage 1 of the input pipeline from addr, "
+                 f"probe_fault, sla_violation (valid_q1 set) and stage k from stage k-1, k = 2..{latency - 1}: the "
+                 f"decision reads the inputs of {latency - 1} cycle{'s' if latency > 2 else ''} before, valid when no "
+                 "reset came since", z3.And(z3.Not(self.rst), z3.Not(z3.And(loads))))
+
+    def invariant_and_properties(self) -> None:
+        """rtl.invariant (the range invariant on the RTL registers) and rtl.property.<id> per mask
+        (the active token in the property's cells is an allowed one)."""
+        cfg, nxt, not_rst = self.cfg, self.nxt, z3.Not(self.rst)
+        nxt_ok = {v: ((cfg.conservative if v == "k" else 0) if v in self.unread else x) for v, x in nxt.items()}
+        self.run("rtl.invariant", "fsm", "token and candidate are declared actions and every counter stays in range "
+                 "(on the RTL registers)",
+                 z3.And(not_rst, self.ghost_free, self.entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt_ok))))
+        for j, m in enumerate(self.masks):
+            allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
+            self.run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
+                     z3.And(not_rst, self.valid, self.ghost_free, self.entry_ok, self.inp[f"in{j}"],
+                            z3.Not(self.inp["pf"]), z3.Not(z3.Or([nxt["t"] == a for a in allowed]))))
+
+    def audit(self) -> None:
+        """rtl.audit: audit_token/audit_reason follow token/reason; audit_valid and audit_addr say
+        which cycles made a decision and on which address."""
+        rtl, sig, valid, rst = self.rtl, self.sig, self.valid, self.rst
+        absent = [a for a in AUDIT_PORT if a in rtl.missing]
+        if absent:
+            self.record_missing("rtl.audit", "rtl", "the RTL has the audit port", absent)
+            return
+        self.run("rtl.audit", "rtl", "the audit port: audit_token = token and audit_reason = reason in every state; "
+                 "a reset cycle clears audit_valid; " + ("any other cycle sets it and registers addr into audit_addr"
+                                                        if self.latency == 1 else
+                                                        f"so does a cycle without a decision ({sig['valid']} low); any "
+                                                        f"other cycle sets it and registers the address of that "
+                                                        f"decision ({sig['addr']}) into audit_addr"),
+                 z3.Or(rtl.cur("audit_token") != rtl.cur("token"), rtl.cur("audit_reason") != rtl.cur("reason"),
+                       z3.And(rst, rtl.nxt("audit_valid") != 0),
+                       z3.And(z3.Not(rst), z3.Not(valid), rtl.nxt("audit_valid") != 0),
+                       z3.And(z3.Not(rst), valid, z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != self.addr))))
 
 
 def _ghost_free_invariant(cfg: FsmConfig, s: dict) -> z3.BoolRef:

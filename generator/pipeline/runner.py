@@ -18,7 +18,6 @@ and the tool versions (no timestamps, fixed seeds); ``manifest.json`` hashes the
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import platform
@@ -39,6 +38,7 @@ from mi_certify.generator.pipeline.stages import BuildContext
 from mi_certify.generator.bundle.records import (CROSS_CHECK_POINTS, MANIFEST_FORMAT, UNHASHED, canonical_command,
                      collect_obligations, manifest_figures, obligations_status, source_commit, source_identity,
                      summarize)
+from mi_certify.generator.core.digests import sha256_file
 from mi_certify.generator.core.errors import BuildError, SpecError
 from mi_certify.generator.core.lut import check_shapes
 from mi_certify.generator.frontend.model import LoadedModel, load_model
@@ -55,14 +55,6 @@ def version() -> str:
         return metadata.version("mi-certify")
     except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "0+unknown"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass

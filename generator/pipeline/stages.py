@@ -11,7 +11,6 @@ the work, writes its evidence into the staging directory through
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import tempfile
 import threading
 import time
@@ -30,6 +29,7 @@ from mi_certify.verification.cosim import coverage
 from mi_certify.verification.rtl import hdl_adapter
 from mi_certify.verification.rtl import synth
 from mi_certify.verification.tools import verilator
+from mi_certify.verification.tools.registry import ToolRunError
 from mi_certify.verification.rtl.fsm_proofs import entry_alphabet, prove_fsm, write_proofs
 from mi_certify.verification.rtl.lut_check import check_lut_properties
 from mi_certify.verification.cosim.monitor_cosim import run_monitor_cosim
@@ -459,7 +459,7 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
             return rtl_obligations(ctx.v_path, spec.module_name, ctx.machine, ctx.alphabet,
                                    reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low",
                                    latency=spec.hdl.latency_cycles)
-        except (RuntimeError, OSError, subprocess.SubprocessError, z3.Z3Exception) as exc:
+        except (ToolRunError, OSError, z3.Z3Exception) as exc:  # Yosys or Z3 failed: the stage fails closed
             return exc
     proved = lambda r: not isinstance(r, Exception) and all(o.verdict == Verdict.PROVED.value  # noqa: E731
                                                              for o in r[0])
@@ -542,7 +542,7 @@ def hdl_stage(ctx: BuildContext) -> StageResult:
     def run():
         try:
             return synth.hdl_numbers(ctx.spec, ctx.v_path, known=ctx.target_pnr)
-        except (synth.SynthError, OSError, ValueError, KeyError) as exc:  # fails closed: the stage fails
+        except (synth.SynthError, OSError) as exc:  # a tool failed or its report is unreadable: the stage fails
             return exc
     numbers = ctx.timed("hdl", run, lambda r: "failed" if isinstance(r, Exception) else "ok")
     if isinstance(numbers, Exception):

@@ -9,7 +9,6 @@ in ``check_*.py``; :mod:`.bundle_check` runs them in order.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +51,6 @@ def require(cond: bool, msg: str) -> None:
     """Raise :class:`CheckFailed` with ``msg`` unless ``cond``."""
     if not cond:
         raise CheckFailed(msg)
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of the file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def command_option(command: list[str], flag: str, default: str) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mi_certify.verification.check.common import FAIL, PASS, SKIP, Checker, CheckContext, require, sha256_file
+from mi_certify.generator.core.digests import sha256_file
+from mi_certify.verification.check.common import FAIL, PASS, SKIP, Checker, CheckContext, require
 
 
 def check_manifest(c: Checker) -> str:

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mi_certify.verification.tools import yosys
-from mi_certify.verification.tools.registry import (TOOLS, ToolMissingError, find_tool, memory_error, memory_limit_mb, memory_rlimit, require_tool,
+from mi_certify.verification.tools.registry import (TOOLS, ToolMissingError, ToolRunError, find_tool, memory_error, memory_limit_mb, memory_rlimit, require_tool,
                     run)
 
 #: The Yosys that makes every synthesis figure (a key of :data:`.tools.TOOLS`: the YoWASP build
@@ -153,8 +153,9 @@ def fmax_key(device: str) -> str:
     return "fmax_mhz_" + device.replace("-", "_")
 
 
-class SynthError(RuntimeError):
-    """A synthesis or place-and-route tool failed (the message holds the tail of its log)."""
+class SynthError(ToolRunError):
+    """A synthesis or place-and-route tool failed, or its report cannot be read (the message holds
+    the tail of its log)."""
 
 
 def tools_missing() -> list[str]:
@@ -419,8 +420,11 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                             f"for {counts['bram']} block RAMs / {counts['lut4']} LUT4",
                             "time_s": round(time.monotonic() - t1 + synth_s, 1)}
                 continue
-            rep = json.loads((w / f"report_{dev}.json").read_text())
-            fmax = [v["achieved"] for v in rep.get("fmax", {}).values()]
+            try:
+                rep = json.loads((w / f"report_{dev}.json").read_text())
+                fmax = [v["achieved"] for v in rep.get("fmax", {}).values()]
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise SynthError(f"{fam.nextpnr} ({dev}): unreadable timing report: {type(exc).__name__}: {exc}") from None
             if not fmax:
                 raise SynthError(f"{fam.nextpnr} ({dev}): no clock in the timing report")
             out[dev] = {"fits": True, "fmax_mhz": round(min(fmax), 2), "goal_mhz": goal, "meets_goal": min(fmax) >= goal,

@@ -62,7 +62,20 @@ except ImportError:  # run as a plain script (``make tools``) before the package
 #: does not answer); one class, so ``except ToolUnavailable`` catches both.
 ToolUnavailable = ToolMissingError
 
-__all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolUnavailable",
+
+class ToolRunError(RuntimeError):
+    """An external tool ran and did not deliver: it exited non-zero, timed out, ran out of memory,
+    or wrote output that cannot be read. Each tool module raises a subclass of its own
+    (:class:`~mi_certify.verification.tools.yosys.YosysError`,
+    :class:`~mi_certify.verification.rtl.synth.SynthError`); a stage catches this one class and fails
+    closed. ``log``: the tool's stderr (else stdout), stripped; ``timed_out``: it ran out of time."""
+
+    def __init__(self, message: str, log: str = "", timed_out: bool = False):
+        super().__init__(message)
+        self.log, self.timed_out = log, timed_out
+
+__all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolRunError",
+           "ToolUnavailable",
            "apt_commands", "apt_packages", "available", "die_with_parent", "find_tool", "kill_group",
            "manifest_tools", "memory_error", "memory_limit_mb", "memory_rlimit", "require_tool", "run", "start",
            "tool_env", "tool_version"]

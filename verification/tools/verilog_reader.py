@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ import numpy as np
 from mi_certify.generator.core.errors import MiCertifyError
 
 from mi_certify.verification.tools.bitvec import INT64_BITS, narrow, widen
+from mi_certify.verification.tools.registry import find_tool, run
 
 #: The pyverilog release the templates are written for (pinned in constraints.txt).
 PYVERILOG_VERSION = "1.3.0"
@@ -97,13 +97,15 @@ def _construct(line: str) -> str:
 def preprocess(path: Path) -> str:
     """The text of ``path`` after ``iverilog -E`` (line numbers kept); the file as it is when
     Icarus is not installed. Raises VerilogReadError when the preprocessor fails."""
-    exe = shutil.which("iverilog")
+    exe = find_tool("iverilog")
     if exe is None:
         return path.read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="mi-certify-vpp-") as tmp:
         out = Path(tmp) / "pp.v"
-        proc = subprocess.run([exe, "-E", "-o", str(out), path.name], cwd=path.parent, capture_output=True,
-                              text=True, timeout=120)
+        try:
+            proc = run([exe, "-E", "-o", str(out), path.name], cwd=path.parent, capture=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise VerilogReadError("iverilog -E timed out after 120 s (killed)", file=path.name) from None
         if proc.returncode != 0 or not out.exists():
             raise VerilogReadError(f"iverilog -E failed: {proc.stderr.strip()[:300]}", file=path.name)
         return out.read_text(encoding="utf-8")

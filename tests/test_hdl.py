@@ -15,8 +15,8 @@ from mi_certify.generator.core.boxtree import Leaf, build_tree, evaluate, tree_s
 from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_verilog import emit_verilog
 from mi_certify.generator.build.lut_rom import emit_rom_hex
+from mi_certify.generator.build.lut_sliced_rom import sliced_rom, split_select
 from mi_certify.generator.build.verilog_parts import lut_entries, rom_file_name
-                                       sliced_rom, split_select)
 from mi_certify.generator.core.errors import SpecError
 from mi_certify.generator.core.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
 from mi_certify.generator.frontend.onnx_import import import_onnx

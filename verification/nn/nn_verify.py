@@ -14,6 +14,12 @@ For one disjunct (unsafe region ``x in box, C y <= d``):
 4. PROVED on a network with <= 64 ReLUs is confirmed by an exact **Z3** check over the
    rationals; disagreement gives UNKNOWN and an error entry.
 
+Branching and bounding are :mod:`~mi_certify.verification.nn.input_split`'s (the open boxes,
+bounding a batch, choosing the split input, making the children); this module keeps the loop
+(:func:`_branch_and_bound`), the attack step (:func:`_attack`: candidate replay, PGD) and the
+phases around it. Every tuning knob is a field of
+:class:`~mi_certify.verification.nn.settings.SearchSettings` (``VerifyOptions.search``).
+
 A witness is reported only after **replay**: the point (clipped to the box, then
 rounded to float32 and kept inside the box) must satisfy every row within
 ``TOLERANCE`` (1e-4, as VNN-COMP) on onnxruntime (float32) and on the IR (float64).
@@ -37,11 +43,13 @@ from mi_certify.generator.core.results import Verdict
 
 from mi_certify.verification.tools import marabou
 from mi_certify.verification.nn.falsify import pgd_search
-from mi_certify.verification.nn.bounds import (BoundsTimeout, NodeBounds, combined_row_lower, crown_bounds, forward_bounds,
-                     output_matrix_lower)
+from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds
+from mi_certify.verification.nn.input_split import (Batch, Box, Frontier, bound_children, bound_region, boxes_per_pass,
+                                                    choose_splits, frontier_of, halvings, hinted_lower, lp_hints)
 from mi_certify.verification.nn.lp_relax import TriangleLP, is_lp_ready
 from mi_certify.verification.nn.lp_split import close_leaves
 from mi_certify.verification.nn.properties import Disjunct, Query
+from mi_certify.verification.nn.settings import DEFAULT_SEARCH, SearchSettings
 from mi_certify.verification.nn.z3_exact import ExactChecker, confirm_boxes
 
 if TYPE_CHECKING:
@@ -54,34 +62,6 @@ TOLERANCE = 1e-4
 #: What a confirmed witness has passed (recorded with it in the hashed verification.json).
 REPLAY_CLAIM = ("every row holds within 1e-4 on onnxruntime (float32) and within 5e-5 on the IR "
                 "(float64, fixed-order arithmetic)")
-#: Open boxes are handed to Marabou only when there are at most this many; otherwise
-#: branch and bound keeps the whole time budget.
-MARABOU_MAX_BOXES = 64
-#: Boxes per vectorised branch-and-bound pass (see :func:`batch_size`).
-BATCH_BOXES = 256
-BATCH_ELEMENTS = 8_000_000
-#: Candidate witnesses replayed per disjunct at most (each costs an onnxruntime run).
-MAX_REPLAYS = 50
-#: Branch-and-bound passes between gradient searches, and the open boxes they start from.
-PGD_EVERY = 8
-PGD_BOX_STARTS = 16
-#: Disjuncts of at most this many rows also get the average of every pair of rows as a row.
-PAIR_ROWS_MAX = 6
-#: Share of the branch-and-bound time the smart split has before the influence split starts again.
-FIRST_SHARE = 0.3
-#: Share of a query's timeout the gradient search before branch and bound may take.
-PGD_SHARE = 0.1
-#: Seconds HiGHS may take for one box's LP (see :mod:`.lp_relax`).
-LP_TIME_LIMIT = 1.0
-#: Whether a box whose parent's LP multipliers are inherited gets an LP of its own too.
-LP_EVERY_LEVEL = True
-#: Input halvings (the sum over the inputs of log2(region width / box width)) after which
-#: an open box goes to the ReLU-split LP (:mod:`.lp_split`) instead of being split again.
-LEAF_DEPTH = 14
-#: Processes for the Z3 confirmation (both cores of the reference machine).
-Z3_WORKERS = 2
-#: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED.
-Z3_CONFIRM_MAX_RELUS = 64
 
 
 @dataclass
@@ -109,10 +89,12 @@ class QueryResult:
 @dataclass(frozen=True)
 class VerifyOptions:
     """timeout: wall-clock seconds per query (search). confirm_timeout: seconds for the
-    exact Z3 confirmation of a PROVED (<= 64 ReLUs). bound_share: share of the timeout
-    for branch and bound before Marabou takes the open boxes. max_boxes: branch-and-bound
-    box budget. lp_leaves: open boxes LEAF_DEPTH halvings deep are decided by ReLU-split
-    branch and bound with the triangle LP (:mod:`.lp_split`) in ``workers`` processes."""
+    exact Z3 confirmation of a PROVED (<= ``search.z3_confirm_max_relus`` ReLUs). bound_share:
+    share of the timeout for branch and bound before Marabou takes the open boxes. max_boxes:
+    branch-and-bound box budget. lp_hints: the triangle LP proposes CROWN's multipliers
+    (:mod:`.lp_relax`). lp_leaves: open boxes ``search.leaf_depth`` halvings deep are decided by
+    ReLU-split branch and bound with the triangle LP (:mod:`.lp_split`) in ``workers`` processes.
+    search: every tuning knob of the search (:class:`~.settings.SearchSettings`)."""
 
     timeout: float = 60.0
     confirm_timeout: float = 300.0
@@ -123,6 +105,7 @@ class VerifyOptions:
     lp_hints: bool = False
     lp_leaves: bool = True
     workers: int = 2
+    search: SearchSettings = DEFAULT_SEARCH
 
 
 def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -184,144 +167,104 @@ def replay(model: LoadedModel, dj: Disjunct, x: np.ndarray) -> tuple[bool, dict]
     return replay_many(model, [(dj, x)])[0]
 
 
-def _branch_and_bound(model: LoadedModel, dj: Disjunct, root: tuple, deadline: float, bab_deadline: float,
-                      opts: VerifyOptions, stats: dict, closed: list, strategy: str, tried: list[int],
-                      lp: TriangleLP | None, leaves: list | None = None, leaf_depth: float = math.inf):
-    """Input-splitting branch and bound of one disjunct from its bounded root box.
+@dataclass
+class _Search:
+    """What every phase of one disjunct's search shares.
 
-    ``strategy``: "influence" splits the input of largest influence |Λ_r,i| · width_i on the
-    box's best row (Wang et al., ReluVal, USENIX Security 2018, "smear" style); "smart"
-    bounds all 2n halves cheaply and takes, of that pick and the influence pick, the split
-    whose halves' tight bounds are nearer to closing. Boxes proved empty go to ``closed``.
-    ``leaves``: where an open box that is ``leaf_depth`` halvings deep (the sum over the
-    inputs of log2(region width / box width)) goes instead of being split again.
-    Returns (decided (verdict, witness, method, detail) or None, open boxes)."""
-    ir = model.ir
-    root_w = dj.hi - dj.lo
-    n = ir.n_inputs
-    heap = list(root) if isinstance(root, list) else [root]  # one root box, or a frontier
-    heapq.heapify(heap)
-    counter = 1 + max(t[1] for t in heap)
-    open_boxes: list[tuple[np.ndarray, np.ndarray]] = []
-    per_pass = max(1, batch_size(ir) * 8 // (2 * n))
-    rounds = 0
-    while heap:
-        now = time.monotonic()
-        if stats["boxes"] >= opts.max_boxes or now > deadline or (now > bab_deadline and len(heap) <= MARABOU_MAX_BOXES):
-            open_boxes += [t[2:4] for t in heap]  # (+=: keep the point boxes left open)
-            break
-        take = [heapq.heappop(heap) for _ in range(min(per_pass, len(heap)))]
-        best = np.array([t[0] for t in take])
-        los = np.array([t[2] for t in take])
-        his = np.array([t[3] for t in take])
-        lin = np.array([t[4] for t in take])
-        rows = np.array([t[5] for t in take])
-        # candidates: each open box's centre and, per row, the corner minimising its linear bound
-        cands = np.concatenate([(los + his) / 2,
-                                np.where(lin >= 0, los[:, None, :], his[:, None, :]).reshape(-1, n)])
-        wit = _replay_hits(model, dj, cands, tried)
+    dj: the disjunct with its implied rows. closed: the boxes proved empty so far (a partition
+    of the region when PROVED). lp: the triangle LP for hints, or None. leaves: where open boxes
+    ``leaf_depth`` halvings deep go (None: no exact leaves, ``leaf_depth`` inf). tried: candidate
+    replays so far (``tried[0]``, at most ``opts.search.max_replays``).
+    """
+
+    model: LoadedModel
+    dj: Disjunct
+    opts: VerifyOptions
+    stats: dict
+    errors: list[str]
+    closed: list
+    lp: TriangleLP | None
+    leaves: list | None
+    leaf_depth: float
+    tried: list[int] = field(default_factory=lambda: [0])
+
+
+def _attack(sr: _Search, batch: Batch, rounds: int, deadline: float) -> tuple | None:
+    """The falsification step of a round: each box's centre and, per row, the corner minimising
+    its linear bound are evaluated and replayed; every ``pgd_every`` rounds PGD (Madry et al., ICLR
+    2018) runs from the ``pgd_box_starts`` most promising boxes' centres. Returns the decision
+    (VIOLATED, witness, method, detail) or None."""
+    s, dj, n = sr.opts.search, sr.dj, batch.lo.shape[1]
+    cands = np.concatenate([(batch.lo + batch.hi) / 2,
+                            np.where(batch.lin >= 0, batch.lo[:, None, :], batch.hi[:, None, :]).reshape(-1, n)])
+    wit = _replay_hits(sr.model, dj, cands, sr.tried, s.max_replays)
+    if wit is not None:
+        return Verdict.VIOLATED, wit, "bounds+search", f"{sr.stats['boxes']} boxes"
+    if rounds % s.pgd_every == 0:  # gradient search from the most promising open boxes
+        order = np.argsort(batch.bound, kind="stable")[:s.pgd_box_starts]
+        pts = pgd_search(sr.model.ir, dj.lo, dj.hi, dj.C, dj.d, starts=(batch.lo[order] + batch.hi[order]) / 2,
+                         seed=rounds, random_starts=0, deadline=deadline)
+        wit = _replay_hits(sr.model, dj, pts, sr.tried, s.max_replays)
         if wit is not None:
-            return (Verdict.VIOLATED, wit, "bounds+search", f"{stats['boxes']} boxes"), open_boxes
+            return Verdict.VIOLATED, wit, "bounds+pgd", f"{sr.stats['boxes']} boxes"
+    return None
+
+
+def _file_children(sr: _Search, kids, front: Frontier) -> None:
+    """Each child to ``closed`` (bound > 0), to the leaves (``leaf_depth`` halvings deep) or back
+    on the heap, in child order."""
+    deep = np.zeros(kids.lo.shape[0], dtype=bool)
+    if sr.leaves is not None:
+        deep = halvings(kids.lo, kids.hi, sr.dj.lo, sr.dj.hi) >= sr.leaf_depth
+    for c in range(kids.lo.shape[0]):
+        if kids.bound[c] > 0:
+            sr.closed.append((kids.lo[c], kids.hi[c]))
+        elif deep[c]:
+            sr.leaves.append((kids.lo[c], kids.hi[c]))
+        else:
+            front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c])
+
+
+def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_deadline: float, strategy: str):
+    """Input-splitting branch and bound of one disjunct from its bounded root box (or a frontier).
+
+    Each round takes the most promising open boxes (:meth:`~.input_split.Frontier.pop_batch`),
+    tries them for a counterexample (:func:`_attack`), chooses each box's split
+    (:func:`~.input_split.choose_splits`: ``strategy`` "smart" or "influence") and bounds the
+    children (:func:`~.input_split.bound_children`); closed children go to ``sr.closed``, deep
+    ones to ``sr.leaves``. It stops at ``deadline``, the box budget, or after ``bab_deadline``
+    once at most ``marabou_max_boxes`` boxes are open.
+    Returns (decided (verdict, witness, method, detail) or None, open boxes as (lo, hi) pairs)."""
+    ir, dj, stats, s = sr.model.ir, sr.dj, sr.stats, sr.opts.search
+    front = Frontier(root if isinstance(root, list) else [root])
+    open_boxes: list[tuple[np.ndarray, np.ndarray]] = []
+    per_pass = boxes_per_pass(ir, s)
+    rounds = 0
+    while len(front):
+        now = time.monotonic()
+        if stats["boxes"] >= sr.opts.max_boxes or now > deadline or \
+                (now > bab_deadline and len(front) <= s.marabou_max_boxes):
+            open_boxes += front.pairs()  # (+=: keep the point boxes left open)
+            break
+        batch = front.pop_batch(per_pass)
         rounds += 1
-        if rounds % PGD_EVERY == 0:  # gradient search from the most promising open boxes
-            order = np.argsort(best, kind="stable")[:PGD_BOX_STARTS]
-            pts = pgd_search(ir, dj.lo, dj.hi, dj.C, dj.d, starts=(los[order] + his[order]) / 2, seed=rounds,
-                             random_starts=0, deadline=deadline)
-            wit = _replay_hits(model, dj, pts, tried)
-            if wit is not None:
-                return (Verdict.VIOLATED, wit, "bounds+pgd", f"{stats['boxes']} boxes"), open_boxes
-        K = los.shape[0]
-        mid = (los + his) / 2
-        c_lo = np.repeat(los[:, None, None, :], 2, axis=2).repeat(n, axis=1)  # (K, n, 2, n)
-        c_hi = np.repeat(his[:, None, None, :], 2, axis=2).repeat(n, axis=1)
-        dims = np.arange(n)
-        c_hi[:, dims, 0, dims] = mid
-        c_lo[:, dims, 1, dims] = mid
-        if strategy == "smart":
-            # every box's 2n children (halves along each input) bounded in one cheap pass; the
-            # input whose worse half is nearer to being closed is the first candidate
-            try:
-                c_low, _, _ = _bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False)
-            except BoundsTimeout:
-                open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
-                break
-            stats["boxes"] += 2 * n * K
-            c_best = np.max(c_low - dj.d, axis=1).reshape(K, n, 2)
-            score = np.min(c_best, axis=2) + 1e-3 * np.max(c_best, axis=2)
-            score = np.where(his - los > 0, score, -np.inf)
-            pick = np.argmax(score, axis=1)
-        # a second candidate: the input of largest influence |Λ_r,i| · width_i on the box's best
-        # row (the cheap bounds mislead where they are loose); both candidates' halves get the
-        # tight bounds and the split whose worse half is nearer to closing is taken
-        infl = np.abs(lin[np.arange(K), rows]) * (his - los)
-        infl = np.where(np.any(infl > 0, axis=1)[:, None], infl, his - los)
-        infl = np.where(his - los > 0, infl, -np.inf)
-        other = np.argmax(infl, axis=1)
-        if strategy == "influence":  # the influence split alone: no cheap pass
-            pick = other
-        splittable = np.any(his - los > 0, axis=1)
-        for b in np.nonzero(~splittable)[0]:
-            open_boxes.append((los[b], his[b]))
-        ok = np.nonzero(splittable)[0]
-        two = ok[other[ok] != pick[ok]]
-        ch_lo = np.concatenate([c_lo[ok, pick[ok]], c_lo[two, other[two]]]).reshape(-1, n)
-        ch_hi = np.concatenate([c_hi[ok, pick[ok]], c_hi[two, other[two]]]).reshape(-1, n)
-        parent = np.concatenate([np.repeat(ok, 2), np.repeat(two, 2)])
+        decided = _attack(sr, batch, rounds, deadline)
+        if decided is not None:
+            return decided, open_boxes
         try:
-            ch_low, ch_lin, ch_nb = _bound_region(ir, dj, ch_lo, ch_hi, deadline)
+            split = choose_splits(ir, dj, batch, strategy, deadline, stats, s)
+            open_boxes += [(batch.lo[b], batch.hi[b]) for b in split.unsplittable]
+            kids = bound_children(ir, dj, batch, split, sr.lp, deadline, stats, s)
         except BoundsTimeout:
-            open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
+            open_boxes += batch.pairs() + front.pairs()
             break
-        stats["boxes"] += ch_lo.shape[0]
-        pair = np.max(ch_low - dj.d, axis=1).reshape(-1, 2)
-        keep = np.ones(pair.shape[0], dtype=bool)
-        if two.size:  # pairs [0, len(ok)) are the cheap pick's, then the influence pick's
-            a = np.searchsorted(ok, two)
-            b2 = len(ok) + np.arange(two.size)
-            worse_a = np.minimum(np.max(pair[a], axis=1), 0.0) + np.minimum(np.min(pair[a], axis=1), 0.0)
-            worse_b = np.minimum(np.max(pair[b2], axis=1), 0.0) + np.minimum(np.min(pair[b2], axis=1), 0.0)
-            keep[np.where(worse_b > worse_a, a, b2)] = False
-        sel = np.repeat(keep, 2)
-        ch_lo, ch_hi, ch_low, ch_lin, parent = ch_lo[sel], ch_hi[sel], ch_low[sel], ch_lin[sel], parent[sel]
-        ch_nb = NodeBounds([v[sel] for v in ch_nb.lower], [v[sel] for v in ch_nb.upper])
-        ch_best = np.max(ch_low - dj.d, axis=1)
-        ch_row = np.argmax(ch_low - dj.d, axis=1)
-        # the parents' LP multipliers (α, λ) on the children, then the LP's own where still open
-        hints = [take[p][6] for p in parent]
-        try:
-            ch_best = np.maximum(ch_best, _hinted_lower(ir, dj, ch_lo, ch_hi, ch_nb, hints, deadline))
-            want = np.nonzero(~(ch_best > 0) & np.array([h is None or LP_EVERY_LEVEL for h in hints]))[0]
-            fresh = _lp_hints(lp, ch_lo, ch_hi, ch_nb, want, deadline, stats)
-            ch_best = np.maximum(ch_best, _hinted_lower(ir, dj, ch_lo, ch_hi, ch_nb, fresh, deadline))
-        except BoundsTimeout:
-            open_boxes += list(zip(los, his)) + [t[2:4] for t in heap]
-            break
-        deep = np.zeros(ch_lo.shape[0], dtype=bool)
-        if leaves is not None:
-            w = ch_hi - ch_lo
-            with np.errstate(divide="ignore"):
-                halvings = np.sum(np.where(root_w > 0, np.log2(np.where(w > 0, root_w / np.where(w > 0, w, 1.0),
-                                                                         math.inf)), 0.0), axis=1)
-            deep = halvings >= leaf_depth
-        for c in range(ch_lo.shape[0]):
-            if ch_best[c] > 0:
-                closed.append((ch_lo[c], ch_hi[c]))
-            elif deep[c]:
-                leaves.append((ch_lo[c], ch_hi[c]))
-            else:
-                heapq.heappush(heap, (float(ch_best[c]), counter, ch_lo[c], ch_hi[c], ch_lin[c], int(ch_row[c]),
-                                      fresh[c] if fresh[c] is not None else hints[c]))
-                counter += 1
+        _file_children(sr, kids, front)
     return None, open_boxes
 
 
-def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: VerifyOptions,
-                     stats: dict, errors: list[str], closed: list) -> tuple[Verdict, dict | None, str, str]:
-    """Returns (verdict, witness, method, detail) for one disjunct.
-
-    ``closed`` receives the boxes proved empty (a partition of the region when PROVED).
-    """
-    ir = model.ir
+def _early_answer(model: LoadedModel, dj: Disjunct, deadline: float) -> tuple | None:
+    """The answer for a disjunct that needs no search: an empty input box, no output constraint
+    (the centre is replayed), no time left. None otherwise."""
     empty = dj.empty_input()
     if empty:
         return Verdict.PROVED, None, "input check", empty
@@ -331,47 +274,73 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
             (Verdict.UNKNOWN, None, "evaluation", "centre point does not replay")
     if time.monotonic() >= deadline:
         return Verdict.UNKNOWN, None, "bounds", "timeout before this disjunct was searched"
+    return None
+
+
+def _bound_root(sr: _Search, deadline: float) -> Box:
+    """The region's box bounded (CROWN, and the LP hint when open) as the search's root, ``seq`` 0.
+    Raises BoundsTimeout."""
+    ir, dj = sr.model.ir, sr.dj
+    lo, hi = dj.lo[None, :], dj.hi[None, :]
+    low, lin, nb = bound_region(ir, dj, lo, hi, deadline)
+    best = float(np.max(low[0] - dj.d))
+    hint = lp_hints(sr.lp, lo, hi, nb, np.array([0]) if best <= 0 else np.array([], int), deadline, sr.stats,
+                    sr.opts.search)
+    best = max(best, float(hinted_lower(ir, dj, lo, hi, nb, hint, deadline)[0]))
+    return Box(best, 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)), hint[0])
+
+
+def _split_inputs(sr: _Search, root: Box, deadline: float, bab_deadline: float):
+    """The portfolio: the smart split for ``first_share`` of the branch-and-bound time, then the
+    influence split from the smart phase's open boxes (bounded again; its closed boxes and leaves
+    stand: with the frontier they still cover the region).
+    Returns (decided or None, open boxes)."""
+    first = time.monotonic() + sr.opts.search.first_share * (bab_deadline - time.monotonic())
+    decided, open_boxes = _branch_and_bound(sr, root, min(first, deadline), first, "smart")
+    if decided is not None or not open_boxes:
+        return decided, open_boxes
+    try:
+        frontier = frontier_of(sr.model.ir, sr.dj, open_boxes, deadline, sr.closed, sr.opts.search)
+    except BoundsTimeout:
+        frontier = None
+    if frontier:
+        return _branch_and_bound(sr, frontier, deadline, bab_deadline, "influence")
+    if frontier is not None:  # every open box closed when bounded again
+        open_boxes = []
+    return None, open_boxes
+
+
+def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: VerifyOptions,
+                     stats: dict, errors: list[str], closed: list) -> tuple[Verdict, dict | None, str, str]:
+    """Returns (verdict, witness, method, detail) for one disjunct: the root box bounded, input
+    splitting (:func:`_split_inputs`), the exact leaves (:func:`_decide_leaves`), Marabou on the
+    boxes left open (:func:`_marabou_stage`).
+
+    ``closed`` receives the boxes proved empty (a partition of the region when PROVED).
+    """
+    early = _early_answer(model, dj, deadline)
+    if early is not None:
+        return early
+    ir = model.ir
     start = time.monotonic()
     bab_deadline = start + (deadline - start) * (opts.bound_share if opts.use_marabou else 1.0)
-    dj = _with_implied_rows(dj)
+    dj = _with_implied_rows(dj, opts.search.pair_rows_max)
     lp = TriangleLP(ir, dj.C, dj.d) if opts.lp_hints and is_lp_ready(ir) else None
+    sr = _Search(model, dj, opts, stats, errors, closed, lp, None, math.inf)
     try:
-        low, lin, nb = _bound_region(ir, dj, dj.lo[None, :], dj.hi[None, :], deadline)
-        best = float(np.max(low[0] - dj.d))
-        hint = _lp_hints(lp, dj.lo[None, :], dj.hi[None, :], nb, np.array([0]) if best <= 0 else np.array([], int),
-                         deadline, stats)
-        best = max(best, float(_hinted_lower(ir, dj, dj.lo[None, :], dj.hi[None, :], nb, hint, deadline)[0]))
+        root = _bound_root(sr, deadline)
     except BoundsTimeout:
         return Verdict.UNKNOWN, None, "bounds", "timeout in the first bound computation"
     stats["boxes"] += 1
-    if best > 0:
+    if root.bound > 0:
         closed.append((dj.lo.copy(), dj.hi.copy()))
         return Verdict.PROVED, None, "bounds", "1 box closed by CROWN bounds"
-    # the frontier: open boxes with their bounds, most promising for a counterexample first;
-    # a portfolio: the smart split first for a share of the time, then the influence split
-    root = (best, 0, dj.lo.copy(), dj.hi.copy(), lin[0], int(np.argmax(low[0] - dj.d)), hint[0])
-    tried = [0]
-    first = time.monotonic() + FIRST_SHARE * (bab_deadline - time.monotonic())
-    leaves = [] if opts.lp_leaves and is_lp_ready(ir) else None
-    depth = LEAF_DEPTH if leaves is not None else math.inf
-    decided, open_boxes = _branch_and_bound(model, dj, root, min(first, deadline), first, opts, stats, closed,
-                                            "smart", tried, lp, leaves, depth)
+    if opts.lp_leaves and is_lp_ready(ir):
+        sr.leaves, sr.leaf_depth = [], opts.search.leaf_depth
+    decided, open_boxes = _split_inputs(sr, root, deadline, bab_deadline)
     if decided is not None:
         return decided
-    if open_boxes:
-        # the influence split goes on from the smart phase's frontier (its closed boxes and
-        # leaves stand: with the frontier they still cover the region)
-        try:
-            frontier = _frontier(ir, dj, open_boxes, deadline, closed)
-        except BoundsTimeout:
-            frontier = None
-        if frontier:
-            decided, open_boxes = _branch_and_bound(model, dj, frontier, deadline, bab_deadline, opts, stats,
-                                                    closed, "influence", tried, lp, leaves, depth)
-            if decided is not None:
-                return decided
-        elif frontier is not None:
-            open_boxes = []
+    leaves = sr.leaves
     if leaves:
         if open_boxes:  # the leaves are open too
             open_boxes += leaves
@@ -386,18 +355,27 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
     where = f"{len(open_boxes)} boxes open" if not leaves else \
         f"{len(open_boxes)} boxes open ({len(leaves)} went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
+    return _marabou_stage(sr, open_boxes, where, deadline)
+
+
+def _marabou_stage(sr: _Search, open_boxes: list, where: str, deadline: float) -> tuple:
+    """Marabou (child process, wall-clock timeout) on the boxes left open when there are at most
+    ``marabou_max_boxes`` and time is left; its ``sat`` points are replayed, ``unsat`` closes a box.
+    ``where`` describes the open boxes for the UNKNOWN details. Returns (verdict, witness, method,
+    detail)."""
+    model, dj, opts, stats, s = sr.model, sr.dj, sr.opts, sr.stats, sr.opts.search
     if not opts.use_marabou:
         return Verdict.UNKNOWN, None, "bounds", f"{where} (Marabou disabled)"
     remaining = deadline - time.monotonic()
-    if remaining <= 0.5 or len(open_boxes) > MARABOU_MAX_BOXES:
+    if remaining <= s.marabou_min_left or len(open_boxes) > s.marabou_max_boxes:
         return Verdict.UNKNOWN, None, "bounds", f"timeout with {where}"
     stats["marabou_boxes"] += len(open_boxes)
-    nbs = _open_box_bounds(ir, open_boxes, time.monotonic() + 0.2 * remaining)
+    nbs = _open_box_bounds(model.ir, open_boxes, time.monotonic() + s.marabou_bounds_share * remaining)
     remaining = deadline - time.monotonic()
-    if remaining <= 0.5:
+    if remaining <= s.marabou_min_left:
         return Verdict.UNKNOWN, None, "bounds", f"timeout with {len(open_boxes)} boxes open"
-    answers = marabou.solve_boxes(ir, open_boxes, dj.C, dj.d, remaining, node_bounds=nbs,
-                                  per_box_timeout=max(1.0, remaining / len(open_boxes)))
+    answers = marabou.solve_boxes(model.ir, open_boxes, dj.C, dj.d, remaining, node_bounds=nbs,
+                                  per_box_timeout=max(s.marabou_min_box_time, remaining / len(open_boxes)))
     unknown = []
     for (lo, hi), ans in zip(open_boxes, answers):
         if ans.status == "sat":
@@ -405,36 +383,17 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
             ok, wit = replay(model, dj, np.clip(ans.x, lo, hi))
             if ok:
                 return Verdict.VIOLATED, wit, "bounds+marabou", f"{stats['boxes']} boxes, Marabou witness"
-            errors.append(f"Marabou witness {np.round(ans.x, 6).tolist()} does not replay "
-                          f"(max slack {wit['max_row_slack_onnxruntime']:.3g})")
+            sr.errors.append(f"Marabou witness {np.round(ans.x, 6).tolist()} does not replay "
+                             f"(max slack {wit['max_row_slack_onnxruntime']:.3g})")
             unknown.append("witness does not replay")
         elif ans.status == "unknown":
             unknown.append(ans.reason)
         else:
-            closed.append((lo, hi))
+            sr.closed.append((lo, hi))
     if unknown:
         return Verdict.UNKNOWN, None, "bounds+marabou", f"{len(unknown)} of {len(open_boxes)} boxes undecided: " \
             f"{unknown[0]}"
     return Verdict.PROVED, None, "bounds+marabou", f"{stats['boxes']} boxes; {len(open_boxes)} closed by Marabou"
-
-
-def _frontier(ir: ControllerIR, dj: Disjunct, boxes: list, deadline: float, closed: list) -> list:
-    """Heap entries for open boxes (bounded again, in batches); boxes that close go to
-    ``closed``. Raises BoundsTimeout."""
-    out = []
-    step = batch_size(ir)
-    for k in range(0, len(boxes), step):
-        los = np.array([b[0] for b in boxes[k:k + step]])
-        his = np.array([b[1] for b in boxes[k:k + step]])
-        low, lin, _ = _bound_region(ir, dj, los, his, deadline)
-        best = np.max(low - dj.d, axis=1)
-        row = np.argmax(low - dj.d, axis=1)
-        for j in range(los.shape[0]):
-            if best[j] > 0:
-                closed.append((los[j], his[j]))
-            else:
-                out.append((float(best[j]), len(out), los[j], his[j], lin[j], int(row[j]), None))
-    return out
 
 
 def _decide_leaves(model: LoadedModel, dj: Disjunct, leaves: list, deadline: float, opts: VerifyOptions,
@@ -493,75 +452,6 @@ def _exact_combination(w: np.ndarray, C: np.ndarray, d: np.ndarray, row: np.ndar
         return False
     return all(Fraction(float(row[j])) == sum(a * Fraction(float(v)) for a, v in zip(wf, C[:, j]))
                for j in range(C.shape[1]))
-
-
-def _bound_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray, deadline: float,
-                  tight: bool = True) -> tuple[np.ndarray, np.ndarray, NodeBounds]:
-    """Lower bounds of the disjunct's rows ``C y`` over each box (B, m), their input
-    coefficients (B, m, n_inputs) and the node bounds used (NodeBounds of (B, size_i)
-    arrays), by CROWN's backward pass for the rows over node bounds
-    from :func:`~.bounds.forward_bounds` (cheap); with ``tight``, the boxes those leave
-    open get CROWN's backward bounds for every hidden node too (:func:`~.bounds.crown_bounds`,
-    far tighter in deep networks, ~15x the cost). Raises BoundsTimeout."""
-    nb = forward_bounds(ir, lo, hi, deadline=deadline)
-    low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb, deadline=deadline)
-    if not tight:
-        return low, lin, nb
-    again = np.nonzero(~(np.max(low - dj.d, axis=1) > 0))[0]
-    if again.size:
-        cb = crown_bounds(ir, lo[again], hi[again], deadline=deadline)
-        cb = NodeBounds([np.maximum(a, f[again]) for a, f in zip(cb.lower, nb.lower)],
-                        [np.minimum(a, f[again]) for a, f in zip(cb.upper, nb.upper)])
-        low2, lin2 = output_matrix_lower(ir, dj.C, lo[again], hi[again], cb, deadline=deadline)
-        better = np.max(low2 - dj.d, axis=1) >= np.max(low[again] - dj.d, axis=1)
-        low[again[better]] = low2[better]
-        lin[again[better]] = lin2[better]
-        for full, part in zip(nb.lower + nb.upper, cb.lower + cb.upper):
-            full[again] = part
-    return low, lin, nb
-
-
-def _hinted_lower(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray, nb: NodeBounds,
-                  hints: list, deadline: float) -> np.ndarray:
-    """Sound lower bound of ``λᵀ(C y − d)`` per box for the boxes' hints ((λ (m,), {ReLU id:
-    slopes}) from :meth:`~.lp_relax.TriangleLP.hint`, a parent's or the box's own), over the
-    boxes' node bounds ``nb``; -inf where a box has no hint (B,)."""
-    out = np.full(lo.shape[0], -np.inf)
-    has = np.array([h is not None for h in hints], dtype=bool)
-    if not has.any():
-        return out
-    k = np.nonzero(has)[0]
-    lam = np.array([hints[i][0] for i in k])
-    slopes = {nid: np.array([hints[i][1][nid] for i in k]) for nid in hints[k[0]][1]}
-    sub = NodeBounds([v[k] for v in nb.lower], [v[k] for v in nb.upper])
-    out[k] = combined_row_lower(ir, dj.C, dj.d, lam, lo[k], hi[k], sub, slopes, deadline=deadline)
-    return out
-
-
-def _lp_hints(lp: TriangleLP | None, lo: np.ndarray, hi: np.ndarray, nb: NodeBounds, which: np.ndarray,
-              deadline: float, stats: dict) -> list:
-    """LP hints for the boxes ``which`` (indices into lo/hi/nb), None for the others and when
-    the LP gives none or the deadline is near."""
-    hints: list = [None] * lo.shape[0]
-    if lp is None:
-        return hints
-    for b in which:
-        left = deadline - time.monotonic()
-        if left <= 0.05:
-            break
-        h = lp.hint(lo[b], hi[b], NodeBounds([v[b] for v in nb.lower], [v[b] for v in nb.upper]),
-                    time_limit=min(LP_TIME_LIMIT, left))
-        stats["lp_calls"] = stats.get("lp_calls", 0) + 1
-        if h is not None:
-            hints[b] = (h[1], h[2])
-    return hints
-
-
-def batch_size(ir: ControllerIR) -> int:
-    """Boxes bounded in one vectorised pass: BATCH_BOXES, fewer for wide networks so the
-    largest backward-pass array (boxes × 2·width × width float64) stays near BATCH_ELEMENTS."""
-    width = max(node.size for node in ir.nodes)
-    return int(max(4, min(BATCH_BOXES, BATCH_ELEMENTS // max(1, 2 * width * width))))
 
 
 def _replay_hits(model: LoadedModel, dj: Disjunct, cands: np.ndarray, tried: list[int]) -> dict | None:

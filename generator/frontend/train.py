@@ -427,18 +427,31 @@ def _sla_met(tokens: np.ndarray, data_lat: np.ndarray, data_acc: np.ndarray, spe
     return round(float(ok) / max(1, len(tokens)), 4)
 
 
-def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOptions()) -> TrainResult:
-    """Label, augment, train, export and check (module docstring). Deterministic in
-    (data, spec, opts) on one machine. Raises TrainError if the checks fail."""
+@dataclass(frozen=True)
+class _Split:
+    """The seeded split of the labelled rows: row indices (sorted) of the training and held-out rows;
+    ``stratified`` when every label kept its share on both sides (sklearn ``train_test_split``)."""
+
+    train: np.ndarray
+    held_out: np.ndarray
+    stratified: bool
+
+
+@dataclass(frozen=True)
+class _Augmented:
+    """Synthetic rows inside the properties' guard boxes: ``x`` [n, inputs] physical units, ``y`` [n]
+    their labels (action indices), ``report`` one entry per property (module docstring, step 2)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    report: list
+
+
+def _split_rows(y: np.ndarray, n_act: int, opts: TrainOptions) -> _Split:
+    """Hold out ``opts.holdout`` of the rows (seeded by ``opts.seed``), stratified by label when every
+    present label has two rows; a plain seeded split when there are too few rows to stratify."""
     from sklearn.model_selection import train_test_split
 
-    opts.check()
-    actions = [a.name for a in spec.actions]
-    n_act = len(actions)
-    lo = np.array([i.min for i in spec.inputs])
-    hi = np.array([i.max for i in spec.inputs])
-    boxes = guard_boxes(spec)
-    y, why, cand = label_rows(data.x, data.latency_ms, data.accuracy_loss_pct, spec, opts.tie_ms, boxes, True)
     idx = np.arange(len(y))
     counts = np.bincount(y, minlength=n_act)
     strat = y if counts[counts > 0].min() >= 2 and len(np.unique(y)) > 1 else None
@@ -447,14 +460,23 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
     except ValueError:  # too few rows to hold out every label: plain seeded split
         strat = None
         tr, te = train_test_split(idx, test_size=opts.holdout, random_state=opts.seed)
-    tr, te = np.sort(tr), np.sort(te)
+    return _Split(np.sort(tr), np.sort(te), strat is not None)
+
+
+def _augment(data: ProfileData, spec: Spec, boxes: list, train_rows: np.ndarray, opts: TrainOptions) -> _Augmented:
+    """Step 2 (module docstring): per guard box, ``opts.augment`` training rows (default: as many as
+    there are training rows) drawn with ``numpy.random.default_rng(opts.seed)``, the box's inputs
+    redrawn uniformly inside it, measurements kept, labelled by :func:`label_rows`."""
+    actions = [a.name for a in spec.actions]
+    lo = np.array([i.min for i in spec.inputs])
+    hi = np.array([i.max for i in spec.inputs])
     rng = np.random.default_rng(opts.seed)
-    n_aug = len(tr) if opts.augment is None else opts.augment
+    n_aug = len(train_rows) if opts.augment is None else opts.augment
     ax, alat, aacc, aug_report = [], [], [], []
     for pid, blo, bhi, allowed in boxes:
         if n_aug == 0:
             break
-        src = rng.choice(tr, size=n_aug, replace=True)
+        src = rng.choice(train_rows, size=n_aug, replace=True)
         xs = data.x[src].copy()
         sel = (blo > lo) | (bhi < hi)
         xs[:, sel] = blo[sel] + (bhi[sel] - blo[sel]) * rng.random((n_aug, int(sel.sum())))
@@ -464,33 +486,28 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
         aug_report.append({"property": pid, "guard_box": {spec.inputs[k].name: [float(blo[k]), float(bhi[k])]
                                                          for k in np.nonzero(sel)[0]},
                            "allowed": sorted(actions[a] for a in allowed), "rows": n_aug})
-    if ax:
-        ax, alat, aacc = np.vstack(ax), np.vstack(alat), np.vstack(aacc)
-        ay, _ = label_rows(ax, alat, aacc, spec, opts.tie_ms, boxes)
-        for rep, k in zip(aug_report, range(len(aug_report))):
-            part = ay[k * n_aug:(k + 1) * n_aug]
-            rep["labels"] = {actions[a]: int(c) for a, c in enumerate(np.bincount(part, minlength=n_act)) if c}
-    else:
-        ax, ay = np.zeros((0, data.x.shape[1])), np.zeros(0, dtype=np.int64)
-    x_fit = np.vstack([data.x[tr], ax])
-    y_fit = np.concatenate([y[tr], ay])
-    if len(np.unique(y_fit)) < 2:
-        raise TrainError(f"every training row has the label {actions[int(y_fit[0])]}: there is nothing to learn "
-                         "(profile more varied conditions)", file=data.path)
-    clf = _fit((x_fit - lo) / (hi - lo), y_fit, opts)
+    if not ax:
+        return _Augmented(np.zeros((0, data.x.shape[1])), np.zeros(0, dtype=np.int64), aug_report)
+    ax, alat, aacc = np.vstack(ax), np.vstack(alat), np.vstack(aacc)
+    ay, _ = label_rows(ax, alat, aacc, spec, opts.tie_ms, boxes)
+    for rep, k in zip(aug_report, range(len(aug_report))):
+        part = ay[k * n_aug:(k + 1) * n_aug]
+        rep["labels"] = {actions[a]: int(c) for a, c in enumerate(np.bincount(part, minlength=len(actions))) if c}
+    return _Augmented(ax, ay, aug_report)
 
-    def predict(x):
-        return np.asarray(clf.predict((x - lo) / (hi - lo)), dtype=np.int64)
 
-    params = _params(clf, spec)
-    meta = {"labels": "measured profile (mi-certify train)", "profile_sha256": data.sha256, "seed": opts.seed,
-            "hidden": f"{opts.hidden[0]},{opts.hidden[1]}"}
-    model = _export(params, spec, meta)
-    data_bytes = model.SerializeToString()
-    # onnxruntime must decide like the trainer: every row, every synthetic row, random envelope points
+def _check_export(model_bytes: bytes, clf, predict, data: ProfileData, aug: _Augmented, spec: Spec,
+                  opts: TrainOptions) -> int:
+    """Step 4 (module docstring): onnxruntime must decide like the trainer on every profile row, every
+    synthetic row and 2000 random envelope points (``numpy.random.default_rng(opts.seed + 1)``); a
+    difference is allowed only where the trainer's top two probabilities are within 1e-4. Returns the
+    number of points checked; raises TrainError at the first other difference."""
+    actions = [a.name for a in spec.actions]
+    lo = np.array([i.min for i in spec.inputs])
+    hi = np.array([i.max for i in spec.inputs])
     check_rng = np.random.default_rng(opts.seed + 1)
-    xc = np.vstack([data.x, ax, lo + (hi - lo) * check_rng.random((2000, len(lo)))])
-    logits = _ort_logits(data_bytes, xc)
+    xc = np.vstack([data.x, aug.x, lo + (hi - lo) * check_rng.random((2000, len(lo)))])
+    logits = _ort_logits(model_bytes, xc)
     ort_tok = logits.argmin(axis=1) if spec.decode == "argmin" else logits.argmax(axis=1)
     sk_tok = predict(xc)
     proba = clf.predict_proba((xc - lo) / (hi - lo))
@@ -501,12 +518,48 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
         k = int(np.nonzero(differ & (margin > 1e-4))[0][0])
         raise TrainError(f"onnxruntime decides {actions[ort_tok[k]]} but the trainer {actions[sk_tok[k]]} at "
                          f"x={xc[k].tolist()}: the export is wrong")
+    return int(len(xc))
+
+
+def _held_out_report(predict, data: ProfileData, y: np.ndarray, cand: np.ndarray, split: _Split, spec: Spec,
+                     opts: TrainOptions) -> dict:
+    """Step 5 on the held-out rows: accuracy, confusion matrix, majority-label accuracy, latency regret
+    (ms) of the controller, of the conservative action and of every fixed action, permutation
+    importance (seed ``opts.seed + 2``) and the share of rows whose chosen action met its SLA."""
+    actions = [a.name for a in spec.actions]
+    n_act = len(actions)
+    tr, te = split.train, split.held_out
     pred_te = predict(data.x[te])
     cm = np.zeros((n_act, n_act), dtype=np.int64)
     for t, p_ in zip(y[te], pred_te):
         cm[t, p_] += 1
     cons_tok = np.full(len(te), spec.conservative)
-    report = {
+    lat_te, acc_te = data.latency_ms[te], data.accuracy_loss_pct[te]
+    return {
+        "accuracy": round(float((pred_te == y[te]).mean()), 4),
+        "confusion_matrix": {"rows": "label", "columns": "predicted", "actions": actions,
+                             "counts": cm.tolist()},
+        "majority_label_accuracy": round(float((y[te] == np.bincount(y[tr], minlength=n_act).argmax()).mean()), 4),
+        "regret": _regret(pred_te, y[te], lat_te, cand[te]),
+        "regret_always_conservative": _regret(cons_tok, y[te], lat_te, cand[te]),
+        "against_fixed_actions": _fixed_comparison(pred_te, y[te], lat_te, cand[te], actions),
+        "permutation_importance": _permutation_importance(predict, data.x[te], y[te],
+                                                          [i.name for i in spec.inputs], opts.seed + 2),
+        "sla_met_share": {"controller": _sla_met(pred_te, lat_te, acc_te, spec),
+                          "labels": _sla_met(y[te], lat_te, acc_te, spec),
+                          "always_conservative": _sla_met(cons_tok, lat_te, acc_te, spec)},
+    }
+
+
+def _report(clf, predict, data: ProfileData, spec: Spec, opts: TrainOptions, labels: tuple, split: _Split,
+            aug: _Augmented, model_bytes: bytes, n_checked: int) -> dict:
+    """The training report (step 5, module docstring; ``format`` mi-certify/train-report-v1).
+    ``labels`` = (y, why, cand) of :func:`label_rows` on the profile rows."""
+    y, why, cand = labels
+    actions = [a.name for a in spec.actions]
+    tr = split.train
+    classes = [int(c) for c in clf.classes_]
+    return {
         "format": "mi-certify/train-report-v1",
         "profile": {"file": Path(data.path).name, "sha256": data.sha256, "rows_used": int(len(y)),
                     "rows_dropped": data.dropped},
@@ -515,42 +568,57 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
                       "accuracy_loss_pct) and that the forbid/require properties allow over their guard boxes; "
                       f"a tie within {opts.tie_ms:g} ms for the least latency, or no such action: the conservative "
                       f"action ({actions[spec.conservative]})",
-        "label_distribution": {a: int(c) for a, c in zip(actions, counts)},
+        "label_distribution": {a: int(c) for a, c in zip(actions, np.bincount(y, minlength=len(actions)))},
         "label_reasons": why,
-        "split": {"train_rows": int(len(tr)), "held_out_rows": int(len(te)), "holdout": opts.holdout,
-                  "stratified": strat is not None},
-        "augmentation": aug_report,
+        "split": {"train_rows": int(len(tr)), "held_out_rows": int(len(split.held_out)), "holdout": opts.holdout,
+                  "stratified": split.stratified},
+        "augmentation": aug.report,
         "model": {"library": "mi-certify DeterministicMLP (fixed-order float64; scikit-learn's MLP model)",
                   "activation": "relu", "solver": "lbfgs",
-                  "layers": [len(lo), *opts.hidden, n_act], "alpha": opts.alpha, "max_iter": opts.max_iter,
-                  "iterations": int(clf.n_iter_), "seed": opts.seed,
-                  "classes_learned": [actions[int(c)] for c in clf.classes_],
-                  "absent_actions": [a for k, a in enumerate(actions) if k not in set(int(c) for c in clf.classes_)],
+                  "layers": [len(spec.inputs), *opts.hidden, len(actions)], "alpha": opts.alpha,
+                  "max_iter": opts.max_iter, "iterations": int(clf.n_iter_), "seed": opts.seed,
+                  "classes_learned": [actions[c] for c in classes],
+                  "absent_actions": [a for k, a in enumerate(actions) if k not in set(classes)],
                   "absent_margin": ABSENT_MARGIN},
         "train_accuracy": round(float((predict(data.x[tr]) == y[tr]).mean()), 4),
-        "augmented_accuracy": round(float((predict(ax) == ay).mean()), 4) if len(ay) else None,
-        "held_out": {
-            "accuracy": round(float((pred_te == y[te]).mean()), 4),
-            "confusion_matrix": {"rows": "label", "columns": "predicted", "actions": actions,
-                                 "counts": cm.tolist()},
-            "majority_label_accuracy": round(float((y[te] == np.bincount(y[tr], minlength=n_act).argmax()).mean()), 4),
-            "regret": _regret(pred_te, y[te], data.latency_ms[te], cand[te]),
-            "regret_always_conservative": _regret(cons_tok, y[te], data.latency_ms[te], cand[te]),
-            "against_fixed_actions": _fixed_comparison(pred_te, y[te], data.latency_ms[te], cand[te], actions),
-            "permutation_importance": _permutation_importance(predict, data.x[te], y[te],
-                                                              [i.name for i in spec.inputs], opts.seed + 2),
-            "sla_met_share": {"controller": _sla_met(pred_te, data.latency_ms[te], data.accuracy_loss_pct[te], spec),
-                              "labels": _sla_met(y[te], data.latency_ms[te], data.accuracy_loss_pct[te], spec),
-                              "always_conservative": _sla_met(cons_tok, data.latency_ms[te],
-                                                              data.accuracy_loss_pct[te], spec)},
-        },
-        "export": {"onnx_sha256": hashlib.sha256(data_bytes).hexdigest(), "checker": "onnx.checker full_check passed",
-                   "onnxruntime_vs_trainer": {"points": int(len(xc)),
+        "augmented_accuracy": round(float((predict(aug.x) == aug.y).mean()), 4) if len(aug.y) else None,
+        "held_out": _held_out_report(predict, data, y, cand, split, spec, opts),
+        "export": {"onnx_sha256": hashlib.sha256(model_bytes).hexdigest(), "checker": "onnx.checker full_check passed",
+                   "onnxruntime_vs_trainer": {"points": n_checked,
                                               "rule": "a difference is allowed only where the trainer's top two "
                                                       "probabilities are within 1e-4 (float32 rounding)"}},
         "options": {**asdict(opts), "hidden": list(opts.hidden)},
     }
-    return TrainResult(data_bytes, report, clf)
+
+
+def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOptions()) -> TrainResult:
+    """Label, augment, train, export and check (module docstring, steps 1-5). Deterministic in
+    (data, spec, opts) on one machine. Raises TrainError if an option is unusable, every training row
+    has one label, or the checks fail."""
+    opts.check()
+    actions = [a.name for a in spec.actions]
+    lo = np.array([i.min for i in spec.inputs])
+    hi = np.array([i.max for i in spec.inputs])
+    boxes = guard_boxes(spec)
+    y, why, cand = label_rows(data.x, data.latency_ms, data.accuracy_loss_pct, spec, opts.tie_ms, boxes, True)
+    split = _split_rows(y, len(actions), opts)
+    aug = _augment(data, spec, boxes, split.train, opts)
+    x_fit = np.vstack([data.x[split.train], aug.x])
+    y_fit = np.concatenate([y[split.train], aug.y])
+    if len(np.unique(y_fit)) < 2:
+        raise TrainError(f"every training row has the label {actions[int(y_fit[0])]}: there is nothing to learn "
+                         "(profile more varied conditions)", file=data.path)
+    clf = _fit((x_fit - lo) / (hi - lo), y_fit, opts)
+
+    def predict(x):
+        return np.asarray(clf.predict((x - lo) / (hi - lo)), dtype=np.int64)
+
+    meta = {"labels": "measured profile (mi-certify train)", "profile_sha256": data.sha256, "seed": opts.seed,
+            "hidden": f"{opts.hidden[0]},{opts.hidden[1]}"}
+    model_bytes = _export(_params(clf, spec), spec, meta).SerializeToString()
+    n_checked = _check_export(model_bytes, clf, predict, data, aug, spec, opts)
+    report = _report(clf, predict, data, spec, opts, (y, why, cand), split, aug, model_bytes, n_checked)
+    return TrainResult(model_bytes, report, clf)
 
 
 def report_markdown(rep: dict) -> str:

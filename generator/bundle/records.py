@@ -14,7 +14,9 @@ pipeline needs to make it complete and reproducible:
   partition's binary tables (NumPy .npy records: 2n + 12 bytes a box);
 * :func:`collect_obligations` — every proof obligation of the build with its
   requirement, method, verdict and evidence file (``obligations.json``, hashed);
-  times go to ``timings.json`` (not hashed).
+  times go to ``timings.json`` (not hashed);
+* :func:`summarize` / :func:`manifest_figures` — summary.json and the manifest's figures from
+  the stage records (each record is built by :mod:`.stage_records`).
 """
 
 from __future__ import annotations
@@ -344,70 +346,10 @@ def obligations_status(obs: list[dict]) -> str:
 
 # --- the documents a person reads: summary.json and the manifest's figures ------------------
 
-#: Fixed wording of the stage records (summary.json ``stages.<name>.method`` / ``reason``).
-STAGE_TEXT = {
-    "verify.skipped": "--no-verify: no property of the network is proven",
-    "lut.distilled": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
-    "lut.sampled": "centre sampling (not proven)",
-    "lut_properties": "exhaustive over every LUT cell meeting the property region (the artefact, not the network), "
-                      "after overriding cells whose proposal a property does not allow",
-    "fsm_proofs": "k-induction with Z3 over every input sequence (docs/fsm.md)",
-    "fsm_proofs.without_mask": "{n} properties violated by cooldown/hysteresis without rule 3a; their traces are "
-                               "directed co-simulation sequences",
-    "hdl": "Yosys synth / synth_ice40 / synth_ecp5 cell counts; nextpnr-ice40 / nextpnr-ecp5 place and route "
-           "(seed {seed}) of a wrapper with registered inputs",
-    "cosim.monitor_failed": "SLA monitor co-simulation failed (monitor_cosim.json)",
-    "rtl_proofs": "Yosys write_smt2 + Z3 (inductive equivalence with the reference, invariants, properties); "
-                  "LUT evaluated at every address",
-    "lint.skipped": "--skip-lint",
-    "rtl_proofs.skipped": "--skip-rtl-proofs",
-    "cosim.skipped": "--skip-cosim",
-    "hdl.skipped": "--skip-synth",
-}
 #: Fields of the ``hdl`` stage copied into summary.json ``hdl`` (when the stage measured them: ok,
 #: or failed on a missed target).
 HDL_SUMMARY_KEYS = ("fmax_mhz_hx8k", "fmax_mhz_up5k", "fmax_mhz_ecp5_25f", "lut4", "dff", "bram", "goal_met",
                     "devices", "target")
-
-
-def hdl_record(numbers: dict, seed: int, header: dict | None = None) -> dict:
-    """The hdl stage record of :func:`mi_certify.verification.rtl.synth.hdl_numbers` ``numbers`` (nextpnr
-    ``seed``): status from the declared target (``numbers["target"]``; none declared: ok), method, the
-    numbers, and ``error`` (a missed target: the build fails) or ``warning`` (a missed advisory
-    target: it passes and says so). ``header``: the verdict the Verilog header states (the emit
-    stage's ``target_header``, measured before the file was written); a different measurement now
-    fails the stage. ``mi-certify check`` rebuilds it from numbers made again."""
-    target = numbers.get("target")
-    missed = target is not None and not target["met"]
-    status = "failed" if missed and not target["advisory"] else "ok"
-    error = target["detail"] if status == "failed" else None
-    if header is not None and (target is None or header["fmax_mhz"] != target["fmax_mhz"]):
-        status, error = "failed", (f"the Verilog header states Fmax {header['fmax_mhz']} (measured before it was "
-                                   f"written), the hdl stage measured {target and target['fmax_mhz']}")
-    return {"status": status, "method": STAGE_TEXT["hdl"].format(seed=seed), **numbers,
-            **({"error": error} if status == "failed" else
-               {"warning": target["detail"]} if missed else {})}
-
-
-def distill_errors(spec, resolved_cells: int, fidelity: dict) -> list[str]:
-    """Why a distillation fails the build: a proven cell that disagrees with the network, or
-    resolved cells under the ``refuse`` policy."""
-    errors = []
-    if fidelity["proven_agree"] != fidelity["proven_points"]:
-        errors.append("a proven cell disagrees with the network")
-    if spec.resolve == "refuse" and resolved_cells > 0:
-        errors.append(f"distill.resolve is refuse and {resolved_cells} cells hold several actions")
-    return errors
-
-
-def cosim_stage(cosim: dict, monitor: dict, coverage: dict) -> dict:
-    """The ``cosim`` stage record from cosim.json, monitor_cosim.json and coverage.json."""
-    errors = [e for e in (cosim["error"] if not cosim["passed"] else None,
-                          None if monitor["passed"] else STAGE_TEXT["cosim.monitor_failed"], *coverage["errors"]) if e]
-    return {"status": "ok" if cosim["passed"] and monitor["passed"] and coverage["passed"] else "failed", **cosim,
-            "monitor": {"passed": monitor["passed"], "cycles": sum(c["cycles"] for c in monitor["configs"]),
-                        "mismatches": sum(c["mismatches"] for c in monitor["configs"])},
-            "coverage": coverage["summary"], **({"error": "; ".join(errors)} if errors else {})}
 
 
 def summarize(spec, stages: dict, lut_counts: dict, version: str) -> dict:

@@ -214,12 +214,9 @@ def _heatmaps(spec: Spec, lut: Lut, d: Path) -> list[dict]:
 
 
 def _lut_from_bundle(spec: Spec, d: Path) -> Lut:
-    lb = bytes.fromhex((d / "lut.hex").read_text(encoding="ascii").replace("\n", ""))
-    arr = np.frombuffer(lb, dtype=np.uint8)
-    status = np.empty(arr.size, dtype=object)
-    for a, b, s in Evidence(d).read("lut.json")["cell_status"]:
-        status[a:b] = s
-    return Lut(arr & 0x7F, (arr >> 7).astype(bool), status)
+    """The final LUT of the bundle in ``d``: lut.hex's entries, lut.json's cell status."""
+    table = decode_lut_hex((d / "lut.hex").read_text(encoding="ascii"))
+    return Lut(*split_table(table), decode_status_runs(Evidence(d).read("lut.json")["cell_status"], len(table)))
 
 
 def _hdl_rows(summary: dict) -> dict:

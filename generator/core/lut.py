@@ -21,6 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from mi_certify.runtime.fsm import FsmConfig, MaskBox
+from mi_certify.runtime.lut_file import CONFIDENT_SHIFT, TOKEN_MASK
 from mi_certify.runtime.quantize import Quantizer
 
 from mi_certify.generator.core.errors import SpecError
@@ -49,16 +50,70 @@ class Lut:
 
 
 def table_bytes(tokens: np.ndarray, confident: np.ndarray) -> bytes:
-    """One byte per address: token in bits 0-6, confident bit 7 (lut.hex, the runtime format)."""
-    return (np.asarray(tokens).astype(np.uint16) | (np.asarray(confident).astype(np.uint16) << 7)
+    """One byte per address: token in bits 0-6, confident bit 7 (lut.hex, the runtime format):
+    :func:`mi_certify.runtime.lut_file.pack_entry` over whole arrays. Raises ValueError for a
+    token above 127."""
+    tokens = np.asarray(tokens)
+    if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) > TOKEN_MASK):
+        raise ValueError(f"LUT tokens {int(tokens.min())}..{int(tokens.max())} do not fit bits 0-6 of an entry")
+    return (tokens.astype(np.uint16) | (np.asarray(confident).astype(np.uint16) << CONFIDENT_SHIFT)
             ).astype(np.uint8).tobytes()
 
 
 def split_table(table: bytes | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens uint8, confident bool) of lut.hex bytes: the inverse of :func:`table_bytes`."""
+    """(tokens uint8, confident bool) of lut.hex bytes: the inverse of :func:`table_bytes`
+    (:func:`mi_certify.runtime.lut_file.unpack_entry` over whole arrays)."""
     a = np.frombuffer(bytes(table), dtype=np.uint8) if isinstance(table, (bytes, bytearray)) \
         else np.asarray(table, dtype=np.uint8)
-    return (a & 0x7F).astype(np.uint8), (a >> 7).astype(bool)
+    return (a & TOKEN_MASK).astype(np.uint8), (a >> CONFIDENT_SHIFT).astype(bool)
+
+
+def encode_status_runs(status: np.ndarray) -> list[list]:
+    """Run-length encoding ``[[start, stop, status], ...]`` of the per-cell status (lut.json
+    ``cell_status``): maximal runs of equal status, ``stop`` exclusive, ascending, covering every
+    cell; plain ints and strings (JSON). The inverse of :func:`decode_status_runs`."""
+    status = np.asarray(status, dtype=object)
+    if status.size == 0:
+        return []
+    starts = [0, *(np.nonzero(status[1:] != status[:-1])[0] + 1).tolist()]
+    stops = [*starts[1:], int(status.size)]
+    return [[a, b, str(status[a])] for a, b in zip(starts, stops)]
+
+
+def _checked_runs(runs, n: int | None) -> list[tuple[int, int, str]]:
+    """``runs`` as (start, stop, status) after checking they follow one another from 0 (to ``n``
+    when given), each non-empty with a known status; raises ValueError naming the first bad run."""
+    out, at = [], 0
+    for k, run in enumerate(runs):
+        a, b, s = run
+        if a != at or b <= a or s not in (SAMPLED, PROVEN, RESOLVED):
+            raise ValueError(f"cell_status run {k} {list(run)}: runs must follow one another from cell 0, each "
+                             f"non-empty, with status {SAMPLED}, {PROVEN} or {RESOLVED}")
+        out.append((int(a), int(b), str(s)))
+        at = b
+    if n is not None and at != n:
+        raise ValueError(f"cell_status runs cover cells 0..{at}, not the {n} cells of the LUT")
+    return out
+
+
+def decode_status_runs(runs, n: int | None = None) -> np.ndarray:
+    """lut.json's ``cell_status`` runs decoded to one status per cell: (n,) object array of
+    SAMPLED / PROVEN / RESOLVED (``n`` defaults to the last run's stop). Raises ValueError when
+    the runs do not cover exactly the cells 0..n-1 in order or name another status."""
+    checked = _checked_runs(runs, n)
+    status = np.empty(checked[-1][1] if checked else (n or 0), dtype=object)
+    for a, b, s in checked:
+        status[a:b] = s
+    return status
+
+
+def status_run_counts(runs) -> dict[str, int]:
+    """Cells per status ``{"proven", "resolved", "sampled"}`` of lut.json's ``cell_status`` runs
+    (without expanding them); raises ValueError as :func:`decode_status_runs`."""
+    counts = {PROVEN: 0, RESOLVED: 0, SAMPLED: 0}
+    for a, b, s in _checked_runs(runs, None):
+        counts[s] += b - a
+    return counts
 
 
 @dataclass(frozen=True, eq=False)

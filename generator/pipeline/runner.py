@@ -39,6 +39,7 @@ from mi_certify.generator.bundle.records import (CROSS_CHECK_POINTS, MANIFEST_FO
                      collect_obligations, manifest_figures, obligations_status, source_commit, source_identity,
                      summarize)
 from mi_certify.generator.core.digests import sha256_file
+from mi_certify.generator.bundle.stage_records import import_record, spec_record
 from mi_certify.generator.core.errors import BuildError, SpecError
 from mi_certify.generator.core.lut import check_shapes
 from mi_certify.generator.frontend.model import LoadedModel, load_model
@@ -304,16 +305,12 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         _check_size(spec, model, spec_path, emit)
     stage_dir = _prepare_out(out)
     ctx = BuildContext(spec, model, opts, stage_dir, emit, version(), times=times)
-    ctx.record(StageResult("spec", {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
-                                    "address_bits": spec.address_bits, "properties": len(spec.properties)}))
+    ctx.record(StageResult("spec", spec_record(spec)))
     # onnxruntime's float32 kernels differ by CPU: its figures are diagnostics (diagnostics.json,
     # not hashed); the hashed record says what was checked and that it passed
     ctx.diagnostics["import_onnxruntime"] = {"points": CROSS_CHECK_POINTS,
                                              "max_relative_difference": float(f"{worst:.3g}")}
-    ctx.record(StageResult("import", {
-        "status": "ok", "nodes": len(model.ir.nodes), "relus": model.ir.n_relus, "notes": list(model.ir.notes),
-        "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": 1e-5, "passed": True}},
-        evidence=("import.json",)))
+    ctx.record(StageResult("import", import_record(model.ir), evidence=("import.json",)))
     try:
         _write_inputs(ctx, spec_path)
         for stage in STAGES:

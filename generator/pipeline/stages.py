@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 import z3
 
+from mi_certify.runtime.lut_file import encode_lut_hex
 from mi_certify.runtime.sla import SlaLimits
 from mi_certify.verification.tools import chromium
 from mi_certify.verification.cosim import cocotb_sim
@@ -37,9 +38,12 @@ from mi_certify.verification.nn.network import verify_spec
 from mi_certify.verification.nn.nn_verify import VerifyOptions
 from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 
-from mi_certify.generator.bundle.records import DISTILLATION_TABLES, PROOF_INDEX, STAGE_TEXT, Evidence, cosim_stage as cosim_record, distill_errors, write_distillation
-from mi_certify.generator.bundle.records import hdl_record
-from mi_certify.generator.build.distill import UNDECIDED, DistillOptions, distill, fidelity
+from mi_certify.generator.bundle.records import DISTILLATION_TABLES, PROOF_INDEX, Evidence, write_distillation
+from mi_certify.generator.bundle.stage_records import (STAGE_TEXT, cosim_record, distill_errors, emit_record,
+                                                       fsm_proofs_record, hdl_record, latency_trials, lint_record,
+                                                       lut_properties_record, lut_record, rtl_proofs_record,
+                                                       verify_record)
+from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
 from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_python import emit_python
 from mi_certify.generator.build.emit_verilog import emit_verilog
@@ -47,7 +51,7 @@ from mi_certify.generator.build.lut_rom import emit_rom_hex
 from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES, rom_file_name
 from mi_certify.generator.build.emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from mi_certify.generator.core.errors import BuildError
-from mi_certify.generator.core.lut import Lut, LutFsmArtefact, apply_masks, property_masks, sample_lut
+from mi_certify.generator.core.lut import Lut, LutFsmArtefact, apply_masks, encode_status_runs, property_masks, sample_lut
 from mi_certify.generator.frontend.model import LoadedModel
 from mi_certify.generator.core.results import StageResult, Status, Verdict
 from mi_certify.generator.core.spec import Spec
@@ -188,11 +192,7 @@ def finish_verify(ctx: BuildContext) -> StageResult | None:
                             for r in vres.reachability})
     ctx.evidence.write("verification.json", det)
     ctx.evidence.write("verification_log.json", vres.full_json())
-    return StageResult("verify", {
-        "status": _status(vres.status == Verdict.PROVED.value), "result": vres.status,
-        "properties": {r["id"]: r["verdict"] for r in det["properties"]},
-        "reachable_actions": [a["action"] for a in det["output_domain"]["actions"] if a["reachable"] == "yes"],
-        "timeout_s": ctx.opts.verify_timeout}, evidence=("verification.json",))
+    return StageResult("verify", verify_record(det, ctx.opts.verify_timeout), evidence=("verification.json",))
 
 
 # --- lut: distillation, masks, lut_properties, the table ------------------------------------
@@ -213,18 +213,12 @@ def lut_stage(ctx: BuildContext) -> StageResult:
             return distill_errors(spec, res[0].lut.counts()["resolved"], res[1])
         dres, fid = ctx.timed("lut", run, lambda res: "failed" if errors_of(res) else "ok")
         ctx.lut, ctx.boxes = dres.lut, dres.boxes
-        counts = ctx.lut.counts()
-        errors = errors_of((dres, fid))
         write_distillation(ctx.d, dres.boxes, dres.witnesses, spec.resolve, fid)
-        record = {"status": _status(not errors), "method": STAGE_TEXT["lut.distilled"],
-                  **counts, "proven_share": round(counts["proven"] / counts["cells"], 6),
-                  "undecided_cells": int(np.sum(dres.boxes["method"] == UNDECIDED)),
-                  "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
-                  **({"error": "; ".join(errors)} if errors else {})}
+        record = lut_record(spec, ctx.lut.counts(), dres.boxes, fid)
         evidence = ("distillation.json", *DISTILLATION_TABLES.values())
     else:
         ctx.lut = ctx.timed("lut", lambda: sample_lut(spec, ctx.model.ir, progress=ctx.progress("lut")))
-        record = {"status": "ok", "method": STAGE_TEXT["lut.sampled"], **ctx.lut.counts()}
+        record = lut_record(spec, ctx.lut.counts())
         evidence = ()
     if ctx.opts.heatmap:
         from mi_certify.generator.build.heatmap import write_heatmap  # matplotlib: loaded only when a heat map is asked for
@@ -249,27 +243,15 @@ def lut_properties_stage(ctx: BuildContext) -> StageResult:
                    "allowed": [a.name for i, a in enumerate(spec.actions) if (m.allowed >> i) & 1]}
                   for m in ctx.masks],
         "overridden_cells": overridden})
-    return StageResult("lut_properties", {
-        "status": _status(not violated(props)), "method": STAGE_TEXT["lut_properties"],
-        "properties": {r.id: r.verdict for r in props}, "overridden_cells": len(overridden)},
-        evidence=("lut_properties.json",))
-
-
-def cell_status_runs(status: np.ndarray) -> list:
-    """Run-length encoding [[start, stop, status], ...] of the per-cell status (lut.json)."""
-    out, start = [], 0
-    for i in range(1, len(status) + 1):
-        if i == len(status) or status[i] != status[start]:
-            out.append([start, i, str(status[start])])
-            start = i
-    return out
+    return StageResult("lut_properties", lut_properties_record({r.id: r.verdict for r in props}, len(overridden)),
+                       evidence=("lut_properties.json",))
 
 
 def write_table(ctx: BuildContext) -> None:
     """lut.hex (one byte per address) and lut.json (its layout, cell counts, hash)."""
     spec, machine = ctx.spec, ctx.machine
     lb = machine.table
-    (ctx.d / "lut.hex").write_text("".join(f"{b:02x}\n" for b in lb), encoding="ascii")
+    (ctx.d / "lut.hex").write_text(encode_lut_hex(lb), encoding="ascii")
     counts = ctx.lut.counts()
     hist = np.bincount(machine.tokens, minlength=len(spec.actions))
     ctx.evidence.write("lut.json", {
@@ -279,7 +261,7 @@ def write_table(ctx: BuildContext) -> None:
         "inputs": [{"name": i.name, "bits": i.bits, "min": i.min, "max": i.max, "unit": i.unit} for i in spec.inputs],
         "actions": [a.name for a in spec.actions], "cells": counts["cells"],
         "status": {k: counts[k] for k in ("proven", "resolved", "sampled")},
-        "cell_status": cell_status_runs(ctx.lut.status),
+        "cell_status": encode_status_runs(ctx.lut.status),
         "tokens": {a.name: int(hist[i]) for i, a in enumerate(spec.actions)},
         "confident_cells": int(machine.confident.sum()), "sha256": machine.sha256})
 
@@ -303,11 +285,9 @@ def fsm_proofs_stage(ctx: BuildContext) -> StageResult:
     ctx.evidence.write("proofs/fsm/without_rule_3a.json", {
         "note": "counterexamples of the machine without rule 3a (docs/fsm.md); not a defect of this build",
         "traces": {o.id: o.counterexample for o in unmasked}})
-    return StageResult("fsm_proofs", {
-        "status": _status(all_proved(obs)), "method": STAGE_TEXT["fsm_proofs"],
-        "obligations": {o.id: o.verdict for o in obs}, "lut_entries": len(ctx.alphabet),
-        "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(ctx.unmasked))},
-        evidence=tuple(e["evidence"] for e in entries), proofs=entries)
+    return StageResult("fsm_proofs", fsm_proofs_record({o.id: o.verdict for o in obs}, len(ctx.alphabet),
+                                                       len(ctx.unmasked)),
+                       evidence=tuple(e["evidence"] for e in entries), proofs=entries)
 
 
 # --- emit ------------------------------------------------------------------------------------
@@ -422,14 +402,8 @@ def emit_stage(ctx: BuildContext) -> StageResult:
         copy_monitor_core(d)
     ctx.timed("emit", run)
     files = (ctx.py_path.name, ctx.v_path.name, *((rom_file,) if rom_file else ()), ctx.mon_path.name, "sla_monitor.v")
-    return StageResult("emit", {
-        "status": "ok", "python_runtime": ctx.py_path.name, "verilog": ctx.v_path.name, "module": spec.module_name,
-        "encoding": encoding, **({"rom": rom_file} if rom_file else {}),
-        **({"encoding_estimates": estimates} if estimates is not None else {}),
-        "latency": latency, "target_header": header,
-        **({"latency_trials": {str(lat): {dev: p["fmax_mhz"] for dev, p in pnr.items()} for lat, pnr in trials.items()}}
-           if spec.hdl.latency == "auto" and trials is not None else {}),
-        "sla_monitor": [ctx.mon_path.name, "sla_monitor.v"]}, evidence=files)
+    return StageResult("emit", emit_record(spec, encoding, rom_file is not None, header, estimates,
+                                           latency_trials(trials) if trials is not None else None), evidence=files)
 
 
 # --- lint, rtl_proofs ------------------------------------------------------------------------
@@ -442,9 +416,9 @@ def lint_stage(ctx: BuildContext) -> StageResult:
     res = ctx.timed("lint", lambda: verilator.lint(ctx.v_path, spec.module_name),
                     lambda r: "ok" if r.clean else "failed")
     mon = verilator.lint(ctx.mon_path, monitor_module(spec), extra=(ctx.d / "sla_monitor.v",))
-    ctx.evidence.write("lint.json", {**res.to_json(), "sla_monitor": mon.to_json()})
-    return StageResult("lint", {"status": _status(res.clean and mon.clean), **res.to_json(),
-                                "sla_monitor": mon.to_json()}, evidence=("lint.json",))
+    lint = {**res.to_json(), "sla_monitor": mon.to_json()}
+    ctx.evidence.write("lint.json", lint)
+    return StageResult("lint", lint_record(lint), evidence=("lint.json",))
 
 
 def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
@@ -469,8 +443,7 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
     obs, prelude = res
     entries = write_proofs(obs, ctx.d, "rtl", prelude=("proofs/rtl/design.smt2", prelude))
     ctx.proof_index += entries
-    return StageResult("rtl_proofs", {"status": _status(proved(res)), "method": STAGE_TEXT["rtl_proofs"],
-                                      "obligations": {o.id: o.verdict for o in obs}},
+    return StageResult("rtl_proofs", rtl_proofs_record({o.id: o.verdict for o in obs}),
                        evidence=("proofs/rtl/design.smt2", *(e["evidence"] for e in entries)), proofs=entries)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mi_certify.verification.check.common import cell_status, command_option
+from mi_certify.verification.check.common import command_option
 
 __all__ = ["differences", "expected_documents", "expected_stages", "lut_counts", "regenerate_report",
            "regenerate_sources"]
@@ -58,11 +58,11 @@ def differences(stored, derived, path: str = "") -> list[str]:
 
 
 def lut_counts(lut_json: dict) -> dict:
-    """Cells per status {"proven", "resolved", "sampled"} counted from lut.json's ``cell_status`` runs."""
-    counts = {"proven": 0, "resolved": 0, "sampled": 0}
-    for a, b, s in lut_json["cell_status"]:
-        counts[s] += b - a
-    return counts
+    """Cells per status {"proven", "resolved", "sampled"} counted from lut.json's ``cell_status`` runs
+    (:func:`~mi_certify.generator.core.lut.status_run_counts`); raises ValueError for runs that do not
+    follow one another from cell 0."""
+    from mi_certify.generator.core.lut import status_run_counts
+    return status_run_counts(lut_json["cell_status"])
 
 
 def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.ndarray, has_rom: bool) -> dict:
@@ -70,38 +70,30 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
 
     ``stored`` is summary.json's ``stages``: only the ``hdl`` record (tool measurements,
     re-made by the full check) and, for a failed stage, its ``error`` text are taken from it.
-    ``has_rom``: the emitter, run again, writes a ``$readmemh`` file for this LUT.
+    ``has_rom``: the emitter, run again, writes a ``$readmemh`` file for this LUT. Each record is
+    built by the pipeline's own builder (:mod:`mi_certify.generator.bundle.stage_records`) from
+    inputs read here out of the evidence files.
     """
-    from mi_certify.generator.bundle.records import CROSS_CHECK_POINTS, STAGE_TEXT, cosim_stage
+    from mi_certify.generator.bundle.stage_records import (STAGE_TEXT, cosim_record, import_record,
+                                                           lint_record, lut_properties_record, spec_record)
 
     command = manifest.get("command", [])
     out: dict = {}
-    out["spec"] = {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
-                   "address_bits": spec.address_bits, "properties": len(spec.properties)}
-    out["import"] = {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
-                     "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": 1e-5, "passed": True}}
+    out["spec"] = spec_record(spec)
+    out["import"] = import_record(ir)
     out["verify"] = _verify_stage(_read(d, "verification.json"), command)
     out["lut"] = _lut_stage(d, spec, _read(d, "lut.json"))
     lp = _read(d, "lut_properties.json")
-    out["lut_properties"] = {"status": "failed" if any(r["verdict"] == "violated" for r in lp["properties"]) else "ok",
-                             "method": STAGE_TEXT["lut_properties"],
-                             "properties": {r["id"]: r["verdict"] for r in lp["properties"]},
-                             "overridden_cells": len(lp["overridden_cells"])}
+    out["lut_properties"] = lut_properties_record({r["id"]: r["verdict"] for r in lp["properties"]},
+                                                  len(lp["overridden_cells"]))
     index = _read(d, "proofs/index.json") or {"obligations": []}
     out["fsm_proofs"] = _fsm_stage(d, spec, index, lut)
     out["emit"] = _emit_stage(spec, stored, has_rom)
     lint = _read(d, "lint.json")
-    if lint is None:
-        out["lint"] = {"status": "skipped", "reason": STAGE_TEXT["lint.skipped"]}
-    else:
-        out["lint"] = {"status": "ok" if lint["clean"] and lint.get("sla_monitor", {}).get("clean") else "failed",
-                       **lint}
+    out["lint"] = _skipped("lint") if lint is None else lint_record(lint)
     out["rtl_proofs"] = _rtl_stage(index, command)
     cos, mon, cov = _read(d, "cosim.json"), _read(d, "monitor_cosim.json"), _read(d, "coverage.json")
-    if cos is None:
-        out["cosim"] = {"status": "skipped", "reason": STAGE_TEXT["cosim.skipped"]}
-    else:
-        out["cosim"] = cosim_stage(cos, mon, cov)
+    out["cosim"] = _skipped("cosim") if cos is None else cosim_record(cos, mon, cov)
     out["hdl"] = dict(stored.get("hdl", {}))
     if out["hdl"].get("status") == "ok":  # the numbers are re-made by the full check's hdl item
         from mi_certify.verification.rtl.synth import SEED
@@ -112,63 +104,54 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
     return out
 
 
+def _skipped(name: str) -> dict:
+    """The record of stage ``name`` skipped by its command-line option."""
+    from mi_certify.generator.bundle.stage_records import STAGE_TEXT
+    from mi_certify.generator.core.results import StageResult
+    return StageResult.skipped(name, STAGE_TEXT[f"{name}.skipped"]).record
+
+
 def _verify_stage(ver: dict | None, command: list[str]) -> dict:
-    from mi_certify.generator.bundle.records import STAGE_TEXT
+    from mi_certify.generator.bundle.stage_records import verify_record
     if ver is None:
-        return {"status": "skipped", "reason": STAGE_TEXT["verify.skipped"]}
-    return {"status": "ok" if ver["status"] == "proved" else "failed", "result": ver["status"],
-            "properties": {r["id"]: r["verdict"] for r in ver["properties"]},
-            "reachable_actions": [a["action"] for a in ver["output_domain"]["actions"] if a["reachable"] == "yes"],
-            "timeout_s": float(command_option(command, "--verify-timeout", "60"))}
+        return _skipped("verify")
+    return verify_record(ver, float(command_option(command, "--verify-timeout", "60")))
 
 
 def _lut_stage(d: Path, spec, lut_json: dict | None) -> dict:
     """The ``lut`` record: from the distillation boxes, or lut.json's counts for a sampled LUT."""
-    from mi_certify.generator.bundle.records import STAGE_TEXT, distill_errors, read_distillation
+    from mi_certify.generator.bundle.records import read_distillation
+    from mi_certify.generator.bundle.stage_records import lut_record
     if not (d / "distillation.json").exists():
-        counts = lut_counts(lut_json)
-        return {"status": "ok", "method": STAGE_TEXT["lut.sampled"], "cells": sum(counts.values()), **counts}
-    from mi_certify.generator.build.distill import UNDECIDED, VERDICTS
+        return lut_record(spec, lut_counts(lut_json))
+    from mi_certify.generator.build.distill import VERDICTS
     dist = read_distillation(d)
     boxes = dist["boxes"]
+    # independent re-computation: the cells per verdict counted from the box extents, not taken
+    # from the build's LUT
     size = np.prod(boxes["level_hi"].astype(np.int64) - boxes["level_lo"].astype(np.int64) + 1, axis=1)
     counts = {"sampled": 0, **{v: int(size[boxes["verdict"] == k].sum()) for k, v in enumerate(VERDICTS)}}
-    cells = sum(counts.values())
-    fid = dist["fidelity"]
-    errors = distill_errors(spec, counts["resolved"], fid)
-    return {"status": "failed" if errors else "ok", "method": STAGE_TEXT["lut.distilled"], "cells": cells,
-            **counts, "proven_share": round(counts["proven"] / cells, 6),
-            "undecided_cells": int(np.sum(boxes["method"] == UNDECIDED)),
-            "fidelity": {k: v for k, v in fid.items() if k != "disagreements_in_proven_cells"},
-            **({"error": "; ".join(errors)} if errors else {})}
+    return lut_record(spec, counts, boxes, dist["fidelity"])
 
 
 def _fsm_stage(d: Path, spec, index: dict, lut: np.ndarray) -> dict:
-    from mi_certify.generator.bundle.records import STAGE_TEXT
+    from mi_certify.generator.bundle.stage_records import fsm_proofs_record
     from mi_certify.generator.core.lut import LutFsmArtefact, property_masks
     from mi_certify.verification.rtl.fsm_proofs import entry_alphabet
     fsm = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "fsm"}
     machine = LutFsmArtefact.from_table(spec, lut, property_masks(spec))
     traces = (_read(d, "proofs/fsm/without_rule_3a.json") or {"traces": {}})["traces"]
-    return {"status": "ok" if all(v == "proved" for v in fsm.values()) else "failed",
-            "method": STAGE_TEXT["fsm_proofs"], "obligations": fsm,
-            "lut_entries": len(entry_alphabet(machine)),
-            "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=len(traces))}
+    return fsm_proofs_record(fsm, len(entry_alphabet(machine)), len(traces))
 
 
 def _emit_stage(spec, stored: dict, has_rom: bool) -> dict:
-    from mi_certify.generator.build.verilog_parts import rom_file_name
-    from mi_certify.generator.build.emit_monitor import module_name as monitor_module
-    encoding = stored.get("emit", {}).get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
-    return {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
-            "module": spec.module_name, "encoding": encoding,
-            **({"rom": rom_file_name(spec)} if has_rom else {}),
-            **({"encoding_estimates": stored["emit"]["encoding_estimates"]}
-               if spec.hdl.encoding == "auto" and "encoding_estimates" in stored.get("emit", {}) else {}),
-            "latency": spec.hdl.latency_cycles, "target_header": _target_header(spec, stored),
-            **({"latency_trials": stored["emit"]["latency_trials"]}
-               if spec.hdl.latency == "auto" and "latency_trials" in stored.get("emit", {}) else {}),
-            "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
+    """The ``emit`` record; the measurements (the ``auto`` encoding and its estimates, the latency
+    trials) are taken from summary.json."""
+    from mi_certify.generator.bundle.stage_records import emit_record
+    emit = stored.get("emit", {})
+    encoding = emit.get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
+    return emit_record(spec, encoding, has_rom, _target_header(spec, stored), emit.get("encoding_estimates"),
+                       emit.get("latency_trials"))
 
 
 def _target_header(spec, stored: dict) -> dict | None:
@@ -185,14 +168,13 @@ def _target_header(spec, stored: dict) -> dict | None:
 
 
 def _rtl_stage(index: dict, command: list[str]) -> dict:
-    from mi_certify.generator.bundle.records import STAGE_TEXT
+    from mi_certify.generator.bundle.stage_records import rtl_proofs_record
     rtl = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "rtl"}
     if "--skip-rtl-proofs" in command:
-        return {"status": "skipped", "reason": STAGE_TEXT["rtl_proofs.skipped"]}
+        return _skipped("rtl_proofs")
     if rtl:
-        return {"status": "ok" if all(v == "proved" for v in rtl.values()) else "failed",
-                "method": STAGE_TEXT["rtl_proofs"], "obligations": rtl}
-    return {"status": "failed"}
+        return rtl_proofs_record(rtl)
+    return {"status": "failed"}  # the stage ran and wrote no obligation: its error text is taken from summary.json
 
 
 def expected_documents(d: Path, spec, ir, manifest: dict, stages: dict) -> dict[str, object]:
@@ -245,10 +227,10 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     from mi_certify.generator.build.lut_rom import emit_rom_hex
     from mi_certify.generator.build.verilog_parts import rom_file_name
     from mi_certify.generator.build.emit_monitor import emit_sla_monitor, module_name as monitor_module
-    from mi_certify.generator.core.lut import Lut, LutFsmArtefact, property_masks
+    from mi_certify.generator.core.lut import Lut, LutFsmArtefact, decode_status_runs, property_masks, split_table
 
     lut_json = _read(d, "lut.json")
-    table = Lut((lut & 0x7F).astype(np.uint8), (lut >> 7).astype(bool), cell_status(lut_json, lut.size))
+    table = Lut(*split_table(lut), decode_status_runs(lut_json["cell_status"], lut.size))
     machine = LutFsmArtefact.from_lut(spec, table, property_masks(spec))
     inputs = manifest["inputs"]
     hashes = SourceHashes(inputs["model"]["sha256"], inputs["spec"]["sha256"], lut_json["sha256"])

@@ -58,16 +58,6 @@ def command_option(command: list[str], flag: str, default: str) -> str:
     return command[command.index(flag) + 1] if flag in command else default
 
 
-def cell_status(lut_json: dict, n: int) -> np.ndarray:
-    """lut.json's ``cell_status`` runs ``[[start, end, status], ...]`` decoded to one status
-    string per address: (n,) object array ("proven", "resolved" or "sampled"); raises KeyError
-    without ``cell_status``."""
-    status = np.empty(n, dtype=object)
-    for a, b, s in lut_json["cell_status"]:
-        status[a:b] = s
-    return status
-
-
 class Checker:
     """Runs the checks of one bundle and records their items.
 

@@ -107,6 +107,7 @@ def _box_cells(spec, boxes: np.ndarray):
 
 
 def _partition(spec, boxes: np.ndarray) -> str:
+    # independent re-computation (deliberately not the build's code): every cell counted over the boxes
     n = 1 << spec.address_bits
     lo, hi = boxes["level_lo"].astype(np.int64), boxes["level_hi"].astype(np.int64)
     top = np.array([1 << i.bits for i in spec.inputs])
@@ -121,6 +122,8 @@ def _partition(spec, boxes: np.ndarray) -> str:
 
 
 def _lut_from_boxes(c: Checker, ev: CheckContext, boxes: np.ndarray) -> str:
+    # independent re-computation (deliberately not the build's code, down to the entry byte of
+    # docs/certificate.md, token | confident << 7): the LUT made again from the boxes and the overrides
     spec, lut = ev.spec, ev.lut
     n = 1 << spec.address_bits
     tok = np.zeros(n, dtype=np.uint8)
@@ -203,7 +206,7 @@ def _onnxruntime_agrees(ev: CheckContext) -> str:
     for p in pts:
         p32 = np.clip(p.astype(np.float32), lows.astype(np.float32), highs.astype(np.float32))
         got = decoded(spec, onnxruntime_outputs(ev, p32))
-        wrong = np.nonzero(got != (lut[addrs] & 0x7F))[0]
+        wrong = np.nonzero(got != split_table(lut[addrs])[0])[0]
         bad += wrong.size
         if wrong.size and first is None:
             first = (int(addrs[wrong[0]]), p32[wrong[0]].tolist())
@@ -269,8 +272,9 @@ def _resolved_cell(spec, lut: np.ndarray, policy: str, r: dict) -> int:
         require(_in_cell(spec, lv, w["x"], closed=True), f"cell {r['address']}: witness {w['x']} outside "
                                                          "the cell")
         on_edge += not _in_cell(spec, lv, w["x"])
-    entry = names.index(r["actions"][0]) if policy == "centre" else spec.conservative | 0x80
-    require(names[entry & 0x7F] == r["resolved_to"] and int(lut[r["address"]]) == entry,
+    token, confident = (names.index(r["actions"][0]), False) if policy == "centre" else (spec.conservative, True)
+    entry = pack_entry(token, confident)
+    require(names[token] == r["resolved_to"] and int(lut[r["address"]]) == entry,
             f"cell {r['address']}: entry {int(lut[r['address']]):#04x} is not the '{policy}' "
             f"policy's {entry:#04x}")
     return on_edge

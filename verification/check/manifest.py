@@ -106,7 +106,7 @@ def load_inputs(c: Checker, ev: CheckContext) -> str:
     if spec.hdl.latency == "auto" and isinstance(chosen, int):  # the build's measured choice, checked by rtl.read
         ev.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(chosen))
     if (c.d / "lut.hex").exists():
-        lb = bytes.fromhex((c.d / "lut.hex").read_text(encoding="ascii").replace("\n", ""))
+        lb = decode_lut_hex((c.d / "lut.hex").read_text(encoding="ascii"))
         require(len(lb) == 1 << spec.address_bits, f"lut.hex has {len(lb)} entries, not {1 << spec.address_bits}")
         ev.lut = np.frombuffer(lb, dtype=np.uint8)
     return f"{spec.name}: {len(spec.inputs)} inputs, {ir.n_relus} ReLUs; IR = onnxruntime within {worst:.2g}"

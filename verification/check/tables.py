@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mi_certify.verification.check.common import FAIL, CheckFailed, Checker, CheckContext, cell_status, require
+from mi_certify.generator.core.lut import decode_status_runs, split_table, table_bytes
+from mi_certify.verification.check.common import FAIL, CheckFailed, Checker, CheckContext, require
 
 
 def check_tables(c: Checker, ev: CheckContext) -> None:
@@ -39,11 +40,12 @@ def _lut_json(c: Checker, ev: CheckContext) -> str:
     lut, spec = ev.lut, ev.spec
     j = c.read_json("lut.json")
     require(j["sha256"] == hashlib.sha256(lut.tobytes()).hexdigest(), "lut.json sha256 is not lut.hex's")
-    require(j["confident_cells"] == int(np.sum(lut >> 7)), "confident cell count differs")
-    hist = np.bincount(lut & 0x7F, minlength=len(spec.actions))
+    tokens, confident = split_table(lut)
+    require(j["confident_cells"] == int(np.sum(confident)), "confident cell count differs")
+    hist = np.bincount(tokens, minlength=len(spec.actions))
     require(j["tokens"] == {a.name: int(hist[i]) for i, a in enumerate(spec.actions)}, "token histogram differs")
     if ev.box_status is not None:
-        require(np.array_equal(cell_status(j, lut.size), ev.box_status),
+        require(np.array_equal(decode_status_runs(j["cell_status"], lut.size), ev.box_status),
                 "cell_status differs from the distillation boxes")
     return "sha256, histogram, confident cells and cell status agree with lut.hex"
 
@@ -53,7 +55,7 @@ def _verilog(c: Checker, ev: CheckContext) -> str:
     table, how = verilog_table(c.d, spec)
     tw = spec.token_bits
     # Verilog entry = {confident, token}: token in the low tw bits
-    as_bytes = (table & ((1 << tw) - 1)) | ((table >> tw) & 1) << 7
+    as_bytes = np.frombuffer(table_bytes(table & ((1 << tw) - 1), (table >> tw) & 1), dtype=np.uint8)
     bad = np.nonzero(as_bytes != ev.lut)[0]
     require(bad.size == 0, f"{bad.size} Verilog LUT entries differ from lut.hex, first at {bad[:1].tolist()}")
     return f"{how} = lut.hex"
@@ -75,7 +77,7 @@ def check_properties(c: Checker, ev: CheckContext) -> None:
     """Item ``lut properties re-checked on every cell``: lut_properties.json's verdicts made again."""
     def run():
         from mi_certify.verification.rtl.lut_check import check_lut_properties
-        again = [r.to_json() for r in check_lut_properties(ev.spec, ev.lut_hex() & 0x7F)]
+        again = [r.to_json() for r in check_lut_properties(ev.spec, split_table(ev.lut_hex())[0])]
         require(again == c.read_json("lut_properties.json")["properties"], "re-checked LUT properties differ from "
                                                                           "lut_properties.json")
         return ", ".join(f"{r['id']} {r['verdict']}" for r in again) or "no properties"

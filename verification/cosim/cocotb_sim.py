@@ -64,8 +64,9 @@ def _pools(cfg: FsmConfig, lut: bytes) -> dict[str, list[int]]:
     """Addresses grouped: confident proposals per token, and non-confident ones."""
     pools: dict[str, list[int]] = {"low": []}
     for a, e in enumerate(lut):
-        if e >> 7:
-            pools.setdefault(f"t{e & 0x7F}", []).append(a)
+        token, confident = unpack_entry(e)
+        if confident:
+            pools.setdefault(f"t{token}", []).append(a)
         else:
             pools["low"].append(a)
     return pools
@@ -88,7 +89,7 @@ def make_stimulus(cfg: FsmConfig, lut: bytes, random_cycles: int, seed: int,
 
     targets = [pools[f"t{t}"][len(pools[f"t{t}"]) // 2] for t in range(cfg.n_actions) if f"t{t}" in pools]
     home = pools.get(f"t{cfg.conservative}", [0])[0]
-    other = [a for a in targets if lut[a] & 0x7F != cfg.conservative]
+    other = [a for a in targets if unpack_entry(lut[a])[0] != cfg.conservative]
     hold(home, 2, rst=1)                                   # reset
     hold(home, 3)                                          # HOLD
     for a in other:                                        # PENDING -> SWITCH -> COOLDOWN
@@ -178,7 +179,7 @@ def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtim
     three must give the reference's token and reason, ``step_record`` its address, LUT
     entry and states, and all three the same state.
     """
-    ref = LutFsm(cfg, [e & 0x7F for e in lut], [e >> 7 for e in lut], masks)
+    ref = LutFsm(cfg, *split_entries(lut), masks)
     mod = load_runtime_module(runtime_py) if runtime_py else None
     emitted = mod.Controller() if mod else None
     via_values = mod.Controller() if mod and hasattr(mod.Controller, "step_record") else None
@@ -206,7 +207,7 @@ def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtim
                     path, got = "step", list(via_values.step(readings, bool(viol)))
                     if got == exp:
                         rec = via_record.step_record(readings, bool(viol))
-                        entry = None if fault else (lut[addr] & 0x7F, bool(lut[addr] >> 7))
+                        entry = None if fault else unpack_entry(lut[addr])
                         ok = (rec[0] == (None if fault else addr) and rec[1] == bool(fault)
                               and (None if fault else (rec[2], rec[3])) == entry and rec[4] == before
                               and rec[5] == emitted.state == via_values.state == via_record.state)
@@ -299,7 +300,8 @@ def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, .
     PENDING as well when hysteresis > 1; MASKED when a property mask forbids an action that
     can be active. The others are listed as ``impossible``."""
     n = cfg.n_actions
-    active = sorted({cfg.conservative} | {e & 0x7F for e in lut if e >> 7})
+    entries = [unpack_entry(e) for e in lut]
+    active = sorted({cfg.conservative} | {t for t, confident in entries if confident})
     tw = max(1, (n - 1).bit_length())
     possible = [(a, b) for a in active for b in active if a != b]
     seen = {(k >> tw, k & ((1 << tw) - 1)): c for k, c in rep.transitions.items()}
@@ -307,7 +309,7 @@ def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, .
     can = {Reason.HOLD, Reason.PROBE_FAULT, Reason.FALLBACK, Reason.RECOVER}
     if cfg.cooldown > 0:
         can.add(Reason.COOLDOWN)
-    if any(not e >> 7 for e in lut):
+    if any(not confident for _, confident in entries):
         can.add(Reason.LOW_CONFIDENCE)
     if len(active) > 1:
         can |= {Reason.SWITCH, Reason.PENDING} if cfg.hysteresis > 1 else {Reason.SWITCH}

@@ -592,8 +592,8 @@ def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: 
     t0 = time.monotonic()
     ob = Obligation("rtl.lut_table", "lut", "the RTL's LUT entry equals lut.hex at every address",
                     method="Yosys SMT-LIB of the RTL evaluated at every address (exhaustive)")
-    want = np.frombuffer(lut, dtype=np.uint8)
-    want = (want & 0x7F).astype(np.int64) | ((want >> 7).astype(np.int64) << token_bits)
+    tokens, confident = split_table(lut)
+    want = tokens.astype(np.int64) | (confident.astype(np.int64) << token_bits)
     try:
         got = lut_from_smt2(design, top, address_bits)
         regs = lut_registers(design, top)

@@ -1,0 +1,187 @@
+"""summary.json's stage records: one builder per stage, the only place a record is made.
+
+A stage record is what ``summary.json`` ``stages.<name>`` holds (status, method, the
+stage's figures). The pipeline builds each one from the objects its stage produced; ``mi-certify
+check`` builds it again from the evidence files (:mod:`mi_certify.verification.check.bundle_documents`)
+and compares. Both call the same builder here with the same plain inputs (verdicts by id,
+cell counts, file contents), so the record's layout and wording live in one place and the
+two cannot drift apart. What the inputs are derived from stays each caller's own business
+(the checker counts the cells from the distillation boxes, not from the pipeline's LUT).
+
+Skipped stages: ``StageResult.skipped(name, STAGE_TEXT[f"{name}.skipped"])``
+(:class:`mi_certify.generator.core.results.StageResult`).
+"""
+
+from __future__ import annotations
+
+from mi_certify.generator.bundle.records import CROSS_CHECK_POINTS
+
+__all__ = ["STAGE_TEXT", "cosim_record", "distill_errors", "emit_record", "fsm_proofs_record", "hdl_record",
+           "import_record", "latency_trials", "lint_record", "lut_properties_record", "lut_record",
+           "rtl_proofs_record", "spec_record", "verify_record"]
+
+#: Fixed wording of the stage records (summary.json ``stages.<name>.method`` / ``reason``).
+STAGE_TEXT = {
+    "verify.skipped": "--no-verify: no property of the network is proven",
+    "lut.distilled": "certified distillation (CROWN bounds, input splitting, replayed witnesses)",
+    "lut.sampled": "centre sampling (not proven)",
+    "lut_properties": "exhaustive over every LUT cell meeting the property region (the artefact, not the network), "
+                      "after overriding cells whose proposal a property does not allow",
+    "fsm_proofs": "k-induction with Z3 over every input sequence (docs/fsm.md)",
+    "fsm_proofs.without_mask": "{n} properties violated by cooldown/hysteresis without rule 3a; their traces are "
+                               "directed co-simulation sequences",
+    "hdl": "Yosys synth / synth_ice40 / synth_ecp5 cell counts; nextpnr-ice40 / nextpnr-ecp5 place and route "
+           "(seed {seed}) of a wrapper with registered inputs",
+    "cosim.monitor_failed": "SLA monitor co-simulation failed (monitor_cosim.json)",
+    "rtl_proofs": "Yosys write_smt2 + Z3 (inductive equivalence with the reference, invariants, properties); "
+                  "LUT evaluated at every address",
+    "lint.skipped": "--skip-lint",
+    "rtl_proofs.skipped": "--skip-rtl-proofs",
+    "cosim.skipped": "--skip-cosim",
+    "hdl.skipped": "--skip-synth",
+}
+
+
+def _ok(ok: bool) -> str:
+    return "ok" if ok else "failed"
+
+
+def spec_record(spec) -> dict:
+    """The ``spec`` record: the sizes of the loaded sla.yaml (:class:`~mi_certify.generator.core.spec.Spec`)."""
+    return {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
+            "address_bits": spec.address_bits, "properties": len(spec.properties)}
+
+
+def import_record(ir) -> dict:
+    """The ``import`` record of the imported network ``ir`` (:class:`~mi_certify.generator.core.ir.ControllerIR`):
+    its size and notes, and what the onnxruntime cross-check checked (its figures are diagnostics,
+    not hashed: onnxruntime's float32 kernels differ by CPU): its points and its relative tolerance
+    (:data:`~mi_certify.generator.frontend.onnx_import.ORT_RTOL`, the import's cross-check)."""
+    from mi_certify.generator.frontend.onnx_import import ORT_RTOL
+    return {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
+            "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": ORT_RTOL, "passed": True}}
+
+
+def verify_record(verification: dict, timeout_s: float) -> dict:
+    """The ``verify`` record of verification.json's content ``verification`` (status, per-property
+    verdicts, the output domain) and the per-query ``timeout_s`` (``--verify-timeout``)."""
+    return {"status": _ok(verification["status"] == "proved"), "result": verification["status"],
+            "properties": {r["id"]: r["verdict"] for r in verification["properties"]},
+            "reachable_actions": [a["action"] for a in verification["output_domain"]["actions"]
+                                  if a["reachable"] == "yes"],
+            "timeout_s": timeout_s}
+
+
+def distill_errors(spec, resolved_cells: int, fidelity: dict) -> list[str]:
+    """Why a distillation fails the build: a proven cell that disagrees with the network, or
+    resolved cells under the ``refuse`` policy."""
+    errors = []
+    if fidelity["proven_agree"] != fidelity["proven_points"]:
+        errors.append("a proven cell disagrees with the network")
+    if spec.resolve == "refuse" and resolved_cells > 0:
+        errors.append(f"distill.resolve is refuse and {resolved_cells} cells hold several actions")
+    return errors
+
+
+def lut_record(spec, counts: dict, boxes=None, fidelity: dict | None = None) -> dict:
+    """The ``lut`` record. ``counts``: cells per status {"sampled", "proven", "resolved"} of the
+    LUT as the lut stage made it (before the property masks). A distilled LUT also gives
+    ``boxes`` (the partition: :func:`~mi_certify.generator.build.distill.box_dtype` records) and
+    ``fidelity`` (distillation.json's): its share of proven cells, undecided cells, fidelity
+    figures and :func:`distill_errors` (the stage fails on any). Without ``boxes``: centre sampling."""
+    cells = counts["sampled"] + counts["proven"] + counts["resolved"]
+    tally = {"cells": cells, "sampled": counts["sampled"], "proven": counts["proven"], "resolved": counts["resolved"]}
+    if boxes is None:
+        return {"status": "ok", "method": STAGE_TEXT["lut.sampled"], **tally}
+    import numpy as np
+
+    from mi_certify.generator.build.distill import UNDECIDED
+    errors = distill_errors(spec, counts["resolved"], fidelity)
+    return {"status": _ok(not errors), "method": STAGE_TEXT["lut.distilled"], **tally,
+            "proven_share": round(counts["proven"] / cells, 6),
+            "undecided_cells": int(np.sum(boxes["method"] == UNDECIDED)),
+            "fidelity": {k: v for k, v in fidelity.items() if k != "disagreements_in_proven_cells"},
+            **({"error": "; ".join(errors)} if errors else {})}
+
+
+def lut_properties_record(properties: dict, overridden_cells: int) -> dict:
+    """The ``lut_properties`` record: ``properties`` {id: verdict} (lut_properties.json), the
+    number of cells overridden to the conservative action; fails on a violated property."""
+    return {"status": _ok(not any(v == "violated" for v in properties.values())),
+            "method": STAGE_TEXT["lut_properties"], "properties": dict(properties),
+            "overridden_cells": overridden_cells}
+
+
+def fsm_proofs_record(obligations: dict, lut_entries: int, without_mask: int) -> dict:
+    """The ``fsm_proofs`` record: ``obligations`` {id: verdict} (fails unless every one is
+    proved), the number of distinct LUT entries the proofs range over, and the number of
+    properties the machine without rule 3a violates (proofs/fsm/without_rule_3a.json)."""
+    return {"status": _ok(all(v == "proved" for v in obligations.values())), "method": STAGE_TEXT["fsm_proofs"],
+            "obligations": dict(obligations), "lut_entries": lut_entries,
+            "without_mask": STAGE_TEXT["fsm_proofs.without_mask"].format(n=without_mask)}
+
+
+def latency_trials(trials: dict) -> dict:
+    """The emit record's ``latency_trials`` of :func:`~mi_certify.generator.pipeline.stages.measure_target`'s
+    tried designs {latency: {device: place_and_route record}}: {"<latency>": {device: Fmax MHz}}."""
+    return {str(lat): {dev: p["fmax_mhz"] for dev, p in pnr.items()} for lat, pnr in trials.items()}
+
+
+def emit_record(spec, encoding: str, has_rom: bool, target_header: dict | None,
+                encoding_estimates: dict | None = None, trials: dict | None = None) -> dict:
+    """The ``emit`` record of the sources emitted for ``spec`` (its latency resolved): the file and
+    module names, the Verilog ``encoding``, the ROM file when ``has_rom``, the latency, the target
+    verdict the Verilog header states. Measurements, kept only where the spec asks for them:
+    ``encoding_estimates`` ({encoding: estimate}, ``hdl.encoding: auto``) and ``trials``
+    (:func:`latency_trials`, ``hdl.latency: auto``)."""
+    from mi_certify.generator.build.verilog_parts import rom_file_name
+    from mi_certify.generator.build.emit_monitor import module_name as monitor_module
+    auto_encoding = spec.hdl.encoding == "auto" and encoding_estimates is not None
+    auto_latency = spec.hdl.latency == "auto" and trials is not None
+    return {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
+            "module": spec.module_name, "encoding": encoding, **({"rom": rom_file_name(spec)} if has_rom else {}),
+            **({"encoding_estimates": encoding_estimates} if auto_encoding else {}),
+            "latency": spec.hdl.latency_cycles, "target_header": target_header,
+            **({"latency_trials": trials} if auto_latency else {}),
+            "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
+
+
+def lint_record(lint: dict) -> dict:
+    """The ``lint`` record of lint.json's content (the controller's lint and ``sla_monitor``'s):
+    ok when both are clean."""
+    return {"status": _ok(bool(lint["clean"] and lint.get("sla_monitor", {}).get("clean"))), **lint}
+
+
+def rtl_proofs_record(obligations: dict) -> dict:
+    """The ``rtl_proofs`` record: ``obligations`` {id: verdict}; fails unless every one is proved."""
+    return {"status": _ok(all(v == "proved" for v in obligations.values())), "method": STAGE_TEXT["rtl_proofs"],
+            "obligations": dict(obligations)}
+
+
+def cosim_record(cosim: dict, monitor: dict, coverage: dict) -> dict:
+    """The ``cosim`` record from cosim.json, monitor_cosim.json and coverage.json."""
+    errors = [e for e in (cosim["error"] if not cosim["passed"] else None,
+                          None if monitor["passed"] else STAGE_TEXT["cosim.monitor_failed"], *coverage["errors"]) if e]
+    return {"status": "ok" if cosim["passed"] and monitor["passed"] and coverage["passed"] else "failed", **cosim,
+            "monitor": {"passed": monitor["passed"], "cycles": sum(c["cycles"] for c in monitor["configs"]),
+                        "mismatches": sum(c["mismatches"] for c in monitor["configs"])},
+            "coverage": coverage["summary"], **({"error": "; ".join(errors)} if errors else {})}
+
+
+def hdl_record(numbers: dict, seed: int, header: dict | None = None) -> dict:
+    """The hdl stage record of :func:`mi_certify.verification.rtl.synth.hdl_numbers` ``numbers`` (nextpnr
+    ``seed``): status from the declared target (``numbers["target"]``; none declared: ok), method, the
+    numbers, and ``error`` (a missed target: the build fails) or ``warning`` (a missed advisory
+    target: it passes and says so). ``header``: the verdict the Verilog header states (the emit
+    stage's ``target_header``, measured before the file was written); a different measurement now
+    fails the stage. ``mi-certify check`` rebuilds it from numbers made again."""
+    target = numbers.get("target")
+    missed = target is not None and not target["met"]
+    status = "failed" if missed and not target["advisory"] else "ok"
+    error = target["detail"] if status == "failed" else None
+    if header is not None and (target is None or header["fmax_mhz"] != target["fmax_mhz"]):
+        status, error = "failed", (f"the Verilog header states Fmax {header['fmax_mhz']} (measured before it was "
+                                   f"written), the hdl stage measured {target and target['fmax_mhz']}")
+    return {"status": status, "method": STAGE_TEXT["hdl"].format(seed=seed), **numbers,
+            **({"error": error} if status == "failed" else
+               {"warning": target["detail"]} if missed else {})}

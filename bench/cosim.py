@@ -42,6 +42,7 @@ def main(argv=None) -> int:
 
     from mi_certify.generator.core.lut import property_masks
     from mi_certify.generator.core.spec import load_spec
+    from mi_certify.runtime.lut_file import decode_lut_hex
     from mi_certify.verification.cosim.cocotb_sim import (expected_trace, fsm_job, make_stimulus,
                                                     run_cosim_per_cycle)
     from mi_certify.verification.cosim.vector_sim import run_icarus, run_verilator_coverage
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
         d = args.build or _small_build(tmp)
         spec = load_spec(next((d / "inputs" / "spec").iterdir()))
         cfg, masks = spec.fsm_config(), tuple(property_masks(spec))
-        lut = bytes.fromhex((d / "lut.hex").read_text().replace("\n", ""))
+        lut = decode_lut_hex((d / "lut.hex").read_text())
         top = getattr(spec, "module_name", spec.name)
         v = d / f"{spec.name}.v"
         stim, _ = make_stimulus(cfg, lut, args.cycles, 1, masks)

@@ -94,8 +94,10 @@ def main(argv=None) -> int:
         from mi_certify.generator.build.emit_verilog import emit_verilog
         from mi_certify.generator.build.verilog_parts import rom_file_name
         from mi_certify.generator.core.lut import Lut, LutFsmArtefact, property_masks
-        raw = np.frombuffer(bytes.fromhex((build / "lut.hex").read_text().replace("\n", "")), dtype=np.uint8)
-        lut = Lut((raw & 0x7F).astype(np.uint8), (raw >> 7).astype(bool), np.full(raw.size, "proven", dtype=object))
+        from mi_certify.generator.core.lut import split_table
+        from mi_certify.runtime.lut_file import decode_lut_hex
+        raw = decode_lut_hex((build / "lut.hex").read_text())
+        lut = Lut(*split_table(raw), np.full(len(raw), "proven", dtype=object))
         real = lut_sliced_rom.sliced_rom
         lut_sliced_rom.sliced_rom = lambda e, a, low_bits=None: real(e, a, args.slices)
         try:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .audit import AuditLog, encode_decision, read_records
 from .fsm import FsmConfig, LutFsm, MaskBox, Reason
+from .lut_file import decode_lut_hex
 from .probes import FeatureMap, HardwareProbe, ProbeSample
 from .sla import MonitorConfig, SlaLimits, SlaMonitor, SlaVerdict
 
@@ -106,7 +107,10 @@ def load_build(directory) -> LoadedBuild:
     spec.loader.exec_module(module)
     if not hasattr(module, "SLA_LIMITS") or not hasattr(module, "lut_entry"):
         raise BuildLoadError(f"{name}.py has no SLA_LIMITS/lut_entry: rebuild it with this mi-certify", d)
-    lut = bytes(int(x, 16) for x in (d / "lut.hex").read_text(encoding="ascii").split())
+    try:
+        lut = decode_lut_hex((d / "lut.hex").read_text(encoding="ascii"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BuildLoadError(f"lut.hex: {exc}", d) from None
     if lut != module._LUT:
         raise BuildLoadError(f"lut.hex and the LUT inside {name}.py differ", d)
     m = module

@@ -22,7 +22,8 @@ import numpy as np
 from mi_certify.templates import environment
 
 from mi_certify.generator.bundle.records import GOOD_VERDICTS, PROOF_INDEX, UNHASHED, Evidence, read_distillation
-from mi_certify.generator.core.lut import Lut
+from mi_certify.generator.core.lut import Lut, decode_status_runs, split_table
+from mi_certify.runtime.lut_file import decode_lut_hex
 from mi_certify.generator.core.spec import Spec
 
 #: Heatmaps in the report: input 0 against each other input, at most this many.

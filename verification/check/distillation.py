@@ -22,6 +22,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from mi_certify.generator.core.lut import split_table
+from mi_certify.runtime.lut_file import pack_entry
 from mi_certify.verification.check.common import FAIL, SKIP, Checker, CheckContext, require
 from mi_certify.verification.check.network import TOLERANCE, decode_margin, decoded, onnxruntime_outputs
 

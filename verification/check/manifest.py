@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mi_certify.generator.core.digests import sha256_file
+from mi_certify.runtime.lut_file import decode_lut_hex
 from mi_certify.verification.check.common import FAIL, PASS, SKIP, Checker, CheckContext, require
 
 

@@ -28,7 +28,6 @@ A timeout, a solver error or a witness that does not replay is UNKNOWN.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 import time
@@ -418,9 +417,9 @@ def _decide_leaves(model: LoadedModel, dj: Disjunct, leaves: list, deadline: flo
     return None, left
 
 
-def _with_implied_rows(dj: Disjunct) -> Disjunct:
+def _with_implied_rows(dj: Disjunct, pair_rows_max: int) -> Disjunct:
     """The disjunct with implied rows added: the average of every pair of rows and of all rows
-    (pairs only up to PAIR_ROWS_MAX rows). A point of the region satisfies every convex
+    (pairs only up to ``pair_rows_max`` rows). A point of the region satisfies every convex
     combination of its rows, so the region is the same; but a box where different rows are
     positive in different parts can be closed by one combined row (a fixed-multiplier
     Lagrangian relaxation of the conjunction). A combination is added only where its float64
@@ -430,7 +429,7 @@ def _with_implied_rows(dj: Disjunct) -> Disjunct:
     if m < 2:
         return dj
     combos = [np.full(m, 1.0 / m)]
-    if m <= PAIR_ROWS_MAX:
+    if m <= pair_rows_max:
         for a in range(m):
             for b in range(a + 1, m):
                 w = np.zeros(m)
@@ -454,13 +453,14 @@ def _exact_combination(w: np.ndarray, C: np.ndarray, d: np.ndarray, row: np.ndar
                for j in range(C.shape[1]))
 
 
-def _replay_hits(model: LoadedModel, dj: Disjunct, cands: np.ndarray, tried: list[int]) -> dict | None:
+def _replay_hits(model: LoadedModel, dj: Disjunct, cands: np.ndarray, tried: list[int],
+                 max_replays: int) -> dict | None:
     """The first of ``cands`` (K, n_inputs) inside the region on the IR that replays, or None;
-    at most MAX_REPLAYS replays per disjunct (``tried[0]`` counts them)."""
-    if not len(cands) or tried[0] >= MAX_REPLAYS:
+    at most ``max_replays`` replays per disjunct (``tried[0]`` counts them)."""
+    if not len(cands) or tried[0] >= max_replays:
         return None
     ys = model.ir.evaluate(cands)
-    hits = np.nonzero(np.all(matmul(ys, dj.C.T) - dj.d <= 0, axis=1))[0][:MAX_REPLAYS - tried[0]]
+    hits = np.nonzero(np.all(matmul(ys, dj.C.T) - dj.d <= 0, axis=1))[0][:max_replays - tried[0]]
     if not hits.size:
         return None
     tried[0] += int(hits.size)
@@ -480,10 +480,11 @@ def _open_box_bounds(ir: ControllerIR, boxes: list, deadline: float) -> list:
     return [NodeBounds([v[b] for v in nb.lower], [v[b] for v in nb.upper]) for b in range(len(boxes))]
 
 
-def _sample_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[int, dict] | None:
-    """A deterministic look for easy witnesses before any search: 256 seeded random points per
-    distinct input box (evaluated once for every disjunct on that box), at most 5 replays per
-    disjunct. Returns (disjunct index, replayed witness) or None."""
+def _sample_witness(model: LoadedModel, query: Query, deadline: float,
+                    s: SearchSettings = DEFAULT_SEARCH) -> tuple[int, dict] | None:
+    """A deterministic look for easy witnesses before any search: ``s.sample_points`` seeded random
+    points per distinct input box (evaluated once for every disjunct on that box), at most
+    ``s.sample_replays`` replays per disjunct. Returns (disjunct index, replayed witness) or None."""
     ir = model.ir
     by_box: dict[bytes, list[int]] = {}
     for k, dj in enumerate(query.disjuncts):
@@ -493,19 +494,20 @@ def _sample_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[
         if time.monotonic() >= deadline:
             return None
         lo, hi = query.disjuncts[ks[0]].lo, query.disjuncts[ks[0]].hi
-        pts = lo + (hi - lo) * np.random.default_rng(0).random((256, lo.size))
+        pts = lo + (hi - lo) * np.random.default_rng(0).random((s.sample_points, lo.size))
         ys = ir.evaluate(pts)
         for k in ks:
             dj = query.disjuncts[k]
             inside = np.nonzero(np.all(matmul(ys, dj.C.T) - dj.d <= 0, axis=1))[0]
             if inside.size:
-                for (ok, wit) in replay_many(model, [(dj, pts[i]) for i in inside[:5]]):
+                for (ok, wit) in replay_many(model, [(dj, pts[i]) for i in inside[:s.sample_replays]]):
                     if ok:
                         return k, wit
     return None
 
 
-def _pgd_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[int, dict] | None:
+def _pgd_witness(model: LoadedModel, query: Query, deadline: float,
+                 s: SearchSettings = DEFAULT_SEARCH) -> tuple[int, dict] | None:
     """Projected gradient descent (:func:`~.falsify.pgd_search`) in every disjunct with an
     output constraint, before branch and bound: the centre and RANDOM_STARTS seeded
     points per disjunct. Returns (disjunct index, replayed witness) or None."""
@@ -513,7 +515,7 @@ def _pgd_witness(model: LoadedModel, query: Query, deadline: float) -> tuple[int
         if not dj.C.shape[0] or dj.empty_input() or time.monotonic() >= deadline:
             continue
         pts = pgd_search(model.ir, dj.lo, dj.hi, dj.C, dj.d, seed=k, deadline=deadline)
-        wit = _replay_hits(model, dj, pts[:5], [0])
+        wit = _replay_hits(model, dj, pts[:s.pgd_replays], [0], s.max_replays)
         if wit is not None:
             return k, wit
     return None
@@ -544,9 +546,10 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
     methods, details = [], []
     verdict = Verdict.PROVED
     partitions: list[list] = []
-    falsifiers = (("sampling", "random point in the region", lambda: _sample_witness(model, query, deadline)),
+    falsifiers = (("sampling", "random point in the region", lambda: _sample_witness(model, query, deadline, opts.search)),
                   ("pgd", "gradient search (PGD) point in the region",
-                   lambda: _pgd_witness(model, query, min(deadline, time.monotonic() + PGD_SHARE * opts.timeout))))
+                   lambda: _pgd_witness(model, query, min(deadline, time.monotonic() + opts.search.pgd_share * opts.timeout),
+                                       opts.search)))
     for name, what, look in falsifiers:
         try:
             found = look()
@@ -581,8 +584,9 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
         if v == Verdict.UNKNOWN:
             verdict = Verdict.UNKNOWN
     method = "+".join(sorted({part for m in methods for part in m.split("+")})) or "none"
-    if verdict == Verdict.PROVED and opts.z3_confirm and ir.n_relus <= Z3_CONFIRM_MAX_RELUS:
-        msg = _confirm_partitions(ir, query, partitions, time.monotonic() + opts.confirm_timeout, stats)
+    if verdict == Verdict.PROVED and opts.z3_confirm and ir.n_relus <= opts.search.z3_confirm_max_relus:
+        msg = _confirm_partitions(ir, query, partitions, time.monotonic() + opts.confirm_timeout, stats,
+                                  opts.search)
         if msg:
             errors.append(msg)
             log.error("%s: %s", query.id, msg)
@@ -593,7 +597,7 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
 
 
 def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], deadline: float,
-                        stats: dict) -> str | None:
+                        stats: dict, s: SearchSettings = DEFAULT_SEARCH) -> str | None:
     """Exact Z3 check of every box of every disjunct's proof partition; None when all unsat.
 
     Each partition must cover its region: every box inside it and the volumes (relative
@@ -615,7 +619,7 @@ def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], 
         tasks.extend((dj.C, dj.d, lo, hi) for lo, hi in boxes)
     # boxes exact rational intervals already close need neither Z3 nor worker processes (a
     # quarter of the budget at most here)
-    pre_deadline = time.monotonic() + 0.25 * max(0.0, deadline - time.monotonic())
+    pre_deadline = time.monotonic() + s.z3_interval_share * max(0.0, deadline - time.monotonic())
     n_all, kept = len(tasks), []
     for k, (C, d, lo, hi) in enumerate(tasks):
         if time.monotonic() > pre_deadline:
@@ -627,7 +631,7 @@ def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], 
     stats["z3_interval_closed"] = stats.get("z3_interval_closed", 0) + n_all - len(tasks)
     if not tasks:
         return None
-    while 0 < len(tasks) < 4 * Z3_WORKERS and time.monotonic() < deadline:
+    while 0 < len(tasks) < s.z3_tasks_per_worker * s.z3_workers and time.monotonic() < deadline:
         k = int(np.argmax([float(np.prod(np.where(hi > lo, hi - lo, 1.0))) for _, _, lo, hi in tasks]))
         C, d, lo, hi = tasks.pop(k)
         halves = ExactChecker(ir, C, d)._split(lo, hi)
@@ -639,7 +643,7 @@ def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], 
     if left <= 0:
         return "Z3 confirmation ran out of time"
     stats["z3_calls"] += len(tasks)
-    results = confirm_boxes(ir, tasks, left, workers=Z3_WORKERS, first_failure=True)
+    results = confirm_boxes(ir, tasks, left, workers=s.z3_workers, first_failure=True)
     # a box Z3 found a point in (sat) names the failure first, then the first unknown one
     order = sorted(range(len(tasks)), key=lambda k: results[k][0] != "sat")
     for (_, _, lo, hi), (res, x) in ((tasks[k], results[k]) for k in order):

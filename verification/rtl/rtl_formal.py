@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import z3
 
-from mi_certify.generator.core.lut import LutFsmArtefact
+from mi_certify.generator.core.lut import LutFsmArtefact, split_table
 from mi_certify.generator.core.results import Verdict
 from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, Reason
 

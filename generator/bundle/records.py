@@ -27,7 +27,7 @@ import subprocess
 from importlib import metadata, resources
 from pathlib import Path
 
-from mi_certify.generator.core.results import GOOD_VERDICTS
+from mi_certify.generator.core.results import GOOD_VERDICTS, Status
 from mi_certify.generator.core.source_id import SOURCE_PACKAGES, source_digest
 
 #: Format marker of manifest.json.
@@ -274,7 +274,7 @@ def collect_obligations(spec, d: Path | Evidence, stages: dict) -> list[dict]:
         add(id="lut.resolved_cells", group="lut", requirement="distill.resolve",
             claim=f"each of the {lut['resolved']} resolved cells holds the listed actions (replayed witnesses) or "
                   f"is undecided, and carries the '{spec.resolve}' policy's entry",
-            method="witnesses replayed on onnxruntime", verdict="failed" if lut["status"] == "failed" else "passed",
+            method="witnesses replayed on onnxruntime", verdict="failed" if lut["status"] == Status.FAILED else "passed",
             evidence="distillation.json")
     if ev.has("lut.hex"):
         add(id="lut.tables", group="lut", requirement="lut",
@@ -299,14 +299,14 @@ def collect_obligations(spec, d: Path | Evidence, stages: dict) -> list[dict]:
                 expect=o.get("expect", "unsat"))
     if ev.has("lint.json"):
         add(id="rtl.lint", group="rtl", requirement="rtl", claim="the Verilog is Verilator-lint clean (-Wall)",
-            method="verilator --lint-only -Wall", verdict="passed" if stages["lint"]["status"] == "ok" else "failed",
+            method="verilator --lint-only -Wall", verdict="passed" if stages["lint"]["status"] == Status.OK else "failed",
             evidence="lint.json")
     if ev.has("cosim.json"):
         c = stages["cosim"]
         add(id="cosim.rtl_vs_reference", group="cosim", requirement="fsm",
             claim="RTL, emitted Python runtime and reference LUT-FSM agree on every cycle",
             method=f"co-simulation (cocotb + Icarus), {c['cycles']} cycles ({c['directed_cycles']} directed), "
-                   f"seed {c['seed']}", verdict="passed" if c["status"] == "ok" else "failed",
+                   f"seed {c['seed']}", verdict="passed" if c["status"] == Status.OK else "failed",
             evidence="cosim.json")
     if ev.has("monitor_cosim.json"):
         m = ev.read("monitor_cosim.json")
@@ -356,12 +356,12 @@ def summarize(spec, stages: dict, lut_counts: dict, version: str) -> dict:
     """summary.json from the stage records and the final LUT's cell counts (lut.json
     ``status``, after the property masks): status, failed and skipped stages, the
     headline figures. A pure function, so ``mi-certify check`` recomputes it."""
-    failed = [k for k, v in stages.items() if v["status"] == "failed"]
-    skipped = [k for k, v in stages.items() if v["status"] == "skipped"]
+    failed = [k for k, v in stages.items() if v["status"] == Status.FAILED]
+    skipped = [k for k, v in stages.items() if v["status"] == Status.SKIPPED]
     lut = stages["lut"]
     cosim = stages["cosim"]
     hdl = stages["hdl"]
-    return {"status": "failed" if failed else "incomplete" if skipped else "ok", "failed_stages": failed,
+    return {"status": Status.FAILED.value if failed else "incomplete" if skipped else Status.OK.value, "failed_stages": failed,
             "skipped_stages": skipped, "stages": stages,
             "lut": {"cells": sum(lut_counts.values()), **{k: lut_counts[k] for k in ("sampled", "proven", "resolved")},
                     **({"proven_share": lut["proven_share"], "fidelity": lut["fidelity"]} if "fidelity" in lut else {})},
@@ -382,6 +382,6 @@ def manifest_figures(summary: dict, obligations: list[dict]) -> dict:
     return {"status": summary["status"],
             "obligations": {"file": "obligations.json", "count": len(obligations),
                             "status": obligations_status(obligations)},
-            "proofs": {"network_properties": "proved" if summary["stages"]["verify"]["status"] == "ok" else "not proved",
+            "proofs": {"network_properties": "proved" if summary["stages"]["verify"]["status"] == Status.OK else "not proved",
                        "lut": f"{lut['proven']} cells proven, {lut['resolved']} resolved, {lut['sampled']} "
                               "sampled (not proven)"}}

@@ -15,6 +15,7 @@ Skipped stages: ``StageResult.skipped(name, STAGE_TEXT[f"{name}.skipped"])``
 from __future__ import annotations
 
 from mi_certify.generator.bundle.records import CROSS_CHECK_POINTS
+from mi_certify.generator.core.results import Status
 
 __all__ = ["STAGE_TEXT", "cosim_record", "distill_errors", "emit_record", "fsm_proofs_record", "hdl_record",
            "import_record", "latency_trials", "lint_record", "lut_properties_record", "lut_record",
@@ -43,12 +44,12 @@ STAGE_TEXT = {
 
 
 def _ok(ok: bool) -> str:
-    return "ok" if ok else "failed"
+    return Status.OK.value if ok else Status.FAILED.value
 
 
 def spec_record(spec) -> dict:
     """The ``spec`` record: the sizes of the loaded sla.yaml (:class:`~mi_certify.generator.core.spec.Spec`)."""
-    return {"status": "ok", "inputs": len(spec.inputs), "actions": len(spec.actions),
+    return {"status": Status.OK.value, "inputs": len(spec.inputs), "actions": len(spec.actions),
             "address_bits": spec.address_bits, "properties": len(spec.properties)}
 
 
@@ -58,7 +59,7 @@ def import_record(ir) -> dict:
     not hashed: onnxruntime's float32 kernels differ by CPU): its points and its relative tolerance
     (:data:`~mi_certify.generator.frontend.onnx_import.ORT_RTOL`, the import's cross-check)."""
     from mi_certify.generator.frontend.onnx_import import ORT_RTOL
-    return {"status": "ok", "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
+    return {"status": Status.OK.value, "nodes": len(ir.nodes), "relus": ir.n_relus, "notes": list(ir.notes),
             "onnxruntime_check": {"points": CROSS_CHECK_POINTS, "tolerance": ORT_RTOL, "passed": True}}
 
 
@@ -92,7 +93,7 @@ def lut_record(spec, counts: dict, boxes=None, fidelity: dict | None = None) -> 
     cells = counts["sampled"] + counts["proven"] + counts["resolved"]
     tally = {"cells": cells, "sampled": counts["sampled"], "proven": counts["proven"], "resolved": counts["resolved"]}
     if boxes is None:
-        return {"status": "ok", "method": STAGE_TEXT["lut.sampled"], **tally}
+        return {"status": Status.OK.value, "method": STAGE_TEXT["lut.sampled"], **tally}
     import numpy as np
 
     from mi_certify.generator.build.distill import UNDECIDED
@@ -138,7 +139,7 @@ def emit_record(spec, encoding: str, has_rom: bool, target_header: dict | None,
     from mi_certify.generator.build.emit_monitor import module_name as monitor_module
     auto_encoding = spec.hdl.encoding == "auto" and encoding_estimates is not None
     auto_latency = spec.hdl.latency == "auto" and trials is not None
-    return {"status": "ok", "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
+    return {"status": Status.OK.value, "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
             "module": spec.module_name, "encoding": encoding, **({"rom": rom_file_name(spec)} if has_rom else {}),
             **({"encoding_estimates": encoding_estimates} if auto_encoding else {}),
             "latency": spec.hdl.latency_cycles, "target_header": target_header,
@@ -162,7 +163,7 @@ def cosim_record(cosim: dict, monitor: dict, coverage: dict) -> dict:
     """The ``cosim`` record from cosim.json, monitor_cosim.json and coverage.json."""
     errors = [e for e in (cosim["error"] if not cosim["passed"] else None,
                           None if monitor["passed"] else STAGE_TEXT["cosim.monitor_failed"], *coverage["errors"]) if e]
-    return {"status": "ok" if cosim["passed"] and monitor["passed"] and coverage["passed"] else "failed", **cosim,
+    return {"status": Status.OK.value if cosim["passed"] and monitor["passed"] and coverage["passed"] else Status.FAILED.value, **cosim,
             "monitor": {"passed": monitor["passed"], "cycles": sum(c["cycles"] for c in monitor["configs"]),
                         "mismatches": sum(c["mismatches"] for c in monitor["configs"])},
             "coverage": coverage["summary"], **({"error": "; ".join(errors)} if errors else {})}
@@ -177,11 +178,11 @@ def hdl_record(numbers: dict, seed: int, header: dict | None = None) -> dict:
     fails the stage. ``mi-certify check`` rebuilds it from numbers made again."""
     target = numbers.get("target")
     missed = target is not None and not target["met"]
-    status = "failed" if missed and not target["advisory"] else "ok"
-    error = target["detail"] if status == "failed" else None
+    status = Status.FAILED.value if missed and not target["advisory"] else Status.OK.value
+    error = target["detail"] if status == Status.FAILED.value else None
     if header is not None and (target is None or header["fmax_mhz"] != target["fmax_mhz"]):
-        status, error = "failed", (f"the Verilog header states Fmax {header['fmax_mhz']} (measured before it was "
+        status, error = Status.FAILED.value, (f"the Verilog header states Fmax {header['fmax_mhz']} (measured before it was "
                                    f"written), the hdl stage measured {target and target['fmax_mhz']}")
     return {"status": status, "method": STAGE_TEXT["hdl"].format(seed=seed), **numbers,
-            **({"error": error} if status == "failed" else
+            **({"error": error} if status == Status.FAILED.value else
                {"warning": target["detail"]} if missed else {})}

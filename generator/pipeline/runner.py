@@ -42,13 +42,11 @@ from mi_certify.generator.core.digests import sha256_file
 from mi_certify.generator.bundle.stage_records import import_record, spec_record
 from mi_certify.generator.core.errors import BuildError, SpecError
 from mi_certify.generator.core.lut import check_shapes
+from mi_certify.generator.pipeline.stages import COSIM_RANDOM_CYCLES, COSIM_SEED, BuildOptions  # noqa: F401 - public here too
 from mi_certify.generator.frontend.model import LoadedModel, load_model
 from mi_certify.generator.core.results import StageResult
 from mi_certify.generator.core.spec import Spec, load_spec
 
-#: Random co-simulation cycles (directed sequences come on top).
-COSIM_RANDOM_CYCLES = 10_000
-COSIM_SEED = 1
 
 
 def version() -> str:
@@ -56,26 +54,6 @@ def version() -> str:
         return metadata.version("mi-certify")
     except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "0+unknown"
-
-
-@dataclass
-class BuildOptions:
-    """Options of one build. ``cosim_cycles``: random cycles after the directed ones (None: sla.yaml
-    ``cosim.cycles``, else COSIM_RANDOM_CYCLES). ``backend``: where the distillation's slices run (a
-    live backend of :func:`mi_certify.verification.tools.backends.open_backend`; None: two processes of our
-    own); it changes no output byte, so the manifest's command line does not name it."""
-
-    cosim_cycles: int | None = None
-    cosim_seed: int = COSIM_SEED
-    skip_cosim: bool = False
-    skip_lint: bool = False
-    verify: bool = True
-    verify_timeout: float = 60.0
-    distill: bool = True
-    heatmap: tuple[str, str] | None = None
-    skip_rtl_proofs: bool = False
-    skip_synth: bool = False
-    backend: object = None
 
 
 @dataclass
@@ -356,7 +334,7 @@ def _write_bundle(ctx: BuildContext, spec_path: Path) -> dict:
     records (timings, diagnostics, provenance, screenshot) and manifest.json, last."""
     from mi_certify.generator.bundle.report import write_report
 
-    spec, d, ev = ctx.spec, ctx.d, ctx.evidence
+    spec, d, ev = ctx.built_spec, ctx.d, ctx.evidence
     counts = ctx.lut.counts()
     summary = summarize(spec, ctx.stages, {k: counts[k] for k in ("proven", "resolved", "sampled")}, ctx.version)
     ev.write("summary.json", summary)
@@ -396,7 +374,7 @@ def _manifest(ctx: BuildContext, spec_path: Path, figures: dict) -> dict:
     files = sorted(p for p in d.rglob("*") if p.is_file() and p.relative_to(d).as_posix() not in
                    UNHASHED + ("manifest.json",))
     return {
-        "status": figures["status"], "controller": ctx.spec.name,
+        "status": figures["status"], "controller": ctx.built_spec.name,
         "format": MANIFEST_FORMAT,
         "command": canonical_command(ctx.model.name, spec_path.name, ctx.opts),
         "mi_certify": {"version": ctx.version, "source": source_identity(),

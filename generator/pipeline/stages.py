@@ -17,7 +17,7 @@ import time
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import z3
@@ -30,6 +30,7 @@ from mi_certify.verification.cosim import coverage
 from mi_certify.verification.rtl import hdl_adapter
 from mi_certify.verification.rtl import synth
 from mi_certify.verification.tools import verilator
+from mi_certify.verification.tools.backends import InlineBackend
 from mi_certify.verification.tools.registry import ToolRunError
 from mi_certify.verification.rtl.fsm_proofs import entry_alphabet, prove_fsm, write_proofs
 from mi_certify.verification.rtl.lut_check import check_lut_properties
@@ -82,7 +83,7 @@ class Background:
         return self._value
 
 
-def run_timed(on_event: Callable, times: dict, name: str, fn: Callable, status_of: Callable = lambda res: "ok"):
+def run_timed(on_event: Callable, times: dict, name: str, fn: Callable, status_of: Callable = lambda res: Status.OK.value):
     """Run ``fn()`` as stage ``name``: "start" and "done" events (``done`` carries
     ``name:status``, status from ``status_of(result)``), its seconds into ``times``."""
     on_event("start", name, None)
@@ -91,6 +92,34 @@ def run_timed(on_event: Callable, times: dict, name: str, fn: Callable, status_o
     times[name] = round(time.perf_counter() - t0, 3)
     on_event("done", f"{name}:{status_of(res)}", times[name])
     return res
+
+
+if TYPE_CHECKING:  # the only module that imports dask, loaded with --scheduler alone
+    from mi_certify.verification.tools.dask_backend import DaskBackend
+
+#: Random co-simulation cycles (directed sequences come on top).
+COSIM_RANDOM_CYCLES = 10_000
+COSIM_SEED = 1
+
+
+@dataclass
+class BuildOptions:
+    """Options of one build. ``cosim_cycles``: random cycles after the directed ones (None: sla.yaml
+    ``cosim.cycles``, else COSIM_RANDOM_CYCLES). ``backend``: where the distillation's slices run (a
+    live backend of :func:`mi_certify.verification.tools.backends.open_backend`; None: two processes of our
+    own); it changes no output byte, so the manifest's command line does not name it."""
+
+    cosim_cycles: int | None = None
+    cosim_seed: int = COSIM_SEED
+    skip_cosim: bool = False
+    skip_lint: bool = False
+    verify: bool = True
+    verify_timeout: float = 60.0
+    distill: bool = True
+    heatmap: tuple[str, str] | None = None
+    skip_rtl_proofs: bool = False
+    skip_synth: bool = False
+    backend: InlineBackend | DaskBackend | None = None
 
 
 @dataclass
@@ -104,7 +133,7 @@ class BuildContext:
 
     spec: Spec
     model: LoadedModel
-    opts: object  # BuildOptions (pipeline.py)
+    opts: BuildOptions
     d: Path
     on_event: Callable[[str, str, float | None], None]
     version: str
@@ -128,12 +157,24 @@ class BuildContext:
     mon_path: Path | None = None
     #: the declared target's devices placed at emit time ({device: place_and_route record}; the hdl stage reuses them)
     target_pnr: dict | None = None
+    #: the decision latency the emit stage chose (sla.yaml's, or for ``auto`` the smallest that meets
+    #: the declared target, else 1); None before the emit stage
+    hdl_latency: int | None = None
+
+    @property
+    def built_spec(self) -> Spec:
+        """The spec of what was built: :attr:`spec` (sla.yaml as loaded, never replaced) with
+        ``hdl.latency`` resolved to :attr:`hdl_latency` once the emit stage chose it. The stages
+        after emit and the bundle read this one."""
+        if self.hdl_latency is None:
+            return self.spec
+        return dataclasses.replace(self.spec, hdl=self.spec.hdl.with_latency(self.hdl_latency))
 
     def __post_init__(self):
         if self.evidence is None:
             self.evidence = Evidence(self.d)
 
-    def timed(self, name: str, fn: Callable, status_of: Callable = lambda res: "ok"):
+    def timed(self, name: str, fn: Callable, status_of: Callable = lambda res: Status.OK.value):
         """Run ``fn()`` as stage ``name`` (:func:`run_timed`)."""
         return run_timed(self.on_event, self.times, name, fn, status_of)
 
@@ -211,7 +252,7 @@ def lut_stage(ctx: BuildContext) -> StageResult:
 
         def errors_of(res):
             return distill_errors(spec, res[0].lut.counts()["resolved"], res[1])
-        dres, fid = ctx.timed("lut", run, lambda res: "failed" if errors_of(res) else "ok")
+        dres, fid = ctx.timed("lut", run, lambda res: Status.FAILED.value if errors_of(res) else Status.OK.value)
         ctx.lut, ctx.boxes = dres.lut, dres.boxes
         write_distillation(ctx.d, dres.boxes, dres.witnesses, spec.resolve, fid)
         record = lut_record(spec, ctx.lut.counts(), dres.boxes, fid)
@@ -236,7 +277,7 @@ def lut_properties_stage(ctx: BuildContext) -> StageResult:
     ctx.machine = LutFsmArtefact.from_lut(spec, ctx.lut, ctx.masks)
     violated = lambda rs: any(r.verdict == Verdict.VIOLATED.value for r in rs)  # noqa: E731
     props = ctx.timed("lut_properties", lambda: check_lut_properties(spec, ctx.lut.tokens),
-                      lambda rs: "failed" if violated(rs) else "ok")
+                      lambda rs: Status.FAILED.value if violated(rs) else Status.OK.value)
     ctx.evidence.write("lut_properties.json", {
         "properties": [r.to_json() for r in props],
         "masks": [{"id": m.id, "levels": [list(m.lo), list(m.hi)],
@@ -275,7 +316,7 @@ def fsm_proofs_stage(ctx: BuildContext) -> StageResult:
     ctx.alphabet = entry_alphabet(machine)
     all_proved = lambda obs: all(o.verdict == Verdict.PROVED.value for o in obs)  # noqa: E731
     obs = ctx.timed("fsm_proofs", lambda: prove_fsm(machine, spec.properties),
-                    lambda obs: "ok" if all_proved(obs) else "failed")
+                    lambda obs: Status.OK.value if all_proved(obs) else Status.FAILED.value)
     entries = write_proofs(obs, ctx.d, "fsm")
     ctx.proof_index += entries
     # the machine without rule 3a (docs/fsm.md): its counterexamples show why the mask is
@@ -380,14 +421,13 @@ def emit_stage(ctx: BuildContext) -> StageResult:
     # is met; hdl.latency auto: the smallest latency that meets it (docs/hdl.md, "Declared target")
     target, header, trials = spec.hdl.declared_target, None, None
     measure = target is not None and not ctx.opts.skip_synth and not synth.tools_missing()
-    if spec.hdl.latency == "auto" and not measure:
-        ctx.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(1))
+    ctx.hdl_latency = spec.hdl.latency_cycles  # "auto" without a measurement: 1
     if measure:
         lats = LATENCIES if spec.hdl.latency == "auto" else (spec.hdl.latency_cycles,)
-        latency, trials, header = ctx.timed("hdl_target", lambda: measure_target(
+        ctx.hdl_latency, trials, header = ctx.timed("hdl_target", lambda: measure_target(
             spec, ctx.machine, ctx.hashes, boxes, ctx.version, encoding, lats))
-        ctx.spec = spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(latency))
-        ctx.target_pnr = trials[latency]
+        ctx.target_pnr = trials[ctx.hdl_latency]
+    spec = ctx.built_spec
     latency = spec.hdl.latency_cycles
     rom_text = emit_rom_hex(spec, ctx.machine, encoding) if encoding in ("rom", "sliced_rom") else ""
     rom_file = rom_file_name(spec) if rom_text else None
@@ -412,9 +452,9 @@ def lint_stage(ctx: BuildContext) -> StageResult:
     """Verilator --lint-only -Wall of the controller and of the SLA-monitor wrapper; lint.json."""
     if ctx.opts.skip_lint:
         return StageResult.skipped("lint", STAGE_TEXT["lint.skipped"])
-    spec = ctx.spec
+    spec = ctx.built_spec
     res = ctx.timed("lint", lambda: verilator.lint(ctx.v_path, spec.module_name),
-                    lambda r: "ok" if r.clean else "failed")
+                    lambda r: Status.OK.value if r.clean else Status.FAILED.value)
     mon = verilator.lint(ctx.mon_path, monitor_module(spec), extra=(ctx.d / "sla_monitor.v",))
     lint = {**res.to_json(), "sla_monitor": mon.to_json()}
     ctx.evidence.write("lint.json", lint)
@@ -426,7 +466,7 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
     address); proofs/rtl/. A tool or solver failure fails the stage (fails closed)."""
     if ctx.opts.skip_rtl_proofs:
         return StageResult.skipped("rtl_proofs", STAGE_TEXT["rtl_proofs.skipped"])
-    spec = ctx.spec
+    spec = ctx.built_spec
 
     def run():
         try:
@@ -437,9 +477,9 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
             return exc
     proved = lambda r: not isinstance(r, Exception) and all(o.verdict == Verdict.PROVED.value  # noqa: E731
                                                              for o in r[0])
-    res = ctx.timed("rtl_proofs", run, lambda r: "ok" if proved(r) else "failed")
+    res = ctx.timed("rtl_proofs", run, lambda r: Status.OK.value if proved(r) else Status.FAILED.value)
     if isinstance(res, Exception):
-        return StageResult("rtl_proofs", {"status": "failed", "error": f"{type(res).__name__}: {res}"})
+        return StageResult("rtl_proofs", {"status": Status.FAILED.value, "error": f"{type(res).__name__}: {res}"})
     obs, prelude = res
     entries = write_proofs(obs, ctx.d, "rtl", prelude=("proofs/rtl/design.smt2", prelude))
     ctx.proof_index += entries
@@ -460,13 +500,13 @@ def cosim_stage(ctx: BuildContext) -> StageResult:
     against the sla.yaml thresholds. Writes cosim.json, monitor_cosim.json, coverage.json."""
     if ctx.opts.skip_cosim:
         return StageResult.skipped("cosim", STAGE_TEXT["cosim.skipped"])
-    record = ctx.timed("cosim", lambda: _cosim(ctx), lambda r: "ok" if r["status"] == "ok" else "failed")
+    record = ctx.timed("cosim", lambda: _cosim(ctx), lambda r: Status.OK.value if r["status"] == Status.OK.value else Status.FAILED.value)
     return StageResult("cosim", record, evidence=("cosim.json", "monitor_cosim.json", "coverage.json"))
 
 
 def _cosim(ctx: BuildContext) -> dict:
     import shutil
-    spec, opts, machine, d = ctx.spec, ctx.opts, ctx.machine, ctx.d
+    spec, opts, machine, d = ctx.built_spec, ctx.opts, ctx.machine, ctx.d
     with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
         work = Path(work)
         # options (reset port, polarity, prefix) adapted to the test bench's active-high rst; the
@@ -514,12 +554,12 @@ def hdl_stage(ctx: BuildContext) -> StageResult:
 
     def run():
         try:
-            return synth.hdl_numbers(ctx.spec, ctx.v_path, known=ctx.target_pnr)
+            return synth.hdl_numbers(ctx.built_spec, ctx.v_path, known=ctx.target_pnr)
         except (synth.SynthError, OSError) as exc:  # a tool failed or its report is unreadable: the stage fails
             return exc
-    numbers = ctx.timed("hdl", run, lambda r: "failed" if isinstance(r, Exception) else "ok")
+    numbers = ctx.timed("hdl", run, lambda r: Status.FAILED.value if isinstance(r, Exception) else Status.OK.value)
     if isinstance(numbers, Exception):
-        return StageResult("hdl", {"status": "failed", "error": f"{type(numbers).__name__}: {numbers}"[:800]})
+        return StageResult("hdl", {"status": Status.FAILED.value, "error": f"{type(numbers).__name__}: {numbers}"[:800]})
     return StageResult("hdl", hdl_record(numbers, synth.SEED, header=ctx.results["emit"].record.get("target_header")
                                          if "emit" in ctx.results else None))
 

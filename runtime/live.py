@@ -268,85 +268,110 @@ def replay(log_path, build: LoadedBuild, key: bytes | None = None) -> ReplayRepo
     records = sorted((ln for ln in lines if ln.record is not None), key=lambda ln: ln.seq)
     if not records:
         raise BuildLoadError("holds no readable record", log_path)
-    m = build.module
-    ident = build.identity()
-    rep = ReplayReport()
-    tokens = [m.lut_entry(a)[0] for a in range(len(build.lut))]
-    confs = [m.lut_entry(a)[1] for a in range(len(build.lut))]
-    ref = LutFsm(build.fsm, tokens, confs, build.masks)
-    ctl = m.Controller()
-    mon = SlaMonitor(build.limits, build.monitor)
-    stats = {a: {"requests": 0, "met_latency": 0, "met_accuracy": 0, "met_both": 0, "verdict_compliant": 0}
-             for a in build.actions}
-    started = False
-
-    def bad(seq, what, logged, got):
-        rep.mismatches.append((seq, what, logged, got))
-
+    rp = _Replayer(build, log_path)
     for ln in records:
+        kind = ln.record.get("kind")
+        if kind == "open":
+            rp.open(ln)
+        elif kind == "decision":
+            rp.decision(ln)
+    for st in rp.stats.values():
+        n = st["requests"]
+        st["attainment"] = round(st["met_both"] / n, 6) if n else None
+    rp.rep.per_action = rp.stats
+    return rp.rep
+
+
+class _Replayer:
+    """:func:`replay`'s state: the build's generated controller, the reference :class:`LutFsm`
+    and the SLA monitor, stepped record by record; the report and per-action statistics."""
+
+    def __init__(self, build: LoadedBuild, log_path):
+        self.build, self.m, self.log_path = build, build.module, log_path
+        self.ident = build.identity()
+        self.rep = ReplayReport()
+        n = len(build.lut)
+        self.ref = LutFsm(build.fsm, [self.m.lut_entry(a)[0] for a in range(n)],
+                          [self.m.lut_entry(a)[1] for a in range(n)], build.masks)
+        self.ctl = self.m.Controller()
+        self.mon = SlaMonitor(build.limits, build.monitor)
+        self.stats = {a: {"requests": 0, "met_latency": 0, "met_accuracy": 0, "met_both": 0, "verdict_compliant": 0}
+                      for a in build.actions}
+        self.started = False
+
+    def bad(self, seq, what, logged, got) -> None:
+        self.rep.mismatches.append((seq, what, logged, got))
+
+    def open(self, ln) -> None:
+        """An ``open`` record: it must name this build; the controller, reference and monitor reset."""
         r, s = ln.record, ln.seq
-        if r.get("kind") == "open":
-            for k, v in ident.items():
-                if r.get(k) != v:
-                    raise BuildLoadError(f"record {s} (line {ln.line}) was written by another build: {k} is "
-                                         f"{r.get(k)!r}, this build has {v!r}", log_path)
-            ctl.reset()
-            ref.reset()
-            mon.reset()
-            rep.sessions += 1
-            started = True
-            continue
-        if r.get("kind") != "decision":
-            continue
-        if not started:
-            raise BuildLoadError(f"decision record {s} comes before any open record", log_path)
-        rep.decisions += 1
+        for k, v in self.ident.items():
+            if r.get(k) != v:
+                raise BuildLoadError(f"record {s} (line {ln.line}) was written by another build: {k} is "
+                                     f"{r.get(k)!r}, this build has {v!r}", self.log_path)
+        self.ctl.reset()
+        self.ref.reset()
+        self.mon.reset()
+        self.rep.sessions += 1
+        self.started = True
+
+    def decision(self, ln) -> None:
+        """A ``decision`` record: re-quantize, step both machines and the monitor, compare every
+        logged field (:func:`replay`), then count it."""
+        r, s, m, ctl = ln.record, ln.seq, self.m, self.ctl
+        if not self.started:
+            raise BuildLoadError(f"decision record {s} comes before any open record", self.log_path)
+        self.rep.decisions += 1
         readings = [_logged_number(x) for x in r.get("readings", [])]
         try:
             addr, fault = m.quantize(readings)
         except ValueError as exc:
-            bad(s, "readings", r.get("readings"), str(exc))
-            continue
+            self.bad(s, "readings", r.get("readings"), str(exc))
+            return
         if fault != r.get("probe_fault") or (not fault and addr != r.get("addr")):
-            bad(s, "addr", [r.get("addr"), r.get("probe_fault")], [None if fault else addr, fault])
+            self.bad(s, "addr", [r.get("addr"), r.get("probe_fault")], [None if fault else addr, fault])
         prop = conf = None
         if not fault:
             prop, c = m.lut_entry(addr)
             conf = bool(c)
         if [prop, conf] != [r.get("proposal"), r.get("confident")]:
-            bad(s, "lut", [r.get("proposal"), r.get("confident")], [prop, conf])
+            self.bad(s, "lut", [r.get("proposal"), r.get("confident")], [prop, conf])
         if list(ctl.state) != r.get("before"):
-            bad(s, "before", r.get("before"), list(ctl.state))
+            self.bad(s, "before", r.get("before"), list(ctl.state))
         sla_in = r.get("sla_violation")
-        if sla_in != mon.violation:
-            bad(s, "sla_violation", sla_in, mon.violation)
+        if sla_in != self.mon.violation:
+            self.bad(s, "sla_violation", sla_in, self.mon.violation)
         f_before, t_before = ctl.f, ctl.t
         token, reason = ctl.step_addr(addr, fault, bool(sla_in))
-        res = ref.step(addr, fault, bool(sla_in))
+        res = self.ref.step(addr, fault, bool(sla_in))
         if (res.token, res.reason.value) != (token, reason):
-            bad(s, "reference", [token, m.REASONS[reason]], [res.token, res.reason.name])
+            self.bad(s, "reference", [token, m.REASONS[reason]], [res.token, res.reason.name])
         if [r.get("token"), r.get("reason")] != [token, m.REASONS[reason]]:
-            bad(s, "decision", [r.get("token"), r.get("reason")], [token, m.REASONS[reason]])
+            self.bad(s, "decision", [r.get("token"), r.get("reason")], [token, m.REASONS[reason]])
         if list(ctl.state) != r.get("after"):
-            bad(s, "after", r.get("after"), list(ctl.state))
-        if r.get("action") != build.actions[token]:
-            bad(s, "action", r.get("action"), build.actions[token])
+            self.bad(s, "after", r.get("after"), list(ctl.state))
+        if r.get("action") != self.build.actions[token]:
+            self.bad(s, "action", r.get("action"), self.build.actions[token])
         lat, acc = _logged_number(r.get("latency_ms")), _logged_number(r.get("accuracy_loss_pct"))
-        v = mon.observe(token, lat, acc)
+        v = self.mon.observe(token, lat, acc)
         logged_v = r.get("verdict")
         if logged_v is not None and logged_v.get("violation") != v.violation:
-            bad(s, "verdict", logged_v.get("violation"), v.violation)
-        # statistics
+            self.bad(s, "verdict", logged_v.get("violation"), v.violation)
+        self.count(token, reason, lat, acc, v.violation, f_before, t_before)
+
+    def count(self, token: int, reason: int, lat, acc, violation: bool, f_before, t_before) -> None:
+        """Per-action requests and SLA attainment, reasons, switches, fallbacks, recoveries, probe faults."""
+        rep, build = self.rep, self.build
         name = build.actions[token]
-        st = stats[name]
+        st = self.stats[name]
         lim = build.limits[token]
         ok_l, ok_a = _met(lat, lim.latency_ms), _met(acc, lim.accuracy_loss_pct)
         st["requests"] += 1
         st["met_latency"] += ok_l
         st["met_accuracy"] += ok_a
         st["met_both"] += ok_l and ok_a
-        st["verdict_compliant"] += not v.violation
-        rep.reasons[m.REASONS[reason]] += 1
+        st["verdict_compliant"] += not violation
+        rep.reasons[self.m.REASONS[reason]] += 1
         if reason == Reason.SWITCH:
             rep.switches[f"{build.actions[t_before]}->{name}"] += 1
         if reason == Reason.FALLBACK and not f_before:
@@ -355,9 +380,4 @@ def replay(log_path, build: LoadedBuild, key: bytes | None = None) -> ReplayRepo
             rep.recoveries += 1
         if reason == Reason.PROBE_FAULT:
             rep.probe_faults += 1
-    for name, st in stats.items():
-        n = st["requests"]
-        st["attainment"] = round(st["met_both"] / n, 6) if n else None
-    rep.per_action = stats
-    return rep
 

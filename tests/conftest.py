@@ -165,3 +165,35 @@ def running(pid: int) -> bool:
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+# --- the distillation tests' network (tests/unit/build, tests/e2e) -----------------------------
+
+TWO_ACTION_SPEC = """schema: mi-certify/v1
+controller: {{name: ctl, decode: argmax}}
+{confidence}
+inputs:
+  - {{name: x, min: -1, max: 1, bits: 2}}
+  - {{name: z, min: 0, max: 1, bits: 1}}
+actions:
+  - {{name: a0, conservative: true}}
+  - {{name: a1}}
+fsm: {{hysteresis: 1, cooldown: 0, violations_to_fallback: 1, recovery: 1}}
+{distill}
+"""
+
+
+def two_action_model(tmp_path):
+    """A one-Gemm network of two inputs and two actions (the distillation tests' network)."""
+    # y0 = 4 (x - 0.1), y1 = -4 (x - 0.1): a1 wins for x < 0.1, a0 for x > 0.1; z is ignored
+    nodes = [helper.make_node("Gemm", ["in", "W", "b"], ["y"], transB=1)]
+    return save_model(tmp_path, "lin", nodes, [tensor("in", [1, 2])], [tensor("y", [1, 2])],
+                      inits=[("W", [[4.0, 0.0], [-4.0, 0.0]]), ("b", [-0.4, 0.4])])
+
+
+def two_action_spec(tmp_path, confidence="", distill_section=""):
+    """sla.yaml for :func:`two_action_model` (x 2 bits, z 1 bit), with optional confidence and distill sections."""
+    from mi_certify.generator.core.spec import load_spec
+    p = tmp_path / "sla.yaml"
+    p.write_text(TWO_ACTION_SPEC.format(confidence=confidence, distill=distill_section))
+    return load_spec(p)

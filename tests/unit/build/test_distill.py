@@ -5,43 +5,16 @@ from __future__ import annotations
 import pytest
 from onnx import helper
 
-from conftest import save_model, tensor
+from conftest import save_model, tensor, two_action_model, two_action_spec
 from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
 from mi_certify.generator.core.lut import PROVEN, RESOLVED
 from mi_certify.generator.frontend.model import load_model
-from mi_certify.generator.core.spec import load_spec
-
-SPEC = """schema: mi-certify/v1
-controller: {{name: ctl, decode: argmax}}
-{confidence}
-inputs:
-  - {{name: x, min: -1, max: 1, bits: 2}}
-  - {{name: z, min: 0, max: 1, bits: 1}}
-actions:
-  - {{name: a0, conservative: true}}
-  - {{name: a1}}
-fsm: {{hysteresis: 1, cooldown: 0, violations_to_fallback: 1, recovery: 1}}
-{distill}
-"""
-
-
-def _model(tmp_path):
-    # y0 = 4 (x - 0.1), y1 = -4 (x - 0.1): a1 wins for x < 0.1, a0 for x > 0.1; z is ignored
-    nodes = [helper.make_node("Gemm", ["in", "W", "b"], ["y"], transB=1)]
-    return save_model(tmp_path, "lin", nodes, [tensor("in", [1, 2])], [tensor("y", [1, 2])],
-                      inits=[("W", [[4.0, 0.0], [-4.0, 0.0]]), ("b", [-0.4, 0.4])])
-
-
-def _spec(tmp_path, confidence="", distill_section=""):
-    p = tmp_path / "sla.yaml"
-    p.write_text(SPEC.format(confidence=confidence, distill=distill_section))
-    return load_spec(p)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_cuts(tmp_path, workers):
-    model = _model(tmp_path)
-    spec = _spec(tmp_path)
+    model = two_action_model(tmp_path)
+    spec = two_action_spec(tmp_path)
     res = distill(spec, load_model(model), DistillOptions(workers=workers))
     # address = x level (2 bits) << 1 | z level; x cells [-1,-.5) [-.5,0) [0,.5) [.5,1]
     assert res.lut.tokens.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
@@ -50,50 +23,26 @@ def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_
     for r in res.resolved(spec):
         assert sorted(r["actions"]) == ["a0", "a1"] and r["resolved_to"] == "a0" and not r["undecided"]
         assert 0 <= r["witnesses"][1]["x"][0] <= 0.5  # the witness lies in the cell
-    f, diag = fidelity(_spec(tmp_path), load_model(model), res.lut, n_points=2000)
+    f, diag = fidelity(two_action_spec(tmp_path), load_model(model), res.lut, n_points=2000)
     assert f["proven_agree"] == f["proven_points"] > 1000
     assert f["network"] == "IR float64 (fixed-order arithmetic)" and diag["points"] == 2000
     assert diag["lut_agree_onnxruntime"] >= f["proven_points"] and diag["ir_vs_onnxruntime_decisions_differ"] == 0
 
 
 def test_centre_policy_keeps_the_centre_action_without_confidence(tmp_path):
-    model = _model(tmp_path)
-    spec = _spec(tmp_path, distill_section="distill: {resolve: centre}")
+    model = two_action_model(tmp_path)
+    spec = two_action_spec(tmp_path, distill_section="distill: {resolve: centre}")
     res = distill(spec, load_model(model), DistillOptions(resolve=spec.resolve, workers=1))
     assert res.lut.tokens[4] == 0 and not res.lut.confident[4]  # centre x=0.25 -> a0
 
 
 def test_confident_bit_is_a_certified_lower_bound(tmp_path):
-    model = _model(tmp_path)
-    spec = _spec(tmp_path, confidence="confidence: {kind: softmax, threshold: 0.99}")
+    model = two_action_model(tmp_path)
+    spec = two_action_spec(tmp_path, confidence="confidence: {kind: softmax, threshold: 0.99}")
     res = distill(spec, load_model(model), DistillOptions(workers=1))
     # in cell [-0.5, 0): margin y1 - y0 = -8 (x - 0.1) >= 0.8 -> p >= 1/(1+e^-0.8) = 0.69 < 0.99: not confident
     # in cell [-1, -0.5): margin >= 4.8 -> p >= 0.9918: confident
     assert res.lut.confident.tolist()[:4] == [True, True, False, False]
-
-
-def test_refuse_policy_fails_the_build_when_a_cell_holds_two_actions(tmp_path):
-    from mi_certify.generator.pipeline.runner import BuildOptions, build
-    model = _model(tmp_path)
-    _spec(tmp_path, distill_section="distill: {resolve: refuse}")
-    res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True, skip_synth=True,
-                                                                             skip_cosim=True))
-    assert res.status == "failed" and res.summary["failed_stages"] == ["lut"]
-    assert res.summary["stages"]["lut"]["error"].startswith("distill.resolve is refuse and 2 cells")
-
-
-def test_heatmap_png_marks_resolved_cells(tmp_path):
-    from mi_certify.generator.pipeline.runner import BuildOptions, build
-    model = _model(tmp_path)
-    _spec(tmp_path)
-    res = build(model, tmp_path / "sla.yaml", tmp_path / "out", BuildOptions(verify=False, skip_lint=True, skip_synth=True,
-                                                                             skip_cosim=True, heatmap=("x", "z")))
-    png = tmp_path / "out" / "heatmap_x_z.png"
-    assert res.status == "incomplete" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    again = build(model, tmp_path / "sla.yaml", tmp_path / "out2", BuildOptions(verify=False, skip_lint=True, skip_synth=True,
-                                                                                skip_cosim=True, heatmap=("x", "z")))
-    assert (tmp_path / "out2" / "heatmap_x_z.png").read_bytes() == png.read_bytes()
-    assert again.status == "incomplete"
 
 
 def test_an_island_inside_a_cell_whose_vertices_agree_is_found_and_resolved(tmp_path):
@@ -105,7 +54,7 @@ def test_an_island_inside_a_cell_whose_vertices_agree_is_found_and_resolved(tmp_
     model = save_model(tmp_path, "island", nodes, [tensor("in", [1, 2])], [tensor("y", [1, 2])],
                        inits=[("W1", [[1.0, 0.0], [-1.0, 0.0]]), ("b1", [-0.25, 0.25]),
                               ("W2", [[4.0, 4.0], [0.0, 0.0]]), ("b2", [0.0, 0.4])])
-    spec = _spec(tmp_path)
+    spec = two_action_spec(tmp_path)
     res = distill(spec, load_model(model), DistillOptions(workers=1))
     assert res.lut.tokens.tolist() == [0] * 8
     assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ANCHORS
+from conftest import ROOT, ANCHORS
 from mi_certify.generator.core.ir import AffineNode, ReluNode
 from mi_certify.generator.frontend.model import load_model
 from mi_certify.verification.nn.bounds import NodeBounds, crown_bounds
@@ -131,7 +131,8 @@ def test_leaves_in_worker_processes_give_the_answers_of_this_process():
 
 
 def test_highs_prints_nothing_on_stdout():
-    code = ("import numpy as np\nfrom test_verification import _random_dag\n"
+    code = (f"import sys\nsys.path[:0] = [{str(ROOT / 'tests')!r}, {str(Path(__file__).resolve().parent)!r}]\n"
+            "import numpy as np\nfrom test_verification import _random_dag\n"
             "from mi_certify.verification.nn.lp_split import split_leaf\n"
             "ir = _random_dag(np.random.default_rng(0), 2, [6], 2)\n"
             "split_leaf(ir, np.array([[1.0, -1.0]]), np.array([-50.0]), -np.ones(2), np.ones(2), float('inf'))\n")

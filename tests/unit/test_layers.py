@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 PACKAGES = {"generator": "mi_certify.generator", "verification": "mi_certify.verification",
             "runtime": "mi_certify.runtime", "templates": "mi_certify.templates"}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ACAS_1_1, CARTPOLE, EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+from conftest import ACAS_1_1, CARTPOLE, EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA, ROOT
 from mi_certify.generator.pipeline import stages as stages_mod
 from mi_certify.generator.pipeline import runner as build_mod
 from mi_certify.generator.pipeline.runner import BuildOptions, build
@@ -546,7 +546,7 @@ def test_a_previous_build_with_an_edited_file_is_not_overwritten(tmp_path):
 
 def test_readme_runtime_snippet_switches_as_its_comment_says(reference_build):
     """README.md "Use the generated runtime": the shown reading switches on the third step."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     block = readme.split("Use the generated runtime:")[1].split("```python\n")[1].split("```")[0]
     code = block.replace('"build/meta_controller"', repr(str(reference_build)))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

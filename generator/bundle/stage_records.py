@@ -14,12 +14,14 @@ Skipped stages: ``StageResult.skipped(name, STAGE_TEXT[f"{name}.skipped"])``
 
 from __future__ import annotations
 
-from mi_certify.generator.bundle.records import CROSS_CHECK_POINTS
 from mi_certify.generator.core.results import Status
 
 __all__ = ["STAGE_TEXT", "cosim_record", "distill_errors", "emit_record", "fsm_proofs_record", "hdl_record",
            "import_record", "latency_trials", "lint_record", "lut_properties_record", "lut_record",
            "rtl_proofs_record", "spec_record", "verify_record"]
+
+#: Number of onnxruntime cross-check points after import.
+CROSS_CHECK_POINTS = 256
 
 #: Fixed wording of the stage records (summary.json ``stages.<name>.method`` / ``reason``).
 STAGE_TEXT = {

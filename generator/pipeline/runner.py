@@ -35,9 +35,10 @@ from mi_certify.verification.tools.registry import manifest_tools, misconfigured
 
 from mi_certify.generator.pipeline import stages
 from mi_certify.generator.pipeline.stages import BuildContext
-from mi_certify.generator.bundle.records import (CROSS_CHECK_POINTS, MANIFEST_FORMAT, UNHASHED, canonical_command,
-                     collect_obligations, manifest_figures, obligations_status, source_commit, source_identity,
-                     summarize)
+from mi_certify.generator.bundle.manifest import MANIFEST_FORMAT, UNHASHED, canonical_command, manifest_figures, source_commit, source_identity
+from mi_certify.generator.bundle.obligations import collect_obligations, obligations_status
+from mi_certify.generator.bundle.stage_records import CROSS_CHECK_POINTS
+from mi_certify.generator.bundle.summary import summarize
 from mi_certify.generator.core.digests import sha256_file
 from mi_certify.generator.bundle.stage_records import import_record, spec_record
 from mi_certify.generator.core.errors import BuildError, SpecError

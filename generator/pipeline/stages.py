@@ -3,7 +3,7 @@
 Every stage takes the :class:`BuildContext` (what the earlier stages produced: the
 spec, the model, the LUT-FSM …), calls the generator or verification module that does
 the work, writes its evidence into the staging directory through
-:class:`~mi_certify.generator.bundle.records.Evidence`, and returns one
+:class:`~mi_certify.generator.bundle.evidence.Evidence`, and returns one
 :class:`~mi_certify.generator.core.results.StageResult` whose ``record`` goes into
 ``summary.json``. Which module does each stage's work: docs/architecture.md.
 """
@@ -39,7 +39,8 @@ from mi_certify.verification.nn.network import verify_spec
 from mi_certify.verification.nn.nn_verify import VerifyOptions
 from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 
-from mi_certify.generator.bundle.records import DISTILLATION_TABLES, PROOF_INDEX, Evidence, write_distillation
+from mi_certify.generator.bundle.distillation_file import DISTILLATION_TABLES, write_distillation
+from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
 from mi_certify.generator.bundle.stage_records import (STAGE_TEXT, cosim_record, distill_errors, emit_record,
                                                        fsm_proofs_record, hdl_record, latency_trials, lint_record,
                                                        lut_properties_record, lut_record, rtl_proofs_record,
@@ -568,7 +569,7 @@ def hdl_stage(ctx: BuildContext) -> StageResult:
 
 def screenshot(d: Path) -> bool:
     """Load report.html in headless Chromium and save report.png (not hashed); True when taken.
-    Console errors are the report test's business (tests/test_certificate.py)."""
+    Console errors are the report test's business (tests/e2e/test_certificate.py)."""
     if chromium.find_chromium() is None:
         return False
     try:

@@ -161,7 +161,7 @@ def test_distilled_lut_is_the_network_on_proven_cells_and_lists_resolved_ones(re
     status = np.empty(65536, dtype=object)
     for a, b, s in runs:
         status[a:b] = s
-    from mi_certify.generator.bundle.records import read_distillation
+    from mi_certify.generator.bundle.distillation_file import read_distillation
     from mi_certify.generator.core.spec import load_spec
     dist = read_distillation(reference_build, load_spec(REFERENCE_SLA))
     resolved = {r["address"] for r in dist["resolved_cells"]}
@@ -402,7 +402,7 @@ def test_a_sigkilled_build_leaves_no_process_behind(tmp_path):
     """kill -9 of the build alone (no chance to clean up) while its worker processes distill
     and verify: within 5 s no child of it is left, and no output directory appears (only the
     hidden staging one). Workers between tasks see their pipe close; one inside a long task
-    dies by PR_SET_PDEATHSIG (verification/tools/registry.py; pinned in tests/test_tools.py, where the
+    dies by PR_SET_PDEATHSIG (verification/tools/registry.py; pinned in tests/unit/tools/test_tools.py, where the
     task sleeps)."""
     import os
     import signal

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import CARTPOLE, EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA, ROOT
-from mi_certify.generator.bundle.records import collect_obligations, read_distillation, source_identity
+from mi_certify.generator.bundle.distillation_file import read_distillation
+from mi_certify.generator.bundle.manifest import source_identity
+from mi_certify.generator.bundle.obligations import collect_obligations
 from mi_certify.generator.pipeline.runner import UNHASHED, BuildOptions, build
 from mi_certify.verification.rtl import synth
 from test_build import cli
@@ -350,7 +352,7 @@ def test_report_traces_every_requirement_to_obligations_and_verdicts(reference_b
 def test_tool_qualification_kit_cites_only_existing_tests():
     text = (ROOT / "docs" / "tool-qualification.md").read_text()
     cited = set(re.findall(r"`(test_[a-z0-9_]+)`", text))
-    defined = {m for f in (ROOT / "tests").glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(),
+    defined = {m for f in (ROOT / "tests").rglob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(),
                                                                                   re.M)}
     assert len(cited) >= 10 and cited <= defined, cited - defined
 

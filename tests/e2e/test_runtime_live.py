@@ -129,7 +129,7 @@ def test_linux_probe_reads_every_quantity_with_units_or_a_reason():
         while time.monotonic() < t_end:
             pass
         s = probe.read()
-    # every quantity but the two the micro-benchmarks measure (MicrobenchProbe, tests/test_probes.py)
+    # every quantity but the two the micro-benchmarks measure (MicrobenchProbe, tests/unit/runtime/test_probes.py)
     assert set(s.readings) == set(QUANTITIES) - {"mem_bw_avail", "cache_chase_ns"}
     for q, r in s.readings.items():
         assert r.unit == QUANTITIES[q] and r.t_mono_ns == s.t_mono_ns

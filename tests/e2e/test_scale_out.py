@@ -160,7 +160,7 @@ def test_a_worker_of_another_mi_certify_is_refused_by_name(dask_backend, monkeyp
 
 
 def test_the_identity_digest_is_the_manifests_source_digest():
-    from mi_certify.generator.bundle.records import source_identity
+    from mi_certify.generator.bundle.manifest import source_identity
     assert software_identity()["mi_certify_source"] == source_identity()["sha256"]
     assert software_identity()["packages"]["mi-certify"] != "not installed"
 
@@ -273,11 +273,11 @@ def test_a_bad_instance_line_is_named_with_its_reason(tmp_path, line, reason):
 
 
 def test_the_default_backends_never_import_dask(tmp_path):
-    code = ("import sys, pathlib; sys.path.insert(0, 'tests'); import test_distill as td; "
+    code = ("import sys, pathlib; sys.path.insert(0, 'tests'); import conftest as td; "
             "from mi_certify.generator.build.distill import DistillOptions, distill; "
             "from mi_certify.generator.frontend.model import load_model; "
             f"p = pathlib.Path({str(tmp_path)!r}); "
-            "r = distill(td._spec(p), load_model(td._model(p)), DistillOptions(workers=2)); "
+            "r = distill(td.two_action_spec(p), load_model(td.two_action_model(p)), DistillOptions(workers=2)); "
             "assert r.lut.tokens.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'tornado')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -95,7 +95,7 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
 
 
 def _verdict(c: Checker) -> str:
-    from mi_certify.generator.bundle.records import GOOD_VERDICTS
+    from mi_certify.generator.core.results import GOOD_VERDICTS
     failed = [i.name for i in c.items if i.status == FAIL]
     require(not failed, f"{len(failed)} check(s) failed")
     s = c.read_json("summary.json")

@@ -120,7 +120,7 @@ def _verify_stage(ver: dict | None, command: list[str]) -> dict:
 
 def _lut_stage(d: Path, spec, lut_json: dict | None) -> dict:
     """The ``lut`` record: from the distillation boxes, or lut.json's counts for a sampled LUT."""
-    from mi_certify.generator.bundle.records import read_distillation
+    from mi_certify.generator.bundle.distillation_file import read_distillation
     from mi_certify.generator.bundle.stage_records import lut_record
     if not (d / "distillation.json").exists():
         return lut_record(spec, lut_counts(lut_json))
@@ -220,7 +220,7 @@ def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes
 def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.ndarray) -> dict[str, str]:
     """The emitted Python runtime, Verilog, ROM file and SLA-monitor wrapper made again from
     the spec, lut.hex, the distillation boxes and the recorded hashes and version."""
-    from mi_certify.generator.bundle.records import read_distillation
+    from mi_certify.generator.bundle.distillation_file import read_distillation
     from mi_certify.generator.build.emit_common import SourceHashes
     from mi_certify.generator.build.emit_python import emit_python
     from mi_certify.generator.build.emit_verilog import emit_verilog

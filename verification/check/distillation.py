@@ -72,7 +72,7 @@ def check_distillation(c: Checker, ev: CheckContext) -> None:
     if not (c.d / "distillation.json").exists():
         c.add("distillation", SKIP, "independent", "the LUT was sampled (--sample-lut): no cell is proven")
         return
-    from mi_certify.generator.bundle.records import read_distillation
+    from mi_certify.generator.bundle.distillation_file import read_distillation
     try:
         dist = read_distillation(c.d)
         n = len(ev.spec.inputs)

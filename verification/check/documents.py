@@ -61,7 +61,7 @@ def _sources(c: Checker, ev: CheckContext, sources: dict) -> str:
 
 def _summary(c: Checker, ev: CheckContext, sources: dict, derived: dict) -> str:
     """Fills ``derived`` with summary.json as the evidence gives it, then compares."""
-    from mi_certify.generator.bundle.records import summarize
+    from mi_certify.generator.bundle.summary import summarize
     summary = ev.summary
     stages = docs.expected_stages(c.d, ev.spec, ev.ir, c.manifest, summary.get("stages", {}), ev.lut,
                                   has_rom=any(rel.endswith("_rom.hex") for rel in sources))
@@ -77,7 +77,7 @@ def _summary(c: Checker, ev: CheckContext, sources: dict, derived: dict) -> str:
 
 
 def _obligations(c: Checker, ev: CheckContext, stages: dict) -> str:
-    from mi_certify.generator.bundle.records import collect_obligations, obligations_status
+    from mi_certify.generator.bundle.obligations import collect_obligations, obligations_status
     stored = c.read_json("obligations.json")
     again = collect_obligations(ev.spec, c.d, stages)
     diff = docs.differences(stored["obligations"], again, "obligations")
@@ -111,7 +111,8 @@ def _records(c: Checker, ev: CheckContext, stages: dict) -> str:
 def _manifest_figures(c: Checker, ev: CheckContext, stages: dict, summary: dict) -> str:
     """manifest.json's figures against ``summary`` (the derived one, or the stored one when
     the summary item failed), its controller against sla.yaml, its seed and cycles against cosim.json."""
-    from mi_certify.generator.bundle.records import collect_obligations, manifest_figures
+    from mi_certify.generator.bundle.manifest import manifest_figures
+    from mi_certify.generator.bundle.obligations import collect_obligations
     obligations = collect_obligations(ev.spec, c.d, stages)
     want = manifest_figures(summary, obligations)
     diff = docs.differences({k: c.manifest.get(k) for k in want}, want)

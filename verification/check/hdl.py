@@ -101,7 +101,8 @@ def check_hdl_numbers(c: Checker, ev: CheckContext) -> None:
 
 
 def _hdl_again(c: Checker, ev: CheckContext, stage: dict, synth) -> str:
-    from mi_certify.generator.bundle.records import HDL_SUMMARY_KEYS, hdl_record
+    from mi_certify.generator.bundle.stage_records import hdl_record
+    from mi_certify.generator.bundle.summary import HDL_SUMMARY_KEYS
     spec = ev.spec
     fresh = hdl_record(synth.hdl_numbers(spec, c.d / f"{spec.module_name}.v"), synth.SEED,
                        header=ev.summary.get("stages", {}).get("emit", {}).get("target_header"))

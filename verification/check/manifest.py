@@ -25,7 +25,7 @@ from mi_certify.verification.check.common import FAIL, PASS, SKIP, Checker, Chec
 def check_manifest(c: Checker) -> str:
     """The ``manifest`` item: manifest.json has our format and lists files; sets ``c.manifest``.
     Returns the detail; raises CheckFailed."""
-    from mi_certify.generator.bundle.records import MANIFEST_FORMAT
+    from mi_certify.generator.bundle.manifest import MANIFEST_FORMAT
     m = c.read_json("manifest.json")
     require(isinstance(m, dict) and m.get("format") == MANIFEST_FORMAT,
             f"manifest.json: format is not {MANIFEST_FORMAT}")
@@ -49,7 +49,7 @@ def check_signature(c: Checker, pub) -> None:
 def check_hashes(c: Checker) -> bool:
     """One ``hash REL`` item per hashed file, then the unhashed and unlisted files and the
     inputs' binding. Returns False when anything failed (nothing else is worth reading)."""
-    from mi_certify.generator.bundle.records import UNHASHED
+    from mi_certify.generator.bundle.manifest import UNHASHED
     m = c.manifest
     ok = True
     for rel, digest in sorted(m["files"].items()):

@@ -22,7 +22,7 @@ SMT_TIMEOUT_S = 600
 def check_proofs(c: Checker, ev: CheckContext) -> None:
     """Items ``fsm proofs: ...``, ``rtl proofs: ...`` and one ``<group>.<id>: <evidence> re-run
     by z3`` per obligation of proofs/index.json."""
-    from mi_certify.generator.bundle.records import PROOF_INDEX
+    from mi_certify.generator.bundle.evidence import PROOF_INDEX
     if not (c.d / PROOF_INDEX).exists():
         return
     import z3

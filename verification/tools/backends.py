@@ -177,7 +177,7 @@ def map_ordered(fn: Callable, items: Sequence, backend=None,
 def software_identity() -> dict:
     """What runs the tasks in this process: {"mi_certify_source": sha256 over every .py and .j2 file
     of the four packages (the same digest as the manifest's ``mi_certify.source.sha256``:
-    :func:`mi_certify.generator.bundle.records.source_identity`), "python": version, "packages": {distribution:
+    :func:`mi_certify.generator.bundle.manifest.source_identity`), "python": version, "packages": {distribution:
     version} of :data:`IDENTITY_PACKAGES`}. A Dask worker whose identity differs is refused."""
     digest, _ = source_digest()
     pkgs = {}

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from mi_certify.generator.bundle.records import HDL_SUMMARY_KEYS
+from mi_certify.generator.bundle.summary import HDL_SUMMARY_KEYS
 from mi_certify.generator.bundle.stage_records import hdl_record
 from mi_certify.generator.core.errors import SpecError
 from mi_certify.generator.core.spec import TARGET_DEVICES, HdlTarget, load_spec

@@ -193,7 +193,7 @@ def test_manifest_tools_records_the_first_version_line_of_the_six_tools(tmp_path
 def test_the_registry_cli_runs_without_the_package_and_matches_the_makefile_fallback():
     def cli(what):
         # -S: no site-packages, so mi_certify is not importable (a fresh machine before the venv)
-        return subprocess.run([sys.executable, "-S", str(ROOT / "verification" / "tools.py"), what],
+        return subprocess.run([sys.executable, "-S", str(ROOT / "verification" / "tools" / "registry.py"), what],
                               capture_output=True, text=True, timeout=30).stdout.split()
     commands, packages = cli("commands"), cli("apt-packages")
     assert commands == ["iverilog", "vvp", "yosys", "verilator", "chromium"]   # the synthesis tools come from PyPI
@@ -201,7 +201,7 @@ def test_the_registry_cli_runs_without_the_package_and_matches_the_makefile_fall
     assert packages == ["iverilog", "yosys", "verilator", "chromium"]
     make = (ROOT / "Makefile").read_text()
     fallback = {m.group(1): m.group(2).split() for m in re.finditer(
-        r"^(TOOL_CMDS|APT_PKGS) := \$\(shell \$\(PYTHON\) verification/tools\.py \S+ 2>/dev/null \|\| echo ([^)]*)\)$",
+        r"^(TOOL_CMDS|APT_PKGS) := \$\(shell \$\(PYTHON\) verification/tools/registry\.py \S+ 2>/dev/null \|\| echo ([^)]*)\)$",
         make, re.M)}
     assert fallback == {"TOOL_CMDS": commands, "APT_PKGS": packages}
 

@@ -178,7 +178,8 @@ def profile_command(args, console: Console) -> int:
 
 def train_command(args, console: Console) -> int:
     from mi_certify.generator.core.spec import load_spec
-    from mi_certify.generator.frontend.train import TrainError, TrainOptions, read_profile, train_controller, write_outputs
+    from mi_certify.generator.frontend.train import (
+        TrainError, TrainOptions, read_profile, train_controller, write_outputs)
 
     spec = load_spec(args.sla)
     try:

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from mi_certify.generator.core.ir import ControllerIR
-from mi_certify.generator.frontend.onnx_import import (ORT_RTOL, OnnxruntimeReadout, compare_with_onnxruntime, feed_shapes, import_model,
-                          parse_model, read_model_file)
+from mi_certify.generator.frontend.onnx_import import (
+    ORT_RTOL, OnnxruntimeReadout, compare_with_onnxruntime, feed_shapes, import_model, parse_model, read_model_file)
 
 __all__ = ["LoadedModel", "load_model"]
 

@@ -35,7 +35,8 @@ from mi_certify.verification.tools.registry import manifest_tools, misconfigured
 
 from mi_certify.generator.pipeline import stages
 from mi_certify.generator.pipeline.stages import BuildContext
-from mi_certify.generator.bundle.manifest import MANIFEST_FORMAT, UNHASHED, canonical_command, manifest_figures, source_commit, source_identity
+from mi_certify.generator.bundle.manifest import (
+    MANIFEST_FORMAT, UNHASHED, canonical_command, manifest_figures, source_commit, source_identity)
 from mi_certify.generator.bundle.obligations import collect_obligations, obligations_status
 from mi_certify.generator.bundle.stage_records import CROSS_CHECK_POINTS
 from mi_certify.generator.bundle.summary import summarize
@@ -43,7 +44,8 @@ from mi_certify.generator.core.digests import sha256_file
 from mi_certify.generator.bundle.stage_records import import_record, spec_record
 from mi_certify.generator.core.errors import BuildError, SpecError
 from mi_certify.generator.core.lut import check_shapes
-from mi_certify.generator.pipeline.stages import COSIM_RANDOM_CYCLES, COSIM_SEED, BuildOptions  # noqa: F401 - public here too
+from mi_certify.generator.pipeline.stages import (  # noqa: F401 - public here too
+    COSIM_RANDOM_CYCLES, COSIM_SEED, BuildOptions)
 from mi_certify.generator.frontend.model import LoadedModel, load_model
 from mi_certify.generator.core.results import StageResult
 from mi_certify.generator.core.spec import Spec, load_spec

@@ -53,7 +53,8 @@ from mi_certify.generator.build.lut_rom import emit_rom_hex
 from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES, rom_file_name
 from mi_certify.generator.build.emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from mi_certify.generator.core.errors import BuildError
-from mi_certify.generator.core.lut import Lut, LutFsmArtefact, apply_masks, encode_status_runs, property_masks, sample_lut
+from mi_certify.generator.core.lut import (
+    Lut, LutFsmArtefact, apply_masks, encode_status_runs, property_masks, sample_lut)
 from mi_certify.generator.frontend.model import LoadedModel
 from mi_certify.generator.core.results import StageResult, Status, Verdict
 from mi_certify.generator.core.spec import Spec
@@ -263,7 +264,8 @@ def lut_stage(ctx: BuildContext) -> StageResult:
         record = lut_record(spec, ctx.lut.counts())
         evidence = ()
     if ctx.opts.heatmap:
-        from mi_certify.generator.build.heatmap import write_heatmap  # matplotlib: loaded only when a heat map is asked for
+        from mi_certify.generator.build.heatmap import (  # matplotlib: loaded only when a heat map is asked for
+            write_heatmap)
         x, y = ctx.opts.heatmap
         write_heatmap(spec, ctx.lut, x, y, ctx.d / f"heatmap_{x}_{y}.png")
     return StageResult("lut", record, evidence=evidence)

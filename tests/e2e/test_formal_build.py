@@ -13,21 +13,15 @@ from conftest import REFERENCE_MODEL, REFERENCE_SLA
 from mi_certify.generator.core.lut import LutFsmArtefact, property_masks
 from mi_certify.generator.pipeline.runner import BuildOptions, build
 from mi_certify.generator.core.spec import load_spec
-from mi_certify.runtime.fsm import MaskBox
 from mi_certify.verification.rtl.fsm_proofs import entry_alphabet
 from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 
-# 4 addresses (one input, 2 bits): keep, int4, int4 (not confident), merge; a property forbids int4 at 2
-TOKENS = np.array([0, 2, 2, 1])
-CONF = np.array([1, 1, 0, 1], dtype=bool)
 
 class _Prop:
     def __init__(self, pid, kind, forbid=(), require=()):
         self.id, self.kind, self.forbid, self.require = pid, kind, list(forbid), list(require)
 
 
-MASKS = [MaskBox("P", (2,), (2,), (2,), 0b1011)]
-PROPS = [_Prop("P", "forbid", forbid=[2])]
 MUTANTS = {
     "cooldown off by one": ("COOLDOWN     = 4'd10", "COOLDOWN     = 4'd9", "rtl.equivalence"),
     "dropped reset term": ("token       <= CONSERVATIVE;", "token       <= token;", "rtl.reset"),

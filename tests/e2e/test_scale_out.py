@@ -21,7 +21,8 @@ from mi_certify.generator.core.errors import BackendError, MiCertifyError, TaskL
 from mi_certify.generator.core.lut import table_bytes
 from mi_certify.generator.frontend.model import load_model
 from mi_certify.generator.core.spec import load_spec
-from mi_certify.verification.tools.backends import BackendSpec, InlineBackend, map_ordered, open_backend, software_identity
+from mi_certify.verification.tools.backends import (
+    BackendSpec, InlineBackend, map_ordered, open_backend, software_identity)
 from mi_certify.verification.nn.campaign import read_instances, results_csv, run_campaign
 from mi_certify.verification.nn.nn_verify import VerifyOptions
 

@@ -40,7 +40,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from mi_certify.verification.check.common import FAIL, PASS, SKIP, CheckItem, CheckOptions, Checker, CheckContext, require
+from mi_certify.verification.check.common import (
+    FAIL, PASS, SKIP, CheckItem, CheckOptions, Checker, CheckContext, require)
 from mi_certify.verification.check.distillation import check_distillation
 from mi_certify.verification.check.documents import check_documents
 from mi_certify.verification.check.hdl import check_hdl_numbers, check_tools

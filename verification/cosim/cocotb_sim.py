@@ -30,8 +30,8 @@ from mi_certify.generator.core.lut import LutFsmArtefact
 from mi_certify.runtime.lut_file import split_entries, unpack_entry
 from mi_certify.runtime.fsm import FsmConfig, LutFsm, MaskBox, Reason, allowed_at
 
-from mi_certify.verification.tools.registry import (ToolMissingError, ToolUnavailable, find_tool, memory_limit_mb, require_tool, run, tool_env,
-                    tool_version)
+from mi_certify.verification.tools.registry import (
+    ToolMissingError, ToolUnavailable, find_tool, memory_limit_mb, require_tool, run, tool_env, tool_version)
 
 
 @dataclass(frozen=True)

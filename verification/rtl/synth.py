@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mi_certify.verification.tools import yosys
-from mi_certify.verification.tools.registry import (TOOLS, ToolMissingError, ToolRunError, find_tool, memory_error, memory_limit_mb, memory_rlimit, require_tool,
-                    run)
+from mi_certify.verification.tools.registry import (
+    TOOLS, ToolMissingError, ToolRunError, find_tool, memory_error, memory_limit_mb, memory_rlimit, require_tool, run)
 
 #: The Yosys that makes every synthesis figure (a key of :data:`.tools.TOOLS`: the YoWASP build
 #: pinned in constraints.txt; docs/hdl.md, "Tools"). The RTL proofs' ``write_smt2`` keeps the

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mi_certify.verification.tools.registry import ToolMissingError, memory_error, memory_limit_mb, require_tool, run, tool_version
+from mi_certify.verification.tools.registry import (
+    ToolMissingError, memory_error, memory_limit_mb, require_tool, run, tool_version)
 
 
 def version() -> str:

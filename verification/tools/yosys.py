@@ -23,7 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from mi_certify.verification.tools.registry import ToolMissingError, ToolRunError, memory_error, memory_limit_mb, memory_rlimit, require_tool, run, tool_version
+from mi_certify.verification.tools.registry import (
+    ToolMissingError, ToolRunError, memory_error, memory_limit_mb, memory_rlimit, require_tool, run, tool_version)
 
 __all__ = ["YosysError", "cell_stats", "run_script", "script", "smt2", "stat_cells", "version"]
 

@@ -22,18 +22,6 @@ class _Prop:
 
 MASKS = [MaskBox("P", (2,), (2,), (2,), 0b1011)]
 PROPS = [_Prop("P", "forbid", forbid=[2])]
-MUTANTS = {
-    "cooldown off by one": ("COOLDOWN     = 4'd10", "COOLDOWN     = 4'd9", "rtl.equivalence"),
-    "dropped reset term": ("token       <= CONSERVATIVE;", "token       <= token;", "rtl.reset"),
-    "wrong reason code": ("n_reason = R_RECOVER;", "n_reason = R_FALLBACK;", "rtl.equivalence"),
-    "fallback disabled": ("end else if (sla_violation && vcnt == VIOL_LAST)",
-                          "end else if (sla_violation && vcnt == VIOL_LAST && 1'b0)", "rtl.equivalence"),
-    "allowed-action mask dropped": ("if (!allowed[token]) begin", "if (1'b0) begin", "rtl.property.P1"),
-    "hysteresis off by one": ("HYST_LAST    = 2'd2", "HYST_LAST    = 2'd1", "rtl.equivalence"),
-    "one flipped LUT entry": (None, None, "rtl.lut_table"),
-    "audit address not registered": ("audit_addr  <= addr;", "audit_addr  <= audit_addr;", "rtl.audit"),
-    "audit valid during reset": ("audit_valid <= 1'b0;", "audit_valid <= 1'b1;", "rtl.audit"),
-}
 
 
 

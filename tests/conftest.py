@@ -124,11 +124,27 @@ def tensor(name: str, shape):
 
 @pytest.fixture(scope="session")
 def reference_build(tmp_path_factory):
-    """The reference controller built once per session with the CLI (the same command as `make certs`)."""
-    out = tmp_path_factory.mktemp("ref") / "meta_controller"
-    proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "build", str(REFERENCE_MODEL), "--sla",
-                           str(REFERENCE_SLA), "--out", str(out)], capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stderr
+    """The reference controller built once per test run with the CLI (the same command as `make certs`).
+
+    Under pytest-xdist every worker is a session of its own: the first to ask builds into the
+    run's common base directory while holding an flock, the others wait for it and read the same
+    bundle (a whole build is minutes of two cores: once, not once per worker). Tests copy the
+    bundle before they edit it (``bundle_copy``)."""
+    import fcntl
+    base = tmp_path_factory.getbasetemp()
+    common = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out = common / "reference" / "meta_controller"
+    out.parent.mkdir(exist_ok=True)
+    with open(common / "reference.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = out.parent / "built"
+        if not done.exists():
+            proc = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "build", str(REFERENCE_MODEL),
+                                   "--sla", str(REFERENCE_SLA), "--out", str(out)], capture_output=True, text=True,
+                                  timeout=1800)
+            done.write_text(f"{proc.returncode}\n{proc.stderr}")
+        rc, _, stderr = done.read_text().partition("\n")
+    assert rc == "0", stderr
     return out
 
 

@@ -18,6 +18,7 @@ Skipped when the LUT was sampled (no distillation.json).
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -42,8 +43,15 @@ def addresses(spec, lo, hi) -> np.ndarray:
 
 
 def _cell_edges(inp, q: int) -> tuple[Fraction, Fraction]:
-    lo, hi = Fraction(inp.min), Fraction(inp.max)
-    step = (hi - lo) / (1 << inp.bits)
+    return _edges(float(inp.min), float(inp.max), int(inp.bits), int(q))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _edges(lo_f: float, hi_f: float, bits: int, q: int) -> tuple[Fraction, Fraction]:
+    """Cell ``q``'s edges of an input over [lo_f, hi_f] at ``bits`` bits, exact rationals (cached:
+    a resolved cell's witnesses share their cell's edges)."""
+    lo, hi = Fraction(lo_f), Fraction(hi_f)
+    step = (hi - lo) / (1 << bits)
     return lo + q * step, lo + (q + 1) * step
 
 
@@ -55,15 +63,18 @@ def _levels_of(spec, addr: int) -> list[int]:
     return out[::-1]
 
 
-def _in_cell(spec, levels, x, closed: bool = False) -> bool:
-    """x (floats) lies in the cell (half-open, last cell closed; ``closed``: the closed box), in exact rationals."""
+def _where_in_cell(spec, levels, x) -> tuple[bool, bool]:
+    """(x in the half-open cell (last cell closed), x in the closed box), in exact rationals."""
+    half_open = closed = True
     for inp, q, v in zip(spec.inputs, levels, x):
         a, b = _cell_edges(inp, q)
         fv = Fraction(float(v))
         last = q == (1 << inp.bits) - 1
-        if not (a <= fv and (fv < b or ((last or closed) and fv <= b))):
-            return False
-    return True
+        closed = closed and a <= fv <= b
+        half_open = half_open and a <= fv and (fv < b or (last and fv == b))
+        if not closed:
+            break
+    return half_open and closed, closed
 
 
 def check_distillation(c: Checker, ev: CheckContext) -> None:
@@ -271,9 +282,9 @@ def _resolved_cell(spec, lut: np.ndarray, policy: str, r: dict) -> int:
     on_edge = 0
     for w in r["witnesses"]:
         # resolving only costs fidelity, never soundness: a witness on the cell's closed boundary counts
-        require(_in_cell(spec, lv, w["x"], closed=True), f"cell {r['address']}: witness {w['x']} outside "
-                                                         "the cell")
-        on_edge += not _in_cell(spec, lv, w["x"])
+        inside, in_box = _where_in_cell(spec, lv, w["x"])
+        require(in_box, f"cell {r['address']}: witness {w['x']} outside the cell")
+        on_edge += not inside
     token, confident = (names.index(r["actions"][0]), False) if policy == "centre" else (spec.conservative, True)
     entry = pack_entry(token, confident)
     require(names[token] == r["resolved_to"] and int(lut[r["address"]]) == entry,

@@ -548,7 +548,7 @@ def distill(spec: Spec, model: LoadedModel, opts: DistillOptions | None = None,
         backend = open_backend(BackendSpec(workers=opts.workers))
     try:  # results come back in slice order, whatever the workers' number and order
         results = map_ordered(_distill_slice, slices, backend,
-                              on_result=(lambda k, done: progress(done * per, n)) if progress else None)
+                              on_result=(lambda k, done, _: progress(done * per, n)) if progress else None)
     finally:
         if own:
             backend.close()

@@ -67,18 +67,28 @@ def import_record(ir) -> dict:
 
 def verify_record(verification: dict, timeout_s: float) -> dict:
     """The ``verify`` record of verification.json's content ``verification`` (status, per-property
-    verdicts, the output domain) and the per-query ``timeout_s`` (``--verify-timeout``)."""
+    verdicts, the output domain: every action listed as reachable, proved unreachable or unknown)
+    and the per-query ``timeout_s`` (``--verify-timeout``)."""
     return {"status": _ok(verification["status"] == "proved"), "result": verification["status"],
             "properties": {r["id"]: r["verdict"] for r in verification["properties"]},
-            "reachable_actions": [a["action"] for a in verification["output_domain"]["actions"]
-                                  if a["reachable"] == "yes"],
+            **{key: [a["action"] for a in verification["output_domain"]["actions"] if a["reachable"] == word]
+               for key, word in (("reachable_actions", "yes"), ("unreachable_actions", "no"),
+                                 ("unknown_reachability", "unknown"))},
             "timeout_s": timeout_s}
 
 
+#: below this agreement with the network (share of test points) a distilled LUT's record carries a
+#: warning, whether or not sla.yaml bounds it (``distill.min_agreement``)
+LOW_AGREEMENT = 0.9
+
+
 def distill_errors(spec, resolved_cells: int, fidelity: dict) -> list[str]:
-    """Why a distillation fails the build: a proven cell that disagrees with the network, or
-    resolved cells under the ``refuse`` policy."""
+    """Why a distillation fails the build: a proven cell that disagrees with the network,
+    resolved cells under the ``refuse`` policy, or an agreement below ``distill.min_agreement``."""
     errors = []
+    if spec.min_agreement is not None and fidelity["agreement"] < spec.min_agreement:
+        errors.append(f"the LUT agrees with the network on {fidelity['agreement']:.2%} of "
+                      f"{fidelity['points']:,} test points, below distill.min_agreement {spec.min_agreement:.2%}")
     if fidelity["proven_agree"] != fidelity["proven_points"]:
         errors.append("a proven cell disagrees with the network")
     if spec.resolve == "refuse" and resolved_cells > 0:
@@ -100,11 +110,15 @@ def lut_record(spec, counts: dict, boxes=None, fidelity: dict | None = None) -> 
 
     from mi_certify.generator.build.distill import UNDECIDED
     errors = distill_errors(spec, counts["resolved"], fidelity)
+    low = fidelity["agreement"] < LOW_AGREEMENT and not errors
     return {"status": _ok(not errors), "method": STAGE_TEXT["lut.distilled"], **tally,
             "proven_share": round(counts["proven"] / cells, 6),
             "undecided_cells": int(np.sum(boxes["method"] == UNDECIDED)),
             "fidelity": {k: v for k, v in fidelity.items() if k != "disagreements_in_proven_cells"},
-            **({"error": "; ".join(errors)} if errors else {})}
+            **({"error": "; ".join(errors)} if errors else {}),
+            **({"warning": f"the LUT agrees with the network on only {fidelity['agreement']:.2%} of "
+                           f"{fidelity['points']:,} test points ({counts['resolved']:,} of {cells:,} cells "
+                           f"resolved, not proven); distill.min_agreement bounds it"} if low else {})}
 
 
 def lut_properties_record(properties: dict, overridden_cells: int) -> dict:

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -166,6 +167,10 @@ def _add_verify_parsers(sub) -> None:
     v.add_argument("--confirm-timeout", type=_seconds, default=300.0, metavar="S",
                    help="seconds for the exact Z3 confirmation of each PROVED on networks with <= 64 ReLUs "
                         "(default 300); an unconfirmed proof is unknown")
+    v.add_argument("--total-timeout", type=_seconds, default=None, metavar="S",
+                   help="with --sla or --vnnlib: wall-clock seconds for the whole run; each query gets what is "
+                        "left (its --timeout and --confirm-timeout cut in their ratio) and a query for which "
+                        "nothing is left is not started (unknown). Default: no bound beyond the per-query ones")
     v.add_argument("--witness", metavar="FILE", help="with --vnnlib: write the counterexample in VNN-COMP format")
     v.add_argument("--json", metavar="FILE", dest="json_out", help="write every result (verdict, time, method, "
                    "witness, statistics) as JSON")
@@ -258,22 +263,39 @@ def _run_build(args, console: Console) -> int:
     return 1 if result.status == "failed" else 0
 
 
+#: without a terminal (a CI log, a pipe), a running stage's progress is a plain line at every tenth
+PLAIN_PROGRESS_STEP = 0.1
+
+
 def _progress_events(progress: Progress, console: Console):
-    """The build's on_event: a progress bar per running stage, one line per finished stage."""
+    """The build's on_event: a progress bar per running stage (on a terminal; elsewhere a plain line
+    ``  <stage>: 40%`` at every :data:`PLAIN_PROGRESS_STEP`), one line per finished stage."""
     tasks: dict[str, int] = {}
+    shown: dict[str, int] = {}
+    details: dict[str, str] = {}
+    plain = not console.is_terminal
 
     def on_event(kind, name, value):
         if kind == "start":
             tasks[name] = progress.add_task(_STAGE_TITLES.get(name, name), total=1.0)
+            shown[name] = 0
         elif kind == "progress":
             progress.update(tasks[name], completed=value)
+            step = int(math.floor(min(max(value, 0.0), 1.0) / PLAIN_PROGRESS_STEP + 1e-9))
+            if plain and step > shown.get(name, 0) and value < 1.0:
+                shown[name] = step
+                said = f" ({details[name]})" if name in details else ""
+                console.print(f"  {_STAGE_TITLES.get(name, name)}: {round(step * PLAIN_PROGRESS_STEP * 100)}%{said}",
+                              highlight=False)
         elif kind == "detail" and name in tasks:
+            details[name] = value
             progress.update(tasks[name], description=f"{_STAGE_TITLES.get(name, name)} ({value})")
         elif kind == "note":
             console.print(f"  {_STAGE_TITLES.get(name, name)}: {value}", highlight=False)
         elif kind == "done":
             stage, status = name.split(":")
             progress.remove_task(tasks.pop(stage))
+            details.pop(stage, None)
             mark = "[green]✓[/]" if status == "ok" else "[red]✗[/]"
             console.print(f"{mark} {_STAGE_TITLES.get(stage, stage):55s} {value:7.2f} s")
     return on_event
@@ -301,6 +323,9 @@ def _print_build(result, console: Console) -> None:
                       "complete certificate")
     if s["lut"]["sampled"]:
         console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")
+    lut = s["stages"].get("lut", {})
+    if lut.get("warning"):   # low agreement with the network: the build passes and says so
+        console.print(f"[yellow]warning:[/] {lut['warning']}", highlight=False)
     hdl = s["stages"].get("hdl", {})
     if hdl.get("warning"):   # a missed advisory target: the build passes and says so
         console.print(f"[yellow]warning:[/] {hdl['warning']}", highlight=False)
@@ -339,7 +364,11 @@ def _proofs_detail(st: dict) -> str:
 
 def _verify_detail(st: dict) -> str:
     detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
-    return detail + f"; reachable: {', '.join(st['reachable_actions'])}"
+    detail += f"; reachable: {', '.join(st['reachable_actions']) or 'none'}"
+    for key, word in (("unreachable_actions", "proved unreachable"), ("unknown_reachability", "reachability unknown")):
+        if st.get(key):
+            detail += f"; {word}: {', '.join(st[key])}"
+    return detail
 
 
 def _hdl_detail(st: dict) -> str:
@@ -421,6 +450,8 @@ def _run_verify(args, console: Console) -> int:
         if target and not Path(target).resolve().parent.is_dir():
             raise MiCertifyError("the folder of this output file does not exist", file=target)
     if args.campaign:
+        if args.total_timeout is not None:
+            raise MiCertifyError("not with --campaign (each instance has its own timeout)", where="--total-timeout")
         return _verify_campaign(args, opts, console)
     for flag, given in (("--results", args.results), ("--category", args.category), ("--scheduler", args.scheduler)):
         if given:
@@ -452,13 +483,30 @@ def _verify_campaign(args, opts, console: Console) -> int:
                       f"{opts.timeout:g} s (or its own timeout) search + {opts.confirm_timeout:g} s confirmation",
                       highlight=False)
 
-        def shown(inst, done: int, total: int) -> None:
-            console.print(f"  [{done}/{total}] line {inst.line}: {inst.onnx} {inst.vnnlib} decided", highlight=False)
+        # each answer is appended to FILE.partial as it arrives (arrival order, flushed), so Ctrl-C,
+        # a kill or a crash keeps the instances already decided; FILE itself (list order) is written
+        # only when every instance has its answer, and the .partial is removed then
+        partial = results_path.with_name(results_path.name + ".partial")
+        arrived = 0
+        with open(partial, "w", encoding="utf-8") as keep:
+            def shown(r, done: int, total: int) -> None:
+                nonlocal arrived
+                keep.write(results_csv([r], category))
+                keep.flush()
+                arrived = done
+                console.print(f"  [{done}/{total}] line {r.instance.line}: {r.instance.onnx} {r.instance.vnnlib} "
+                              f"{r.result}", highlight=False)
 
-        results = run_campaign(instances, opts, backend, on_result=shown)
-    tmp = results_path.with_name(f".{results_path.name}.partial")
+            try:
+                results = run_campaign(instances, opts, backend, on_result=shown)
+            except KeyboardInterrupt:
+                console.print(f"interrupted: {arrived} of {len(instances)} instances answered; their results are "
+                              f"in {partial} (arrival order); {results_path} was not written", highlight=False)
+                raise
+    tmp = results_path.with_name(f".{results_path.name}.tmp")
     tmp.write_text(results_csv(results, category), encoding="utf-8")
     tmp.replace(results_path)
+    partial.unlink()
     t = Table(title=f"campaign {args.campaign}")
     for col in ("line", "network", "property", "result", "time (s)"):
         t.add_column(col)
@@ -496,6 +544,12 @@ def _verify_vnnlib(args, model, opts, console: Console) -> int:
         if not (np.all(np.abs(lo) <= 1e15) and np.all(np.abs(hi) <= 1e15)):
             raise MiCertifyError("input bounds beyond 1e15 in magnitude are not supported", file=args.vnnlib)
         model.cross_check(lo, hi)
+    if args.total_timeout is not None:
+        from mi_certify.verification.nn.network import within_total
+        opts = within_total(opts, args.total_timeout - (time.monotonic() - args.started))
+        if opts is None:
+            raise MiCertifyError("too short to start the query (the network's import and cross-check took it)",
+                                 where="--total-timeout")
     res = decide(model, query, opts)
     console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s ({res.method}) "
                   f"{res.detail}", highlight=False)
@@ -531,7 +585,8 @@ def _verify_sla(args, model, opts, console: Console) -> int:
                 {"violated": "reachable", "proved": "unreachable (proved)"}.get(r.verdict.value, "[yellow]unknown[/]"))
         console.print(f"  [{done}/{total}] {r.id}: {said} in {r.time_s:.2f} s ({r.method})", highlight=False)
 
-    result = verify_spec(model, spec, opts, on_result=shown)
+    left = None if args.total_timeout is None else args.total_timeout - (time.monotonic() - args.started)
+    result = verify_spec(model, spec, opts, on_result=shown, total_timeout=left)
     t = Table(title=f"properties of {args.model}")
     for col in ("property", "verdict", "time (s)", "method", "witness"):
         t.add_column(col)
@@ -552,8 +607,11 @@ def _verify_sla(args, model, opts, console: Console) -> int:
             console.print(f"[red]error:[/] {r.id}: {e}", highlight=False)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result.full_json(), indent=2, sort_keys=True) + "\n")
-    console.print(f"status: {result.status}")
-    return {"proved": 0, "violated": 1}.get(result.status, 3)
+    status = result.run_status
+    unknown = result.unknown_reachability
+    console.print(f"status: {status}" + (f" (the reachability of {', '.join(unknown)} is unknown)" if unknown else ""),
+                  highlight=False)
+    return {"proved": 0, "violated": 1}.get(status, 3)
 
 
 def _run_check_spec(args, console: Console) -> int:
@@ -631,7 +689,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    started = time.monotonic()  # verify --total-timeout counts from here
     args = _parser().parse_args(argv)
+    args.started = started
     console = Console(stderr=True, soft_wrap=True)
     try:
         handler = {"build": _run_build, "inspect": _run_inspect, "check-spec": _run_check_spec,

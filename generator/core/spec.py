@@ -130,6 +130,10 @@ SCHEMA: dict = {
                             "description": "a cell where the network decodes more than one action (or that cannot "
                                            "be decided) gets the conservative action, confident (default); the "
                                            "action at its centre, not confident; or fails the build (refuse)"},
+                "min_agreement": {"type": "number", "minimum": 0, "maximum": 1,
+                                  "description": "the share of test points (distillation.json's fidelity) on which "
+                                                 "the LUT must decode like the network, else the build fails (default: "
+                                                 "no bound; a build below 90 % agreement passes with a warning)"},
             },
         },
         "monitor": {
@@ -427,6 +431,8 @@ class Spec:
     cosim: CosimSettings = CosimSettings()
     confidence_threshold: float | None = None
     resolve: str = "conservative"
+    #: ``distill.min_agreement``: the LUT's least agreement with the network (share of test points)
+    min_agreement: float | None = None
     monitor: MonitorConfig = MonitorConfig()
     hdl: HdlOptions = HdlOptions()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
@@ -636,6 +642,8 @@ def _resolve(raw: dict, f: str) -> Spec:
                                     tuple(sorted((k, float(v)) for k, v in cosim.get("coverage", {}).items()))),
                 confidence_threshold=None if conf is None else float(conf["threshold"]),
                 resolve=raw.get("distill", {}).get("resolve", "conservative"),
+                min_agreement=(None if raw.get("distill", {}).get("min_agreement") is None
+                               else float(raw["distill"]["min_agreement"])),
                 monitor=MonitorConfig(**raw.get("monitor", {})),
                 hdl=hdl_opts, raw=raw)
 

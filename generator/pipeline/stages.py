@@ -184,9 +184,9 @@ class BuildContext:
         """``progress(done, total)`` for stage ``name``: a "progress" event (the fraction) and,
         with ``unit``, a "detail" event ("12,288 / 65,536 cells decided")."""
         def report(a: int, b: int) -> None:
-            self.on_event("progress", name, a / b)
             if unit:
                 self.on_event("detail", name, f"{a:,} / {b:,} {unit}")
+            self.on_event("progress", name, a / b)
         return report
 
     def note(self, name: str, text: str) -> None:

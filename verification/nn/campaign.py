@@ -137,7 +137,8 @@ def run_campaign(instances: list[Instance], opts, backend=None, on_result=None) 
 
     Args:
         opts: :class:`~.nn_verify.VerifyOptions`; an instance's own timeout replaces ``opts.timeout``.
-        on_result: ``on_result(instance, done, total)`` as each answer arrives (any order).
+        on_result: ``on_result(result, done, total)`` with each :class:`InstanceResult` as it arrives
+            (any order), so that a caller can keep the answers of an interrupted campaign.
     Raises: MiCertifyError (a network or property refused: ModelImportError, VnnlibError, naming the
     file) before any query runs; what the backend raises (TaskLostError, BackendError).
     """
@@ -162,10 +163,13 @@ def run_campaign(instances: list[Instance], opts, backend=None, on_result=None) 
             model.cross_check(lo, hi)
         tasks.append((model, query, replace(opts, timeout=inst.timeout) if inst.timeout else opts))
         prep.append(time.monotonic() - t0)
-    shown = (lambda k, done: on_result(instances[k], done, len(instances))) if on_result else None
-    results = map_ordered(_decide_instance, tasks, backend, on_result=shown)
-    return [InstanceResult(inst, word, p, seconds, js)
-            for inst, p, (word, seconds, js) in zip(instances, prep, results)]
+    def result(k: int, answer: tuple) -> InstanceResult:
+        word, seconds, js = answer
+        return InstanceResult(instances[k], word, prep[k], seconds, js)
+
+    shown = (lambda k, done, answer: on_result(result(k, answer), done, len(instances))) if on_result else None
+    return [result(k, answer) for k, answer in enumerate(map_ordered(_decide_instance, tasks, backend,
+                                                                     on_result=shown))]
 
 
 def results_csv(results: list[InstanceResult], category: str) -> str:

@@ -8,7 +8,8 @@ largest and smallest values seen on 4096 seeded random points show how tight the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,6 +42,18 @@ class SpecVerification:
             return "unknown"
         return "proved"
 
+    @property
+    def unknown_reachability(self) -> list[str]:
+        """The actions whose reachability was decided neither way (their query is UNKNOWN)."""
+        return [r.id.split(":", 1)[1] for r in self.reachability if r.verdict == Verdict.UNKNOWN]
+
+    @property
+    def run_status(self) -> str:
+        """The whole run's word: :attr:`status`, but "unknown" when the properties are proved and an
+        action's reachability is unknown (``verify``'s exit code and last line; a build's stage
+        status reads :attr:`status` and lists the unknown actions beside it)."""
+        return "unknown" if self.status == "proved" and self.unknown_reachability else self.status
+
     def deterministic_json(self) -> dict:
         """Verdicts and witnesses only, for the hashed bundle: no times, and no onnxruntime
         outputs (its float32 kernels differ by CPU; they are in :meth:`full_json`)."""
@@ -70,8 +83,25 @@ def _machine_independent(witness: dict | None) -> dict | None:
     return out
 
 
+#: Seconds of a query's wall time outside its search and confirmation budgets (replays, the
+#: result's bookkeeping), kept back from ``total_timeout`` for each query that is started.
+QUERY_SLACK_S = 2.0
+
+
+def within_total(opts: VerifyOptions, left: float) -> VerifyOptions | None:
+    """``opts`` with its search and confirmation budgets cut, in their ratio, to ``left`` seconds
+    (less :data:`QUERY_SLACK_S`); None when nothing is left for a query."""
+    left -= QUERY_SLACK_S
+    if left <= 0:
+        return None
+    if left >= opts.timeout + opts.confirm_timeout:
+        return opts
+    share = opts.timeout / (opts.timeout + opts.confirm_timeout)
+    return replace(opts, timeout=left * share, confirm_timeout=left * (1.0 - share))
+
+
 def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = None,
-                progress=None, on_result=None) -> SpecVerification:
+                progress=None, on_result=None, total_timeout: float | None = None) -> SpecVerification:
     """Decide all properties and the output domain of ``spec`` on ``model`` (its IR; onnxruntime
     replays each counterexample).
 
@@ -81,6 +111,9 @@ def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = Non
     Args:
         progress: optional callable(done, total).
         on_result: optional callable(QueryResult, done, total), after each query.
+        total_timeout: seconds for the whole run (``verify --total-timeout``): a query gets what is
+            left of it (its budgets cut in their ratio, :data:`QUERY_SLACK_S` kept back); a query
+            for which nothing is left is not started and is UNKNOWN, saying so.
     """
     opts = opts or VerifyOptions()
     props = spec_queries(spec)
@@ -88,8 +121,14 @@ def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = Non
     total = len(props) + len(reach)
     done = 0
     out_p, out_r = [], []
+    end = None if total_timeout is None else time.monotonic() + total_timeout
     for q in props + reach:
-        res = decide(model, q, opts)
+        q_opts = opts if end is None else within_total(opts, end - time.monotonic())
+        if q_opts is None:
+            res = QueryResult(q.id, Verdict.UNKNOWN, 0.0, "not started",
+                              detail=f"not started: the total timeout ({total_timeout:g} s) ran out")
+        else:
+            res = decide(model, q, q_opts)
         (out_p if len(out_p) < len(props) else out_r).append(res)
         done += 1
         if progress:

@@ -82,7 +82,7 @@ class InlineBackend:
     def __init__(self):
         self.tasks: list[TaskRecord] = []
 
-    def map_ordered(self, fn: Callable, items: Sequence, on_result: Callable[[int, int], None] | None = None) -> list:
+    def map_ordered(self, fn: Callable, items: Sequence, on_result: Callable[[int, int, object], None] | None = None) -> list:
         self.tasks = []
         out = []
         for k, item in enumerate(items):
@@ -90,7 +90,7 @@ class InlineBackend:
             out.append(fn(item))
             self.tasks.append(TaskRecord(k, time.perf_counter() - t0, "inline", time.process_time() - c0))
             if on_result:
-                on_result(k, k + 1)
+                on_result(k, k + 1, out[-1])
         return out
 
     def close(self) -> None:
@@ -118,7 +118,7 @@ class ProcessBackend(InlineBackend):
         super().__init__()
         self.workers = workers
 
-    def map_ordered(self, fn: Callable, items: Sequence, on_result: Callable[[int, int], None] | None = None) -> list:
+    def map_ordered(self, fn: Callable, items: Sequence, on_result: Callable[[int, int, object], None] | None = None) -> list:
         from mi_certify.verification.tools.workers import WorkersLost, exiting, map_in_processes
 
         self.tasks = []
@@ -132,7 +132,7 @@ class ProcessBackend(InlineBackend):
             if k not in done:
                 done[k] = fn(item)
                 if on_result:
-                    on_result(k, len(done))
+                    on_result(k, len(done), done[k])
         return [done[k] for k in range(len(items))]
 
     def describe(self) -> str:
@@ -160,12 +160,12 @@ def open_backend(spec: BackendSpec | None = None):
 
 
 def map_ordered(fn: Callable, items: Sequence, backend=None,
-                on_result: Callable[[int, int], None] | None = None) -> list:
+                on_result: Callable[[int, int, object], None] | None = None) -> list:
     """``[fn(item) for item in items]`` on ``backend`` (None: this process), in item order.
 
     ``fn`` must be a module-level function of an importable module and ``fn``, the items and the
     results must pickle (a worker elsewhere receives them as pickles: the typed objects, never a path
-    it would open). ``on_result(index, done)`` is called as each result arrives.
+    it would open). ``on_result(index, done, result)`` is called as each result arrives (``done``: results so far).
 
     Raises: what ``fn`` raised (the first in arrival order); TaskLostError when a task lost its
     worker more often than the backend retries; BackendError for a worker of another mi-certify.

@@ -177,7 +177,7 @@ class DaskBackend:
                                    "constraints.txt) on every worker", where=f"worker {worker}")
         return theirs
 
-    def map_ordered(self, fn: Callable, items: Sequence, on_result: Callable[[int, int], None] | None = None) -> list:
+    def map_ordered(self, fn: Callable, items: Sequence, on_result: Callable[[int, int, object], None] | None = None) -> list:
         """``[fn(item) for item in items]`` on the cluster, results in item order (see
         :func:`~.backends.map_ordered`). Raises what ``fn`` raised; TaskLostError (a task's worker
         lost more often than allowed); BackendError (a mismatched worker). The tasks left are
@@ -212,7 +212,7 @@ class DaskBackend:
                 results[k] = value
                 records[k] = TaskRecord(k, seconds, worker, cpu)
                 if on_result:
-                    on_result(k, len(results))
+                    on_result(k, len(results), value)
         finally:
             if len(results) < len(futures):
                 try:

@@ -137,11 +137,11 @@ def _start_worker(fn):
 
 
 def map_in_processes(fn: Callable, items: Sequence, workers: int,
-                     on_result: Callable[[int, int], None] | None = None, deadline: float | None = None,
+                     on_result: Callable[[int, int, object], None] | None = None, deadline: float | None = None,
                      stop: Callable[[object], bool] | None = None) -> list:
     """``[fn(item) for item in items]`` computed in ``workers`` worker processes, one item
     at a time each, handed out in order; results in item order. ``fn`` and the items must
-    pickle (``fn`` a module-level function of an importable module). ``on_result(index, done)``
+    pickle (``fn`` a module-level function of an importable module). ``on_result(index, done, result)``
     is called as each result arrives (``done`` = results so far). ``deadline``
     (``time.monotonic()``): no result is waited for after it. ``stop(result)`` True: no
     further item is needed.
@@ -193,7 +193,7 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
                     k = busy.pop(c)
                     done[k] = res
                     if on_result:
-                        on_result(k, len(done))
+                        on_result(k, len(done), res)
                     if stop is not None and stop(res):
                         stopped = True
                         break

@@ -90,7 +90,7 @@ from mi_certify.verification.tools import workers
 out = Path(sys.argv[1])
 # a worker: item 0 returns at once (so it is past its start-up), item 1 sleeps
 threading.Thread(target=workers.map_in_processes, args=(time.sleep, [0, 60], 1),
-                 kwargs={"on_result": lambda i, n: (out / "worker_ready").write_text("1")}, daemon=True).start()
+                 kwargs={"on_result": lambda i, n, _: (out / "worker_ready").write_text("1")}, daemon=True).start()
 tools.run(["sh", "-c", f"echo $$ > {out / 'tool'}; exec sleep 60"], timeout=60)
 """
 

@@ -89,7 +89,17 @@ def _reads_shared(item) -> bool:
     return any(f in conftest_reach for f in getattr(item, "fixturenames", ()))
 
 
+#: The files whose tests take minutes (``--durations``: the kernel variants' builds, hypothesis
+#: builds, the reference bundle's checks), started first: with two workers and ``--dist loadfile``
+#: a long file started last ran alone for minutes at the end of the run.
+HEAVY_FIRST = ("e2e/test_reproducibility.py", "e2e/test_space.py", "e2e/test_certificate.py", "e2e/test_build.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    def heavy(item) -> int:
+        rel = item.path.relative_to(ROOT / "tests").as_posix()
+        return HEAVY_FIRST.index(rel) if rel in HEAVY_FIRST else len(HEAVY_FIRST)
+    items.sort(key=heavy)   # stable: the order within each file and among the others is kept
     for item in items:
         parts = item.path.relative_to(ROOT / "tests").parts
         if parts[0] in ("unit", "e2e"):

@@ -90,19 +90,33 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
     if not c.run("inputs: spec and model load", "same code", lambda: load_inputs(c, ev)):
         return c.items
     for group in GROUPS:
-        group(c, ev)
+        _run_group(c, ev, group)
     c.run("certificate verdict", "integrity", lambda: _verdict(c))
     return c.items
 
 
-def _verdict(c: Checker) -> str:
+def _run_group(c: Checker, ev: CheckContext, group: Callable[[Checker, CheckContext], None]) -> None:
+    """Run one evidence group; a group that raises outside its items (a file it reads first that
+    cannot be parsed, a value no action has) gives one FAIL item naming the group and the error,
+    and the check goes on with the next group: check never raises past an item."""
+    try:
+        group(c, ev)
+    except Exception as exc:  # noqa: BLE001 - fail closed, then go on
+        name = group.__name__.removeprefix("check_").replace("_", " ")
+        c.add(f"{name}: could not be evaluated", FAIL, "integrity", f"{type(exc).__name__}: {exc}")
+
+
+def _verdict(c: Checker) -> str | tuple[str, str]:
     from mi_certify.generator.core.results import GOOD_VERDICTS
     failed = [i.name for i in c.items if i.status == FAIL]
     require(not failed, f"{len(failed)} check(s) failed")
     s = c.read_json("summary.json")
     ob = c.read_json("obligations.json")
     open_ = [o["id"] for o in ob["obligations"] if o["required"] and o["verdict"] not in GOOD_VERDICTS]
-    require(s["status"] == "ok", f"the build is {s['status']}: " +
+    require(s["status"] in ("ok", "incomplete"), f"the build is {s['status']}: " +
             ", ".join(s.get("failed_stages", []) + s.get("skipped_stages", [])))
     require(not open_, f"open obligations: {', '.join(open_)}")
+    if s["status"] == "incomplete":  # nothing failed, stages were skipped: not a complete certificate (exit 3)
+        return SKIP, (f"the build is incomplete (skipped stages: {', '.join(s.get('skipped_stages', []))}): "
+                      f"not a complete certificate; {len(ob['obligations'])} obligations discharged")
     return f"build ok, {len(ob['obligations'])} obligations discharged"

@@ -64,3 +64,40 @@ def test_check_of_a_bundle_with_skipped_stages_is_incomplete_exit_3_not_failed(t
     assert items["certificate verdict"] == "SKIP"
     assert proc.stdout.splitlines()[-1].endswith(": INCOMPLETE")
     assert proc.returncode == 3
+
+
+def test_check_json_into_a_full_disk_is_one_error_line_not_a_traceback(tmp_path):
+    proc = cli("check", "--quick", faults.CERTS, "--json", "/dev/full")  # every write: ENOSPC
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 2
+    errors = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: /dev/full: cannot write") and "No space left" in errors[0]
+    assert proc.stdout.splitlines()[-1].endswith(": INCOMPLETE")  # the items and the summary were printed first
+
+
+def test_run_whose_audit_log_fills_the_disk_stops_with_one_error_line_and_the_log_verifies(tmp_path, monkeypatch,
+                                                                                          capsys):
+    import errno
+    import os
+
+    from mi_certify.generator.cli.main import main
+    from mi_certify.runtime import audit
+
+    real, calls = os.write, [0]
+
+    def write(fd, data):
+        calls[0] += 1
+        if calls[0] > 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+    monkeypatch.setattr(audit.os, "write", write)
+    log = tmp_path / "run.log"
+    rc = main(["run", "--build", str(faults.CERTS), "--workload", str(faults.WORKLOAD), "--probe",
+               f"trace:{faults.TRACE}", "--requests", "20", "--interval", "0", "--audit", str(log), "--fsync", "never"])
+    err = capsys.readouterr().err
+    monkeypatch.undo()
+    assert rc == 2
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and str(log) in errors[0] and "No space left on device" in errors[0]
+    rep = audit.verify_log(log)
+    assert rep.ok and rep.records == 5

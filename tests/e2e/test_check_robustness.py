@@ -101,3 +101,19 @@ def test_run_whose_audit_log_fills_the_disk_stops_with_one_error_line_and_the_lo
     assert len(errors) == 1 and str(log) in errors[0] and "No space left on device" in errors[0]
     rep = audit.verify_log(log)
     assert rep.ok and rep.records == 5
+
+
+def test_a_check_that_stops_early_still_gives_the_certificate_verdict_a_fail(tmp_path):
+    b = tmp_path / "bundle"
+    shutil.copytree(faults.CERTS, b)
+    spec = b / "inputs" / "spec" / "sla.yaml"
+    spec.write_text(spec.read_text() + "\nnot_a_field: 1\n")  # the inputs no longer load
+    faults.rehash(b, "inputs/spec/sla.yaml")
+    proc = cli("check", "--quick", b)
+    items = _items(proc.stdout)
+    assert "Traceback" not in proc.stderr and proc.returncode == 1
+    assert items["inputs: spec and model load"] == "FAIL"
+    assert items["certificate verdict"] == "FAIL"
+    line = next(ln for ln in proc.stdout.splitlines() if "certificate verdict" in ln)
+    assert "inputs: spec and model load" in line
+    assert proc.stdout.splitlines()[-1].endswith(": FAILED")

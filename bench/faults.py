@@ -323,7 +323,7 @@ def tamper(ref: Path, work: Path, edits: int, seed: int, files: int | None = Non
             last = res.out.strip().splitlines()[-1] if res.out.strip() else ""
             if res.rc in (0, 3):
                 row.false_pass += 1
-                row.note(f"false PASS: {rel} {what}")
+                row.note(f"false PASS (exit {res.rc}): {rel} {what}", limit=99)
             fails = [ln for ln in res.out.splitlines() if ln.startswith("FAIL")]
             named = any(rel in ln or Path(rel).name in ln for ln in fails)
             if res.rc == 1 and SUMMARY.match(last) and not res.traceback and "certificate verdict" in items:
@@ -334,7 +334,7 @@ def tamper(ref: Path, work: Path, edits: int, seed: int, files: int | None = Non
                 if missing and not (items.get("inputs: spec and model load") == "FAIL"):
                     row.note(f"{rel} ({what}): {len(missing)} items of the clean check not printed")
             else:
-                row.note(f"not caught: {rel} {what}: exit {res.rc}, last line {last[:60]!r}"
+                row.note(limit=99, text=f"not caught: {rel} {what}: exit {res.rc}, last line {last[:60]!r}"
                          + (f", traceback {res.err.strip().splitlines()[-1][:100]}" if res.traceback else ""))
     return row
 

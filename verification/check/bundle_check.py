@@ -62,8 +62,8 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
                  emit: Callable[[CheckItem], None] | None = None) -> list[CheckItem]:
     """Re-check the bundle in ``bundle``; returns every item (also passed to ``emit`` as it is decided).
 
-    Stops early, returning the items so far, when manifest.json is unusable, a hash
-    fails, or the inputs do not load.
+    Stops early, returning the items so far and a failed ``certificate verdict`` naming where,
+    when manifest.json is unusable, a hash fails, or the inputs do not load.
 
     Raises:
         MiCertifyError when ``bundle`` is not a directory or the public key is unusable.
@@ -82,16 +82,22 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
         pub = load_public_key(opts.pubkey)
     c = Checker(d, opts, emit or (lambda item: None))
     if not c.run("manifest", "integrity", lambda: check_manifest(c)):
-        return c.items
+        return _stopped(c, "manifest")
     check_signature(c, pub)
     if not check_hashes(c):
-        return c.items  # nothing else is worth reading
+        return _stopped(c, "the hashes")  # nothing else is worth reading
     ev = CheckContext()
     if not c.run("inputs: spec and model load", "same code", lambda: load_inputs(c, ev)):
-        return c.items
+        return _stopped(c, "inputs: spec and model load")
     for group in GROUPS:
         _run_group(c, ev, group)
     c.run("certificate verdict", "integrity", lambda: _verdict(c))
+    return c.items
+
+
+def _stopped(c: Checker, where: str) -> list[CheckItem]:
+    """The items of a check that stopped early, ended by the certificate verdict (a FAIL naming where)."""
+    c.add("certificate verdict", FAIL, "integrity", f"the check stopped at {where}: nothing after it was checked")
     return c.items
 
 

@@ -314,11 +314,13 @@ class AuditLog:
         self._unsynced = 0
         self.closed = False
         created = not self.path.exists()
+        self.failed: str | None = None  # why a write failed (the log is then closed: no record after it)
         try:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o640)
         except OSError as exc:
             raise AuditError(f"cannot open the audit log: {exc.strerror or exc}", path) from None
         try:
+            _lock(self._fd, self.path)  # one writer at a time: two chains never interleave in one file
             recovered = self._resume()
             if created and self._period:
                 dfd = os.open(self.path.parent if str(self.path.parent) else ".", os.O_RDONLY)
@@ -380,7 +382,7 @@ class AuditLog:
         ``fields_json`` (``"a":1,"b":[2]``, may be empty; str or ASCII bytes). Returns when
         acknowledged (written, and fsynced as the policy says)."""
         if self.closed:
-            raise AuditError("the audit log is closed", self.path)
+            raise AuditError(self.failed or "the audit log is closed", self.path)
         if type(fields_json) is str:
             fields_json = fields_json.encode("ascii")
         seq = self.seq
@@ -396,17 +398,25 @@ class AuditLog:
 
     def _commit(self, seq: int, line: bytes) -> Receipt:
         """Write record ``seq`` (one whole line) with one write(2), fsync as the policy says,
-        advance the chain; the acknowledgement."""
-        n = os.write(self._fd, line)
-        if n != len(line):
-            self._write(line[n:])
+        advance the chain; the acknowledgement. A failed write or fsync (disk full, I/O error)
+        closes the log and raises AuditError: the record is not acknowledged, a part of it written
+        is a torn last line (as after a crash), and no later record follows it."""
         synced = False
-        if self._period:
-            self._unsynced += 1
-            if self._unsynced >= self._period:
-                os.fsync(self._fd)
-                self._unsynced = 0
-                synced = True
+        try:
+            n = os.write(self._fd, line)
+            if n != len(line):
+                self._write(line[n:])
+            if self._period:
+                self._unsynced += 1
+                if self._unsynced >= self._period:
+                    os.fsync(self._fd)
+                    self._unsynced = 0
+                    synced = True
+        except OSError as exc:
+            self.failed = f"cannot write the audit log: {exc.strerror or exc}"
+            self.closed = True
+            os.close(self._fd)
+            raise AuditError(self.failed, self.path) from None
         digest = _sha256(line[:-1]).hexdigest()
         self._prev = digest.encode("ascii")
         self.seq = seq + 1
@@ -448,8 +458,11 @@ class AuditLog:
                           allow_nan=False)
         return self.append_fields(kind, text[1:-1])
 
-    def close(self, fields: dict | None = None) -> Receipt:
-        """Append the ``close`` record, fsync (unless the policy is ``never``), close the file."""
+    def close(self, fields: dict | None = None) -> Receipt | None:
+        """Append the ``close`` record, fsync (unless the policy is ``never``), close the file.
+        None (nothing written) when a write failed before: the file is closed already."""
+        if self.failed is not None:
+            return None
         receipt = self.append("close", {"records": self.seq + 1, **(fields or {})})
         if self._period and not receipt.synced:
             os.fsync(self._fd)
@@ -463,6 +476,20 @@ class AuditLog:
     def __exit__(self, *exc):
         if not self.closed:
             self.close()
+
+
+def _lock(fd: int, path: Path) -> None:
+    """An exclusive flock on the log for as long as this writer holds it open (the kernel drops it when
+    the process dies); AuditError when another writer holds it."""
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform: one writer is the caller's duty
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise AuditError("is open by another writer (a log has one writer at a time; wait for it to close, "
+                         "or write to another log)", path) from None
 
 
 # ---------------------------------------------------------------------------------------

@@ -642,10 +642,13 @@ def _run_check(args, console: Console) -> int:
     opts = CheckOptions(rerun_network=not args.quick, rerun_tools=not args.quick, pubkey=args.pubkey)
     items = check_bundle(args.bundle, opts, emit)
     counts = {k: sum(1 for i in items if i.status == k) for k in (PASS, FAIL, SKIP)}
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps([vars(i) for i in items], indent=2) + "\n", encoding="utf-8")
     verdict = "FAILED" if counts[FAIL] else "INCOMPLETE" if counts[SKIP] else "OK"
     print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped: {verdict}")
+    if args.json_out:  # after the summary line, which is printed even when this write fails (disk full)
+        try:
+            Path(args.json_out).write_text(json.dumps([vars(i) for i in items], indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise MiCertifyError(f"cannot write the check's JSON: {exc.strerror or exc}", file=args.json_out) from None
     return 1 if counts[FAIL] else 3 if counts[SKIP] else 0
 
 

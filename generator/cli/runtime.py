@@ -124,7 +124,7 @@ def _key(path):
 def run_command(args, console: Console) -> int:
     """``mi-certify run``: the live loop on onnxruntime under a built controller (docs/runtime.md)."""
     build, plans, probe, features = _live_inputs(args)
-    from mi_certify.runtime.audit import AuditLog
+    from mi_certify.runtime.audit import AuditError, AuditLog
     from mi_certify.runtime.engine import Workload, run_live
     from mi_certify.runtime.live import ControlLoop
 
@@ -132,7 +132,7 @@ def run_command(args, console: Console) -> int:
     console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
     workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
     loop = ControlLoop(build, probe, features)
-    log = head = rep = None
+    log = head = rep = failed = None
     interrupted: list[int] = []
     restore = _stop_on_signals(interrupted)
     try:
@@ -146,6 +146,8 @@ def run_command(args, console: Console) -> int:
                        stop=lambda: bool(interrupted))
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, without the summary
         interrupted.append(signal.SIGINT)
+    except AuditError as exc:  # a record could not be written (disk full): the log is closed, intact up to it
+        failed = exc
     finally:
         restore()
         try:
@@ -154,6 +156,8 @@ def run_command(args, console: Console) -> int:
         finally:
             probe.close()
             workload.close()
+    if failed is not None:
+        raise RuntimeInputError(f"{failed.reason}; stopped, every record before it is in the log", file=failed.file)
     _print_run_end(args, build, rep, log, head, interrupted, console)
     return 130 if interrupted else 0
 

@@ -62,8 +62,8 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
                  emit: Callable[[CheckItem], None] | None = None) -> list[CheckItem]:
     """Re-check the bundle in ``bundle``; returns every item (also passed to ``emit`` as it is decided).
 
-    Stops early, returning the items so far, when manifest.json is unusable, a hash
-    fails, or the inputs do not load.
+    Stops early, returning the items so far and a failed ``certificate verdict`` naming where,
+    when manifest.json is unusable, a hash fails, or the inputs do not load.
 
     Raises:
         MiCertifyError when ``bundle`` is not a directory or the public key is unusable.
@@ -82,27 +82,47 @@ def check_bundle(bundle: str | Path, opts: CheckOptions | None = None,
         pub = load_public_key(opts.pubkey)
     c = Checker(d, opts, emit or (lambda item: None))
     if not c.run("manifest", "integrity", lambda: check_manifest(c)):
-        return c.items
+        return _stopped(c, "manifest")
     check_signature(c, pub)
     if not check_hashes(c):
-        return c.items  # nothing else is worth reading
+        return _stopped(c, "the hashes")  # nothing else is worth reading
     ev = CheckContext()
     if not c.run("inputs: spec and model load", "same code", lambda: load_inputs(c, ev)):
-        return c.items
+        return _stopped(c, "inputs: spec and model load")
     for group in GROUPS:
-        group(c, ev)
+        _run_group(c, ev, group)
     c.run("certificate verdict", "integrity", lambda: _verdict(c))
     return c.items
 
 
-def _verdict(c: Checker) -> str:
+def _stopped(c: Checker, where: str) -> list[CheckItem]:
+    """The items of a check that stopped early, ended by the certificate verdict (a FAIL naming where)."""
+    c.add("certificate verdict", FAIL, "integrity", f"the check stopped at {where}: nothing after it was checked")
+    return c.items
+
+
+def _run_group(c: Checker, ev: CheckContext, group: Callable[[Checker, CheckContext], None]) -> None:
+    """Run one evidence group; a group that raises outside its items (a file it reads first that
+    cannot be parsed, a value no action has) gives one FAIL item naming the group and the error,
+    and the check goes on with the next group: check never raises past an item."""
+    try:
+        group(c, ev)
+    except Exception as exc:  # noqa: BLE001 - fail closed, then go on
+        name = group.__name__.removeprefix("check_").replace("_", " ")
+        c.add(f"{name}: could not be evaluated", FAIL, "integrity", f"{type(exc).__name__}: {exc}")
+
+
+def _verdict(c: Checker) -> str | tuple[str, str]:
     from mi_certify.generator.core.results import GOOD_VERDICTS
     failed = [i.name for i in c.items if i.status == FAIL]
     require(not failed, f"{len(failed)} check(s) failed")
     s = c.read_json("summary.json")
     ob = c.read_json("obligations.json")
     open_ = [o["id"] for o in ob["obligations"] if o["required"] and o["verdict"] not in GOOD_VERDICTS]
-    require(s["status"] == "ok", f"the build is {s['status']}: " +
+    require(s["status"] in ("ok", "incomplete"), f"the build is {s['status']}: " +
             ", ".join(s.get("failed_stages", []) + s.get("skipped_stages", [])))
     require(not open_, f"open obligations: {', '.join(open_)}")
+    if s["status"] == "incomplete":  # nothing failed, stages were skipped: not a complete certificate (exit 3)
+        return SKIP, (f"the build is incomplete (skipped stages: {', '.join(s.get('skipped_stages', []))}): "
+                      f"not a complete certificate; {len(ob['obligations'])} obligations discharged")
     return f"build ok, {len(ob['obligations'])} obligations discharged"

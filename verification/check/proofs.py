@@ -39,11 +39,10 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
     from mi_certify.verification.rtl.fsm_proofs import entry_alphabet, prove_fsm
 
     spec = ev.spec
-    machine = ev.machine()
     stored = {o["id"]: o for o in index["obligations"]}
 
-    def fsm():
-        obs = prove_fsm(machine, spec.properties)
+    def fsm():  # the machine is built inside the items: a lut.hex it rejects is their FAIL, not a traceback
+        obs = prove_fsm(ev.machine(), spec.properties)
         return f"{_same(c, stored, obs)} FSM obligations made again from sla.yaml and lut.hex equal the stored scripts"
     c.run("fsm proofs: made again and compared", "same code", fsm)
     if not any(o["group"] == "rtl" for o in index["obligations"]):
@@ -55,6 +54,7 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
 
     def rtl():
         from mi_certify.verification.rtl.rtl_formal import rtl_obligations
+        machine = ev.machine()
         obs, prelude = rtl_obligations(c.d / f"{spec.module_name}.v", spec.module_name, machine,
                                        entry_alphabet(machine), reset_port=spec.hdl.reset_port,
                                        reset_active_low=spec.hdl.reset_polarity == "low",

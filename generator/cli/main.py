@@ -149,7 +149,9 @@ def _add_verify_parsers(sub) -> None:
                        description="Decide properties of the network soundly: CROWN bounds with input splitting, "
                                    "then Marabou (built from our IR, child process, timeout); every counterexample "
                                    "is replayed on onnxruntime and the IR; PROVED on <= 64 ReLUs is confirmed by Z3. "
-                                   "Exit 0 all proved (unsat), 1 some violated (sat), 3 some unknown, 2 bad input.")
+                                   "Exit (--sla, --vnnlib) 0 all proved (unsat), 1 some violated (sat), 3 some unknown, 2 bad input; "
+                                   "(--campaign) 0 every instance sat or unsat, 3 some timeout or unknown, 1 some "
+                                   "error, 2 bad input; 130 Ctrl-C.")
     v.add_argument("model", metavar="MODEL.onnx", nargs="?", default=None,
                    help="the network (ONNX); with --campaign only for a list of VNN-LIB files")
     src = v.add_mutually_exclusive_group(required=True)
@@ -323,14 +325,11 @@ def _print_build(result, console: Console) -> None:
                       "complete certificate")
     if s["lut"]["sampled"]:
         console.print(f"[yellow]note:[/] {s['lut']['sampled']} LUT cells are sampled at their centre, not proven.")
-    lut = s["stages"].get("lut", {})
-    if lut.get("warning"):   # low agreement with the network: the build passes and says so
-        console.print(f"[yellow]warning:[/] {lut['warning']}", highlight=False)
-    hdl = s["stages"].get("hdl", {})
-    if hdl.get("warning"):   # a missed advisory target: the build passes and says so
-        console.print(f"[yellow]warning:[/] {hdl['warning']}", highlight=False)
-    elif hdl.get("status") == "failed" and hdl.get("target"):
-        console.print(f"[red]error:[/] {hdl['error']}", highlight=False)
+    for st in s["stages"].values():   # why a stage failed, and what a passing stage warns of
+        if st.get("status") == "failed" and isinstance(st.get("error"), str):
+            console.print(f"[red]error:[/] {st['error']}", highlight=False)
+        elif isinstance(st.get("warning"), str):   # low agreement, a missed advisory clock target
+            console.print(f"[yellow]warning:[/] {st['warning']}", highlight=False)
 
 
 def _lut_detail(st: dict) -> str:
@@ -547,9 +546,11 @@ def _verify_vnnlib(args, model, opts, console: Console) -> int:
     if args.total_timeout is not None:
         from mi_certify.verification.nn.network import within_total
         opts = within_total(opts, args.total_timeout - (time.monotonic() - args.started))
-        if opts is None:
-            raise MiCertifyError("too short to start the query (the network's import and cross-check took it)",
-                                 where="--total-timeout")
+        if opts is None:   # the import and the cross-check used it up: unknown, as for --sla
+            console.print(f"{args.vnnlib}: [yellow]unknown[/] (not started: the total timeout "
+                          f"({args.total_timeout:g} s) ran out before the query)", highlight=False)
+            print("unknown")
+            return 3
     res = decide(model, query, opts)
     console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s ({res.method}) "
                   f"{res.detail}", highlight=False)
@@ -577,13 +578,16 @@ def _verify_sla(args, model, opts, console: Console) -> int:
     model.cross_check(np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs]))
     n_queries = len(spec.properties) + len(spec.actions)
     console.print(f"verifying {n_queries} queries ({len(spec.properties)} properties, {len(spec.actions)} actions); "
-                  f"each at most {opts.timeout:g} s search + {opts.confirm_timeout:g} s confirmation", highlight=False)
+                  f"each at most {opts.timeout:g} s search + {opts.confirm_timeout:g} s confirmation"
+                  + (f"; the whole run at most {args.total_timeout:g} s (--total-timeout)"
+                     if args.total_timeout is not None else ""), highlight=False)
 
     def shown(r, done: int, total: int) -> None:  # a long run is never silent: one line per query
         # a reachability query is "violated" when a replayed witness decodes the action
         said = (_verdict_style(r.verdict.value) if not r.id.startswith("reach:") else
                 {"violated": "reachable", "proved": "unreachable (proved)"}.get(r.verdict.value, "[yellow]unknown[/]"))
-        console.print(f"  [{done}/{total}] {r.id}: {said} in {r.time_s:.2f} s ({r.method})", highlight=False)
+        why = f": {r.detail}" if r.method == "not started" else ""
+        console.print(f"  [{done}/{total}] {r.id}: {said} in {r.time_s:.2f} s ({r.method}){why}", highlight=False)
 
     left = None if args.total_timeout is None else args.total_timeout - (time.monotonic() - args.started)
     result = verify_spec(model, spec, opts, on_result=shown, total_timeout=left)
@@ -608,9 +612,11 @@ def _verify_sla(args, model, opts, console: Console) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result.full_json(), indent=2, sort_keys=True) + "\n")
     status = result.run_status
-    unknown = result.unknown_reachability
-    console.print(f"status: {status}" + (f" (the reachability of {', '.join(unknown)} is unknown)" if unknown else ""),
-                  highlight=False)
+    notes = [f"unknown: {', '.join(r.id for r in result.properties if r.verdict.value == 'unknown')}"] \
+        if any(r.verdict.value == "unknown" for r in result.properties) else []
+    if result.unknown_reachability:
+        notes.append(f"the reachability of {', '.join(result.unknown_reachability)} is unknown")
+    console.print(f"status: {status}" + (f" ({'; '.join(notes)})" if notes else ""), highlight=False)
     return {"proved": 0, "violated": 1}.get(status, 3)
 
 

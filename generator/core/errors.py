@@ -33,7 +33,16 @@ class MiCertifyError(Exception):
         if self.where:
             parts.append(self.where)
         head = ": ".join(parts)
-        return f"{head}: {self.reason}" if head else self.reason
+        return one_line(f"{head}: {self.reason}" if head else self.reason)
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line: a character that is not printable (a line break, a control
+    character that ``str.splitlines`` or a terminal would break at, e.g. U+001C from a fuzzed
+    field name) is written as its escape (``\\n``, ``\\x1c``); the error stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class ModelImportError(MiCertifyError):

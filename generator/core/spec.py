@@ -565,7 +565,10 @@ def load_spec(path: str | Path) -> Spec:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        raise SpecError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=f, where=where) from None
+        if where is None and isinstance(getattr(exc, "position", None), int):   # a ReaderError: a bad character
+            where = f"character {exc.position + 1}"
+        problem = getattr(exc, "problem", None) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SpecError(f"not valid YAML: {problem}", file=f, where=where) from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"not UTF-8 text ({exc.reason})", file=f) from None
     except OSError as exc:

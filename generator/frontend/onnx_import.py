@@ -107,6 +107,9 @@ def parse_model(data: bytes, path: str | Path) -> onnx.ModelProto:
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelImportError(f"onnx.checker rejects the model: {first}", file=str(path)) from None
+    except (UnicodeDecodeError, ValueError) as exc:   # a string field that is not UTF-8, and the like
+        raise ModelImportError(f"onnx.checker cannot read the model ({type(exc).__name__}: {exc})",
+                               file=str(path)) from None
     return model
 
 
@@ -349,7 +352,14 @@ def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path
         off += n
     if not np.all(np.isfinite(pts)):
         raise ModelImportError("the input box is not finite in float32", file=str(path))
-    ort = evaluate(pts)
+    try:
+        ort = evaluate(pts)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors (InvalidArgument, Fail …) derive from Exception
+        if type(exc).__module__.split(".")[0] != "onnxruntime":
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelImportError(f"onnxruntime cannot run the model on its declared inputs ({first})",
+                               file=str(path)) from None
     mine = ir.evaluate(pts)
     if ort.shape != mine.shape:
         raise ModelMismatchError(f"IR gives {mine.shape[1]} outputs, onnxruntime {ort.shape[1]}", file=str(path))

@@ -2,8 +2,8 @@
 
 Stages, in order: spec → import → (verify, in a background thread beside the rest) →
 lut → lut_properties → fsm_proofs → emit → lint → rtl_proofs → cosim → hdl → bundle.
-After import each is a function of :mod:`.build_stages` listed in :data:`STAGES`: it
-reads the typed objects of the :class:`~.build_stages.BuildContext` and returns a
+After import each is a function of :mod:`.stages` listed in :data:`STAGES`: it
+reads the typed objects of the :class:`~.stages.BuildContext` and returns a
 :class:`~.results.StageResult`. Bad input (spec, model) raises a ``MiCertifyError`` and
 leaves nothing behind. A stage that fails (lint warning, co-simulation mismatch,
 missing tool) still publishes the directory, with ``summary.json`` ``"status":

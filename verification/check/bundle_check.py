@@ -32,7 +32,7 @@ The items come in this order, one evidence group a module:
 ======================  ==============================================================
 
 then the ``certificate verdict``. The runner, the item and the shared evidence are in
-:mod:`.check_common`.
+:mod:`.common`.
 """
 
 from __future__ import annotations
@@ -119,8 +119,9 @@ def _verdict(c: Checker) -> str | tuple[str, str]:
     s = c.read_json("summary.json")
     ob = c.read_json("obligations.json")
     open_ = [o["id"] for o in ob["obligations"] if o["required"] and o["verdict"] not in GOOD_VERDICTS]
-    require(s["status"] in ("ok", "incomplete"), f"the build is {s['status']}: " +
-            ", ".join(s.get("failed_stages", []) + s.get("skipped_stages", [])))
+    require(s["status"] in ("ok", "incomplete"), f"the build is {s['status']}: " + "; ".join(
+        f"{word}: {', '.join(s[key])}" for key, word in (("failed_stages", "failed"), ("skipped_stages", "skipped"))
+        if s.get(key)))
     require(not open_, f"open obligations: {', '.join(open_)}")
     if s["status"] == "incomplete":  # nothing failed, stages were skipped: not a complete certificate (exit 3)
         return SKIP, (f"the build is incomplete (skipped stages: {', '.join(s.get('skipped_stages', []))}): "

@@ -107,7 +107,7 @@ class CheckContext:
     ``model``: path of inputs/model/*.onnx; ``spec``: the loaded sla.yaml (Spec); ``ir``:
     the network imported again (ControllerIR); ``summary``: summary.json as stored;
     ``lut``: lut.hex, (2**address_bits,) uint8 ``confident << 7 | token``, None without
-    lut.hex (all set by :func:`.check_manifest.load_inputs`); ``box_status``: (n,) object
+    lut.hex (all set by :func:`.manifest.load_inputs`); ``box_status``: (n,) object
     array, each cell's status as the distillation boxes and the overridden cells give it,
     None until the distillation group derived it.
     """

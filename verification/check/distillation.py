@@ -5,7 +5,7 @@ lut.hex, lut_properties.json and the network:
 
 * the boxes partition the quantized grid, cell by cell (independent);
 * the LUT the boxes (and the overridden cells) give equals lut.hex (independent); the
-  cell status this gives is kept in :attr:`.check_common.CheckContext.box_status`;
+  cell status this gives is kept in :attr:`.common.CheckContext.box_status`;
 * every proven box: its CROWN margin lower bound computed again, bit for bit, and its
   confidence bound (same code); single cells proven by bisection decided again (same
   code); onnxruntime decodes the LUT's action at the centre and at

@@ -6,7 +6,7 @@ leaves unhashed and that no file outside the manifest lies in the bundle; that t
 model and spec the manifest names are hashed files; the Ed25519 signature of
 manifest.json (with ``--pubkey``). Then it loads the bundle's own inputs (sla.yaml,
 the ONNX network, imported again and cross-checked with onnxruntime, and lut.hex)
-into the :class:`.check_common.CheckContext` the later groups read.
+into the :class:`.common.CheckContext` the later groups read.
 """
 
 from __future__ import annotations

@@ -83,21 +83,20 @@ def _machine_independent(witness: dict | None) -> dict | None:
     return out
 
 
-#: Seconds of a query's wall time outside its search and confirmation budgets (replays, the
-#: result's bookkeeping), kept back from ``total_timeout`` for each query that is started.
-QUERY_SLACK_S = 2.0
+#: Seconds of a query's wall time outside its search and confirmation deadlines (the replay of a
+#: counterexample, the result's bookkeeping), kept back from ``total_timeout`` for each query.
+QUERY_SLACK_S = 1.0
 
 
 def within_total(opts: VerifyOptions, left: float) -> VerifyOptions | None:
-    """``opts`` with its search and confirmation budgets cut, in their ratio, to ``left`` seconds
-    (less :data:`QUERY_SLACK_S`); None when nothing is left for a query."""
+    """``opts`` for a query that must end within ``left`` seconds from now: ``opts.end`` set to now
+    + ``left`` less :data:`QUERY_SLACK_S` (the search takes its share of that, the confirmation
+    what the search left: :class:`~.nn_verify.VerifyOptions`); None when nothing is left."""
     left -= QUERY_SLACK_S
     if left <= 0:
         return None
-    if left >= opts.timeout + opts.confirm_timeout:
-        return opts
-    share = opts.timeout / (opts.timeout + opts.confirm_timeout)
-    return replace(opts, timeout=left * share, confirm_timeout=left * (1.0 - share))
+    end = time.monotonic() + left
+    return replace(opts, end=end if opts.end is None else min(end, opts.end))
 
 
 def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = None,
@@ -112,8 +111,8 @@ def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = Non
         progress: optional callable(done, total).
         on_result: optional callable(QueryResult, done, total), after each query.
         total_timeout: seconds for the whole run (``verify --total-timeout``): a query gets what is
-            left of it (its budgets cut in their ratio, :data:`QUERY_SLACK_S` kept back); a query
-            for which nothing is left is not started and is UNKNOWN, saying so.
+            left of it (:func:`within_total`); a query for which nothing is left is not started
+            and is UNKNOWN, saying so.
     """
     opts = opts or VerifyOptions()
     props = spec_queries(spec)

@@ -93,7 +93,10 @@ class VerifyOptions:
     branch-and-bound box budget. lp_hints: the triangle LP proposes CROWN's multipliers
     (:mod:`.lp_relax`). lp_leaves: open boxes ``search.leaf_depth`` halvings deep are decided by
     ReLU-split branch and bound with the triangle LP (:mod:`.lp_split`) in ``workers`` processes.
-    search: every tuning knob of the search (:class:`~.settings.SearchSettings`)."""
+    search: every tuning knob of the search (:class:`~.settings.SearchSettings`). end: a
+    ``time.monotonic()`` by which the whole query (search and confirmation) ends (``verify
+    --total-timeout``): the search then takes at most its share of what is left (all of it when no
+    Z3 confirmation will run) and the confirmation the rest, up to ``end``; None: no such bound."""
 
     timeout: float = 60.0
     confirm_timeout: float = 300.0
@@ -105,6 +108,7 @@ class VerifyOptions:
     lp_leaves: bool = True
     workers: int = 2
     search: SearchSettings = DEFAULT_SEARCH
+    end: float | None = None
 
 
 def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -540,7 +544,11 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
     opts = opts or VerifyOptions()
     ir = model.ir
     t0 = time.monotonic()
+    confirms = opts.z3_confirm and ir.n_relus <= opts.search.z3_confirm_max_relus
     deadline = t0 + opts.timeout
+    if opts.end is not None:   # the search's share of what is left; the confirmation may use the rest
+        share = opts.timeout / (opts.timeout + opts.confirm_timeout) if confirms else 1.0
+        deadline = min(deadline, t0 + max(0.0, opts.end - t0) * share)
     stats = {"boxes": 0, "marabou_boxes": 0, "z3_calls": 0}
     errors: list[str] = []
     methods, details = [], []
@@ -584,9 +592,10 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
         if v == Verdict.UNKNOWN:
             verdict = Verdict.UNKNOWN
     method = "+".join(sorted({part for m in methods for part in m.split("+")})) or "none"
-    if verdict == Verdict.PROVED and opts.z3_confirm and ir.n_relus <= opts.search.z3_confirm_max_relus:
-        msg = _confirm_partitions(ir, query, partitions, time.monotonic() + opts.confirm_timeout, stats,
-                                  opts.search)
+    if verdict == Verdict.PROVED and confirms:
+        confirm_end = time.monotonic() + opts.confirm_timeout
+        msg = _confirm_partitions(ir, query, partitions, confirm_end if opts.end is None else min(confirm_end, opts.end),
+                                  stats, opts.search)
         if msg:
             errors.append(msg)
             log.error("%s: %s", query.id, msg)

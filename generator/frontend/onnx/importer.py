@@ -151,7 +151,13 @@ class Importer:
 
     # ----------------------------------------------------------------- run
     def run(self) -> ControllerIR:
-        """The ControllerIR of the graph; raises ModelImportError."""
+        """The ControllerIR of the graph; raises ModelImportError. NaN or infinite values met while
+        folding constants are refused by :meth:`check_finite` with a located error, so numpy's
+        floating-point warnings (a second and third stderr line) are silenced here."""
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            return self._run()
+
+    def _run(self) -> ControllerIR:
         graph = self.model.graph
         input_names = self.bind_inputs(graph)
         chosen = self.select_outputs(graph)
@@ -167,10 +173,19 @@ class Importer:
         self.check_finite()
         return self.read_outputs(chosen, input_names)
 
+    def initializer(self, t: onnx.TensorProto) -> np.ndarray:
+        """An initializer's array; one whose data does not fill its dims (or that numpy cannot read)
+        is refused naming it (the checker lets typed ``*_data`` fields of the wrong length through)."""
+        try:
+            return numpy_helper.to_array(t)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise self.fail(f"initializer data does not match its dims {list(t.dims)} and type "
+                            f"({type(exc).__name__}: {exc})", where=f"initializer '{t.name}'") from None
+
     def bind_inputs(self, graph: onnx.GraphProto) -> tuple[str, ...]:
         """Initializers as constants, the other graph inputs as one InputNode (node 0, in graph order,
         at most MAX_INPUTS values); returns the input names."""
-        inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        inits = {t.name: self.initializer(t) for t in graph.initializer}
         for name, arr in inits.items():
             self.env[name] = arr
         inputs = [vi for vi in graph.input if vi.name not in inits]

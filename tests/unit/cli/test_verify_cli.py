@@ -51,39 +51,40 @@ def test_verify_sla_says_unknown_and_exits_3_when_only_reachability_is_unknown(t
     assert "status: unknown (the reachability of a1 is unknown)" in " ".join(err.split())
 
 
-def test_within_total_cuts_both_budgets_in_their_ratio_and_keeps_the_slack_back():
+def test_within_total_ends_the_query_before_what_is_left_less_the_slack(monkeypatch):
+    monkeypatch.setattr(network.time, "monotonic", lambda: 100.0)
     opts = VerifyOptions(timeout=60.0, confirm_timeout=300.0)
-    assert network.within_total(opts, 1000.0) is opts
-    cut = network.within_total(opts, 38.0)            # 36 s after the 2 s slack, split 1 : 5
-    assert (cut.timeout, cut.confirm_timeout) == pytest.approx((6.0, 30.0))
-    assert network.within_total(opts, network.QUERY_SLACK_S) is None
+    assert network.within_total(opts, 38.0).end == 100.0 + 38.0 - network.QUERY_SLACK_S
+    assert network.within_total(replace(opts, end=120.0), 38.0).end == 120.0   # an earlier end stays
+    assert network.within_total(opts, network.QUERY_SLACK_S) is None           # nothing left: not started
 
 
 def test_verify_spec_within_a_total_timeout_starts_no_query_it_cannot_finish(tmp_path, monkeypatch):
-    """A clock that advances by each query's whole budget: with 10 s in all and 3 + 3 s per query,
-    the first query gets its budgets, the second what is left, none is started past the end, and
-    every granted budget (plus the slack) fits into what was left when it started."""
+    """A clock that the fake queries advance: each query is given an end within what is left of the
+    total (less the slack), and a query with nothing left is not started and is UNKNOWN."""
     model, spec = _inputs(tmp_path)
     from mi_certify.generator.frontend.model import load_model
     loaded = load_model(model)
     now = [100.0]
     granted = []
+    use = [1.0]   # the share of its time a query uses
 
     def decide(m, q, opts=None):
-        granted.append((now[0], opts.timeout, opts.confirm_timeout))
-        now[0] += opts.timeout + opts.confirm_timeout + network.QUERY_SLACK_S
+        granted.append((now[0], opts.end))
+        now[0] += use[0] * (opts.end - now[0]) + (network.QUERY_SLACK_S if use[0] == 1.0 else 0.0)
         return QueryResult(q.id, Verdict.VIOLATED, 0.0, "fake")
     monkeypatch.setattr(network, "decide", decide)
     monkeypatch.setattr(network.time, "monotonic", lambda: now[0])
-    res = network.verify_spec(loaded, spec, VerifyOptions(timeout=3.0, confirm_timeout=3.0), total_timeout=10.0)
-    assert [(t, c) for _, t, c in granted] == [(3.0, 3.0)]  # 8 s used; 2 s left = the slack: nothing to start
+    opts = VerifyOptions(timeout=3.0, confirm_timeout=3.0)
+    res = network.verify_spec(loaded, spec, opts, total_timeout=10.0)
+    assert granted == [(100.0, 109.0)]          # the first query used all of it, its slack included
     assert [r.verdict for r in res.reachability] == [Verdict.VIOLATED, Verdict.UNKNOWN]
     assert res.reachability[1].detail == "not started: the total timeout (10 s) ran out"
     assert res.run_status == "unknown" and res.unknown_reachability == ["a1"]
-    now[0], granted[:] = 100.0, []
-    network.verify_spec(loaded, spec, VerifyOptions(timeout=3.0, confirm_timeout=3.0), total_timeout=14.0)
-    assert [(t, c) for _, t, c in granted] == [(3.0, 3.0), pytest.approx((2.0, 2.0))]
-    assert max(start + t + c + network.QUERY_SLACK_S for start, t, c in granted) <= 100.0 + 14.0
+    now[0], granted[:], use[0] = 100.0, [], 0.5
+    res = network.verify_spec(loaded, spec, opts, total_timeout=10.0)
+    assert granted == [(100.0, 109.0), (104.5, 109.0)]   # what the first left goes to the second
+    assert res.run_status == "proved"
 
 
 def test_total_timeout_is_refused_with_a_campaign(tmp_path, capsys):

@@ -117,3 +117,21 @@ def test_a_check_that_stops_early_still_gives_the_certificate_verdict_a_fail(tmp
     line = next(ln for ln in proc.stdout.splitlines() if "certificate verdict" in ln)
     assert "inputs: spec and model load" in line
     assert proc.stdout.splitlines()[-1].endswith(": FAILED")
+
+
+def test_quick_check_makes_the_counterexamples_without_rule_3a_again(tmp_path):
+    import json
+    b = tmp_path / "bundle"
+    shutil.copytree(faults.CERTS, b)
+    f = b / "proofs" / "fsm" / "without_rule_3a.json"
+    doc = json.loads(f.read_text())
+    trace = doc["traces"]["fsm.property.P2"]
+    trace[1]["probe_fault"] = not trace[1]["probe_fault"]  # the campaign's false PASS (seed 1)
+    f.write_text(json.dumps(doc, indent=2) + "\n")
+    faults.rehash(b, "proofs/fsm/without_rule_3a.json")
+    proc = cli("check", "--quick", b)
+    items = _items(proc.stdout)
+    assert proc.returncode == 1
+    name = "fsm proofs: counterexamples without rule 3a made again and compared"
+    assert items[name] == "FAIL"
+    assert "without_rule_3a.json" in next(ln for ln in proc.stdout.splitlines() if name in ln)

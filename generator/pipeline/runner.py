@@ -18,6 +18,7 @@ and the tool versions (no timestamps, fixed seeds); ``manifest.json`` hashes the
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import platform
@@ -302,12 +303,24 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         (stage_dir / "build.log").write_text(
             "".join(f"{k}\t{v:.3f} s\n" for k, v in ctx.times.items()), encoding="utf-8")
         _publish(stage_dir, out.resolve())
+    except OSError as exc:
+        shutil.rmtree(stage_dir, ignore_errors=True)
+        if exc.errno not in _STORAGE_ERRNOS:
+            raise
+        # a full disk, a quota, a read-only or failing device: one line, nothing published
+        raise BuildError(f"cannot write the build ({exc.strerror}); nothing was published",
+                         file=exc.filename or str(out)) from None
     except BaseException:
         shutil.rmtree(stage_dir, ignore_errors=True)
         raise
     finally:
         _unlock_stage(stage_dir)
     return BuildResult(summary["status"], out.resolve(), summary, ctx.times, list(ctx.results.values()))
+
+
+#: OSError numbers of the storage under ``--out`` (full, over quota, read-only, failing, file too
+#: large): the build ends with one located BuildError (exit 2) instead of a traceback
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 
 
 def _write_inputs(ctx: BuildContext, spec_path: Path) -> None:

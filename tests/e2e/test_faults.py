@@ -15,14 +15,7 @@ import faults  # noqa: E402
 
 #: Defects the campaign finds that are not fixed yet (outside the checker and the audit log): the kind's
 #: test is an expected failure, strict, so it fails again once the defect is fixed and this entry is stale.
-KNOWN = {
-    "fuzz_onnx": "tracebacks out of generator/frontend instead of a located refusal: an initializer whose dims "
-                 "do not match its data (ValueError: cannot reshape), a byte flipped in a string field "
-                 "(UnicodeDecodeError from onnx.checker), an input shape onnxruntime rejects in the cross-check "
-                 "(onnxruntime InvalidArgument)",
-    "disk_full": "a build whose staging directory fills the disk stops with an OSError traceback "
-                 "(generator/pipeline), not one error line",
-}
+KNOWN: dict[str, str] = {}   # none open: fuzz_onnx and disk_full were, until their fixes
 
 
 @pytest.fixture(scope="module")

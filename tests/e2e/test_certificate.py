@@ -483,6 +483,9 @@ def _forge_margin(d: Path) -> None:
                                                     ["witness"]["y_ir"].__setitem__(0, 9.0)),
      "records: import.json, lut.json, lut_properties.json masks, witnesses re-derived"),
     ("a box's margin_lower", _forge_margin, "lut.proven_cells: CROWN bounds re-computed per proven box"),
+    ("monitor_cosim.json's window (a false PASS of the fault campaign)", lambda d: _edit_json(
+        d / "monitor_cosim.json", lambda j: j["configs"][1].update(window=4)),
+     "monitor_cosim.json: configurations, stimuli and expected verdicts re-derived"),
     ("a note listed as not hashed", lambda d: ((d / "AUDITOR_NOTE.txt").write_text("all confirmed"), _edit_json(
         d / "manifest.json", lambda m: m["not_hashed"].update({"AUDITOR_NOTE.txt": "x"}))),
      "not_hashed lists only the unhashed files"),

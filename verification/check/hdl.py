@@ -18,11 +18,31 @@ from mi_certify.verification.check.common import SKIP, Checker, CheckContext, re
 
 def check_tools(c: Checker, ev: CheckContext) -> None:
     """Items ``rtl.lint: re-run Verilator`` (with lint.json) and ``cosim: re-run co-simulation``
-    (with cosim.json); each a SKIP with ``--quick`` or without verilator / iverilog."""
+    (with cosim.json), each a SKIP with ``--quick`` or without verilator / iverilog; and, --quick
+    included, monitor_cosim.json re-derived as a passing run gives it (with monitor_cosim.json)."""
     if (c.d / "lint.json").exists():
         _tool_item(c, "rtl.lint: re-run Verilator", "verilator", lambda: _lint(c, ev))
     if (c.d / "cosim.json").exists():
         _tool_item(c, "cosim: re-run co-simulation", ("iverilog", "vvp"), lambda: _cosim(c, ev))
+    if (c.d / "monitor_cosim.json").exists():   # --quick too: no simulator needed
+        c.run("monitor_cosim.json: configurations, stimuli and expected verdicts re-derived", "same code",
+              lambda: _monitor_records(c, ev))
+
+
+def _monitor_records(c: Checker, ev: CheckContext) -> str:
+    """monitor_cosim.json equals the file of a passing monitor co-simulation made again from sla.yaml
+    and cosim.json's seed (:func:`~mi_certify.verification.cosim.monitor_cosim.passing_records`)."""
+    from mi_certify.runtime.sla import SlaLimits
+    from mi_certify.verification.cosim.monitor_cosim import passing_records
+
+    from mi_certify.verification.check.bundle_documents import differences
+    spec = ev.spec
+    want = passing_records([SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor,
+                           spec.cosim.monitor_requests, int(c.read_json("cosim.json")["seed"]))
+    diff = differences(c.read_json("monitor_cosim.json"), want)
+    require(not diff, "monitor_cosim.json differs from a passing run made again in " + "; ".join(diff[:3]))
+    return f"{len(want['configs'])} configurations, {sum(k['verdicts'] for k in want['configs'])} verdicts as a " \
+           "passing run gives them"
 
 
 def _tool_item(c: Checker, name: str, tools: str | tuple[str, ...], fn) -> None:

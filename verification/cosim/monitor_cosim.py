@@ -168,11 +168,28 @@ def run_monitor_cosim(limits: list[SlaLimits], monitor: MonitorConfig, workdir: 
                Port("acc_loss", cfg.acc_width), Port("acc_unknown", 1)]
         job = VectorJob([monitor_source()], "sla_monitor", ins, outs, stim, exp, params=parameter_text(p))
         rep: SimReport = run_icarus(job, workdir / f"monitor{i}")
-        verdicts = sum(e[3] for e in exp)
         ok = ok and rep.ok
-        out.append({"window": cfg.monitor.window, "latency_statistic": cfg.monitor.latency_statistic,
-                    "accuracy_statistic": cfg.monitor.accuracy_statistic, "cycles": rep.cycles,
-                    "verdicts": verdicts, "violations": sum(e[0] & e[3] for e in exp),
-                    "mismatches": rep.mismatches, "first_mismatch": rep.first_mismatch, "error": rep.error,
-                    "passed": rep.ok})
+        out.append(config_record(cfg, exp, rep))
     return MonitorCosimResult(ok, out)
+
+
+def config_record(cfg: CycleMonitorConfig, exp: list[list[int]], rep: SimReport) -> dict:
+    """One configuration's record of monitor_cosim.json: the configuration, the expected verdicts
+    and violations (the Python reference), and what the simulator reported (``rep``)."""
+    return {"window": cfg.monitor.window, "latency_statistic": cfg.monitor.latency_statistic,
+            "accuracy_statistic": cfg.monitor.accuracy_statistic, "cycles": rep.cycles,
+            "verdicts": sum(e[3] for e in exp), "violations": sum(e[0] & e[3] for e in exp),
+            "mismatches": rep.mismatches, "first_mismatch": rep.first_mismatch, "error": rep.error,
+            "passed": rep.ok}
+
+
+def passing_records(limits: list[SlaLimits], monitor: MonitorConfig, random_requests: int, seed: int) -> dict:
+    """monitor_cosim.json as :func:`run_monitor_cosim` writes it for a run in which the RTL agrees
+    with the reference on every cycle, made without a simulator (the checker compares a bundle's
+    file with it: every configuration, stimulus length and expected verdict re-derived)."""
+    n = len(limits)
+    out = []
+    for i, cfg in enumerate(cosim_configs(limits, monitor)):
+        stim = make_stimulus(cfg, n, random_requests, seed + i)
+        out.append(config_record(cfg, expected(cfg, stim), SimReport(True, cycles=len(stim))))
+    return MonitorCosimResult(True, out).to_json()

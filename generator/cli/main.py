@@ -170,9 +170,10 @@ def _add_verify_parsers(sub) -> None:
                    help="seconds for the exact Z3 confirmation of each PROVED on networks with <= 64 ReLUs "
                         "(default 300); an unconfirmed proof is unknown")
     v.add_argument("--total-timeout", type=_seconds, default=None, metavar="S",
-                   help="with --sla or --vnnlib: wall-clock seconds for the whole run; each query gets what is "
-                        "left (its --timeout and --confirm-timeout cut in their ratio) and a query for which "
-                        "nothing is left is not started (unknown). Default: no bound beyond the per-query ones")
+                   help="with --sla or --vnnlib: wall-clock seconds for the whole run; each query must end "
+                        "within what is left (its search takes its --timeout share of it, all of it when no Z3 "
+                        "confirmation runs, and the confirmation the rest) and a query for which nothing is "
+                        "left is not started (unknown). Default: no bound beyond the per-query ones")
     v.add_argument("--witness", metavar="FILE", help="with --vnnlib: write the counterexample in VNN-COMP format")
     v.add_argument("--json", metavar="FILE", dest="json_out", help="write every result (verdict, time, method, "
                    "witness, statistics) as JSON")

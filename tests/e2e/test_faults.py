@@ -28,6 +28,10 @@ def rows(tmp_path_factory):
                                   if k in KNOWN else k for k in faults.KINDS])
 def test_every_injected_fault_is_caught_cleanly(rows, kind):
     r = rows[kind]
+    if not r.done and any("mount -t tmpfs failed" in n for n in r.notes):
+        # a machine (a container without CAP_SYS_ADMIN) where no small file system can be mounted:
+        # the disk-full cases cannot be made here; said, never passed
+        pytest.skip(f"{kind}: " + "; ".join(r.notes))
     assert r.done, r.notes
     assert r.tried > 0
     assert (r.tracebacks, r.false_pass, r.orphans, r.records_lost, r.hangs) == (0, 0, 0, 0, 0), r.notes

@@ -613,8 +613,8 @@ def _verify_sla(args, model, opts, console: Console) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result.full_json(), indent=2, sort_keys=True) + "\n")
     status = result.run_status
-    notes = [f"unknown: {', '.join(r.id for r in result.properties if r.verdict.value == 'unknown')}"] \
-        if any(r.verdict.value == "unknown" for r in result.properties) else []
+    unknown = [r.id for r in result.properties if r.verdict.value == "unknown"]
+    notes = [f"unknown: {', '.join(unknown)}"] if unknown else []
     if result.unknown_reachability:
         notes.append(f"the reachability of {', '.join(result.unknown_reachability)} is unknown")
     console.print(f"status: {status}" + (f" ({'; '.join(notes)})" if notes else ""), highlight=False)

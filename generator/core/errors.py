@@ -36,6 +36,13 @@ class MiCertifyError(Exception):
         return one_line(f"{head}: {self.reason}" if head else self.reason)
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of what ``exc`` says (its type's name when it says nothing): a library's
+    multi-line message cut to its headline for a one-line error."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def one_line(text: str) -> str:
     """``text`` as one printable line: a character that is not printable (a line break, a control
     character that ``str.splitlines`` or a terminal would break at, e.g. U+001C from a fuzzed

@@ -21,7 +21,7 @@ import yaml
 from mi_certify.runtime.fsm import FsmConfig
 from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig, latency_counter_width, latency_limit_cycles
 
-from mi_certify.generator.core.errors import SpecError
+from mi_certify.generator.core.errors import SpecError, first_line
 
 SCHEMA_ID = "mi-certify/v1"
 MAX_ADDRESS_BITS = 24
@@ -567,7 +567,7 @@ def load_spec(path: str | Path) -> Spec:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
         if where is None and isinstance(getattr(exc, "position", None), int):   # a ReaderError: a bad character
             where = f"character {exc.position + 1}"
-        problem = getattr(exc, "problem", None) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        problem = getattr(exc, "problem", None) or first_line(exc)
         raise SpecError(f"not valid YAML: {problem}", file=f, where=where) from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"not UTF-8 text ({exc.reason})", file=f) from None

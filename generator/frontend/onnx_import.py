@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mi_certify.generator.core.errors import ModelImportError, ModelMismatchError
+from mi_certify.generator.core.errors import ModelImportError, ModelMismatchError, first_line
 from mi_certify.generator.core.ir import ControllerIR
 from mi_certify.generator.core.numerics import corner_signs
 from mi_certify.generator.frontend.onnx.importer import MAX_INPUTS, Importer, supported_ml_ops, supported_ops
@@ -105,8 +105,7 @@ def parse_model(data: bytes, path: str | Path) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelImportError(f"onnx.checker rejects the model: {first}", file=str(path)) from None
+        raise ModelImportError(f"onnx.checker rejects the model: {first_line(exc)}", file=str(path)) from None
     except (UnicodeDecodeError, ValueError) as exc:   # a string field that is not UTF-8, and the like
         raise ModelImportError(f"onnx.checker cannot read the model ({type(exc).__name__}: {exc})",
                                file=str(path)) from None
@@ -357,8 +356,7 @@ def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors (InvalidArgument, Fail …) derive from Exception
         if type(exc).__module__.split(".")[0] != "onnxruntime":
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelImportError(f"onnxruntime cannot run the model on its declared inputs ({first})",
+        raise ModelImportError(f"onnxruntime cannot run the model on its declared inputs ({first_line(exc)})",
                                file=str(path)) from None
     mine = ir.evaluate(pts)
     if ort.shape != mine.shape:

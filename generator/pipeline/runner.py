@@ -39,10 +39,9 @@ from mi_certify.generator.pipeline.stages import BuildContext
 from mi_certify.generator.bundle.manifest import (
     MANIFEST_FORMAT, UNHASHED, canonical_command, manifest_figures, source_commit, source_identity)
 from mi_certify.generator.bundle.obligations import collect_obligations, obligations_status
-from mi_certify.generator.bundle.stage_records import CROSS_CHECK_POINTS
 from mi_certify.generator.bundle.summary import summarize
 from mi_certify.generator.core.digests import sha256_file
-from mi_certify.generator.bundle.stage_records import import_record, spec_record
+from mi_certify.generator.bundle.stage_records import CROSS_CHECK_POINTS, import_record, spec_record
 from mi_certify.generator.core.errors import BuildError, SpecError
 from mi_certify.generator.core.lut import check_shapes
 from mi_certify.generator.pipeline.stages import (  # noqa: F401 - public here too
@@ -303,15 +302,12 @@ def build(model_path: str | Path, spec_path: str | Path, out: str | Path, option
         (stage_dir / "build.log").write_text(
             "".join(f"{k}\t{v:.3f} s\n" for k, v in ctx.times.items()), encoding="utf-8")
         _publish(stage_dir, out.resolve())
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(stage_dir, ignore_errors=True)
-        if exc.errno not in _STORAGE_ERRNOS:
-            raise
-        # a full disk, a quota, a read-only or failing device: one line, nothing published
-        raise BuildError(f"cannot write the build ({exc.strerror}); nothing was published",
-                         file=exc.filename or str(out)) from None
-    except BaseException:
-        shutil.rmtree(stage_dir, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+            # a full disk, a quota, a read-only or failing device: one line, nothing published
+            raise BuildError(f"cannot write the build ({exc.strerror}); nothing was published",
+                             file=exc.filename or str(out)) from None
         raise
     finally:
         _unlock_stage(stage_dir)

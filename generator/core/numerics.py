@@ -23,16 +23,24 @@ independent outputs, which changes no result). Each output is ``((0 + p_0) + p_1
 over the contracted axis in index order, the same operations the plain numpy loops
 (kept as :func:`_matmul_numpy` etc. and used by the tests as the reference) issue one
 ufunc call at a time; 7–12× faster than those at the sizes of CROWN's backward passes.
+Zero terms are skipped when both operands are finite (a product with a zero factor is then
+±0, and ``x + ±0 == x`` bit for bit for every ``x`` a sum from +0 can reach: such a sum is never
+-0 under round-to-nearest), so sparse layers (lattice networks, VNN-COMP tllverifybench: under 1 %
+nonzero) cost their nonzeros, not their area (a weight matrix passed as :class:`Sparse`); an operand with an infinity or a NaN takes the
+plain loop, where ``0 · inf`` stays NaN.
 Numba: Lam, Pitrou, Seibert, "Numba: a LLVM-based Python JIT compiler", LLVM-HPC 2015;
 the compiled code is cached beside this file (``cache=True``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
 
-__all__ = ["exp", "exp_upper", "gram", "log", "matmul", "rowdot", "softmax_lower", "sum_last", "vdot"]
+__all__ = ["Sparse", "exp", "exp_upper", "gram", "log", "matmul", "rowdot", "softmax_lower", "sparse", "sum_last",
+           "vdot"]
 
 _F = np.float64
 #: Rows (a's elements per contracted index) from which :func:`matmul` goes column by column.
@@ -40,15 +48,32 @@ _COLUMN_MIN = 4096
 
 
 @numba.njit(cache=True, fastmath=False, nogil=True)
-def _mm_kernel(a, b):  # pragma: no cover - compiled; a (P, k), b (k, n) -> (P, n)
+def _mm_kernel(a, b, skip):  # pragma: no cover - compiled; a (P, k), b (k, n) -> (P, n)
     P, k = a.shape
     n = b.shape[1]
     out = np.zeros((P, n))
     for p in range(P):
         for i in range(k):
             av = a[p, i]
+            if skip and av == 0.0:
+                continue
             for j in range(n):
                 out[p, j] = out[p, j] + av * b[i, j]
+    return out
+
+
+@numba.njit(cache=True, fastmath=False, nogil=True)
+def _mm_skip_kernel(a, indptr, indices, values, n):  # pragma: no cover - compiled; (P, k) @ CSR (k, n)
+    P, k = a.shape
+    out = np.zeros((P, n))
+    for p in range(P):
+        for i in range(k):
+            av = a[p, i]
+            if av == 0.0:
+                continue
+            for t in range(indptr[i], indptr[i + 1]):
+                j = indices[t]
+                out[p, j] = out[p, j] + av * values[t]
     return out
 
 
@@ -101,6 +126,36 @@ def _operands(a, b) -> tuple[np.ndarray, np.ndarray, int]:
     return a, b, k
 
 
+@dataclass(frozen=True, eq=False)
+class Sparse:
+    """A 2-D float64 matrix (k, n) held for :func:`matmul` as its row-compressed nonzeros:
+    ``indptr`` (k + 1,), ``indices`` and ``values`` (nnz,), each row's columns ascending (the
+    order the plain loop visits them); ``dense`` is the matrix itself (kept for operands with an
+    infinity or a NaN). Build it once per weight matrix with :func:`sparse`; products with it are
+    bit for bit those with ``dense``."""
+
+    dense: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    finite: bool
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.dense.shape
+
+
+def sparse(b) -> Sparse:
+    """:class:`Sparse` of a 2-D array ``b`` (k, n); ValueError if ``b`` is not 2-D."""
+    b = np.ascontiguousarray(b, dtype=_F)
+    if b.ndim != 2:
+        raise ValueError(f"sparse: a 2-D matrix is needed, got shape {b.shape}")
+    rows, cols = np.nonzero(b)
+    indptr = np.zeros(b.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=b.shape[0]), out=indptr[1:])
+    return Sparse(b, indptr, cols.astype(np.int64), np.ascontiguousarray(b[rows, cols]), bool(np.isfinite(b).all()))
+
+
 def matmul(a, b) -> np.ndarray:
     """``a @ b`` (numpy matmul semantics, broadcasting batch axes) in fixed order.
 
@@ -112,6 +167,14 @@ def matmul(a, b) -> np.ndarray:
     Raises:
         ValueError: a scalar operand or shapes that do not align.
     """
+    if isinstance(b, Sparse):
+        a = np.asarray(a, dtype=_F)
+        if a.ndim == 0 or a.shape[-1] != b.shape[0]:
+            raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
+        flat = np.ascontiguousarray(a.reshape(-1, b.shape[0]))
+        if not (b.finite and np.isfinite(flat).all()) or flat.size == 0 or b.dense.size == 0:
+            return matmul(a, b.dense)
+        return _mm_skip_kernel(flat, b.indptr, b.indices, b.values, b.shape[1]).reshape(a.shape[:-1] + (b.shape[1],))
     a, b, k = _operands(a, b)
     if k == 0 or a.size == 0 or b.size == 0:
         return _matmul_numpy(a, b)
@@ -120,7 +183,7 @@ def matmul(a, b) -> np.ndarray:
         return _mv_kernel(flat, np.ascontiguousarray(b)).reshape(a.shape[:-1])
     if b.ndim == 2:
         flat = np.ascontiguousarray(a.reshape(-1, k))
-        out = _mm_kernel(flat, np.ascontiguousarray(b))
+        out = _mm_kernel(flat, np.ascontiguousarray(b), bool(np.isfinite(b).all()))
         return out.reshape(a.shape[:-1] + (b.shape[1],))
     return _matmul_numpy(a, b)
 

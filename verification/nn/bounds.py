@@ -27,13 +27,14 @@ machine.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode
-from mi_certify.generator.core.numerics import matmul, rowdot, sum_last
+from mi_certify.generator.core.numerics import Sparse, matmul, rowdot, sparse, sum_last
 
 #: Relative outward inflation of every computed bound (see module docstring).
 INFLATION = 1e-9
@@ -223,6 +224,27 @@ def _relu_relaxation(l: np.ndarray, u: np.ndarray, lower: str | np.ndarray = "ad
     return s_lo, s_up, b_up
 
 
+#: A weight matrix with at most this share of nonzeros goes to the backward pass as
+#: :class:`~mi_certify.generator.core.numerics.Sparse` (same bits, cost by nonzeros).
+SPARSE_MAX_DENSITY = 0.25
+_SPARSE_TERMS: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def _backward_terms(ir: ControllerIR, nid: int) -> list[tuple[int, np.ndarray | Sparse, np.ndarray | Sparse]]:
+    """``(src, w, |w|)`` of affine node ``nid``, each matrix as :class:`Sparse` where it is sparse
+    (built once per IR: an IR is immutable once checked)."""
+    entry = _SPARSE_TERMS.get(id(ir))
+    if entry is None or entry[0]() is not ir:
+        entry = (weakref.ref(ir), {})
+        _SPARSE_TERMS[id(ir)] = entry
+        weakref.finalize(ir, _SPARSE_TERMS.pop, id(ir), None)
+    memo = entry[1]
+    if nid not in memo:
+        memo[nid] = [(src, *((sparse(m) if np.count_nonzero(m) <= SPARSE_MAX_DENSITY * m.size else m)
+                             for m in (w, np.abs(w)))) for src, w in ir.nodes[nid].terms]
+    return memo[nid]
+
+
 @numba.njit(cache=True, fastmath=False, nogil=True)
 def _relu_back(L, A, s_lo, s_up, b_up):  # pragma: no cover - compiled
     """One ReLU step of the backward pass, fused: with S = s_lo where L >= 0 else s_up and
@@ -321,9 +343,9 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
         if isinstance(node, AffineNode):
             const = const + matmul(L, node.bias)
             mag = mag + matmul(A, np.abs(node.bias))
-            for src, w in node.terms:
+            for src, w, aw in _backward_terms(ir, nid):
                 coef[src] = coef[src] + matmul(L, w) if src in coef else matmul(L, w)
-                acoef[src] = acoef[src] + matmul(A, np.abs(w)) if src in acoef else matmul(A, np.abs(w))
+                acoef[src] = acoef[src] + matmul(A, aw) if src in acoef else matmul(A, aw)
         else:
             key = (nid, lower) if isinstance(lower, str) else None
             if cache is not None and key in cache:

@@ -117,3 +117,19 @@ def test_the_trainer_learns_a_separable_problem_and_repeats_itself_bit_for_bit()
     np.testing.assert_allclose(a.predict_proba(x).sum(axis=1), 1.0, atol=1e-12)
     c = DeterministicMLP((8, 8), alpha=1e-3, max_iter=400, random_state=2).fit(x, y)
     assert c.coefs_[0].tobytes() != a.coefs_[0].tobytes()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_operands_give_the_plain_loops_bits(seed):
+    """matmul skips zero terms of finite operands (sparse lattice layers cost their nonzeros):
+    the skipped ``+ ±0`` never changes a sum, also where sums cancel to zero, products underflow
+    to ±0 or factors are -0.0; an infinity in either operand takes the plain loop (0 · inf = NaN)."""
+    rng = np.random.default_rng(200 + seed)
+    P, k, n = (int(v) for v in rng.integers(2, 30, size=3))
+    a = rng.choice([0.0, -0.0, 1.0, -1.0, 1e-300, -2.5, 5e-324], size=(P, k))
+    b = rng.choice([0.0, -0.0, 1.0, -1.0, 1e-300, 3.0, -5e-324], size=(k, n), p=[.5, .2, .1, .1, .04, .04, .02])
+    assert _same_bits(N.matmul(a, b), N._matmul_numpy(a, b))
+    assert _same_bits(N.matmul(b.T, a.T), N._matmul_numpy(b.T, a.T))
+    a[0, 0], b[-1, -1] = np.inf, np.nan
+    got = N.matmul(a, b)
+    assert _same_bits(got, N._matmul_numpy(a, b)) and np.isnan(got).any()

@@ -75,8 +75,8 @@ def test_every_proof_obligation_has_a_verdict_method_evidence_and_time(reference
     assert {"network.P1", "network.P2", "network.P3", "lut.partition", "lut.proven_cells", "lut.resolved_cells",
             "lut.tables", "lut.P1", "lut.P2", "rtl.lint", "cosim.rtl_vs_reference"} <= set(ids)
     assert [o["id"] for o in ob["obligations"] if o["group"] == "network" and not o["required"]] == [
-        "network.unreachable.keep", "network.unreachable.merge_conv", "network.unreachable.int4",
-        "network.unreachable.offload_cpu"]
+        "network.reachability.keep", "network.reachability.merge_conv", "network.reachability.int4",
+        "network.reachability.offload_cpu"]
     for o in ob["obligations"]:
         assert o["method"] and (reference_build / o["evidence"]).is_file() and o["verdict"] in (
             "proved", "passed", "violated"), o
@@ -248,7 +248,7 @@ def test_check_catches_a_forged_witness(bundle_copy):
     _rehash(bundle_copy)
     proc, items = _check(bundle_copy, "--quick")
     assert proc.returncode == 1
-    assert items["network.unreachable.merge_conv: reachability witness replays on onnxruntime"] == "FAIL"
+    assert items["network.reachability.merge_conv: reachability witness replays on onnxruntime"] == "FAIL"
 
 
 def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy):
@@ -457,7 +457,7 @@ def test_report_lists_only_hashed_files_as_bound_and_reachability_as_findings(re
     unreachable = [a["action"] for a in ver["output_domain"]["actions"] if a["reachable"] == "no"]
     assert unreachable == ["merge_conv", "int4", "offload_cpu"]
     for a in unreachable:
-        assert f"`network.unreachable.{a}` (unreachable (proved): finding)" in md
+        assert f"`network.reachability.{a}` (unreachable (proved): finding)" in md
         assert f"{a} is proved unreachable" in md.split("## Findings")[1].split("##")[0]
     assert "(violated) [informative]" not in md
     # the long method text is written once, in the legend

@@ -649,7 +649,11 @@ def _run_check(args, console: Console) -> int:
     opts = CheckOptions(rerun_network=not args.quick, rerun_tools=not args.quick, pubkey=args.pubkey)
     items = check_bundle(args.bundle, opts, emit)
     counts = {k: sum(1 for i in items if i.status == k) for k in (PASS, FAIL, SKIP)}
-    verdict = "FAILED" if counts[FAIL] else "INCOMPLETE" if counts[SKIP] else "OK"
+    from mi_certify.generator.bundle.standing import certification
+    sig = next((i for i in items if i.name == "signature"), None)
+    verdict = certification(passed=not counts[FAIL], skipped=bool(counts[SKIP]),
+                            signed=(Path(args.bundle) / "manifest.json.sig").exists(),
+                            signature_checked=sig is not None and sig.status == PASS)
     print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped: {verdict}")
     if args.json_out:  # after the summary line, which is printed even when this write fails (disk full)
         try:

@@ -242,3 +242,26 @@ def test_the_banner_of_an_old_log_without_fault_fields_derives_the_causes(run, t
     dash = dashboard.render_dashboard(old, load_build(b))   # no key: the chain breaks (edited), causes still shown
     from mi_certify.runtime.quantize import fault_text
     assert fault_text(first["probes"]["_probe_fault"][0]) in dash.html
+
+
+def test_dashboard_reads_at_a_normal_width_and_the_banner_says_what_went_wrong(run, page):
+    """Headless Chromium at 1280 px: no word broken inside, nothing clipped or past the right edge (the
+    decision records opened too); the banner, as the operator sees it, names the violations, the fallback
+    entries and the probe faults with their input."""
+    from mi_certify.verification.tools.chromium import LAYOUT_CHECK, find_chromium, load_page
+    assert find_chromium(), "chromium is required (make setup installs it)"
+    b, log, _key = run
+    opened = "document.querySelectorAll('details').forEach(d => d.open = true), 0"
+    banner = "document.getElementById('verdict').innerText"
+    res = load_page(page[1], width=1280, evaluate=(banner, opened, LAYOUT_CHECK))
+    assert res.loaded and res.errors == []
+    text, _, problems = res.values
+    assert problems == []
+    recs = _decisions(log)
+    faults = [r for r in recs if r["probe_fault"]]
+    name = faults[0]["probes"]["_probe_fault"][0]["input"]
+    lines = text.splitlines()
+    assert lines[0] == "Log intact; all 300 decisions confirmed."
+    assert any(ln.startswith("SLA: ") and "request(s) over the active action's limit" in ln for ln in lines)
+    assert any(ln.startswith("Fallback: entered ") for ln in lines)
+    assert any(ln.startswith(f"Probe faults: 3 of 300 steps") and f"{name} in 3 step(s), first" in ln for ln in lines)

@@ -307,7 +307,7 @@ def probe_fault_lines(j: dict, requests: int, warn_share: float) -> list[str]:
     out = [f"probe faults: {n} of {requests} steps ({n / max(1, requests):.1%}); {causes or 'cause not recorded'}"]
     if n > warn_share * requests:
         out.append(f"[yellow]warning:[/] {n / max(1, requests):.1%} of the steps were probe faults (more than "
-                   f"{warn_share:.0%}, --warn-probe-faults): the controller ran the conservative action on them. "
+                   f"{100 * warn_share:g} %, --warn-probe-faults): the controller ran the conservative action on them. "
                    "Widen the input's envelope in sla.yaml (and rebuild), fix the probe, or map the input "
                    "(--map INPUT=EXPR).")
     return out

@@ -83,3 +83,15 @@ def test_keys_are_never_written_inside_a_git_work_tree(tmp_path, monkeypatch):
     assert len(k.read_bytes()) == 32 and k.stat().st_mode & 0o777 == 0o600
     with pytest.raises(SignatureError, match="refusing to overwrite"):
         new_hmac_key(k)
+
+
+def test_run_summary_names_the_faulty_input_and_warns_above_the_share():
+    from mi_certify.generator.cli.runtime import probe_fault_lines
+    cause = {"input": "cache_chase_ns", "unit": "ns", "reading": 2300.0, "bound": "max 1024", "reason": "above max"}
+    j = {"probe_faults": {"steps": 211, "by_input": {"cache_chase_ns": {"steps": 211, "first": cause}}}}
+    lines = probe_fault_lines(j, 300, 0.05)
+    assert lines[0] == ("probe faults: 211 of 300 steps (70.3%); cache_chase_ns: 211 steps, first "
+                        "cache_chase_ns = 2300 ns above max 1024")
+    assert lines[1].startswith("[yellow]warning:[/] 70.3% of the steps were probe faults (more than 5 %")
+    assert probe_fault_lines(j, 300, 0.75)[1:] == []
+    assert probe_fault_lines({"probe_faults": {"steps": 0, "by_input": {}}}, 300, 0.05) == ["probe faults: 0 of 300 steps"]

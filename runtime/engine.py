@@ -242,6 +242,9 @@ class LiveReport:
     violations: int = 0
     latency_ms: dict = field(default_factory=dict)  # action -> list of latencies
     phases: list = field(default_factory=list)      # (phase name, first request, Counter of tokens)
+    probe_faults: int = 0                            # steps that were probe faults
+    fault_inputs: Counter = field(default_factory=Counter)  # input -> probe-fault steps it caused
+    fault_first: dict = field(default_factory=dict)  # input -> its first cause (quantize.fault_causes)
 
     def to_json(self) -> dict:
         lat = {a: {"requests": len(v), "median_ms": round(float(np.median(v)), 3),
@@ -249,7 +252,10 @@ class LiveReport:
         return {"requests": self.requests, "tokens": dict(self.tokens), "reasons": dict(self.reasons),
                 "switches": dict(self.switches), "switch_count": sum(self.switches.values()),
                 "fallbacks": self.fallbacks, "recoveries": self.recoveries, "sla_violations": self.violations,
-                "latency": lat, "phases": [{"phase": p, "from_request": i, "tokens": dict(c)} for p, i, c in self.phases]}
+                "latency": lat, "phases": [{"phase": p, "from_request": i, "tokens": dict(c)} for p, i, c in self.phases],
+                "probe_faults": {"steps": self.probe_faults,
+                                 "by_input": {n: {"steps": k, "first": self.fault_first.get(n)}
+                                              for n, k in sorted(self.fault_inputs.items())}}}
 
 
 #: Background load kinds (:func:`start_background_load`): what one process does, forever.
@@ -330,6 +336,11 @@ def run_live(loop: ControlLoop, workload: Workload, requests: int, background_lo
             if d.reason == "RECOVER":
                 rep.recoveries += 1
             rep.violations += v.violation
+            if d.probe_fault:
+                rep.probe_faults += 1
+                for cause in loop.fault_causes(d):
+                    rep.fault_inputs[cause["input"]] += 1
+                    rep.fault_first.setdefault(cause["input"], cause)
             if lat is not None and math.isfinite(lat):
                 rep.latency_ms.setdefault(name, []).append(lat)
             if on_request:

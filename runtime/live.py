@@ -32,6 +32,7 @@ from .audit import AuditLog, encode_decision, read_records
 from .fsm import FsmConfig, LutFsm, MaskBox, Reason
 from .lut_file import decode_lut_hex
 from .probes import FeatureMap, HardwareProbe, ProbeSample
+from .quantize import fault_causes
 from .sla import MonitorConfig, SlaLimits, SlaMonitor, SlaVerdict
 
 __all__ = ["BuildLoadError", "ControlLoop", "Decision", "LoadedBuild", "ReplayReport", "load_build", "replay"]
@@ -185,13 +186,22 @@ class ControlLoop:
         return Decision(sample, tuple(values), tuple(errors), None if fault else addr, fault, proposal, confident,
                         sla, before, self.ctl.state, token, m.REASONS[reason])
 
+    def fault_causes(self, d: Decision) -> list[dict]:
+        """Why ``d`` is a probe fault: per faulty input its reading and the bound it broke
+        (:func:`mi_certify.runtime.quantize.fault_causes`); [] when it is none."""
+        return fault_causes(self.build.module.INPUTS, d.readings) if d.probe_fault else []
+
     def complete(self, d: Decision, latency_ms, accuracy_loss_pct, extra: dict | None = None) -> SlaVerdict:
-        """Feed one request's measurement to the SLA monitor and log the decision."""
+        """Feed one request's measurement to the SLA monitor and log the decision (the one place a
+        ``decision`` record is composed: on a probe fault ``probes._probe_fault`` names each
+        faulty input, its reading and the bound it broke)."""
         verdict = self.monitor.observe(d.token, latency_ms, accuracy_loss_pct)
         if self.audit is not None:
             probes = d.sample.to_json()
             if any(d.input_errors):
                 probes["_input_errors"] = {n: e for n, e in zip(self.features.inputs, d.input_errors) if e}
+            if d.probe_fault:
+                probes["_probe_fault"] = self.fault_causes(d)
             self.audit.append_fields("decision", encode_decision(
                 readings=d.readings, addr=d.addr, probe_fault=d.probe_fault, proposal=d.proposal,
                 confident=d.confident, sla_violation=d.sla_violation, before=d.before, after=d.after, token=d.token,

@@ -106,3 +106,44 @@ def quantize(values: Sequence, quantizers: Sequence[Quantizer]) -> tuple[int, bo
     if any(q is None for q in levels):
         return 0, True, levels
     return address(levels, [qz.bits for qz in quantizers]), False, levels
+
+
+def fault_causes(inputs: Sequence, readings: Sequence) -> list[dict]:
+    """Why a reading is a probe fault, per input that caused it (docs/runtime.md, "Probe faults").
+
+    ``inputs``: the generated runtime's ``INPUTS`` rows ``(name, unit, min, max, bits, ...)``;
+    ``readings``: the values quantized, in input order (None = unavailable).
+    Returns one dict per faulty input, in input order: ``input``, ``unit``, ``reading`` (the
+    value as a float or string, None when unavailable), ``bound`` (``"min 0"``, ``"max 1024"``,
+    or None), ``reason`` (``unavailable`` | ``not a number`` | ``below min`` | ``above max``).
+    An empty list when every reading lies in its envelope."""
+    out = []
+    for row, x in zip(inputs, readings):
+        name, unit, lo, hi = row[0], row[1], Fraction(row[2]), Fraction(row[3])
+        fx = exact_value(x)
+        if x is None:
+            reason, bound = "unavailable", None
+        elif fx is None:
+            reason, bound = "not a number", None
+        elif fx < lo:
+            reason, bound = "below min", f"min {float(lo):g}"
+        elif fx > hi:
+            reason, bound = "above max", f"max {float(hi):g}"
+        else:
+            continue
+        shown = x if x is None or isinstance(x, (int, float, str)) else (float(fx) if fx is not None else str(x))
+        if isinstance(shown, float) and not math.isfinite(shown):
+            shown = str(shown)
+        out.append({"input": name, "unit": unit, "reading": shown, "bound": bound, "reason": reason})
+    return out
+
+
+def fault_text(cause: dict) -> str:
+    """One cause of :func:`fault_causes` in words: ``cache_chase_ns = 2300 ns above max 1024``."""
+    if cause["reason"] == "unavailable":
+        return f"{cause['input']} unavailable"
+    r = cause["reading"]
+    value = f"{r:.6g}" if isinstance(r, float) else str(r)
+    unit = f" {cause['unit']}" if cause.get("unit") else ""
+    return f"{cause['input']} = {value}{unit} " + (f"{cause['reason']} {cause['bound'].split()[1]}"
+                                                   if cause["bound"] else f"({cause['reason']})")

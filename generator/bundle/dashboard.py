@@ -32,12 +32,13 @@ from pathlib import Path
 
 from mi_certify.runtime.audit import read_records, verify_log
 from mi_certify.runtime.live import LoadedBuild, replay
-from mi_certify.runtime.quantize import address, split_address
+from mi_certify.runtime.quantize import address, fault_causes, fault_text, split_address
 
 __all__ = ["Dashboard", "cell_edges", "dashboard_data", "render_dashboard", "write_dashboard"]
 
 #: Marker colours of the timeline (also used in the legend of the page).
-_MARKS = {"SWITCH": "#1f77b4", "FALLBACK": "#d62728", "PROBE_FAULT": "#ff7f0e", "RECOVER": "#2ca02c"}
+_MARKS = {"SWITCH": "#1f77b4", "FALLBACK": "#d62728", "PROBE_FAULT": "#ff7f0e", "RECOVER": "#2ca02c",
+          "MASKED": "#9467bd"}
 
 
 @dataclass
@@ -78,6 +79,28 @@ def _num(x) -> float:
     return math.nan
 
 
+def _raw_reading(x):
+    """A logged reading as the quantizer saw it: None (unavailable), a Fraction for ``"n/d"``,
+    a float for ``"nan"``/``"inf"``/``"-inf"``, else the value."""
+    if isinstance(x, str):
+        if re.fullmatch(r"-?[0-9]+/[0-9]+", x):
+            return Fraction(x)
+        return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}.get(x, x)
+    return x
+
+
+def _causes(r: dict, build: LoadedBuild) -> list[dict]:
+    """Why a probe-fault record was one: ``probes._probe_fault`` as logged (``run`` writes it),
+    else derived from the logged readings and the build's envelope (logs written before it)."""
+    logged = (r.get("probes") or {}).get("_probe_fault") if isinstance(r.get("probes"), dict) else None
+    if isinstance(logged, list) and all(isinstance(c, dict) and "input" in c for c in logged):
+        return logged
+    readings = r.get("readings")
+    if not isinstance(readings, list):
+        return []
+    return fault_causes(build.module.INPUTS, [_raw_reading(x) for x in readings])
+
+
 def _in_fallback(state) -> bool:
     """The fallback flag f of a logged FSM state (t, k, h, d, v, f, r); True if unreadable."""
     return not (isinstance(state, list) and len(state) == 7) or bool(state[5])
@@ -116,6 +139,7 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
     bad = Counter(m[0] for m in rep.mismatches)
     m = build.module
     records = []
+    t0 = None
     for ln in lines:
         r = ln.record
         if r is None or r.get("kind") != "decision":
@@ -124,7 +148,13 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
         # a tampered record may hold anything: keep only values the plots can place
         tok = tok if type(tok) is int and 0 <= tok < len(build.actions) else None
         addr = addr if type(addr) is int and 0 <= addr < len(build.lut) else None
+        t = r.get("t_wall_ns") if type(r.get("t_wall_ns")) is int else None
+        t0 = t if t0 is None else t0
+        verdict = r.get("verdict") if isinstance(r.get("verdict"), dict) else {}
         records.append({"seq": ln.seq, "token": tok, "action": str(r.get("action")),
+                        "t_s": math.nan if t is None or t0 is None else (t - t0) / 1e9,
+                        "violation_after": bool(verdict.get("violation")),
+                        "causes": _causes(r, build) if r.get("probe_fault") else [],
                         "reason": reason if isinstance(reason, str) else None,
                         "addr": addr, "probe_fault": bool(r.get("probe_fault")),
                         "readings": [_num(x) for x in (readings if isinstance(readings, list) else [])],
@@ -142,9 +172,29 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
                            "attainment": st["attainment"], "verdict_compliant": st["verdict_compliant"],
                            "latency_limit": lim.latency_ms, "accuracy_limit": lim.accuracy_loss_pct})
     return {"verify": report.to_json(), "replay": j, "intact": report.ok, "confirmed": rep.ok,
-            "records": records, "visited": visited, "inputs": inputs,
+            "records": records, "visited": visited, "inputs": inputs, "alerts": _alerts(records, per_action),
             "edges": {i[0]: cell_edges(i[2], i[3], i[4]) for i in inputs},
             "heatmaps": _heatmap_pairs(build), "per_action": per_action}
+
+
+def _alerts(records: list[dict], per_action: list[dict]) -> dict:
+    """What went wrong in the run, for the banner: ``over_limit`` (requests whose measurement broke
+    the active action's limit, per action), ``violations`` (requests after which the SLA monitor
+    reported a violation), ``fallbacks`` (fallback entries), ``probe_faults`` (steps) with
+    ``fault_inputs`` (input → {"steps", "first": cause, "text"}), ``masked`` (steps with reason
+    MASKED: a property mask held back the proposal), ``any``."""
+    over = {a["action"]: a["requests"] - a["met_both"] for a in per_action if a["requests"] - a["met_both"]}
+    inputs: dict[str, dict] = {}
+    for r in records:
+        for c in r["causes"]:
+            e = inputs.setdefault(c["input"], {"steps": 0, "first": c, "text": fault_text(c)})
+            e["steps"] += 1
+    out = {"over_limit": over, "violations": sum(r["violation_after"] for r in records),
+           "fallbacks": sum(r["fallback_entry"] for r in records),
+           "probe_faults": sum(r["probe_fault"] for r in records), "fault_inputs": inputs,
+           "masked": sum(r["reason"] == "MASKED" for r in records)}
+    out["any"] = bool(over or out["violations"] or out["fallbacks"] or out["probe_faults"] or out["masked"])
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -181,20 +231,21 @@ def _svg(fig, prefix: str) -> str:
 def _timeline_svg(data: dict, actions) -> str:
     plt = _plt()
     recs = data["records"]
-    xs = list(range(len(recs)))
+    xs, xlabel = _times(recs)
     reasons = sorted({r["reason"] for r in recs if r["reason"]})
     fig, (ax, ar) = plt.subplots(2, 1, figsize=(11, 4.6), dpi=100, sharex=True,
                                  gridspec_kw={"height_ratios": [3, 2]})
     ax.step(xs, [math.nan if r["token"] is None else r["token"] for r in recs], where="post",
             color="#444444", lw=1.2, label="active token")
     for reason, label, marker in (("SWITCH", "switch", "^"), ("FALLBACK", "fallback", "v"),
-                                  ("PROBE_FAULT", "probe fault", "x"), ("RECOVER", "recover", "o")):
-        pts = [(i, r["token"]) for i, r in enumerate(recs) if r["token"] is not None
+                                  ("PROBE_FAULT", "probe fault", "x"), ("RECOVER", "recover", "o"),
+                                  ("MASKED", "masked", "s")):
+        pts = [(xs[i], r["token"]) for i, r in enumerate(recs) if r["token"] is not None
                and (r["fallback_entry"] if reason == "FALLBACK" else r["reason"] == reason)]  # fallback: entries
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=42, color=_MARKS[reason],
                        label=f"{label if reason != 'FALLBACK' else 'fallback entry'} ({len(pts)})", zorder=3)
-    mism = [i for i, r in enumerate(recs) if r["mismatch"]]
+    mism = [xs[i] for i, r in enumerate(recs) if r["mismatch"]]
     for i in mism:
         ax.axvline(i, color="#d62728", lw=0.8, ls=":")
     ax.set_yticks(range(len(actions)), list(actions))
@@ -207,10 +258,53 @@ def _timeline_svg(data: dict, actions) -> str:
     ar.scatter(xs, ry, s=6, c=[_MARKS.get(r["reason"], "#777777") for r in recs])
     ar.set_yticks(range(len(reasons)), reasons, fontsize=7)
     ar.set_ylim(-0.5, len(reasons) - 0.5)
-    ar.set_xlabel("decision record (file order)")
+    ar.set_xlabel(xlabel)
     ar.set_ylabel("reason")
     fig.subplots_adjust(left=0.09, right=0.84, top=0.93, bottom=0.11, hspace=0.08)  # fixed: no tight_layout pass
     return _svg(fig, "timeline")
+
+
+def _times(recs: list[dict]) -> tuple[list[float], str]:
+    """The x axis of the plots: wall-clock seconds since the first decision record, or the record
+    index when the log holds no time (then the label says so)."""
+    ts = [r["t_s"] for r in recs]
+    if ts and all(not math.isnan(t) for t in ts):
+        return ts, "wall-clock time since the first decision [s]"
+    return [float(i) for i in range(len(recs))], "decision record (file order; the log holds no time)"
+
+
+def _latency_svg(data: dict, build: LoadedBuild) -> str:
+    """Latency of every request over wall-clock time, coloured by the active action, each action's
+    latency limit as a dashed line of its colour; switches, masked steps, fallback entries and
+    probe faults marked."""
+    plt = _plt()
+    recs = data["records"]
+    xs, xlabel = _times(recs)
+    colours = plt.get_cmap("tab10").colors
+    fig, ax = plt.subplots(figsize=(11, 3.6), dpi=100)
+    finite = [r["latency_ms"] for r in recs if math.isfinite(r["latency_ms"])]
+    top = max(finite + [lim.latency_ms for lim in build.limits if lim.latency_ms is not None] + [1.0])
+    for k, a in enumerate(build.actions):
+        pts = [(x, r["latency_ms"]) for x, r in zip(xs, recs) if r["token"] == k and math.isfinite(r["latency_ms"])]
+        lim = build.limits[k].latency_ms
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=9, color=colours[k % 10], label=f"{a} ({len(pts)})",
+                       zorder=3)
+        if lim is not None and (pts or any(r["token"] == k for r in recs)):
+            ax.axhline(lim, color=colours[k % 10], lw=1.0, ls="--", label=f"{a} limit {lim:g} ms", zorder=2)
+    for reason, label, style in (("SWITCH", "switch", "-"), ("MASKED", "masked", ":"),
+                                 ("FALLBACK", "fallback entry", "-"), ("PROBE_FAULT", "probe fault", "--")):
+        idx = [x for x, r in zip(xs, recs) if (r["fallback_entry"] if reason == "FALLBACK" else r["reason"] == reason)]
+        for j, x in enumerate(idx):
+            ax.axvline(x, color=_MARKS[reason], lw=0.8, ls=style, zorder=1,
+                       label=f"{label} ({len(idx)})" if j == 0 else None)
+    ax.set_ylim(0, top * 1.15)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("latency [ms]")
+    ax.set_title("Latency of each request against the active action's limit", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.subplots_adjust(left=0.07, right=0.8, top=0.9, bottom=0.14)
+    return _svg(fig, "latency")
 
 
 def _probes_svg(data: dict) -> str:
@@ -218,21 +312,21 @@ def _probes_svg(data: dict) -> str:
     recs, inputs = data["records"], data["inputs"]
     n = len(inputs)
     fig, axes = plt.subplots(n, 1, figsize=(11, 1.9 * n + 0.6), dpi=100, sharex=True, squeeze=False)
-    xs = list(range(len(recs)))
+    xs, xlabel = _times(recs)
     for k, (name, unit, lo, hi, bits) in enumerate(inputs):
         ax = axes[k][0]
         for e in data["edges"][name]:
             ax.axhline(e, color="#bbbbbb", lw=0.6, zorder=1)
         ys = [r["readings"][k] if k < len(r["readings"]) else math.nan for r in recs]
         ax.plot(xs, ys, color="#1f77b4", lw=1.0, zorder=2)
-        faults = [i for i, r in enumerate(recs) if r["probe_fault"]]
+        faults = [xs[i] for i, r in enumerate(recs) if r["probe_fault"]]
         for i in faults:
             ax.axvline(i, color=_MARKS["PROBE_FAULT"], lw=0.8, ls="--", zorder=1)
         ax.set_ylim(float(lo) - 0.02 * float(hi - lo), float(hi) + 0.02 * float(hi - lo))
         ax.set_ylabel(f"{name}\n[{unit}]" if unit else name, fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0][0].set_title("Probe trends (grey: LUT cell edges; dashed: probe faults)", fontsize=10)
-    axes[-1][0].set_xlabel("decision record (file order)")
+    axes[-1][0].set_xlabel(xlabel)
     fig.subplots_adjust(left=0.09, right=0.98, top=0.96, bottom=0.06, hspace=0.1)
     return _svg(fig, "probes")
 
@@ -320,14 +414,15 @@ def render_dashboard(log_path, build: LoadedBuild, key: bytes | None = None, anc
 
     data = dashboard_data(log_path, build, key, anchors)
     recs = data["records"]
-    plots = {"timeline": Markup(_timeline_svg(data, build.actions)) if recs else None,
+    plots = {"latency": Markup(_latency_svg(data, build)) if recs else None,
+             "timeline": Markup(_timeline_svg(data, build.actions)) if recs else None,
              "probes": Markup(_probes_svg(data)) if recs else None,
              "attainment": Markup(_attainment_svg(data))}
     heatmaps = [{"x": x, "y": y, "svg": Markup(_heatmap_svg(data, build, x, y, k))}
                 for k, (x, y) in enumerate(data["heatmaps"])]
     rows = []
     for r in recs:
-        rows.append({**r, "readings": ", ".join("-" if math.isnan(v) else f"{v:.6g}" for v in r["readings"]),
+        rows.append({**r, "fault": "; ".join(fault_text(c) for c in r["causes"]), "readings": ", ".join("-" if math.isnan(v) else f"{v:.6g}" for v in r["readings"]),
                      "latency_ms": "-" if math.isnan(r["latency_ms"]) else f"{r['latency_ms']:.6g}",
                      "accuracy_loss_pct": ("-" if math.isnan(r["accuracy_loss_pct"])
                                            else f"{r['accuracy_loss_pct']:.6g}")})
@@ -342,7 +437,8 @@ def render_dashboard(log_path, build: LoadedBuild, key: bytes | None = None, anc
         records=rows, decision_records=len(recs), per_action=data["per_action"], plots=plots,
         heatmaps=heatmaps, visited=visited, inputs=data["inputs"], input_names=[i[0] for i in data["inputs"]],
         edges={k: ", ".join(f"{e:.6g}" for e in v) for k, v in data["edges"].items()},
-        marks=_MARKS, fallback_steps=j["reasons"].get("FALLBACK", 0))
+        marks=_MARKS, fallback_steps=j["reasons"].get("FALLBACK", 0), alerts=data["alerts"],
+        actions=build.actions, conservative=build.module.CONSERVATIVE)
     return Dashboard(html, data["intact"], data["confirmed"], {"verify": data["verify"], "replay": j})
 
 

@@ -42,8 +42,9 @@ def collect_obligations(spec, d: Path | Evidence, stages: dict) -> list[dict]:
                 counterexample="verification.json" if r["witness"] else None)
         for a in ver["output_domain"]["actions"]:
             verdict = {"yes": "violated", "no": "proved"}.get(a["reachable"], "unknown")
-            add(id=f"network.unreachable.{a['action']}", group="network", requirement=f"actions.{a['action']}",
-                claim=f"{a['action']} is never decoded in the envelope (violated = reachable, with a witness)",
+            add(id=f"network.reachability.{a['action']}", group="network", requirement=f"actions.{a['action']}",
+                claim=f"whether {a['action']} is decoded somewhere in the envelope: the verdict is about the claim "
+                      f"'never decoded' (proved = unreachable; violated = reachable, shown by a replayed witness)",
                 method=NETWORK_METHOD, verdict=verdict, evidence="verification.json", required=False,
                 counterexample="verification.json" if a["witness"] else None)
     if ev.has("distillation.json"):

@@ -25,6 +25,9 @@ from mi_certify.generator.bundle.distillation_file import read_distillation
 from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
 from mi_certify.generator.bundle.manifest import UNHASHED
 from mi_certify.generator.core.results import GOOD_VERDICTS
+from mi_certify.generator.bundle.standing import (
+    ASSUMED, OPEN, PROVED, RESOLVED, Standing, obligation_standing, weakest)
+from mi_certify.generator.bundle.report_figures import report_figures
 from mi_certify.generator.core.lut import Lut, decode_status_runs, split_table
 from mi_certify.runtime.lut_file import decode_lut_hex
 from mi_certify.generator.core.spec import Spec
@@ -34,14 +37,10 @@ MAX_HEATMAPS = 4
 
 
 def _shown(o: dict) -> dict:
-    """How an obligation's verdict reads in the report: the informative reachability
-    obligations say reachable / unreachable (a finding, not a failure), the others their
-    verdict. Returns {"text", "css"}."""
-    if o["id"].startswith("network.unreachable."):
-        text = {"violated": "reachable (witness)", "proved": "unreachable (proved): finding"}.get(o["verdict"],
-                                                                                              "undecided")
-        return {"text": text, "css": "finding" if o["verdict"] == "proved" else "info"}
-    return {"text": o["verdict"], "css": o["verdict"]}
+    """How an obligation's verdict reads in the report (:func:`.standing.obligation_standing`):
+    {"text", "css", "word"}."""
+    st = obligation_standing(o)
+    return {"text": st.text, "css": st.css, "word": st.word}
 
 
 def _findings(spec: Spec, ver: dict | None) -> list[str]:
@@ -58,8 +57,25 @@ def _findings(spec: Spec, ver: dict | None) -> list[str]:
     return out
 
 
-def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
-    """Rows of the traceability matrix: each sla.yaml requirement with its obligations."""
+#: Who must ensure a service level (latency, accuracy loss) of an action: nothing in the bundle proves it.
+SLA_OWNER = "the integrator (the SLA monitor watches the service levels at run time; the fallback on violations is proved)"
+
+
+def _resolve_standing(spec: Spec, lut_counts: dict | None) -> Standing:
+    """distill.resolve: resolved, with why and how many cells; proved when no cell is resolved."""
+    n = (lut_counts or {}).get("resolved")
+    if n == 0:
+        return Standing(PROVED, detail="no cell resolved")
+    cons = spec.actions[spec.conservative].name
+    entry = f"the conservative action {cons}" if spec.resolve == "conservative" else f"the '{spec.resolve}' entry"
+    return Standing(RESOLVED, why=f"{'' if n is None else f'{n:,} '}cells hold several actions (replayed "
+                                  f"witnesses) or were undecided; each carries {entry}")
+
+
+def _requirements(spec: Spec, obligations: list[dict], lut_counts: dict | None = None) -> list[dict]:
+    """Rows of the traceability matrix: each sla.yaml requirement with its obligations and its
+    standing (:mod:`.standing`): {"id", "source", "text", "obligations", "standing", "verdict"
+    (the standing's text), "css", "informative"}."""
     from mi_certify.generator.bundle.obligations import claim_text
 
     rows: list[dict] = []
@@ -67,25 +83,32 @@ def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
     for o in obligations:
         by_req.setdefault(o["requirement"], []).append(o)
 
-    def row(rid, source, text, reqs, extra=()):
+    def row(rid, source, text, reqs, extra=(), standing=None):
         obs = [o for r in reqs for o in by_req.get(r, [])] + list(extra)
         required = [o for o in obs if o["required"]]
+        words = [obligation_standing(o).word for o in (required or obs)]
         if not obs:
-            verdict = "no obligation"
-        elif not required:
-            verdict = "informative"
-        elif all(o["verdict"] in GOOD_VERDICTS for o in required):
-            verdict = "discharged"
+            st = Standing(OPEN, detail="no obligation")
+        elif OPEN in words:
+            st = Standing(OPEN)
+        elif standing is not None:
+            st = standing
+        elif all(w == PROVED for w in words):
+            st = Standing(PROVED)
+        elif PROVED in words:
+            st = Standing(PROVED, detail="also checked by test")
         else:
-            verdict = "open"
-        rows.append({"id": rid, "source": source, "text": text, "obligations": obs, "verdict": verdict})
+            st = Standing(weakest(words))
+        rows.append({"id": rid, "source": source, "text": text, "obligations": obs, "standing": st,
+                     "verdict": st.text, "css": st.css, "informative": bool(obs) and not required})
 
     for p in spec.properties:
         where = ", ".join(f"{spec.inputs[i].name} in [{a:g}, {b:g}]" for i, a, b in p.when) or "whole envelope"
         row(p.id, f"properties ({p.kind})", f"{claim_text(spec, p)}; region: {where}", [p.id])
         if not any(o["group"] == "network" for o in rows[-1]["obligations"]):
-            rows[-1]["verdict"] = "open"  # the LUT check alone says nothing about the network
-            rows[-1]["text"] += " (network not verified)"
+            rows[-1].update(standing=Standing(OPEN, detail="network not verified"), css="open",
+                            verdict=Standing(OPEN, detail="network not verified").text)
+            rows[-1]["text"] += " (network not verified)"  # the LUT check alone says nothing about the network
     row("inputs", "inputs", "quantization grid: " + ", ".join(f"{i.name} [{i.min:g}, {i.max:g}] {i.unit} "
                                                               f"{i.bits} bits" for i in spec.inputs), ["inputs"])
     conf = (f"; confident bit: certified softmax lower bound >= {spec.confidence_threshold:g}"
@@ -93,7 +116,7 @@ def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
     row("lut", "controller, confidence", f"every LUT cell proven or resolved, tables identical ({spec.decode}{conf})",
         ["lut"])
     row("distill.resolve", "distill.resolve", f"cells holding several actions get the '{spec.resolve}' policy",
-        ["distill.resolve"])
+        ["distill.resolve"], standing=_resolve_standing(spec, lut_counts))
     for a in spec.actions:
         row(f"actions.{a.name}", "actions", f"output domain: is {a.name} reachable (informative)",
             [f"actions.{a.name}"])
@@ -101,9 +124,11 @@ def _requirements(spec: Spec, obligations: list[dict]) -> list[dict]:
             limits = ", ".join(x for x in (f"latency <= {a.latency_ms:g} ms" if a.latency_ms is not None else "",
                                            f"accuracy loss <= {a.accuracy_loss_pct:g} %"
                                            if a.accuracy_loss_pct is not None else "") if x)
-            row(f"actions.{a.name}.sla", "actions.sla", f"{limits}: measured by the integrator's monitor (assumption "
-                                                        "of use); the FSM falls back after violations_to_fallback "
-                                                        "violations", ["fsm.violations_to_fallback", "fsm", "monitor"])
+            row(f"actions.{a.name}.sla", "actions.sla", f"{limits}: an assumption of use, not proved: the SLA "
+                                                        "monitor measures it at run time; proved is only the "
+                                                        "mechanism: the FSM falls back after violations_to_fallback "
+                                                        "violations", ["fsm.violations_to_fallback", "fsm", "monitor"],
+                standing=Standing(ASSUMED, who=SLA_OWNER))
     fsm = spec.fsm
     for name, text in (("hysteresis", f"H = {fsm.hysteresis} confident proposals before a switch"),
                        ("cooldown", f"D = {fsm.cooldown} steps held after a switch or recovery"),
@@ -245,6 +270,39 @@ def _hdl_rows(summary: dict) -> dict:
             "latency": summary.get("stages", {}).get("emit", {}).get("latency", 1)}
 
 
+def _glance(spec: Spec, summary: dict, requirements: list[dict], obligations: list[dict], open_obs: list[dict],
+            hdl: dict) -> dict:
+    """What the first screen of report.html shows beside the figures: the properties and their
+    standing, the assumptions of use (who ensures each), the open items, the signature, the
+    user's declared target and mi-certify's own goals, apart. Plain values for the templates."""
+    props = []
+    for p in spec.properties:
+        r = next(r for r in requirements if r["id"] == p.id)
+        where = sorted({o["group"] for o in r["obligations"]})
+        props.append({"id": p.id, "kind": p.kind, "standing": r["standing"].text, "css": r["css"],
+                      "where": ", ".join(where)})
+    assumed: list[dict] = []   # grouped by who must ensure them
+    for r in requirements:
+        if r["standing"].word == ASSUMED:
+            item = f"{r['id'].removeprefix('actions.').removesuffix('.sla')} {r['text'].split(':')[0]}"
+            group = next((g for g in assumed if g["who"] == r["standing"].who), None)
+            if group is None:
+                assumed.append({"who": r["standing"].who, "limits": [item]})
+            else:
+                group["limits"].append(item)
+    resolved = [{"id": r["id"], "why": r["standing"].why} for r in requirements if r["standing"].word == RESOLVED]
+    goals = [{"device": dv["device"], "goal_mhz": dv["goal_mhz"], "fmax_mhz": dv["fmax_mhz"] if dv["fits"] else None,
+              "met": dv["meets_goal"], "key": dv["device"].lower()} for dv in hdl.get("devices", [])]
+    return {"properties": props, "assumed": assumed, "resolved": resolved,
+            "open": [{"id": o["id"], "verdict": o["verdict"]} for o in open_obs],
+            "signature": "not part of this report: it is written before signing. The bundle is certified only when "
+                         "manifest.json.sig verifies and every check passes: mi-certify check --pubkey KEY.pub "
+                         "<bundle> ends with CERTIFIED or says what is missing.",
+            "target": hdl.get("target"), "goals": goals,
+            "required": sum(1 for o in obligations if o["required"]),
+            "informative": sum(1 for o in obligations if not o["required"])}
+
+
 def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence | None = None,
                 lut: Lut | None = None) -> dict:
     """The template variables of report.md / report.html for the bundle in ``d``: read through
@@ -272,18 +330,25 @@ def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence
         dist = {**dist, "undecided": int(np.sum(dist["boxes"]["method"] == UNDECIDED))}
     required = [o for o in obligations if o["required"]]
     open_obs = [o for o in required if o["verdict"] not in GOOD_VERDICTS]
-    verdict = "CERTIFIED" if summary["status"] == "ok" and not open_obs else (
-        "NOT CERTIFIED: build " + summary["status"] + (f", {len(open_obs)} open obligation(s)" if open_obs else ""))
+    ok = summary["status"] == "ok" and not open_obs
+    # never CERTIFIED: this report is written before any signature (standing.certification, mi-certify check)
+    verdict = ("NOT CERTIFIED YET: build ok, no open obligation; unsigned when this report was written" if ok else
+               "NOT CERTIFIED: build " + summary["status"] + (f", {len(open_obs)} open obligation(s)" if open_obs
+                                                              else ""))
+    figures = report_figures(ev.read, ev.has)
+    lut_counts = (summary.get("lut") or {})
+    requirements = _requirements(spec, obligations, lut_counts)
     heatmaps = _heatmaps(spec, lut if lut is not None else _lut_from_bundle(spec, d), d) if lut_json else []
     # the files manifest.json will hash: what is here now, the report itself and its heatmaps
     files = sorted({p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file()} - set(UNHASHED)
                    | {"report.md", "report.html"} | {h["file"] for h in heatmaps})
     ob_methods = list(dict.fromkeys(o["method"] for o in obligations))
     return {
-        "spec": spec, "summary": summary, "verdict": verdict, "ok": verdict == "CERTIFIED",
+        "spec": spec, "summary": summary, "verdict": verdict, "ok": ok, "fig": figures,
+        "glance": _glance(spec, summary, requirements, obligations, open_obs, _hdl_rows(summary)),
         "shown": {o["id"]: _shown(o) for o in obligations}, "findings": _findings(spec, ver),
         "methods": ob_methods, "method_key": {m: f"M{k + 1}" for k, m in enumerate(ob_methods)},
-        "obligations": obligations, "open": open_obs, "requirements": _requirements(spec, obligations),
+        "obligations": obligations, "open": open_obs, "requirements": requirements,
         "verification": ver, "distillation": dist, "box_methods": sorted(methods.items()),
         "lut": lut_json, "lut_properties": lut_props, "cosim": cosim, "lint": lint,
         "rtl": {"file": vfile.name, "lines": vtext.count("\n"),

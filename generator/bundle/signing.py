@@ -42,15 +42,64 @@ def fingerprint(pub: Ed25519PublicKey) -> str:
     return hashlib.sha256(_raw(pub)).hexdigest()
 
 
-def keygen(private_path: str | Path, public_path: str | Path) -> str:
-    """Write a new Ed25519 key pair (PEM; private file mode 0600). Returns the fingerprint.
+def key_home() -> Path:
+    """Where keys go by default: ``$MI_CERTIFY_KEY_DIR``, else ``$XDG_CONFIG_HOME/mi-certify/keys``,
+    else ``~/.config/mi-certify/keys``: outside any project's working tree."""
+    if os.environ.get("MI_CERTIFY_KEY_DIR"):
+        return Path(os.environ["MI_CERTIFY_KEY_DIR"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "mi-certify" / "keys"
+
+
+def git_work_tree(path: str | Path) -> Path | None:
+    """The top of the git working tree that would hold ``path`` (a folder above it with a ``.git``
+    entry, directory or file), or None."""
+    p = Path(path).absolute().parent
+    for d in (p, *p.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def refuse_work_tree(path: str | Path) -> None:
+    """Raise SignatureError when a key file at ``path`` would sit inside a git working tree
+    (``git add .`` would commit the secret)."""
+    top = git_work_tree(path)
+    if top is not None:
+        raise SignatureError(f"inside the git working tree {top}: a key there is one `git add` away from the "
+                             f"repository; write it outside (the default is {key_home()})", file=str(path))
+
+
+def new_hmac_key(path: str | Path, nbytes: int = 32) -> None:
+    """Write ``nbytes`` random bytes (``os.urandom``) as an audit-log HMAC key file (raw bytes, the
+    format :func:`mi_certify.runtime.audit.load_key` reads; mode 0600, parent folders 0700).
 
     Raises:
-        SignatureError if a target file exists (never overwritten).
+        SignatureError if the file exists (never overwritten) or lies in a git working tree."""
+    path = Path(path)
+    refuse_work_tree(path)
+    if path.exists():
+        raise SignatureError("exists; refusing to overwrite a key", file=str(path))
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(os.urandom(nbytes))
+
+
+def keygen(private_path: str | Path, public_path: str | Path) -> str:
+    """Write a new Ed25519 key pair (PEM; private file mode 0600, parent folders 0700). Returns
+    the fingerprint.
+
+    Raises:
+        SignatureError if a target file exists (never overwritten) or the private key would lie
+        in a git working tree (:func:`refuse_work_tree`).
     """
+    refuse_work_tree(private_path)
     for p in (private_path, public_path):
         if Path(p).exists():
             raise SignatureError("exists; refusing to overwrite a key", file=str(p))
+    Path(private_path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    Path(public_path).parent.mkdir(parents=True, exist_ok=True)
     key = Ed25519PrivateKey.generate()
     password = os.environ.get("MI_CERTIFY_KEY_PASSWORD")
     enc = (serialization.BestAvailableEncryption(password.encode()) if password

@@ -207,10 +207,15 @@ def _add_bundle_parsers(sub) -> None:
     s.add_argument("bundle", metavar="BUNDLE", help="a build directory")
     s.add_argument("--key", required=True, metavar="KEY.pem", help="Ed25519 private key (PEM)")
 
-    g = sub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles",
+    g = sub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles, or an audit-log HMAC key",
                        description="Write a new Ed25519 private key (PEM PKCS#8, mode 0600; encrypted with "
-                                   "MI_CERTIFY_KEY_PASSWORD when set) and its public key (PEM). Never overwrites.")
-    g.add_argument("--out", required=True, metavar="NAME", help="writes NAME.key (private) and NAME.pub (public)")
+                                   "MI_CERTIFY_KEY_PASSWORD when set) and its public key (PEM); with --hmac, 32 "
+                                   "random bytes for mi-certify run --key. Never overwrites, and refuses to write a "
+                                   "key inside a git working tree. Default folder: $MI_CERTIFY_KEY_DIR, else "
+                                   "$XDG_CONFIG_HOME/mi-certify/keys, else ~/.config/mi-certify/keys.")
+    g.add_argument("--out", metavar="NAME", help="writes NAME.key (private) and NAME.pub (public); with --hmac "
+                   "the key file NAME (default: signing / audit.key in the key folder)")
+    g.add_argument("--hmac", action="store_true", help="an HMAC key for audit logs (run --key, audit --key)")
 
 
 def _check_out_dir(out: Path) -> None:
@@ -649,7 +654,11 @@ def _run_check(args, console: Console) -> int:
     opts = CheckOptions(rerun_network=not args.quick, rerun_tools=not args.quick, pubkey=args.pubkey)
     items = check_bundle(args.bundle, opts, emit)
     counts = {k: sum(1 for i in items if i.status == k) for k in (PASS, FAIL, SKIP)}
-    verdict = "FAILED" if counts[FAIL] else "INCOMPLETE" if counts[SKIP] else "OK"
+    from mi_certify.generator.bundle.standing import certification
+    sig = next((i for i in items if i.name == "signature"), None)
+    verdict = certification(passed=not counts[FAIL], skipped=bool(counts[SKIP]),
+                            signed=(Path(args.bundle) / "manifest.json.sig").exists(),
+                            signature_checked=sig is not None and sig.status == PASS)
     print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped: {verdict}")
     if args.json_out:  # after the summary line, which is printed even when this write fails (disk full)
         try:
@@ -669,10 +678,17 @@ def _run_sign(args, console: Console) -> int:
 
 
 def _run_keygen(args, console: Console) -> int:
-    from mi_certify.generator.bundle.signing import keygen
+    from mi_certify.generator.bundle.signing import key_home, keygen, new_hmac_key
 
-    fp = keygen(f"{args.out}.key", f"{args.out}.pub")
-    console.print(f"wrote {args.out}.key (private, keep it secret) and {args.out}.pub; fingerprint {fp}",
+    if args.hmac:
+        path = Path(args.out) if args.out else key_home() / "audit.key"
+        new_hmac_key(path)
+        console.print(f"wrote {path} (HMAC key, 32 bytes, mode 0600; keep it secret): mi-certify run --key {path}",
+                      highlight=False)
+        return 0
+    out = args.out or str(key_home() / "signing")
+    fp = keygen(f"{out}.key", f"{out}.pub")
+    console.print(f"wrote {out}.key (private, keep it secret) and {out}.pub; fingerprint {fp}",
                   highlight=False)
     return 0
 

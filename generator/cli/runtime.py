@@ -25,6 +25,10 @@ from rich.table import Table
 from mi_certify.generator.core.errors import MiCertifyError
 
 
+#: ``run`` warns when more than this share of its steps were probe faults (``--warn-probe-faults``).
+PROBE_FAULT_WARN_SHARE = 0.05
+
+
 class RuntimeInputError(MiCertifyError):
     """A build directory, workload, audit log, key or option of a run-time command is unusable."""
 
@@ -66,6 +70,9 @@ def add_parsers(sub) -> dict:
     r.add_argument("--interval", type=float, default=0.02, metavar="S",
                    help="pause between requests in seconds (default 0.02)")
     r.add_argument("--json", metavar="FILE", dest="json_out", help="write the run's counts as JSON")
+    r.add_argument("--warn-probe-faults", type=float, default=PROBE_FAULT_WARN_SHARE, metavar="SHARE",
+                   help=f"warn when more than this share of the steps are probe faults (default "
+                        f"{PROBE_FAULT_WARN_SHARE:g})")
 
     a = sub.add_parser("audit", help="verify, replay or report (HTML dashboard) an audit log",
                        description="Check the hash chain (and HMACs) of an audit log, or replay its decisions.")
@@ -170,6 +177,8 @@ def _live_inputs(args):
 
     if args.requests < 1:
         raise RuntimeInputError("--requests must be at least 1")
+    if not 0 <= args.warn_probe_faults <= 1:
+        raise RuntimeInputError(f"--warn-probe-faults {args.warn_probe_faults:g}: expected a share in [0, 1]")
     if args.background_load < 0 or args.interval < 0:
         raise RuntimeInputError("--background-load and --interval must not be negative")
     build = _located(load_build, args.build)
@@ -226,7 +235,7 @@ def _print_inputs(probe, features, console: Console) -> None:
 
 def _print_run_end(args, build, rep, log, head, interrupted: list, console: Console) -> None:
     if rep is not None:
-        _print_live(rep, build, console)
+        _print_live(rep, build, console, args.warn_probe_faults)
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(rep.to_json(), indent=2, sort_keys=True) + "\n")
     if interrupted:
@@ -263,7 +272,7 @@ def _stop_on_signals(flag: list) -> Callable[[], None]:
     return restore
 
 
-def _print_live(rep, build, console: Console) -> None:
+def _print_live(rep, build, console: Console, warn_share: float = PROBE_FAULT_WARN_SHARE) -> None:
     t = Table(title=f"live run: {rep.requests} requests")
     for col in ("action", "requests", "median latency (ms)", "p90 (ms)", "limit (ms)"):
         t.add_column(col)
@@ -280,6 +289,28 @@ def _print_live(rep, build, console: Console) -> None:
                   highlight=False)
     console.print(fallback_summary(rep.fallbacks, j["reasons"].get("FALLBACK", 0), rep.recoveries), highlight=False)
     console.print(f"steps per reason: {j['reasons']}", highlight=False)
+    for line in probe_fault_lines(j, rep.requests, warn_share):
+        console.print(line, highlight=False)
+
+
+def probe_fault_lines(j: dict, requests: int, warn_share: float) -> list[str]:
+    """The run summary's probe-fault lines from :meth:`LiveReport.to_json` ``j``: the count, each
+    input that caused faults with its first reading and the bound it broke, and a warning when more
+    than ``warn_share`` of the ``requests`` steps were probe faults."""
+    from mi_certify.runtime.quantize import fault_text
+    pf = j.get("probe_faults", {})
+    n = pf.get("steps", 0)
+    if not n:
+        return [f"probe faults: 0 of {requests} steps"]
+    causes = "; ".join(f"{name}: {v['steps']} steps, first {fault_text(v['first'])}"
+                       for name, v in pf.get("by_input", {}).items() if v.get("first"))
+    out = [f"probe faults: {n} of {requests} steps ({n / max(1, requests):.1%}); {causes or 'cause not recorded'}"]
+    if n > warn_share * requests:
+        out.append(f"[yellow]warning:[/] {n / max(1, requests):.1%} of the steps were probe faults (more than "
+                   f"{100 * warn_share:g} %, --warn-probe-faults): the controller ran the conservative action on them. "
+                   "Widen the input's envelope in sla.yaml (and rebuild), fix the probe, or map the input "
+                   "(--map INPUT=EXPR).")
+    return out
 
 
 def fallback_summary(entries: int, fallback_steps: int, recoveries: int) -> str:

@@ -231,7 +231,7 @@ def finish_verify(ctx: BuildContext) -> StageResult | None:
     vres = ctx.verify_job.result()
     det = vres.deterministic_json()
     ctx.query_times.update({f"network.{r.id}": round(r.time_s, 3) for r in vres.properties})
-    ctx.query_times.update({f"network.unreachable.{r.id.split(':', 1)[1]}": round(r.time_s, 3)
+    ctx.query_times.update({f"network.reachability.{r.id.split(':', 1)[1]}": round(r.time_s, 3)
                             for r in vres.reachability})
     ctx.evidence.write("verification.json", det)
     ctx.evidence.write("verification_log.json", vres.full_json())

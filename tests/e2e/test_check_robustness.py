@@ -13,7 +13,7 @@ from test_build import cli
 sys.path.insert(0, str(ROOT / "bench"))
 import faults  # noqa: E402  (bench/faults.py: rehash, the small bundle)
 
-SUMMARY = re.compile(r"^\d+ passed, \d+ failed, \d+ skipped: (OK|FAILED|INCOMPLETE)$")
+SUMMARY = re.compile(r"^\d+ passed, \d+ failed, \d+ skipped: (OK|FAILED|INCOMPLETE)(: CERTIFIED \(|.*NOT CERTIFIED)")
 
 
 def _items(out: str) -> dict[str, str]:
@@ -31,7 +31,7 @@ def test_a_forged_lut_token_no_action_has_fails_its_items_and_the_check_goes_on_
     items = _items(proc.stdout)
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.returncode == 1
-    assert SUMMARY.match(proc.stdout.splitlines()[-1]) and proc.stdout.splitlines()[-1].endswith("FAILED")
+    assert SUMMARY.match(proc.stdout.splitlines()[-1]) and ": FAILED: NOT CERTIFIED" in proc.stdout.splitlines()[-1]
     assert items["lut.tables: meta_controller.py table = lut.hex"] == "FAIL"
     assert items["fsm proofs: made again and compared"] == "FAIL"
     # the items after the one that could not be evaluated still ran
@@ -62,7 +62,7 @@ def test_check_of_a_bundle_with_skipped_stages_is_incomplete_exit_3_not_failed(t
     items = _items(proc.stdout)
     assert "FAIL" not in items.values(), proc.stdout
     assert items["certificate verdict"] == "SKIP"
-    assert proc.stdout.splitlines()[-1].endswith(": INCOMPLETE")
+    assert ": INCOMPLETE: NOT CERTIFIED" in proc.stdout.splitlines()[-1]
     assert proc.returncode == 3
 
 
@@ -72,7 +72,7 @@ def test_check_json_into_a_full_disk_is_one_error_line_not_a_traceback(tmp_path)
     assert proc.returncode == 2
     errors = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(errors) == 1 and errors[0].startswith("error: /dev/full: cannot write") and "No space left" in errors[0]
-    assert proc.stdout.splitlines()[-1].endswith(": INCOMPLETE")  # the items and the summary were printed first
+    assert ": INCOMPLETE: NOT CERTIFIED" in proc.stdout.splitlines()[-1]  # the items and the summary were printed first
 
 
 def test_run_whose_audit_log_fills_the_disk_stops_with_one_error_line_and_the_log_verifies(tmp_path, monkeypatch,
@@ -116,7 +116,7 @@ def test_a_check_that_stops_early_still_gives_the_certificate_verdict_a_fail(tmp
     assert items["certificate verdict"] == "FAIL"
     line = next(ln for ln in proc.stdout.splitlines() if "certificate verdict" in ln)
     assert "inputs: spec and model load" in line
-    assert proc.stdout.splitlines()[-1].endswith(": FAILED")
+    assert ": FAILED: NOT CERTIFIED" in proc.stdout.splitlines()[-1]
 
 
 def test_quick_check_makes_the_counterexamples_without_rule_3a_again(tmp_path):

@@ -93,8 +93,8 @@ def test_report_shows_the_logs_counts_and_confirms_every_decision(run, page):
     merge = re.findall(r"<td>([^<]*)</td>", rows["merge_conv"])
     assert keep[0] == str(sum(r["action"] == "keep" for r in recs)) and keep[6] == "100.0%"
     assert merge[0] == str(sum(r["action"] == "merge_conv" for r in recs)) and merge[6] == "0.0%"
-    # the plots: inline SVG (timeline, probe trends, attainment, one per heat map of the build)
-    assert html.count("<svg") == 3 + 4 and "heatmap_" not in html
+    # the plots: inline SVG (latency over time, timeline, probe trends, attainment, one per heat map of the build)
+    assert html.count("<svg") == 4 + 4 and "heatmap_" not in html
     # the cell edges of compute_util (4 bits on [0, 1]) are listed and drawn
     assert dashboard.cell_edges(0, 1, 4) == [q / 16 for q in range(1, 16)]
     assert "0.0625, 0.125, 0.1875" in html
@@ -174,7 +174,7 @@ def test_without_a_heat_map_the_visited_addresses_are_a_table(run, monkeypatch):
     b, log, _key = run
     monkeypatch.setattr(dashboard, "_heatmap_pairs", lambda build: [])
     html = dashboard.render_dashboard(log, load_build(b)).html
-    assert html.count("<svg") == 3 and "The build has no heat map; the visited addresses:" in html
+    assert html.count("<svg") == 4 and "The build has no heat map; the visited addresses:" in html
     assert _cell(html, "chain") == "intact"   # no key: the chain is checked, the MACs are not
 
 
@@ -201,3 +201,67 @@ def test_garbage_in_a_tampered_record_is_shown_not_a_crash(run, tmp_path, monkey
     dash = dashboard.render_dashboard(bad, load_build(b))
     assert not dash.intact and not dash.confirmed
     assert _cell(dash.html, "findings") == "2" and '<tr class="mis"><td>5</td>' in dash.html
+
+
+def test_the_banner_names_sla_violations_fallbacks_probe_faults_and_masks(run, page):
+    """What went wrong comes first: the banner counts the requests over their limit, the fallback
+    entries and the probe faults with the input, its reading and the bound it broke (issue 32)."""
+    b, log, _key = run
+    html = page[1].read_text()
+    recs = _decisions(log)
+    banner = html.split('id="verdict"')[1].split("</div>\n</div>")[0]
+    assert 'class="banner warn"' in html and "Log intact; all 300 decisions confirmed." in banner
+    over = sum(r["action"] == "merge_conv" for r in recs)   # the fake workload: merge_conv 100 ms > 40 ms
+    assert over > 0 and _cell(html, "alert-over-limit") == str(over)
+    assert f"merge_conv: {over}" in banner
+    assert _cell(html, "alert-violations") == str(sum(r["verdict"]["violation"] for r in recs))
+    entries = sum(r["reason"] == "FALLBACK" and not r["before"][5] for r in recs)
+    assert entries >= 2 and _cell(html, "alert-fallback-count") == str(entries)
+    faults = [r for r in recs if r["probe_fault"]]
+    assert _cell(html, "alert-probe-fault-count") == str(len(faults)) == "3"
+    causes = faults[0]["probes"]["_probe_fault"]   # the record names the input, its reading and the bound
+    assert causes and all(set(c) == {"input", "unit", "reading", "bound", "reason"} for c in causes)
+    from mi_certify.runtime.quantize import fault_text
+    assert fault_text(causes[0]) in banner and f"{causes[0]['input']} in 3 step(s)" in banner
+    masked = sum(r["reason"] == "MASKED" for r in recs)
+    assert ('id="alert-masked-count">%d<' % masked in banner) if masked else "alert-masked" not in banner
+    # latency over wall-clock time against each action's limit
+    assert "Latency of each request against the active action&#39;s limit" in html or \
+        "Latency of each request against the active action's limit" in html
+    assert "merge_conv limit 40 ms" in html and "wall-clock time since the first decision [s]" in html
+
+
+def test_the_banner_of_an_old_log_without_fault_fields_derives_the_causes(run, tmp_path):
+    """A log written before records carried probes._probe_fault: the dashboard derives each cause
+    from the logged readings and the build's envelope (the same words)."""
+    b, log, _key = run
+    recs = _decisions(log)
+    first = next(r for r in recs if r["probe_fault"])
+    old = tmp_path / "old.log"
+    old.write_bytes(log.read_bytes().replace(b',"_probe_fault":', b',"_pf_was":'))
+    dash = dashboard.render_dashboard(old, load_build(b))   # no key: the chain breaks (edited), causes still shown
+    from mi_certify.runtime.quantize import fault_text
+    assert fault_text(first["probes"]["_probe_fault"][0]) in dash.html
+
+
+def test_dashboard_reads_at_a_normal_width_and_the_banner_says_what_went_wrong(run, page):
+    """Headless Chromium at 1280 px: no word broken inside, nothing clipped or past the right edge (the
+    decision records opened too); the banner, as the operator sees it, names the violations, the fallback
+    entries and the probe faults with their input."""
+    from mi_certify.verification.tools.chromium import LAYOUT_CHECK, find_chromium, load_page
+    assert find_chromium(), "chromium is required (make setup installs it)"
+    b, log, _key = run
+    opened = "document.querySelectorAll('details').forEach(d => d.open = true), 0"
+    banner = "document.getElementById('verdict').innerText"
+    res = load_page(page[1], width=1280, evaluate=(banner, opened, LAYOUT_CHECK))
+    assert res.loaded and res.errors == []
+    text, _, problems = res.values
+    assert problems == []
+    recs = _decisions(log)
+    faults = [r for r in recs if r["probe_fault"]]
+    name = faults[0]["probes"]["_probe_fault"][0]["input"]
+    lines = text.splitlines()
+    assert lines[0] == "Log intact; all 300 decisions confirmed."
+    assert any(ln.startswith("SLA: ") and "request(s) over the active action's limit" in ln for ln in lines)
+    assert any(ln.startswith("Fallback: entered ") for ln in lines)
+    assert any(ln.startswith(f"Probe faults: 3 of 300 steps") and f"{name} in 3 step(s), first" in ln for ln in lines)

@@ -35,6 +35,7 @@ def check_documents(c: Checker, ev: CheckContext) -> None:
     c.run("manifest.json: status and figures re-derived", "independent",
           lambda: _manifest_figures(c, ev, stages, derived or ev.summary))
     c.run("report: rendered again from the evidence and compared", "same code", lambda: _report(c, ev))
+    c.run("report: every figure equals its evidence file", "independent", lambda: _figures(c))
 
 
 def _first_difference(name: str, a: bytes, b: bytes) -> str:
@@ -144,3 +145,12 @@ def _report(c: Checker, ev: CheckContext) -> str:
             for rel, data in sorted(again.items()) if rel not in stored or (c.d / rel).read_bytes() != data]
     require(not bad, "; ".join(bad[:3]))
     return f"{', '.join(sorted(again))} rendered again from the evidence: byte for byte the same"
+
+
+def _figures(c: Checker) -> str:
+    """Every row of report.md's "Figures and their sources" (and the same figure wherever report.html
+    prints it) against the field of the evidence file it names."""
+    from mi_certify.generator.bundle.report_figures import compare_figures
+    n, bad = compare_figures(c.d)
+    require(not bad, f"{len(bad)} figure(s) differ: " + "; ".join(bad[:3]))
+    return f"{n} figures of report.md and report.html equal their evidence fields"

@@ -105,7 +105,7 @@ def _replay_witnesses(c: Checker, ev: CheckContext, ver: dict, props: dict) -> N
                 m = decode_margin(spec, y, names.index(a["action"]))
                 require(m <= TOLERANCE, f"onnxruntime decodes {names[int(decoded(spec, y))]} at the witness")
                 return f"onnxruntime decodes {a['action']} at x={np.round(x, 6).tolist()}"
-            c.run(f"network.unreachable.{a['action']}: reachability witness replays on onnxruntime", "independent",
+            c.run(f"network.reachability.{a['action']}: reachability witness replays on onnxruntime", "independent",
                   reach)
 
 

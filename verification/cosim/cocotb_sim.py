@@ -386,9 +386,10 @@ def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Pa
     except Exception as exc:  # noqa: BLE001 -- an emitted runtime that does not import or raises fails closed
         return CosimResult(False, len(stimulus), 1, None, seed, sim, directed_cycles=directed,
                            error=f"emitted Python runtime raised {type(exc).__name__}: {exc}"[:400])
-    reasons_seen = {r.name: 0 for r in Reason}
-    for _, reason in expected:
-        reasons_seen[Reason(reason).name] += 1
+    reasons_seen = {r.name: 0 for r in Reason}   # the cycles out of reset, as the bench samples them (coverage.json)
+    for (rst, *_), (_, reason) in zip(stimulus, expected):
+        if not rst:
+            reasons_seen[Reason(reason).name] += 1
     if runtime_diff is not None:
         return CosimResult(False, len(stimulus), 1, runtime_diff, seed, sim,
                            error="emitted Python runtime disagrees with the reference", directed_cycles=directed,

@@ -33,6 +33,42 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--remote-debugging-pipe")
 
 
+#: A page's layout problems at the window's width, as a list of strings (``load_page(evaluate=...)``):
+#: a word (a run of characters between spaces, slashes and hyphens, where a line may break)
+#: whose characters lie on two lines ("requi rement"); an element that clips its content
+#: (overflow hidden/clip/scroll/auto and content wider than it); an element reaching past the
+#: window's right edge (the page scrolls sideways). Text inside SVG, and closed <details>, are skipped.
+LAYOUT_CHECK = r"""(() => {
+  const out = [], vw = document.documentElement.clientWidth, range = document.createRange();
+  const name = el => '<' + el.tagName.toLowerCase() + (el.id ? ' id=' + el.id : '') + '>';
+  if (document.documentElement.scrollWidth > vw + 1)
+    out.push('page wider than the window: ' + document.documentElement.scrollWidth + ' > ' + vw);
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  let n;
+  while ((n = walker.nextNode())) {
+    const el = n.parentElement;
+    if (!el || el.closest('svg') || !el.getClientRects().length) continue;
+    const re = /[^\s\/\-]+/g; let m;
+    while ((m = re.exec(n.textContent))) {
+      if (m[0].length < 2) continue;
+      range.setStart(n, m.index); range.setEnd(n, m.index + m[0].length);
+      const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.bottom)));
+      if (tops.size > 1) out.push('word broken: "' + m[0] + '" in ' + name(el));
+    }
+  }
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.closest('svg') && el.tagName.toLowerCase() !== 'svg') continue;
+    if (!el.getClientRects().length) continue;
+    const cs = getComputedStyle(el);
+    if (['hidden', 'clip', 'scroll', 'auto'].includes(cs.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      out.push('clipped: ' + name(el) + ' content ' + el.scrollWidth + ' px in ' + el.clientWidth + ' px');
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > vw + 1) out.push('past the right edge: ' + name(el) + ' ends at ' + Math.round(r.right) + ' > ' + vw);
+  }
+  return out;
+})()"""
+
+
 def find_chromium() -> str | None:
     """Path of the chromium executable (``MI_CERTIFY_CHROMIUM``, else ``chromium``,
     ``chromium-browser``, ``google-chrome`` on PATH: :func:`.tools.find_tool`) or None."""
@@ -54,6 +90,7 @@ class PageLoad:
     requests: list[str] = field(default_factory=list)
     title: str = ""
     screenshot: Path | None = None
+    values: list = field(default_factory=list)
 
 
 class _Pipe:
@@ -119,11 +156,15 @@ def _high_fd(fd: int) -> int:
     return new
 
 
-def load_page(page: Path, screenshot: Path | None = None, width: int = 1280, timeout_s: float = 60.0) -> PageLoad:
+def load_page(page: Path, screenshot: Path | None = None, width: int = 1280, timeout_s: float = 60.0,
+              evaluate: tuple[str, ...] = ()) -> PageLoad:
     """Open ``page`` (a local file) in headless Chromium and report what happened.
 
     Args:
         screenshot: where to save a full-page PNG (height capped at 16000 px).
+        evaluate: JavaScript expressions evaluated in the loaded page at ``width`` (DevTools
+            ``Runtime.evaluate``, which a page's Content-Security-Policy does not block); their
+            JSON values go to ``PageLoad.values`` in order (:data:`LAYOUT_CHECK` is one).
     Raises:
         ToolUnavailable (:class:`mi_certify.generator.core.errors.ToolMissingError`) when chromium is
         not installed or does not answer; OSError when it cannot start.
@@ -145,7 +186,7 @@ def load_page(page: Path, screenshot: Path | None = None, width: int = 1280, tim
         os.close(from_child_w)
         pipe = _Pipe(proc, to_child_w, from_child_r)
         try:
-            return _drive(pipe, url, screenshot, width, timeout_s)
+            return _drive(pipe, url, screenshot, width, timeout_s, evaluate)
         finally:
             try:
                 os.write(to_child_w, json.dumps({"id": 10**6, "method": "Browser.close"}).encode() + b"\0")
@@ -161,7 +202,8 @@ def load_page(page: Path, screenshot: Path | None = None, width: int = 1280, tim
             os.close(from_child_r)
 
 
-def _drive(pipe: _Pipe, url: str, screenshot: Path | None, width: int, timeout_s: float) -> PageLoad:
+def _drive(pipe: _Pipe, url: str, screenshot: Path | None, width: int, timeout_s: float,
+           evaluate: tuple[str, ...] = ()) -> PageLoad:
     target = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
     sid = pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     for domain in ("Runtime", "Log", "Page", "Network"):
@@ -197,6 +239,12 @@ def _drive(pipe: _Pipe, url: str, screenshot: Path | None, width: int, timeout_s
                 res.requests.append(u)
     res.title = pipe.send("Runtime.evaluate", {"expression": "document.title", "returnByValue": True},
                           session=sid).get("result", {}).get("value", "")
+    for expr in evaluate:
+        r = pipe.send("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session=sid, timeout=timeout_s)
+        if "exceptionDetails" in r:
+            raise ToolUnavailable(f"chromium: the expression raised: {r['exceptionDetails'].get('text')} "
+                                  f"{r['exceptionDetails'].get('exception', {}).get('description', '')}"[:400])
+        res.values.append(r.get("result", {}).get("value"))
     if screenshot is not None and loaded:
         m = pipe.send("Page.getLayoutMetrics", session=sid)
         height = int(min(16000, max(900, m.get("cssContentSize", m.get("contentSize", {})).get("height", 900))))

@@ -18,7 +18,9 @@
   threshold, its float neighbour below, the envelope bounds, their outer neighbours, NaN and
   +-inf against the exact :class:`~mi_certify.runtime.quantize.Quantizer`; the level entry
   (``<name>_address``) at every address (up to 2^16, else 65,536 drawn with the seed) and one
-  level out of range per input.
+  level out of range per input; the LUT as the step reads it (one step from reset at every address,
+  ``<name>_lut_dump`` of the harness: its record's proposal and confident bit) against lut.hex, so a
+  changed table entry is caught wherever the stimulus does not reach it.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ def build_harness(c_source: Path, workdir: Path) -> ctypes.CDLL:
     bench = getattr(lib, f"{name}_bench")
     bench.restype = ctypes.c_uint32
     bench.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_double), ctypes.c_size_t]
+    dump = getattr(lib, f"{name}_lut_dump")
+    dump.restype = None
+    dump.argtypes = [ctypes.c_char_p]
     return lib
 
 
@@ -154,6 +159,10 @@ def cosim_c(lib: ctypes.CDLL, spec: Spec, machine: LutFsmArtefact, random_cycles
                              "inputs": dict(zip(("rst", "addr", "probe_fault", "sla_violation"), stimulus[i])),
                              "fields": diff, "c": dict(zip(RECORD_FIELDS, row)),
                              "reference": dict(zip(RECORD_FIELDS, want))}
+    table = bytes(machine.table)
+    dumped = ctypes.create_string_buffer(len(table))
+    getattr(lib, f"{name}_lut_dump")(dumped)
+    lut_bad = [a for a, (x, y) in enumerate(zip(dumped.raw, table)) if x != y]
     q_points, q_bad = _quantizer_sweep(lib, spec)
     a_points, a_bad = _address_sweep(lib, spec, seed)
     if first_py is not None:
@@ -161,6 +170,8 @@ def cosim_c(lib: ctypes.CDLL, spec: Spec, machine: LutFsmArtefact, random_cycles
     return {"cycles": n, "directed_cycles": directed, "seed": seed, "entries": [f"{name}_step", f"{name}_step_addr"],
             "compared": list(RECORD_FIELDS), "mismatches": mismatches, "first_mismatch": first,
             "python_runtime_compared": runtime_py is not None,
+            "lut_entries": len(table), "lut_mismatches": len(lut_bad),
+            "first_lut_mismatch": lut_bad[0] if lut_bad else None,
             "quantizer_points": q_points, "quantizer_mismatches": q_bad,
             "address_points": a_points, "address_mismatches": a_bad}
 
@@ -246,5 +257,5 @@ def check_c_runtime(spec: Spec, machine: LutFsmArtefact, c_source: Path, random_
             out["error"] = f"{type(exc).__name__}: {exc}"[:400]
     ok = ("error" not in out and all(c["clean"] for c in out["compile"]) and not out["misra"]["unexplained"]
           and out["cosim"]["mismatches"] == 0 and out["cosim"]["quantizer_mismatches"] == 0
-          and out["cosim"]["address_mismatches"] == 0)
+          and out["cosim"]["address_mismatches"] == 0 and out["cosim"]["lut_mismatches"] == 0)
     return {"status": "ok" if ok else "failed", **out}

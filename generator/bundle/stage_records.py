@@ -165,7 +165,7 @@ def emit_record(spec, encoding: str, has_rom: bool, target_header: dict | None,
             **({"encoding_estimates": encoding_estimates} if auto_encoding else {}),
             "latency": spec.hdl.latency_cycles, "target_header": target_header,
             **({"latency_trials": trials} if auto_latency else {}),
-            "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"], "c_runtime": [f"{spec.name}.h", f"{spec.name}.c"]}
+            "sla_monitor": [f"{monitor_module(spec)}.v", "sla_monitor.v"]}
 
 
 def lint_record(lint: dict) -> dict:

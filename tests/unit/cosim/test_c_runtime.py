@@ -147,3 +147,29 @@ def test_random_tiny_ctl_controllers_c_equals_python_and_reference(tmp_path_fact
     spec, machine, py, src = tiny_ctl_controller(tmp, seed, tuple(bits), n_actions, fsm, mask=len(bits) > 0)
     res = c_cosim.cosim_c(c_cosim.build_harness(src, tmp / "h"), spec, machine, 100_000, seed, (), py)
     assert (res["mismatches"], res["lut_mismatches"], res["quantizer_mismatches"], res["address_mismatches"]) == (0,) * 4
+
+
+@needs_cc
+def test_the_c_step_through_ctypes_returns_the_python_steps_values_and_types(tmp_path):
+    from fractions import Fraction
+
+    from mi_certify.runtime.c_step import CController, load_c_library
+    from mi_certify.verification.cosim.cocotb_sim import load_runtime_module
+    spec, machine, py, src = tiny_ctl_controller(tmp_path, 5, fsm=(1, 0, 1, 1))
+    mod = load_runtime_module(py)
+    c = CController(load_c_library(c_tools.shared_library([src], tmp_path / "lib.so"), "tiny_ctl"), "tiny_ctl", mod)
+    p = mod.Controller()
+    rng = random.Random(5)
+    odd = [None, float("nan"), float("inf"), 1, Fraction(1, 3), np.float32(0.25), np.int64(0), -5.0, 0.7]
+    for i in range(3000):
+        values = [rng.choice(odd) if rng.random() < 0.2 else rng.uniform(-1.0, 2.0) for _ in range(2)]
+        if rng.random() < 0.5:
+            values = tuple(values)
+        viol = rng.random() < 0.3
+        want, got = p.step_record(values, viol), c.step_record(values, viol)
+        assert got == want and [type(x) for x in got] == [type(x) for x in want], (i, values)
+        assert c.state == p.state and type(c.state[5]) is int
+    with pytest.raises(ValueError):
+        c.step_record([0.1], False)
+    with pytest.raises(ValueError):
+        c.step_addr(8, False, False)

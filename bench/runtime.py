@@ -29,6 +29,12 @@ the same for every variant. Printed as ratios measured in this run:
   defaults to, and never) as a share of the request's inference time (``Workload.run`` of
   the keep plan: onnxruntime on the workload)
 
+- the C step (issue 36, docs/c-runtime.md): the build's ``<name>.c`` compiled by gcc -O2; its
+  decision time natively (``<name>_bench`` of the co-simulation harness: a C loop of ``<name>_step``
+  over the same readings, one ctypes call for a million steps) and per call through ctypes
+  (``CController.step`` / ``step_record``), against the Python step, in the same run; and the
+  sampled live-loop rows again with the C step (``ControlLoop(controller=CController)``)
+
 Goals (issue 13): LUT-FSM step >= 20x faster than the network; audit logging with fsync
 off <= 3x a bare step. Goals (issue 20): probe read + step + audit record <= 1 % of the
 request's inference time; the audited decision not slower than ``logging`` writing the
@@ -199,7 +205,10 @@ def main(argv=None) -> int:
             best[name] = min(best[name], _best_of(fn, steps, repeats=1))
     (t_bare, t_addr, t_rec, t_enc, t_never, t_never_2, t_never_kw, t_every, t_always, t_ort,
      t_logging) = (best[x] for x in variants)
+    c_rows = _c_step(b, readings, k, args.rounds, Path(tmp.name))
     live = _live_loop(b, args.workload, args.requests, Path(tmp.name))
+    live_c = (_live_loop(b, args.workload, args.requests, Path(tmp.name), c_rows["controller"], ("sampled",))
+              if c_rows else None)
 
     def row(label, t):
         print(f"{label:58s} {t * 1e6:9.2f} us   {1 / t:12,.0f} decisions/s")
@@ -234,6 +243,14 @@ def main(argv=None) -> int:
     print(f"step+audit (fsync always) / step  = {t_always / t_bare:6.1f}x   (one fsync per decision)")
     print(f"step+audit (fsync never) / step+logging = {t_never / t_logging:6.2f}x   (goal <= 1: not slower; "
           "ours also chains SHA-256)")
+    if c_rows:
+        row("C step, native (<name>_bench: a C loop of <name>_step)", c_rows["native"])
+        row("C step through ctypes (CController.step)", c_rows["ctypes_step"])
+        row("C step_record through ctypes (CController.step_record)", c_rows["ctypes_record"])
+        print(f"Python step / C step (native)      = {t_bare / c_rows['native']:8.1f}x   (goal >= 50x)")
+        print(f"Python step / C step (ctypes call) = {t_bare / c_rows['ctypes_step']:8.2f}x")
+    else:
+        print("C step: not measured (no <name>.c in the build, or gcc missing)")
     print()
     inf = live["infer"]
     print(f"live loop, {live['requests']} requests of {Path(args.workload).name} (keep plan), medians per request:")
@@ -252,13 +269,62 @@ def main(argv=None) -> int:
     share = (live["decide_sampled"] + live["complete_sampled"]) / live["infer_sampled"]
     print(f"  inference beside the sampler: {live['infer_sampled'] * 1e3:.3f} ms")
     print(f"sampled probe + step + audit (fsync never) / inference = {share:7.2%}   (goal <= 1 %)")
+    if live_c:
+        share = (live_c["decide_sampled"] + live_c["complete_sampled"]) / live_c["infer_sampled"]
+        print(f"  the same on the C step: read + step {live_c['decide_sampled'] * 1e6:.1f} us, monitor + audit (never) "
+              f"{live_c['complete_sampled'] * 1e6:.1f} us, inference {live_c['infer_sampled'] * 1e3:.3f} ms: "
+              f"{share:7.2%}   (goal <= 1 %)")
     tmp.cleanup()
     return 0
 
 
-def _live_loop(b, workload_path: str, requests: int, tmp: Path) -> dict:
+def _c_step(b, readings: list, k: int, rounds: int, tmp: Path) -> dict | None:
+    """Seconds per decision of the C step: ``native`` (the harness's C loop), ``ctypes_step`` and
+    ``ctypes_record`` (per call through ctypes), best of ``rounds``; and ``controller`` (a
+    CController for the live loop). None without <name>.c or gcc."""
+    import ctypes
+
+    from mi_certify.runtime.c_step import CController, load_c_library
+    from mi_certify.verification.cosim.c_cosim import build_harness
+    from mi_certify.verification.tools.registry import ToolMissingError, ToolRunError
+    src = b.dir / f"{b.name}.c"
+    if not src.is_file():
+        return None
+    try:
+        lib = build_harness(src, tmp / "c-step")
+    except (ToolMissingError, ToolRunError):
+        return None
+    n = len(readings)
+    flat = (ctypes.c_double * (n * len(readings[0])))(*(x for r in readings for x in r))
+    bench = getattr(lib, f"{b.name}_bench")
+    steps = 1_000_000
+
+    def native(_k):
+        bench(steps, flat, n)
+    ctl = CController(load_c_library(tmp / "c-step" / f"lib{b.name}_cosim.so", b.name), b.name, b.module)
+
+    def via_step(m):
+        ctl.reset()
+        for i in range(m):
+            ctl.step(readings[i % n], False)
+
+    def via_record(m):
+        ctl.reset()
+        for i in range(m):
+            ctl.step_record(readings[i % n], False)
+    best = {"native": float("inf"), "ctypes_step": float("inf"), "ctypes_record": float("inf")}
+    for _ in range(rounds):
+        best["native"] = min(best["native"], _best_of(native, 1, repeats=1) / steps)
+        best["ctypes_step"] = min(best["ctypes_step"], _best_of(via_step, k, repeats=1))
+        best["ctypes_record"] = min(best["ctypes_record"], _best_of(via_record, k, repeats=1))
+    return {**best, "controller": ctl}
+
+
+def _live_loop(b, workload_path: str, requests: int, tmp: Path, controller=None,
+               policies=("always", "never", "sampled")) -> dict:
     """Medians (s) per request of the live loop's parts (module docstring): ``decide``,
-    ``complete_always``, ``complete_never`` and ``infer``, over ``requests`` requests."""
+    ``complete_always``, ``complete_never`` and ``infer``, over ``requests`` requests, for
+    ``policies``; ``controller``: the step (default the generated Python Controller)."""
     import math
     import statistics
 
@@ -272,14 +338,16 @@ def _live_loop(b, workload_path: str, requests: int, tmp: Path) -> dict:
     times: dict[str, list[float]] = {"decide": [], "infer": [], "complete_always": [], "complete_never": [],
                                      "decide_sampled": [], "complete_sampled": [], "infer_sampled": []}
     try:
-        for policy in ("always", "never", "sampled"):
+        for policy in policies:
             if policy == "sampled":   # the probes in a background thread at 2 Hz, the request reads the latest
                 probe = SampledProbe([LinuxProbe(), MicrobenchProbe()], period_s=0.5, max_age_s=2.0)
                 probe.wait_first(30.0)
             else:
                 probe = LinuxProbe()
-            loop = ControlLoop(b, probe, FeatureMap.build(b.inputs))
-            log = AuditLog(tmp / f"live-{policy}.log", fsync="never" if policy == "sampled" else policy,
+            if controller is not None:
+                controller.reset()
+            loop = ControlLoop(b, probe, FeatureMap.build(b.inputs), controller=controller)
+            log = AuditLog(tmp / f"live-{policy}{'-c' if controller is not None else ''}.log", fsync="never" if policy == "sampled" else policy,
                            header=loop.audit_header())
             loop.audit = log
             try:
@@ -301,7 +369,7 @@ def _live_loop(b, workload_path: str, requests: int, tmp: Path) -> dict:
                 probe.close()
     finally:
         workload.close()
-    out.update({k: statistics.median(v) for k, v in times.items()})
+    out.update({k: statistics.median(v) for k, v in times.items() if v})
     return out
 
 

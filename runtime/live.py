@@ -148,11 +148,16 @@ class ControlLoop:
         probe: any :class:`HardwareProbe`.
         features: how probe quantities become the controller's inputs.
         audit: an open :class:`AuditLog`, or None.
+        controller: the step (default: the build's generated Python ``Controller``); any object with its
+            ``step_record`` and ``state``, e.g. :class:`~mi_certify.runtime.c_step.CController` (the
+            emitted C through ctypes): the records are the same values either way.
     """
 
-    def __init__(self, build: LoadedBuild, probe: HardwareProbe, features: FeatureMap, audit: AuditLog | None = None):
+    def __init__(self, build: LoadedBuild, probe: HardwareProbe, features: FeatureMap, audit: AuditLog | None = None,
+                 controller=None):
         self.build, self.probe, self.features, self.audit = build, probe, features, audit
-        self.ctl = build.module.Controller()
+        # the step: the generated Python Controller, or one with its interface (runtime/c_step.py, the C step)
+        self.ctl = controller if controller is not None else build.module.Controller()
         self.monitor = SlaMonitor(build.limits, build.monitor)
 
     def audit_header(self) -> dict:

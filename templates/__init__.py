@@ -1,5 +1,6 @@
 """Jinja templates of mi-certify, grouped by target (edalize's ``templates/<tool>/`` habit):
-python/ (the runtime), verilog/ (RTL, test benches), report/ (report.md, report.html),
+python/ (the runtime), c/ (the C99 runtime and its co-simulation harness), verilog/ (RTL, test benches),
+report/ (report.md, report.html),
 yosys/ (Yosys scripts), verilator/ (the C++ main of the coverage bench).
 
 :func:`environment` is the one Jinja environment that renders them all, names relative

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from mi_certify.generator.core.results import Status
 
-__all__ = ["STAGE_TEXT", "cosim_record", "distill_errors", "emit_record", "fsm_proofs_record", "hdl_record",
+__all__ = ["STAGE_TEXT", "c_runtime_record", "cosim_record", "distill_errors", "emit_record", "fsm_proofs_record", "hdl_record",
            "import_record", "latency_trials", "lint_record", "lut_properties_record", "lut_record",
            "rtl_proofs_record", "spec_record", "verify_record"]
 
@@ -41,6 +41,11 @@ STAGE_TEXT = {
     "lint.skipped": "--skip-lint",
     "rtl_proofs.skipped": "--skip-rtl-proofs",
     "cosim.skipped": "--skip-cosim",
+    "c_runtime": "gcc and clang -std=c99 -Wall -Wextra -Wconversion -pedantic -Werror; cppcheck MISRA C:2012 addon "
+                 "(deviations listed); arm-none-eabi-gcc Cortex-M4 -Os size and -fstack-usage call-graph stack; "
+                 "co-simulated record by record with the reference and the Python runtime on the co-simulation's "
+                 "stimulus; the LUT read through the step at every address",
+    "c_runtime.skipped": "--skip-cosim (the C runtime is checked with the co-simulation)",
     "hdl.skipped": "--skip-synth",
 }
 
@@ -183,6 +188,31 @@ def cosim_record(cosim: dict, monitor: dict, coverage: dict) -> dict:
             "monitor": {"passed": monitor["passed"], "cycles": sum(c["cycles"] for c in monitor["configs"]),
                         "mismatches": sum(c["mismatches"] for c in monitor["configs"])},
             "coverage": coverage["summary"], **({"error": "; ".join(errors)} if errors else {})}
+
+
+def c_runtime_record(c: dict) -> dict:
+    """The ``c_runtime`` record of c_runtime.json's content (:func:`~mi_certify.verification.cosim.c_cosim.check_c_runtime`):
+    the compilers' verdicts, MISRA findings (deviated rules, unexplained count), the Cortex-M4 code
+    size and worst-case stack of ``<name>_step``, the co-simulation counts; ok as c_runtime.json says."""
+    rec: dict = {"status": _ok(c["status"] == Status.OK.value), "method": STAGE_TEXT["c_runtime"], "files": c["files"]}
+    if "compile" in c:
+        rec["compilers"] = {x["compiler"]: "clean" if x["clean"] else "warnings" for x in c["compile"]}
+    if "misra" in c:
+        rec["misra"] = {"findings": c["misra"]["findings"], "deviated_rules": [d["rule"] for d in c["misra"]["deviations"]],
+                        "unexplained": len(c["misra"]["unexplained"])}
+    if "cortex_m4" in c:
+        m4 = c["cortex_m4"]
+        step = next(iter(m4["worst_stack"].values()))
+        rec["cortex_m4"] = {"code_bytes": m4["code_bytes"], "const_bytes": m4["const_bytes"], "ram_bytes": m4["ram_bytes"],
+                            "stack_bytes": step["bytes"], "stack_path": step["path"], "stack_excludes": m4["external"]}
+    if "cosim" in c:
+        co = c["cosim"]
+        rec["cosim"] = {k: co[k] for k in ("cycles", "directed_cycles", "mismatches", "lut_entries", "lut_mismatches",
+                                           "quantizer_points", "quantizer_mismatches", "address_points",
+                                           "address_mismatches")}
+    if "error" in c:
+        rec["error"] = c["error"]
+    return rec
 
 
 def hdl_record(numbers: dict, seed: int, header: dict | None = None) -> dict:

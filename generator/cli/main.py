@@ -27,6 +27,7 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
                  "lut_properties": "check sla.yaml properties on every LUT cell",
                  "lut": "distill the network into the LUT", "emit": "emit Python runtime + Verilog",
                  "lint": "verilator --lint-only -Wall", "cosim": "co-simulate RTL vs Python (cocotb + Icarus)",
+                 "c_runtime": "check the C runtime (gcc, clang, MISRA, Cortex-M4) and co-simulate it",
                  "fsm_proofs": "prove the LUT-FSM invariants (Z3, k-induction)",
                  "rtl_proofs": "prove the Verilog (Yosys + Z3)",
                  "hdl_encoding": "pick the LUT encoding (Yosys estimate)",
@@ -395,6 +396,17 @@ def _hdl_detail(st: dict) -> str:
             + (f"; {target['detail']}" if target and st["status"] == "ok" else ""))
 
 
+def _c_runtime_detail(st: dict) -> str:
+    if "cortex_m4" not in st or "cosim" not in st:
+        return st.get("reason", st.get("error", ""))
+    m4, co, mi = st["cortex_m4"], st["cosim"], st["misra"]
+    return (f"gcc, clang {'clean' if set(st['compilers'].values()) == {'clean'} else 'WARNINGS'}; MISRA "
+            f"{mi['findings']} findings, {mi['unexplained']} unexplained (deviations: {', '.join(mi['deviated_rules'])}); "
+            f"Cortex-M4 {m4['code_bytes']} B code, {m4['const_bytes']} B const, stack {m4['stack_bytes']} B; "
+            f"{co['cycles']} cycles, {co['mismatches'] + co['lut_mismatches']} mismatches"
+            + (f"; {st['error']}" if "error" in st else ""))
+
+
 def _import_detail(st: dict) -> str:
     oc = st["onnxruntime_check"]
     return f"{st['relus']} ReLUs, = onnxruntime within {oc['tolerance']:g} on {oc['points']} points"
@@ -402,7 +414,7 @@ def _import_detail(st: dict) -> str:
 
 #: The detail column of the build table, per stage (a skipped stage shows none, hdl its reason).
 _STAGE_DETAIL = {
-    "lut": _lut_detail, "cosim": _cosim_detail, "lut_properties": _lut_properties_detail,
+    "lut": _lut_detail, "cosim": _cosim_detail, "lut_properties": _lut_properties_detail, "c_runtime": _c_runtime_detail,
     "fsm_proofs": _proofs_detail, "rtl_proofs": _proofs_detail, "verify": _verify_detail,
     "emit": lambda st: f"{st['verilog']} ({st['encoding']} LUT)", "hdl": _hdl_detail, "import": _import_detail,
     "lint": lambda st: "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", ""),

@@ -73,6 +73,10 @@ def add_parsers(sub) -> dict:
     r.add_argument("--warn-probe-faults", type=float, default=PROBE_FAULT_WARN_SHARE, metavar="SHARE",
                    help=f"warn when more than this share of the steps are probe faults (default "
                         f"{PROBE_FAULT_WARN_SHARE:g})")
+    r.add_argument("--step", choices=("auto", "c", "python"), default="auto",
+                   help="the controller step: the build's C runtime compiled with gcc and called through ctypes "
+                        "(c), the generated Python runtime (python), or c when gcc and <name>.c are there (auto, "
+                        "the default); the audit log is byte-identical either way (docs/c-runtime.md)")
 
     a = sub.add_parser("audit", help="verify, replay or report (HTML dashboard) an audit log",
                        description="Check the hash chain (and HMACs) of an audit log, or replay its decisions.")
@@ -138,7 +142,9 @@ def run_command(args, console: Console) -> int:
     key = _key(args.key)
     console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
     workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
-    loop = ControlLoop(build, probe, features)
+    controller, step_note, c_dir = _controller(args, build)
+    console.print(f"step: {step_note}")
+    loop = ControlLoop(build, probe, features, controller=controller)
     log = head = rep = failed = None
     interrupted: list[int] = []
     restore = _stop_on_signals(interrupted)
@@ -163,10 +169,42 @@ def run_command(args, console: Console) -> int:
         finally:
             probe.close()
             workload.close()
+            if c_dir is not None:
+                c_dir.cleanup()
     if failed is not None:
         raise RuntimeInputError(f"{failed.reason}; stopped, every record before it is in the log", file=failed.file)
     _print_run_end(args, build, rep, log, head, interrupted, console)
     return 130 if interrupted else 0
+
+
+def _controller(args, build):
+    """(controller or None for the Python step, what ``run`` prints about the step, the temporary
+    directory of the compiled library or None). ``--step c``: the build's ``<name>.c`` compiled by gcc
+    (``-O2 -shared -fPIC``) and loaded through ctypes, a failure is bad input (exit 2); ``auto``: the
+    same, falling back to the Python step with the reason; ``python``: the generated Python runtime."""
+    import tempfile
+
+    if args.step == "python":
+        return None, "Python (the generated runtime; --step python)", None
+    source = build.dir / f"{build.name}.c"
+    try:
+        if not source.is_file():
+            raise OSError(f"{source.name} is not in the build (built before the C runtime existed)")
+        from mi_certify.runtime.c_step import CController, load_c_library
+        from mi_certify.verification.tools.c_tools import shared_library
+        tmp = tempfile.TemporaryDirectory(prefix="mi-certify-step-")
+        try:
+            so = shared_library([source], Path(tmp.name) / f"lib{build.name}.so")
+            ctl = CController(load_c_library(so, build.name), build.name, build.module)
+        except BaseException:
+            tmp.cleanup()
+            raise
+    except Exception as exc:  # noqa: BLE001 -- gcc missing or failing, a library that does not load
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        if args.step == "c":
+            raise RuntimeInputError(f"--step c: the C step is not available ({reason})", file=str(source)) from None
+        return None, f"Python (the generated runtime; the C step is not available: {reason})", None
+    return ctl, f"C ({source.name} compiled by gcc, called through ctypes)", tmp
 
 
 def _live_inputs(args):

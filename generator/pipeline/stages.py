@@ -35,17 +35,19 @@ from mi_certify.verification.tools.registry import ToolRunError
 from mi_certify.verification.rtl.fsm_proofs import entry_alphabet, prove_fsm, write_proofs
 from mi_certify.verification.rtl.lut_check import check_lut_properties
 from mi_certify.verification.cosim.monitor_cosim import run_monitor_cosim
+from mi_certify.verification.cosim.c_cosim import check_c_runtime
 from mi_certify.verification.nn.network import verify_spec
 from mi_certify.verification.nn.nn_verify import VerifyOptions
 from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 
 from mi_certify.generator.bundle.distillation_file import DISTILLATION_TABLES, write_distillation
 from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
-from mi_certify.generator.bundle.stage_records import (STAGE_TEXT, cosim_record, distill_errors, emit_record,
+from mi_certify.generator.bundle.stage_records import (STAGE_TEXT, c_runtime_record, cosim_record, distill_errors, emit_record,
                                                        fsm_proofs_record, hdl_record, latency_trials, lint_record,
                                                        lut_properties_record, lut_record, rtl_proofs_record,
                                                        verify_record)
 from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
+from mi_certify.generator.build.emit_c import c_file_names, emit_c
 from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_python import emit_python
 from mi_certify.generator.build.emit_verilog import emit_verilog
@@ -443,8 +445,11 @@ def emit_stage(ctx: BuildContext) -> StageResult:
             (d / rom_file).write_text(rom_text, encoding="ascii")
         ctx.mon_path.write_text(emit_sla_monitor(spec, ctx.hashes.spec, ctx.version), encoding="utf-8")
         copy_monitor_core(d)
+        for fname, text in zip(c_file_names(spec), emit_c(spec, ctx.machine, ctx.hashes, ctx.version)):
+            (d / fname).write_text(text, encoding="utf-8")
     ctx.timed("emit", run)
-    files = (ctx.py_path.name, ctx.v_path.name, *((rom_file,) if rom_file else ()), ctx.mon_path.name, "sla_monitor.v")
+    files = (ctx.py_path.name, ctx.v_path.name, *((rom_file,) if rom_file else ()), ctx.mon_path.name, "sla_monitor.v",
+             *c_file_names(spec))
     return StageResult("emit", emit_record(spec, encoding, rom_file is not None, header, estimates,
                                            latency_trials(trials) if trials is not None else None), evidence=files)
 
@@ -537,6 +542,23 @@ def _cosim(ctx: BuildContext) -> dict:
     cov = coverage.assess(machine, res.report, code, dict(spec.cosim.coverage))
     ctx.evidence.write("coverage.json", cov)
     return cosim_record(res.to_json(), mon.to_json(), cov)
+
+
+# --- c_runtime -------------------------------------------------------------------------------
+
+def c_runtime_stage(ctx: BuildContext) -> StageResult:
+    """The emitted C runtime (docs/c-runtime.md): gcc and clang -Werror, cppcheck MISRA, Cortex-M4 size
+    and stack, and the co-simulation of its records on the Verilog co-simulation's stimulus (same seed,
+    cycles and traces); c_runtime.json. Skipped with the co-simulation; a missing tool fails it."""
+    if ctx.opts.skip_cosim:
+        return StageResult.skipped("c_runtime", STAGE_TEXT["c_runtime.skipped"])
+    spec = ctx.built_spec
+    res = ctx.timed("c_runtime", lambda: check_c_runtime(spec, ctx.machine, ctx.d / c_file_names(spec)[1],
+                                                         ctx.opts.cosim_cycles,
+                                                         ctx.opts.cosim_seed, tuple(ctx.unmasked), ctx.py_path),
+                    lambda r: Status.OK.value if r["status"] == Status.OK.value else Status.FAILED.value)
+    ctx.evidence.write("c_runtime.json", res)
+    return StageResult("c_runtime", c_runtime_record(res), evidence=("c_runtime.json",))
 
 
 # --- hdl -------------------------------------------------------------------------------------

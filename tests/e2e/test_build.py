@@ -51,7 +51,7 @@ def test_reference_controller_builds_end_to_end(reference_build):
     assert s["artifacts"] == {"python_runtime": "meta_controller.py", "verilog": "meta_controller.v"}
     assert s["stages"]["lint"]["clean"] is True and s["stages"]["lint"]["messages"] == []
     assert set(s["stages"]) == {"spec", "import", "verify", "lut", "lut_properties", "fsm_proofs", "emit", "lint",
-                                "rtl_proofs", "cosim", "hdl"}
+                                "rtl_proofs", "cosim", "c_runtime", "hdl"}
     # synthesis numbers (docs/hdl.md); the goal is reported, not assumed
     hdl = s["hdl"]
     assert hdl["encoding"] == "sliced_rom" and s["stages"]["hdl"]["status"] == "ok"
@@ -510,7 +510,7 @@ def test_skipped_stages_make_the_build_incomplete(tmp_path):
                                                                                                verify=False,
                                                                                                distill=False,
                                                                                                skip_synth=True))
-    assert res.status == "incomplete" and sorted(res.summary["skipped_stages"]) == ["cosim", "hdl", "verify"]
+    assert res.status == "incomplete" and sorted(res.summary["skipped_stages"]) == ["c_runtime", "cosim", "hdl", "verify"]
     assert res.summary["stages"]["hdl"] == {"status": "skipped", "reason": "--skip-synth"}
 
 
@@ -609,7 +609,7 @@ def test_a_twelve_input_controller_imports_verifies_and_distills(tmp_path):
     res = build(tmp_path / "n12.onnx", tmp_path / "n12.yaml", tmp_path / "out",
                 BuildOptions(skip_cosim=True, skip_synth=True))
     s = res.summary
-    assert s["failed_stages"] == [] and s["skipped_stages"] == ["cosim", "hdl"], s["failed_stages"]
+    assert s["failed_stages"] == [] and s["skipped_stages"] == ["cosim", "c_runtime", "hdl"], s["failed_stages"]
     assert s["lut"]["cells"] == 4096 and s["lut"]["proven"] + s["lut"]["resolved"] == 4096
     assert s["lut"]["fidelity"]["proven_agree"] == s["lut"]["fidelity"]["proven_points"]
 

@@ -94,6 +94,12 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
     out["rtl_proofs"] = _rtl_stage(index, command)
     cos, mon, cov = _read(d, "cosim.json"), _read(d, "monitor_cosim.json"), _read(d, "coverage.json")
     out["cosim"] = _skipped("cosim") if cos is None else cosim_record(cos, mon, cov)
+    crt = _read(d, "c_runtime.json")
+    if crt is not None:
+        from mi_certify.generator.bundle.stage_records import c_runtime_record
+        out["c_runtime"] = c_runtime_record(crt)
+    elif "c_runtime" in stored:
+        out["c_runtime"] = _skipped("c_runtime")
     out["hdl"] = dict(stored.get("hdl", {}))
     if out["hdl"].get("status") == "ok":  # the numbers are re-made by the full check's hdl item
         from mi_certify.verification.rtl.synth import SEED
@@ -222,6 +228,7 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     the spec, lut.hex, the distillation boxes and the recorded hashes and version."""
     from mi_certify.generator.bundle.distillation_file import read_distillation
     from mi_certify.generator.build.emit_common import SourceHashes
+    from mi_certify.generator.build.emit_c import c_file_names, emit_c
     from mi_certify.generator.build.emit_python import emit_python
     from mi_certify.generator.build.emit_verilog import emit_verilog
     from mi_certify.generator.build.lut_rom import emit_rom_hex
@@ -246,6 +253,8 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
            f"{spec.module_name}.v": emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes,
                                                  target_measured=summary["stages"]["emit"].get("target_header")),
            f"{monitor_module(spec)}.v": emit_sla_monitor(spec, hashes.spec, version)}
+    if f"{spec.name}.c" in manifest["files"]:   # bundles made before the C runtime have none
+        out.update(zip(c_file_names(spec), emit_c(spec, machine, hashes, version)))
     if encoding in ("rom", "sliced_rom"):
         rom = emit_rom_hex(spec, machine, encoding)
         if rom:

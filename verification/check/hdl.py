@@ -24,6 +24,9 @@ def check_tools(c: Checker, ev: CheckContext) -> None:
         _tool_item(c, "rtl.lint: re-run Verilator", "verilator", lambda: _lint(c, ev))
     if (c.d / "cosim.json").exists():
         _tool_item(c, "cosim: re-run co-simulation", ("iverilog", "vvp"), lambda: _cosim(c, ev))
+    if (c.d / "c_runtime.json").exists():
+        _tool_item(c, "c_runtime: recompile, MISRA and co-simulate the C again",
+                   ("gcc", "clang", "cppcheck", "arm-none-eabi-gcc", "arm-none-eabi-size"), lambda: _c_runtime(c, ev))
     if (c.d / "monitor_cosim.json").exists():   # --quick too: no simulator needed
         c.run("monitor_cosim.json: configurations, stimuli and expected verdicts re-derived", "same code",
               lambda: _monitor_records(c, ev))
@@ -91,6 +94,32 @@ def _cosim(c: Checker, ev: CheckContext) -> str:
     require(not diff, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "
                       "cosim.json differs in " + "; ".join(diff[:3]))
     return f"{again['cycles']} cycles, {again['mismatches']} mismatches, identical to cosim.json"
+
+
+def _c_runtime(c: Checker, ev: CheckContext) -> str:
+    """The bundle's <name>.c compiled, MISRA-checked, cross-compiled and co-simulated again (same seed,
+    cycles and traces) and compared with c_runtime.json field by field; where a tool's version differs
+    from the one recorded, that tool's figures (messages, findings, sizes) are not compared, its verdict is."""
+    from mi_certify.verification.cosim.c_cosim import check_c_runtime
+
+    from mi_certify.verification.check.bundle_documents import differences
+    spec, stored = ev.spec, c.read_json("c_runtime.json")
+    co = stored.get("cosim", {})
+    traces = ()
+    if (c.d / "proofs" / "fsm" / "without_rule_3a.json").exists():
+        traces = tuple(c.read_json("proofs/fsm/without_rule_3a.json")["traces"].values())
+    again = check_c_runtime(spec, ev.machine(), c.d / f"{spec.name}.c", co["cycles"] - co["directed_cycles"],
+                            co["seed"], traces, c.d / f"{spec.name}.py")
+    mine, theirs = dict(again), dict(stored)
+    for key, version in (("misra", "tool"), ("cortex_m4", "compiler")):
+        if mine.get(key, {}).get(version) != theirs.get(key, {}).get(version):
+            mine[key] = {k: v for k, v in mine.get(key, {}).items() if k == "unexplained"}
+            theirs[key] = {k: v for k, v in theirs.get(key, {}).items() if k == "unexplained"}
+    diff = differences(theirs, mine)
+    require(again["status"] == "ok" and not diff, f"re-run gives status {again['status']}"
+            + (f" ({again['error']})" if "error" in again else "") + "; c_runtime.json differs in " + "; ".join(diff[:3]))
+    return (f"gcc, clang clean; MISRA {again['misra']['findings']} findings, all deviations listed; "
+            f"{again['cosim']['cycles']} cycles, 0 mismatches; identical to c_runtime.json")
 
 
 def check_hdl_numbers(c: Checker, ev: CheckContext) -> None:

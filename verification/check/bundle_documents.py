@@ -94,6 +94,7 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
     out["rtl_proofs"] = _rtl_stage(index, command)
     cos, mon, cov = _read(d, "cosim.json"), _read(d, "monitor_cosim.json"), _read(d, "coverage.json")
     out["cosim"] = _skipped("cosim") if cos is None else cosim_record(cos, mon, cov)
+    out["soc"] = _soc_stage(d, spec, index)
     out["hdl"] = dict(stored.get("hdl", {}))
     if out["hdl"].get("status") == "ok":  # the numbers are re-made by the full check's hdl item
         from mi_certify.verification.rtl.synth import SEED
@@ -102,6 +103,17 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
         if rec.get("status") == "failed" and "error" in stored.get(name, {}) and "error" not in rec:
             rec["error"] = stored[name]["error"]
     return out
+
+
+def _soc_stage(d: Path, spec, index: dict) -> dict:
+    """The ``soc`` record: skipped without a raw input format; else from soc.json (the raw top's lint)
+    and the quantizer obligations of proofs/index.json."""
+    from mi_certify.generator.bundle.stage_records import soc_record
+    soc = _read(d, "soc.json")
+    if not spec.hdl.input_formats or soc is None:
+        return _skipped("soc")
+    obs = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "quantizer"}
+    return soc_record(spec, soc["lint"], obs or None, None)
 
 
 def _skipped(name: str) -> dict:

@@ -262,4 +262,7 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
         rom = emit_rom_hex(spec, machine, encoding)
         if rom:
             out[rom_file_name(spec)] = rom
+    if spec.hdl.input_formats and (d / "soc.json").exists():  # the raw-input design (docs/hdl.md, "Raw inputs")
+        from mi_certify.generator.build.emit_quantizer import emit_raw_design
+        out.update(emit_raw_design(spec, version, hashes.spec))
     return out

@@ -56,13 +56,19 @@ class Register:
         return any(f.sw in ("rw", "w") for f in self.fields)
 
 
+def monitor_widths(spec: Spec) -> tuple[int, int]:
+    """(accuracy-loss width ACC_W, window-count width NW) of the spec's SLA monitor (hdl/sla_monitor.v)."""
+    p = monitor_parameters(monitor_config(spec)[0], len(spec.actions))
+    return p["ACC_W"], p["NW"]
+
+
 def register_map(spec: Spec) -> tuple[Register, ...]:
     """The registers of ``spec``'s wrappers, by offset. Needs ``spec.hdl.input_formats`` (the raw
     inputs); raises ValueError without them."""
     if not spec.hdl.input_formats:
         raise ValueError("sla.yaml declares no raw input format (hdl.inputs / hdl.input_format)")
     n, tb, ab = len(spec.inputs), spec.token_bits, spec.address_bits
-    acc_w = monitor_parameters(monitor_config(spec)[0], len(spec.actions))["ACC_W"]
+    acc_w, nw = monitor_widths(spec)
     actions = ", ".join(f"{i}={a.name}" for i, a in enumerate(spec.actions))
     regs = [
         Register("ID", 0x00, "identification", (
@@ -108,6 +114,13 @@ def register_map(spec: Spec) -> tuple[Register, ...]:
             Field("COUNT", 0, 32, "r", "verdicts since reset (modulo 2^32)"),)),
         Register("SLA_VIOLATIONS", 0x28, "SLA monitor counter", (
             Field("COUNT", 0, 32, "r", "verdicts that were violations, since reset (modulo 2^32)"),)),
+        Register("SLA_STATUS", 0x2C, "SLA monitor status", (
+            Field("LAT_VIOLATION", 0, 1, "r", "the last verdict's latency statistic is above the limit"),
+            Field("ACC_VIOLATION", 1, 1, "r", "the last verdict's accuracy statistic is above the limit"),
+            Field("BUSY", 2, 1, "r", "a request is in flight"),
+            Field("PROTO_ERROR", 3, 1, "rw", "set by a request protocol error (DONE with no request in flight, "
+                  "an action out of range); write 1 to clear", kind="w1c"),
+            Field("SAMPLES", 8, nw, "r", "requests in the window"))),
     ]
     for i, (inp, fmt) in enumerate(zip(spec.inputs, spec.hdl.input_formats)):
         regs.append(Register(f"RAW_{inp.name.upper()}", RAW_BASE + 4 * i,

@@ -176,16 +176,20 @@ def rtl_proofs_record(obligations: dict) -> dict:
             "obligations": dict(obligations)}
 
 
-def soc_record(spec, lint: dict | None, obligations: dict | None, error: str | None) -> dict:
+def soc_record(spec, lint: dict | None, obligations: dict | None, error: str | None, bus: dict | None = None) -> dict:
     """The ``soc`` record (docs/hdl.md, "Raw inputs"): the raw-input files and formats, the lint of the
     raw top (None: skipped), the quantizer obligations {id: verdict} (None: skipped) or the tool
     ``error``; ok when the lint is clean and every obligation proved (what ran)."""
     from mi_certify.generator.build.emit_quantizer import quantizer_module, raw_module
     ok = (error is None and (lint is None or bool(lint["clean"]))
-          and (obligations is None or all(v == "proved" for v in obligations.values())))
+          and (obligations is None or all(v == "proved" for v in obligations.values()))
+          and (bus is None or all(r["passed"] for r in bus.values())))
     return {"status": _ok(ok), "quantizer": f"{quantizer_module(spec)}.v", "raw_top": f"{raw_module(spec)}.v",
             "input_formats": {i.name: f.describe() for i, f in zip(spec.inputs, spec.hdl.input_formats)},
-            "lint": lint, "quantizer_proofs": obligations, **({"error": error} if error else {})}
+            "lint": None if lint is None else {"clean": lint["clean"]}, "quantizer_proofs": obligations,
+            "bus_cosim": None if bus is None else {b: {k: r.get(k) for k in ("transactions", "cycles", "mismatches")}
+                                                   for b, r in bus.items()},
+            **({"error": error} if error else {})}
 
 
 def cosim_record(cosim: dict, monitor: dict, coverage: dict) -> dict:

@@ -4,21 +4,37 @@ With a raw word format in sla.yaml (``hdl.inputs`` / ``hdl.input_format``) it wr
 ``<module>_quantizer.v`` and ``<module>_raw.v`` (:mod:`mi_certify.generator.build.emit_quantizer`),
 lints the raw top with the controller (Verilator -Wall) and proves the quantizer equal to the Python
 runtime on every word of every input (:mod:`mi_certify.verification.rtl.quantizer_proofs`;
-``proofs/quantizer/``). Without a format the stage is skipped."""
+``proofs/quantizer/``). Then the bus wrappers: the register map as SystemRDL (``<module>_regs.rdl``) and
+what PeakRDL makes of it (C header, IP-XACT, HTML reference), the register core and the AXI4-Lite and
+Wishbone slaves (:mod:`mi_certify.generator.build.emit_soc`), linted (Verilator -Wall), and co-simulated
+over each bus for :data:`BUS_TRANSACTIONS` random transactions (cocotb + Icarus,
+:mod:`mi_certify.verification.cosim.bus_cosim`; bench/bus_cosim.py runs 100,000). Without a format the
+stage is skipped."""
 
 from __future__ import annotations
 
 import z3
 
+import tempfile
+from pathlib import Path
+
+from mi_certify.generator.build.emit_monitor import module_name as monitor_module
 from mi_certify.generator.build.emit_quantizer import emit_raw_design, quantizer_module, raw_module
+from mi_certify.generator.build.emit_soc import axil_module, emit_soc, regs_module, wb_module
+from mi_certify.generator.build.regmap import emit_rdl, peakrdl_outputs, rdl_name
 from mi_certify.generator.bundle.stage_records import STAGE_TEXT, soc_record
 from mi_certify.generator.core.results import StageResult
 from mi_certify.verification.rtl.fsm_proofs import write_proofs
 from mi_certify.verification.rtl.quantizer_proofs import PRELUDE, quantizer_obligations
+from mi_certify.verification.cosim.bus_cosim import run_bus_cosim
 from mi_certify.verification.tools import verilator
 from mi_certify.verification.tools.registry import ToolRunError
 
 from mi_certify.generator.pipeline.stages import BuildContext
+
+
+#: Random bus transactions per wrapper in a build (after the directed protocol cases).
+BUS_TRANSACTIONS = 2000
 
 
 def soc_stage(ctx: BuildContext) -> StageResult:
@@ -27,12 +43,37 @@ def soc_stage(ctx: BuildContext) -> StageResult:
     spec = ctx.built_spec
     if not spec.hdl.input_formats:
         return StageResult.skipped("soc", STAGE_TEXT["soc.skipped"])
-    files = emit_raw_design(spec, ctx.version, ctx.hashes.spec)
-    ctx.timed("soc_emit", lambda: [(ctx.d / name).write_text(text, encoding="utf-8") for name, text in files.items()])
+    files = {**emit_raw_design(spec, ctx.version, ctx.hashes.spec), **emit_soc(spec, ctx.version, ctx.hashes.spec),
+             f"{rdl_name(spec)}.rdl": emit_rdl(spec, ctx.version, ctx.hashes.spec)}
+    generated = peakrdl_outputs(files[f"{rdl_name(spec)}.rdl"], rdl_name(spec))
+
+    def write():
+        for name, text in files.items():
+            (ctx.d / name).write_text(text, encoding="utf-8")
+        for rel, data in generated.items():
+            (ctx.d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ctx.d / rel).write_bytes(data)
+    ctx.timed("soc_emit", write)
     qpath, rpath = ctx.d / f"{quantizer_module(spec)}.v", ctx.d / f"{raw_module(spec)}.v"
+    below = tuple(ctx.d / f"{m}.v" for m in (regs_module(spec), raw_module(spec), quantizer_module(spec),
+                                              spec.module_name, monitor_module(spec), "sla_monitor"))
     lint = None
     if not ctx.opts.skip_lint:
-        lint = ctx.timed("soc_lint", lambda: verilator.lint(rpath, raw_module(spec), extra=(qpath, ctx.v_path))).to_json()
+        def lint_all():
+            out = {"raw": verilator.lint(rpath, raw_module(spec), extra=(qpath, ctx.v_path)).to_json()}
+            for top in (axil_module(spec), wb_module(spec)):
+                out[top] = verilator.lint(ctx.d / f"{top}.v", top, extra=below).to_json()
+            return {"clean": all(v["clean"] for v in out.values()), **out}
+        lint = ctx.timed("soc_lint", lint_all)
+    bus = None
+    if not ctx.opts.skip_cosim:
+        def cosim():
+            with tempfile.TemporaryDirectory(prefix="mi-certify-bus-") as work:
+                return {b: run_bus_cosim(spec, ctx.d, ctx.py_path, b, BUS_TRANSACTIONS, Path(work) / b,
+                                         seed=ctx.opts.cosim_seed) for b in ("axil", "wb")}
+        bus = ctx.timed("soc_bus_cosim", cosim)
+        for rep in bus.values():
+            rep.pop("seconds", None)  # wall time: not in a hashed file
     obligations, entries, error = None, [], None
     if not ctx.opts.skip_rtl_proofs:
         def prove():
@@ -48,6 +89,6 @@ def soc_stage(ctx: BuildContext) -> StageResult:
             entries = write_proofs(obs, ctx.d, "quantizer", prelude=(PRELUDE, prelude))
             ctx.proof_index += entries
             obligations = {o.id: o.verdict for o in obs}
-    ctx.evidence.write("soc.json", {"lint": lint})
-    evidence = (*files, "soc.json", *((PRELUDE, *(e["evidence"] for e in entries)) if entries else ()))
-    return StageResult("soc", soc_record(spec, lint, obligations, error), evidence=evidence, proofs=entries)
+    ctx.evidence.write("soc.json", {"lint": lint, "bus_cosim": bus})
+    evidence = (*files, *generated, "soc.json", *((PRELUDE, *(e["evidence"] for e in entries)) if entries else ()))
+    return StageResult("soc", soc_record(spec, lint, obligations, error, bus), evidence=evidence, proofs=entries)

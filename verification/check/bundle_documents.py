@@ -113,7 +113,7 @@ def _soc_stage(d: Path, spec, index: dict) -> dict:
     if not spec.hdl.input_formats or soc is None:
         return _skipped("soc")
     obs = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "quantizer"}
-    return soc_record(spec, soc["lint"], obs or None, None)
+    return soc_record(spec, soc["lint"], obs or None, None, soc.get("bus_cosim"))
 
 
 def _skipped(name: str) -> dict:
@@ -264,5 +264,14 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
             out[rom_file_name(spec)] = rom
     if spec.hdl.input_formats and (d / "soc.json").exists():  # the raw-input design (docs/hdl.md, "Raw inputs")
         from mi_certify.generator.build.emit_quantizer import emit_raw_design
+        from mi_certify.generator.build.emit_soc import emit_soc
+        from mi_certify.generator.build.regmap import emit_rdl, peakrdl_outputs, rdl_name
         out.update(emit_raw_design(spec, version, hashes.spec))
+        out.update(emit_soc(spec, version, hashes.spec))
+        rdl = emit_rdl(spec, version, hashes.spec)
+        out[f"{rdl_name(spec)}.rdl"] = rdl
+        # the PeakRDL C header and IP-XACT made again from the RDL (the HTML's files are hashed in the manifest)
+        made = peakrdl_outputs(rdl, rdl_name(spec))
+        for ext in (".h", ".xml"):
+            out[rdl_name(spec) + ext] = made[rdl_name(spec) + ext].decode("utf-8")
     return out

@@ -19,7 +19,7 @@ def test_reference_build_proves_the_quantizer_and_cosimulates_both_buses(referen
                                             "quantizer.temperature_c", "quantizer.address"}
     assert set(soc["quantizer_proofs"].values()) == {"proved"}
     for bus in ("axil", "wb"):
-        assert soc["bus_cosim"][bus]["mismatches"] == 0 and soc["bus_cosim"][bus]["transactions"] > 2000
+        assert soc["bus_cosim"][bus]["mismatches"] == 0 and soc["bus_cosim"][bus]["transactions"] >= 2000
     for f in ("meta_controller_regs.rdl", "meta_controller_regs.h", "meta_controller_regs.xml",
               "meta_controller_regs_html/index.html", "meta_controller_axil.v", "meta_controller_wb.v"):
         assert f in json.loads((reference_build / "manifest.json").read_text())["files"]

@@ -147,3 +147,86 @@ def fault_text(cause: dict) -> str:
     unit = f" {cause['unit']}" if cause.get("unit") else ""
     return f"{cause['input']} = {value}{unit} " + (f"{cause['reason']} {cause['bound'].split()[1]}"
                                                    if cause["bound"] else f"({cause['reason']})")
+
+
+# --- raw fixed-point words (sla.yaml hdl.inputs; docs/hdl.md, "Raw inputs") ----------------------
+
+#: Widest raw word: every word of every input is enumerated when the quantizer is proved.
+MAX_WORD_BITS = 16
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """The fixed-point format of one input's raw word (an ADC's or a driver's), sla.yaml
+    ``hdl.inputs.<name>`` or ``hdl.input_format``.
+
+    The word is ``width = int_bits + frac_bits`` bits wide (1 .. :data:`MAX_WORD_BITS`); for a
+    signed format ``int_bits`` counts the sign bit (two's complement). Its value is
+    ``to_signed(word) / 2**frac_bits`` exactly: signed Q1.15 is ``FixedPoint(True, 1, 15)``,
+    range [-1, 1 - 2**-15]; unsigned 12-bit ADC counts are ``FixedPoint(False, 12, 0)``.
+    """
+
+    signed: bool
+    int_bits: int
+    frac_bits: int
+
+    @property
+    def width(self) -> int:
+        return self.int_bits + self.frac_bits
+
+    @property
+    def words(self) -> int:
+        """Number of representable words, 2**width."""
+        return 1 << self.width
+
+    def value(self, word: int) -> Fraction:
+        """Exact value of the unsigned bit pattern ``word`` in [0, 2**width); raises ValueError outside."""
+        if isinstance(word, bool) or not isinstance(word, int) or not 0 <= word < self.words:
+            raise ValueError(f"raw word {word!r} is not a {self.width}-bit pattern")
+        if self.signed and word >> (self.width - 1):
+            word -= self.words
+        return Fraction(word, 1 << self.frac_bits)
+
+    def describe(self) -> str:
+        """``"signed Q1.15 (16 bits)"``: the sign bit counted in the integer bits."""
+        return f"{'signed' if self.signed else 'unsigned'} Q{self.int_bits}.{self.frac_bits} ({self.width} bits)"
+
+
+def word_level(quantizer: Quantizer, fmt: FixedPoint, word: int | None) -> int | None:
+    """The one map from a raw word to a level (docs/hdl.md, "Raw inputs"): the level
+    :meth:`Quantizer.level` gives the word's exact value, or None for a probe fault (the
+    value outside the envelope, or ``word`` None: a missing reading, the RTL's ``<name>_valid``
+    low). The RTL quantizer is proved equal to this on every word of every input.
+    Raises ValueError for a word outside [0, 2**width)."""
+    if word is None:
+        return None
+    return quantizer.level(fmt.value(word))
+
+
+def quantize_words(words: Sequence[int | None], quantizers: Sequence[Quantizer],
+                   formats: Sequence[FixedPoint]) -> tuple[int, bool, list[int | None]]:
+    """:func:`quantize` for raw words (None: missing reading). Returns (address, probe_fault,
+    levels): address 0 on a fault, as the RTL's ``<module>_quantizer`` outputs it.
+    Raises ValueError for a wrong number of words or a word outside its format."""
+    if not len(words) == len(quantizers) == len(formats):
+        raise ValueError(f"expected {len(quantizers)} raw words, got {len(words)}")
+    levels = [word_level(qz, fmt, w) for w, qz, fmt in zip(words, quantizers, formats)]
+    if any(q is None for q in levels):
+        return 0, True, levels
+    return address(levels, [qz.bits for qz in quantizers]), False, levels
+
+
+def word_runs(quantizer: Quantizer, fmt: FixedPoint) -> list[tuple[int, int, int | None]]:
+    """Every word of ``fmt`` quantized by :func:`word_level` (exhaustively, 2**width calls), as
+    runs over the word's value order: [(first word, last word, level or None)], each a maximal
+    interval of *signed* word values (``to_signed(word)``; = the word for unsigned formats)
+    with one result. The runs cover [min value, max value] in order without gaps."""
+    lo_w = -(fmt.words >> 1) if fmt.signed else 0
+    runs: list[list] = []
+    for v in range(lo_w, lo_w + fmt.words):
+        q = word_level(quantizer, fmt, v % fmt.words)
+        if runs and runs[-1][2] == q:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v, q])
+    return [tuple(r) for r in runs]

@@ -18,7 +18,7 @@ from mi_certify.generator.core.results import Status
 
 __all__ = ["STAGE_TEXT", "c_runtime_record", "cosim_record", "distill_errors", "emit_record", "fsm_proofs_record", "hdl_record",
            "import_record", "latency_trials", "lint_record", "lut_properties_record", "lut_record",
-           "rtl_proofs_record", "spec_record", "verify_record"]
+           "rtl_proofs_record", "soc_record", "spec_record", "verify_record"]
 
 #: Number of onnxruntime cross-check points after import.
 CROSS_CHECK_POINTS = 256
@@ -47,6 +47,7 @@ STAGE_TEXT = {
                  "stimulus; the LUT read through the step at every address",
     "c_runtime.skipped": "--skip-cosim (the C runtime is checked with the co-simulation)",
     "hdl.skipped": "--skip-synth",
+    "soc.skipped": "sla.yaml declares no raw input format (hdl.inputs, hdl.input_format)",
 }
 
 
@@ -178,6 +179,22 @@ def rtl_proofs_record(obligations: dict) -> dict:
     """The ``rtl_proofs`` record: ``obligations`` {id: verdict}; fails unless every one is proved."""
     return {"status": _ok(all(v == "proved" for v in obligations.values())), "method": STAGE_TEXT["rtl_proofs"],
             "obligations": dict(obligations)}
+
+
+def soc_record(spec, lint: dict | None, obligations: dict | None, error: str | None, bus: dict | None = None) -> dict:
+    """The ``soc`` record (docs/hdl.md, "Raw inputs"): the raw-input files and formats, the lint of the
+    raw top (None: skipped), the quantizer obligations {id: verdict} (None: skipped) or the tool
+    ``error``; ok when the lint is clean and every obligation proved (what ran)."""
+    from mi_certify.generator.build.emit_quantizer import quantizer_module, raw_module
+    ok = (error is None and (lint is None or bool(lint["clean"]))
+          and (obligations is None or all(v == "proved" for v in obligations.values()))
+          and (bus is None or all(r["passed"] for r in bus.values())))
+    return {"status": _ok(ok), "quantizer": f"{quantizer_module(spec)}.v", "raw_top": f"{raw_module(spec)}.v",
+            "input_formats": {i.name: f.describe() for i, f in zip(spec.inputs, spec.hdl.input_formats)},
+            "lint": None if lint is None else {"clean": lint["clean"]}, "quantizer_proofs": obligations,
+            "bus_cosim": None if bus is None else {b: {k: r.get(k) for k in ("transactions", "cycles", "mismatches")}
+                                                   for b, r in bus.items()},
+            **({"error": error} if error else {})}
 
 
 def cosim_record(cosim: dict, monitor: dict, coverage: dict) -> dict:

@@ -34,7 +34,11 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
                  "hdl_target": "measure the declared target (nextpnr), for the header",
                  "hdl": "synthesise + place and route (Yosys, nextpnr-ice40)",
                  "report": "write report.html, report.md, heatmaps",
-                 "report_screenshot": "screenshot report.html (headless Chromium)"}
+                 "report_screenshot": "screenshot report.html (headless Chromium)",
+                 "soc_emit": "emit the raw-input quantizer, bus wrappers, SystemRDL + PeakRDL",
+                 "soc_lint": "verilator --lint-only -Wall (raw top, AXI4-Lite, Wishbone)",
+                 "soc_proofs": "prove the quantizer on every raw word (Yosys + Z3)",
+                 "soc_bus_cosim": "co-simulate AXI4-Lite + Wishbone vs Python (cocotb + Icarus)"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -418,6 +422,11 @@ _STAGE_DETAIL = {
     "fsm_proofs": _proofs_detail, "rtl_proofs": _proofs_detail, "verify": _verify_detail,
     "emit": lambda st: f"{st['verilog']} ({st['encoding']} LUT)", "hdl": _hdl_detail, "import": _import_detail,
     "lint": lambda st: "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", ""),
+    "soc": lambda st: st.get("error") or (
+        f"quantizer {sum(v == 'proved' for v in (st.get('quantizer_proofs') or {}).values())}/"
+        f"{len(st.get('quantizer_proofs') or {})} proved; "
+        + ", ".join(f"{b} {r['transactions']} transactions, {r['mismatches']} mismatches"
+                    for b, r in (st.get("bus_cosim") or {}).items())),
 }
 
 

@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from mi_certify.runtime.fsm import FsmConfig
+from mi_certify.runtime.quantize import MAX_WORD_BITS, FixedPoint, Quantizer
 from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig, latency_counter_width, latency_limit_cycles
 
 from mi_certify.generator.core.errors import SpecError, first_line
@@ -34,6 +35,15 @@ _TEXT = {"type": "string", "maxLength": 200, "pattern": r'^[^\x00-\x1f\x7f"\\`]*
 _STATISTIC = STATISTIC_PATTERN
 _RANGE = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
           "description": "closed interval [lo, hi] in the input's physical unit"}
+#: a raw word's fixed-point format (runtime.quantize.FixedPoint): int_bits + frac_bits bits, value =
+#: word / 2^frac_bits, two's complement with the sign bit counted in int_bits when signed
+_FIXED_POINT = {"type": "object", "additionalProperties": False, "required": ["signed", "int_bits", "frac_bits"],
+                "properties": {
+                    "signed": {"type": "boolean", "description": "two's complement (the sign bit is one of int_bits)"},
+                    "int_bits": {"type": "integer", "minimum": 0, "maximum": MAX_WORD_BITS,
+                                 "description": "integer bits (with the sign bit when signed)"},
+                    "frac_bits": {"type": "integer", "minimum": 0, "maximum": MAX_WORD_BITS,
+                                  "description": "fraction bits: value = word / 2^frac_bits"}}}
 #: ``hdl.target.device`` values: name -> what it stands for (part, package). The synthesis layer
 #: (:data:`mi_certify.verification.rtl.synth.DEVICES`) measures exactly these.
 TARGET_DEVICES = {"hx8k": "iCE40 HX8K (CT256)", "up5k": "iCE40 UP5K (SG48)",
@@ -182,6 +192,14 @@ SCHEMA: dict = {
                               "description": "target clock of the RTL in MHz: per-action latency limits (ms) "
                                              "become cycle limits at this clock, and the synthesis report "
                                              "compares Fmax with it (default none)"},
+                "input_format": {**_FIXED_POINT,
+                                 "description": "the raw word format of every input not named in hdl.inputs: the "
+                                                "build then also writes <module>_raw.v, whose quantizer takes "
+                                                "these words (docs/hdl.md, \"Raw inputs\")"},
+                "inputs": {"type": "object", "additionalProperties": _FIXED_POINT,
+                           "description": "input name -> its raw word format (fixed point, as an ADC or a "
+                                          "driver delivers it); naming any input (or hdl.input_format) makes "
+                                          "the build write <module>_raw.v (docs/hdl.md, \"Raw inputs\")"},
                 "target": {
                     "type": "object", "additionalProperties": False, "required": ["device"],
                     "description": "the device and clock the integrator runs the controller at: a build whose "
@@ -325,6 +343,9 @@ class HdlOptions:
     #: with ``latency: "auto"``: the latency the build chose by measurement (the emit stage's
     #: ``latency``, read back by ``check``); None until it is chosen
     latency_resolved: int | None = None
+    #: raw word format per input, in input order (``hdl.inputs`` / ``hdl.input_format``); empty: no
+    #: raw-input design (docs/hdl.md, "Raw inputs")
+    input_formats: tuple[FixedPoint, ...] = ()
 
     @property
     def latency_cycles(self) -> int:
@@ -778,6 +799,40 @@ def _target(hdl: dict, f: str) -> tuple[float | None, HdlTarget | None]:
     return clock, HdlTarget(t["device"], clock, bool(t.get("advisory", False)))
 
 
+def _input_formats(raw: dict, f: str) -> tuple[FixedPoint, ...]:
+    """``hdl.inputs`` / ``hdl.input_format`` resolved per input (in input order), or () when neither
+    is set. Raises SpecError for an unknown input name, a width outside 1 .. MAX_WORD_BITS, an input
+    without a format, or a format that represents no value of the input's envelope."""
+    hdl = raw.get("hdl", {})
+    named, default = hdl.get("inputs", {}), hdl.get("input_format")
+    if not named and default is None:
+        return ()
+    names = [d["name"] for d in raw["inputs"]]
+    for n in named:
+        if n not in names:
+            raise SpecError(f"'{n}' is not an input (inputs: {', '.join(names)})", file=f, where=f"hdl.inputs.{n}")
+    out = []
+    for d in raw["inputs"]:
+        where = f"hdl.inputs.{d['name']}" if d["name"] in named else "hdl.input_format"
+        fd = named.get(d["name"], default)
+        if fd is None:
+            raise SpecError(f"input '{d['name']}' has no raw word format: name it in hdl.inputs or set "
+                            "hdl.input_format", file=f, where="hdl.inputs")
+        fmt = FixedPoint(bool(fd["signed"]), int(fd["int_bits"]), int(fd["frac_bits"]))
+        if not 1 <= fmt.width <= MAX_WORD_BITS:
+            raise SpecError(f"int_bits + frac_bits is {fmt.width}; a raw word has 1 .. {MAX_WORD_BITS} bits "
+                            "(every word is enumerated when the quantizer is proved)", file=f, where=where)
+        qz = Quantizer.from_floats(float(d["min"]), float(d["max"]), int(d["bits"]))
+        lo_w = -(fmt.words >> 1) if fmt.signed else 0
+        lo_v, hi_v = fmt.value(lo_w % fmt.words), fmt.value((lo_w + fmt.words - 1) % fmt.words)
+        if hi_v < qz.lo or lo_v > qz.hi:
+            raise SpecError(f"{fmt.describe()} spans [{float(lo_v):g}, {float(hi_v):g}], outside the envelope "
+                            f"[{d['min']}, {d['max']}] of input '{d['name']}': every word would be a probe fault",
+                            file=f, where=where)
+        out.append(fmt)
+    return tuple(out)
+
+
 def _hdl(raw: dict, name: str, actions, f: str) -> HdlOptions:
     """The hdl section: a usable module name, latency limits that fit the SLA monitor's counter."""
     hdl = raw.get("hdl", {})
@@ -794,7 +849,8 @@ def _hdl(raw: dict, name: str, actions, f: str) -> HdlOptions:
     clock_mhz, target = _target(hdl, f)
     hdl_opts = HdlOptions(hdl.get("reset", "sync"), hdl.get("reset_polarity", "high"), hdl.get("prefix", ""),
                           hdl.get("encoding", "case"), clock_mhz,
-                          "auto" if hdl.get("latency") == "auto" else int(hdl.get("latency", 1)), target)
+                          "auto" if hdl.get("latency") == "auto" else int(hdl.get("latency", 1)), target,
+                          input_formats=_input_formats(raw, f))
     clock = hdl_opts.clock_mhz if hdl_opts.clock_mhz is not None else DEFAULT_MONITOR_CLOCK_MHZ
     for i, a in enumerate(actions):
         if a.latency_ms is not None and latency_limit_cycles(a.latency_ms, clock) < 1:

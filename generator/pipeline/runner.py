@@ -35,6 +35,7 @@ from mi_certify.verification.rtl.synth import REQUIRED_TOOLS as SYNTH_TOOLS
 from mi_certify.verification.tools.registry import manifest_tools, misconfigured
 
 from mi_certify.generator.pipeline import stages
+from mi_certify.generator.pipeline.soc_stage import soc_stage
 from mi_certify.generator.pipeline.stages import BuildContext
 from mi_certify.generator.bundle.manifest import (
     MANIFEST_FORMAT, UNHASHED, canonical_command, manifest_figures, source_commit, source_identity)
@@ -91,7 +92,7 @@ def tool_versions() -> dict:
 #: StageResult (None: it writes bundle files only: lut.hex/lut.json, proofs/index.json; or was not run).
 STAGES: tuple[Callable[[BuildContext], StageResult | None], ...] = (
     stages.start_verify, stages.lut_stage, stages.lut_properties_stage, stages.write_table,
-    stages.fsm_proofs_stage, stages.emit_stage, stages.lint_stage, stages.rtl_proofs_stage,
+    stages.fsm_proofs_stage, stages.emit_stage, stages.lint_stage, stages.rtl_proofs_stage, soc_stage,
     stages.write_proof_index, stages.cosim_stage, stages.c_runtime_stage, stages.finish_verify, stages.hdl_stage)
 
 

@@ -100,6 +100,8 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
         out["c_runtime"] = c_runtime_record(crt)
     elif "c_runtime" in stored:
         out["c_runtime"] = _skipped("c_runtime")
+    if "soc" in stored or (d / "soc.json").exists():  # bundles made before the soc stage have no record
+        out["soc"] = _soc_stage(d, spec, index)
     out["hdl"] = dict(stored.get("hdl", {}))
     if out["hdl"].get("status") == "ok":  # the numbers are re-made by the full check's hdl item
         from mi_certify.verification.rtl.synth import SEED
@@ -108,6 +110,17 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
         if rec.get("status") == "failed" and "error" in stored.get(name, {}) and "error" not in rec:
             rec["error"] = stored[name]["error"]
     return out
+
+
+def _soc_stage(d: Path, spec, index: dict) -> dict:
+    """The ``soc`` record: skipped without a raw input format; else from soc.json (the raw top's lint)
+    and the quantizer obligations of proofs/index.json."""
+    from mi_certify.generator.bundle.stage_records import soc_record
+    soc = _read(d, "soc.json")
+    if not spec.hdl.input_formats or soc is None:
+        return _skipped("soc")
+    obs = {o["id"]: o["verdict"] for o in index["obligations"] if o["group"] == "quantizer"}
+    return soc_record(spec, soc["lint"], obs or None, None, soc.get("bus_cosim"))
 
 
 def _skipped(name: str) -> dict:
@@ -259,4 +272,16 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
         rom = emit_rom_hex(spec, machine, encoding)
         if rom:
             out[rom_file_name(spec)] = rom
+    if spec.hdl.input_formats and (d / "soc.json").exists():  # the raw-input design (docs/hdl.md, "Raw inputs")
+        from mi_certify.generator.build.emit_quantizer import emit_raw_design
+        from mi_certify.generator.build.emit_soc import emit_soc
+        from mi_certify.generator.build.regmap import emit_rdl, peakrdl_outputs, rdl_name
+        out.update(emit_raw_design(spec, version, hashes.spec))
+        out.update(emit_soc(spec, version, hashes.spec))
+        rdl = emit_rdl(spec, version, hashes.spec)
+        out[f"{rdl_name(spec)}.rdl"] = rdl
+        # the PeakRDL C header and IP-XACT made again from the RDL (the HTML's files are hashed in the manifest)
+        made = peakrdl_outputs(rdl, rdl_name(spec))
+        for ext in (".h", ".xml"):
+            out[rdl_name(spec) + ext] = made[rdl_name(spec) + ext].decode("utf-8")
     return out

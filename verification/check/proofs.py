@@ -60,6 +60,8 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
                 f"{', '.join(differ) or 'traces'}")
         return f"{len(again)} counterexamples of the machine without rule 3a made again equal {rel}"
     c.run("fsm proofs: counterexamples without rule 3a made again and compared", "same code", unmasked)
+    if any(o["group"] == "quantizer" for o in index["obligations"]):
+        _regenerate_quantizer(c, ev, stored)
     if not any(o["group"] == "rtl" for o in index["obligations"]):
         return
     if why_unavailable("yosys"):
@@ -79,6 +81,25 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
         return (f"{_same(c, stored, obs)} RTL obligations made again from {spec.module_name}.v (Yosys + Z3) equal "
                 "the stored ones")
     c.run("rtl proofs: made again from the Verilog and compared", "same code", rtl)
+
+
+def _regenerate_quantizer(c: Checker, ev: CheckContext, stored: dict) -> None:
+    """The quantizer obligations made again from the bundle's quantizer Verilog (the Python runtime on
+    every word, Yosys + Z3) and compared with the stored ones (the Verilog itself is emitted again by
+    the documents group: :func:`~.bundle_documents.regenerate_sources`)."""
+    spec = ev.spec
+
+    def again():
+        from mi_certify.generator.build.emit_quantizer import quantizer_module
+        from mi_certify.verification.rtl.quantizer_proofs import PRELUDE, quantizer_obligations
+        obs, prelude = quantizer_obligations(c.d / f"{quantizer_module(spec)}.v", spec, quantizer_module(spec))
+        require(prelude == (c.d / PRELUDE).read_text(encoding="utf-8"), f"{PRELUDE} differs from Yosys' reading")
+        return (f"{_same(c, stored, obs)} quantizer obligations made again from {quantizer_module(spec)}.v (the "
+                "Python runtime on every word, Yosys + Z3) equal the stored ones")
+    if why_unavailable("yosys"):
+        c.add("quantizer proofs: made again and compared", SKIP, "same code", f"yosys is {why_unavailable('yosys')}")
+        return
+    c.run("quantizer proofs: made again and compared", "same code", again)
 
 
 def _same(c: Checker, stored: dict, obs) -> int:

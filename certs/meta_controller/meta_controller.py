@@ -5,7 +5,7 @@ arithmetic after quantization (quantization itself is exact, with fractions.Frac
 
 Sources (sha256):
     model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-    spec   48d46a52a424d47e6eb7179c9fa1dba28ac7d6adc09efc03582e40aac90f6b13
+    spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
     LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 
 Inputs, in ONNX order (physical units; outside [min, max] or NaN = probe fault):
@@ -629,6 +629,42 @@ def _quantize_exact(values):
     return (0, True) if fault else (addr, False)
 
 
+#: Raw word format per input, in input order (sla.yaml hdl.inputs / hdl.input_format; docs/hdl.md,
+#: "Raw inputs"): (signed, int_bits, frac_bits). A word is int_bits + frac_bits bits wide (the sign bit
+#: counted in int_bits), its value word / 2^frac_bits (two's complement when signed).
+INPUT_FORMATS = (
+    (False, 1, 15),  # compute_util: unsigned Q1.15 (16 bits)
+    (False, 12, 4),  # cache_chase_ns: unsigned Q12.4 (16 bits)
+    (False, 8, 8),  # mem_bw_avail_gbs: unsigned Q8.8 (16 bits)
+    (False, 12, 0),  # free_sram_kb: unsigned Q12.0 (12 bits)
+    (True, 9, 3),  # temperature_c: signed Q9.3 (12 bits)
+)
+
+
+def word_value(i, word):
+    """Exact value (Fraction) of raw word ``word`` (an int in [0, 2^width)) of input ``i``;
+    raises ValueError for another word."""
+    signed, int_bits, frac_bits = INPUT_FORMATS[i]
+    width = int_bits + frac_bits
+    if isinstance(word, bool) or not isinstance(word, numbers.Integral) or not 0 <= word < (1 << width):
+        raise ValueError(f"raw word {word!r} of {INPUTS[i][0]} is not a {width}-bit pattern")
+    word = int(word)
+    if signed and word >> (width - 1):
+        word -= 1 << width
+    return Fraction(word, 1 << frac_bits)
+
+
+def quantize_words(words):
+    """(address, probe_fault) of one reading given as raw words, one per input (None: the reading is
+    missing, the RTL's valid_<name> low): :func:`quantize` of their exact values; the RTL's
+    <module>_quantizer is proved equal to this on every word. Raises ValueError for a wrong
+    number of words or a word outside its format."""
+    words = list(words)
+    if len(words) != len(INPUTS):
+        raise ValueError(f"expected {len(INPUTS)} raw words, got {len(words)}")
+    return _quantize_exact([None if w is None else word_value(i, w) for i, w in enumerate(words)])
+
+
 def _field_tests(lo, hi):
     """(shift, field mask, first, last) of each address field a mask box restricts."""
     tests = []
@@ -738,6 +774,11 @@ class Controller:
             self.h = 0
             return self.t, R_SWITCH
         return self.t, R_PENDING
+
+    def step_words(self, words, sla_violation=False):
+        """:meth:`step` on raw words (:func:`quantize_words`); returns (token, reason)."""
+        addr, probe_fault = quantize_words(words)
+        return self.step_addr(addr, probe_fault, sla_violation)
 
     def step_record(self, values, sla_violation=False):
         """Quantize, advance one step and return what the step's audit record needs:

@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   48d46a52a424d47e6eb7179c9fa1dba28ac7d6adc09efc03582e40aac90f6b13
+//   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

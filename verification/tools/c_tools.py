@@ -45,6 +45,7 @@ def compile_check(compiler: str, source: Path, workdir: Path) -> dict:
     exited 0 (with -Werror: no warning); messages are its diagnostics with the directory removed.
     Raises ToolMissingError when the compiler is not installed."""
     exe = require_tool(compiler)
+    source, workdir = Path(source).resolve(), Path(workdir).resolve()  # the compiler runs in source's folder
     workdir.mkdir(parents=True, exist_ok=True)
     out = run([exe, *WARN_FLAGS, "-c", source.name, "-o", str(workdir / f"{source.stem}.{compiler}.o")],
               cwd=source.parent, capture=True, text=True, timeout=_TIMEOUT)
@@ -108,6 +109,7 @@ def cortex_m4(source: Path, workdir: Path, entries: Sequence[str]) -> dict:
     {entry: {"bytes", "path"}}, "external" [library callees, stack not counted]}. Raises CToolError
     when the compile fails, a frame is not static (dynamic stack) or the call graph has a cycle."""
     exe, size = require_tool("arm-none-eabi-gcc"), require_tool("arm-none-eabi-size")
+    source, workdir = Path(source).resolve(), Path(workdir).resolve()  # the compiler runs in workdir
     workdir.mkdir(parents=True, exist_ok=True)
     obj = workdir / f"{source.stem}.m4.o"
     out = run([exe, "-std=c99", *M4_FLAGS, "-fstack-usage", "-fcallgraph-info=su", "-c", str(source), "-o", str(obj)],

@@ -110,6 +110,18 @@ def test_compilers_misra_and_cortex_m4_on_a_tiny_ctl_controller(tmp_path):
 
 
 @needs_cc
+def test_relative_paths_compile_as_absolute_ones(tmp_path, monkeypatch):
+    """`check certs/meta_controller` hands the tools paths relative to the caller's folder, while the
+    compilers run in another one: the Cortex-M4 figures and the compile check must not depend on it."""
+    spec, machine, py, src = tiny_ctl_controller(tmp_path, 1)
+    absolute = c_tools.cortex_m4(src, tmp_path / "m4a", ["tiny_ctl_step"])
+    monkeypatch.chdir(tmp_path)
+    rel = src.relative_to(tmp_path)
+    assert c_tools.cortex_m4(rel, Path("m4r"), ["tiny_ctl_step"])["code_bytes"] == absolute["code_bytes"]
+    assert c_tools.compile_check("gcc", rel, Path("o"))["clean"] and (tmp_path / "o" / "tiny_ctl.gcc.o").exists()
+
+
+@needs_cc
 def test_a_warning_fails_the_compile_check_and_a_new_misra_rule_is_unexplained(tmp_path):
     _, _, _, src = tiny_ctl_controller(tmp_path, 2)
     src.write_text(src.read_text() + "\nint tiny_ctl_extra(int x);\nint tiny_ctl_extra(int x) { unsigned char c = x; return c; }\n")

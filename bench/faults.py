@@ -61,7 +61,8 @@ WORKLOAD = EXAMPLES / "workload" / "convnet.onnx"
 TRACE = EXAMPLES / "workload" / "incident.csv"
 MARK = "MI_CERTIFY_FAULT_CASE"
 TRACEBACK = "Traceback (most recent call last)"
-SUMMARY = re.compile(r"^\d+ passed, \d+ failed, \d+ skipped: (OK|FAILED|INCOMPLETE)$")
+#: the last line of ``check`` (generator/bundle/standing.py ``certification``)
+SUMMARY = re.compile(r"^\d+ passed, \d+ failed, \d+ skipped: (OK|FAILED|INCOMPLETE)(: CERTIFIED \(|.*NOT CERTIFIED)")
 #: the small bundle's build options (fast: no network verification, the LUT sampled)
 SMALL_OPTS = ("--no-verify", "--sample-lut", "--skip-cosim", "--skip-synth", "--seed", "1")
 

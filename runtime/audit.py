@@ -334,7 +334,9 @@ class AuditLog:
                 fields["recovered"] = recovered
             self.append("open", fields)
         except BaseException:
-            os.close(self._fd)
+            if not self.closed:  # a failed "open" record already closed it (_commit)
+                self.closed = True
+                os.close(self._fd)
             raise
 
     # -- internals ------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import jinja2
+    import markupsafe
 
 __all__ = ["FILTERS", "environment"]
 
@@ -24,8 +25,19 @@ def _fraction(x: float) -> str:
     return f"Fraction({f.numerator}, {f.denominator})"
 
 
+def _path_breaks(text: object) -> "markupsafe.Markup":
+    """HTML for a file path (or a list of them) that may wrap after each ``/`` and ``_``: the text
+    escaped, then ``<wbr>`` (a line-break opportunity, no hyphen) after those characters, so
+    a report column of long evidence paths does not widen the table past the window."""
+    import markupsafe
+
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(escaped.replace("/", "/<wbr>").replace("_", "_<wbr>"))
+
+
 #: Filters for every template: Python literals for the emitted runtime (fraction, float_repr,
-#: pytuple, pyrepr, opt_float) and number formats for the report (fmt, xs).
+#: pytuple, pyrepr, opt_float), number formats for the report (fmt, xs) and path wrapping in
+#: report.html (path_breaks).
 FILTERS = {
     "fraction": _fraction,                      # exact rational of a float: "Fraction(1, 3)"
     "float_repr": repr,
@@ -34,6 +46,7 @@ FILTERS = {
     "opt_float": lambda x: "None" if x is None else repr(float(x)),
     "fmt": lambda v, f="{:.6g}": f.format(v) if isinstance(v, (int, float)) else str(v),
     "xs": lambda xs: "[" + ", ".join(f"{v:.6g}" for v in xs) + "]",
+    "path_breaks": _path_breaks,
 }
 
 

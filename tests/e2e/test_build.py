@@ -459,9 +459,11 @@ def test_make_tools_names_the_packages_before_apt_runs_and_shows_apt_output(tmp_
                            f"PYTHON={bin_ / 'python-missing'}"], capture_output=True, text=True, timeout=60,
                           env={"PATH": str(bin_), "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
-    pkgs = "iverilog yosys verilator chromium python3 python3-venv python3-pip"
+    pkgs = ("iverilog yosys verilator chromium gcc clang cppcheck gcc-arm-none-eabi binutils-arm-none-eabi "
+            "python3 python3-venv python3-pip")
     assert proc.stdout.splitlines() == [
-        "tools: missing: iverilog vvp yosys verilator chromium python3-venv",
+        "tools: missing: iverilog vvp yosys verilator chromium gcc clang cppcheck arm-none-eabi-gcc "
+        "arm-none-eabi-size python3-venv",
         "tools: apt-get update (refreshing the package lists) ...",
         "APT OUTPUT: update",
         f"tools: apt-get install {pkgs} (and their dependencies) ...",

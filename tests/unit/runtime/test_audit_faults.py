@@ -59,3 +59,18 @@ def test_a_full_disk_is_one_audit_error_the_log_is_closed_and_intact_up_to_its_l
     with AuditLog(p, key=b"k" * 32, fsync="never") as again:  # a restarted writer continues the chain
         again.append("decision", {"i": "after"})
     assert verify_log(p, b"k" * 32).ok and verify_log(p, b"k" * 32).records == 4 + 3
+
+
+def test_a_full_disk_on_the_open_record_is_one_audit_error_not_a_double_close(tmp_path, monkeypatch):
+    """The "open" record itself fails: _commit closes the descriptor, and the constructor's
+    clean-up must not close it again (it raised EBADF "Bad file descriptor" in place of the
+    AuditError, and `run` printed a traceback)."""
+    p = tmp_path / "run.log"
+    monkeypatch.setattr(audit.os, "write", _failing_write(0, False))
+    with pytest.raises(AuditError, match="No space left on device"):
+        AuditLog(p, fsync="never")
+    monkeypatch.undo()
+    assert p.read_bytes() == b""  # nothing written, so nothing that looks like a record
+    with AuditLog(p, fsync="never") as again:  # the lock was released with the descriptor
+        again.append("decision", {"i": 0})
+    assert verify_log(p).ok and verify_log(p).records == 3

@@ -170,10 +170,13 @@ def _add_verify_parsers(sub) -> None:
                    "results.csv here): category,onnx,vnnlib,prepare_time,result,run_time per instance")
     v.add_argument("--category", metavar="NAME", help="with --campaign: the results' first column (default: "
                    "the name of LIST's folder)")
-    v.add_argument("--timeout", type=_seconds, default=60.0, metavar="S", help="wall-clock seconds per query (default 60)")
+    v.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+                   help="wall-clock seconds per query, its search and its Z3 confirmation together (default 60); "
+                        "a query that runs out is unknown")
     v.add_argument("--confirm-timeout", type=_seconds, default=300.0, metavar="S",
-                   help="seconds for the exact Z3 confirmation of each PROVED on networks with <= 64 ReLUs "
-                        "(default 300); an unconfirmed proof is unknown")
+                   help="at most this many of a query's --timeout seconds for the exact Z3 confirmation of a "
+                        "PROVED on networks with <= 64 ReLUs (default 300); the search then takes the share "
+                        "timeout / (timeout + min(confirm, timeout)) of the query; an unconfirmed proof is unknown")
     v.add_argument("--total-timeout", type=_seconds, default=None, metavar="S",
                    help="with --sla or --vnnlib: wall-clock seconds for the whole run; each query must end "
                         "within what is left (its search takes its --timeout share of it, all of it when no Z3 "
@@ -470,8 +473,10 @@ def _run_verify(args, console: Console) -> int:
 
     from mi_certify.generator.frontend.model import load_model
 
-    opts = VerifyOptions(timeout=args.timeout, confirm_timeout=args.confirm_timeout, use_marabou=not args.no_marabou,
-                         workers=args.workers)
+    # --timeout bounds each query as a whole (search and Z3 confirmation); the confirmation takes
+    # at most --confirm-timeout of it (decide: the search's share is timeout / (timeout + confirm))
+    opts = VerifyOptions(timeout=args.timeout, confirm_timeout=min(args.confirm_timeout, args.timeout),
+                         use_marabou=not args.no_marabou, workers=args.workers, whole_query=True)
     for target in (args.witness, args.json_out, args.results):
         if target and not Path(target).resolve().parent.is_dir():
             raise MiCertifyError("the folder of this output file does not exist", file=target)
@@ -506,7 +511,7 @@ def _verify_campaign(args, opts, console: Console) -> int:
     spec = _backend_spec(args)
     with open_backend(spec) as backend:
         console.print(f"campaign {args.campaign}: {len(instances)} instances on {backend.describe()}; each at most "
-                      f"{opts.timeout:g} s (or its own timeout) search + {opts.confirm_timeout:g} s confirmation",
+                      f"{opts.timeout:g} s (or its own timeout), search and Z3 confirmation together",
                       highlight=False)
 
         # each answer is appended to FILE.partial as it arrives (arrival order, flushed), so Ctrl-C,
@@ -605,7 +610,7 @@ def _verify_sla(args, model, opts, console: Console) -> int:
     model.cross_check(np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs]))
     n_queries = len(spec.properties) + len(spec.actions)
     console.print(f"verifying {n_queries} queries ({len(spec.properties)} properties, {len(spec.actions)} actions); "
-                  f"each at most {opts.timeout:g} s search + {opts.confirm_timeout:g} s confirmation"
+                  f"each at most {opts.timeout:g} s, search and Z3 confirmation together"
                   + (f"; the whole run at most {args.total_timeout:g} s (--total-timeout)"
                      if args.total_timeout is not None else ""), highlight=False)
 

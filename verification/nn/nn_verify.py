@@ -96,7 +96,11 @@ class VerifyOptions:
     search: every tuning knob of the search (:class:`~.settings.SearchSettings`). end: a
     ``time.monotonic()`` by which the whole query (search and confirmation) ends (``verify
     --total-timeout``): the search then takes at most its share of what is left (all of it when no
-    Z3 confirmation will run) and the confirmation the rest, up to ``end``; None: no such bound."""
+    Z3 confirmation will run) and the confirmation the rest, up to ``end``; None: no such bound.
+    whole_query: ``timeout`` bounds the whole query, search and confirmation together (``verify
+    --timeout``): the query ends by its start + ``timeout`` (and by ``end``), its search taking the
+    share ``timeout / (timeout + confirm_timeout)`` of that when a confirmation will run; False:
+    ``timeout`` bounds the search and the confirmation has ``confirm_timeout`` more (``build``)."""
 
     timeout: float = 60.0
     confirm_timeout: float = 300.0
@@ -109,6 +113,7 @@ class VerifyOptions:
     workers: int = 2
     search: SearchSettings = DEFAULT_SEARCH
     end: float | None = None
+    whole_query: bool = False
 
 
 def _float32_inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -546,9 +551,12 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
     t0 = time.monotonic()
     confirms = opts.z3_confirm and ir.n_relus <= opts.search.z3_confirm_max_relus
     deadline = t0 + opts.timeout
-    if opts.end is not None:   # the search's share of what is left; the confirmation may use the rest
+    end = opts.end
+    if opts.whole_query:       # the query as a whole ends by t0 + timeout (verify --timeout)
+        end = t0 + opts.timeout if end is None else min(end, t0 + opts.timeout)
+    if end is not None:        # the search's share of what is left; the confirmation may use the rest
         share = opts.timeout / (opts.timeout + opts.confirm_timeout) if confirms else 1.0
-        deadline = min(deadline, t0 + max(0.0, opts.end - t0) * share)
+        deadline = min(deadline, t0 + max(0.0, end - t0) * share)
     stats = {"boxes": 0, "marabou_boxes": 0, "z3_calls": 0}
     errors: list[str] = []
     methods, details = [], []
@@ -594,7 +602,7 @@ def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) 
     method = "+".join(sorted({part for m in methods for part in m.split("+")})) or "none"
     if verdict == Verdict.PROVED and confirms:
         confirm_end = time.monotonic() + opts.confirm_timeout
-        msg = _confirm_partitions(ir, query, partitions, confirm_end if opts.end is None else min(confirm_end, opts.end),
+        msg = _confirm_partitions(ir, query, partitions, confirm_end if end is None else min(confirm_end, end),
                                   stats, opts.search)
         if msg:
             errors.append(msg)

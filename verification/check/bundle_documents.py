@@ -236,9 +236,11 @@ def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes
                 if p.is_file() and (p.relative_to(t).as_posix() in mine or p.relative_to(t).parts[0] == "heatmaps")}
 
 
-def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.ndarray) -> dict[str, str]:
-    """The emitted Python runtime, Verilog, ROM file and SLA-monitor wrapper made again from
-    the spec, lut.hex, the distillation boxes and the recorded hashes and version."""
+def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.ndarray) -> dict[str, str | bytes]:
+    """The emitted Python runtime, Verilog, C, ROM file, SLA-monitor wrapper and (with raw inputs)
+    the quantizer, bus wrappers, SystemRDL and PeakRDL outputs made again from the spec, lut.hex,
+    the distillation boxes and the recorded hashes and version: text, or bytes for the PeakRDL
+    HTML's files (an HTML file listed in the manifest that PeakRDL does not make maps to b"")."""
     from mi_certify.generator.bundle.distillation_file import read_distillation
     from mi_certify.generator.build.emit_common import SourceHashes
     from mi_certify.generator.build.emit_c import c_file_names, emit_c
@@ -280,8 +282,12 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
         out.update(emit_soc(spec, version, hashes.spec))
         rdl = emit_rdl(spec, version, hashes.spec)
         out[f"{rdl_name(spec)}.rdl"] = rdl
-        # the PeakRDL C header and IP-XACT made again from the RDL (the HTML's files are hashed in the manifest)
+        # the PeakRDL C header, IP-XACT and every file of the HTML made again from the RDL; an HTML
+        # file the manifest lists that PeakRDL does not make is compared with nothing (so it fails)
         made = peakrdl_outputs(rdl, rdl_name(spec))
         for ext in (".h", ".xml"):
             out[rdl_name(spec) + ext] = made[rdl_name(spec) + ext].decode("utf-8")
+        html = f"{rdl_name(spec)}_html/"
+        out.update({rel: data for rel, data in made.items() if rel.startswith(html)})
+        out.update({rel: b"" for rel in manifest["files"] if rel.startswith(html) and rel not in made})
     return out

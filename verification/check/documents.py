@@ -53,11 +53,15 @@ def _first_difference(name: str, a: bytes, b: bytes) -> str:
 def _sources(c: Checker, ev: CheckContext, sources: dict) -> str:
     """Fills ``sources`` {file: text} with the sources emitted again, then compares them."""
     sources.update(docs.regenerate_sources(c.d, ev.spec, c.manifest, ev.summary, ev.lut))
-    bad = [_first_difference(rel, (c.d / rel).read_bytes() if (c.d / rel).exists() else b"", text.encode())
-           for rel, text in sorted(sources.items())
-           if not (c.d / rel).exists() or (c.d / rel).read_bytes() != text.encode("utf-8")]
+    made = {rel: text.encode("utf-8") if isinstance(text, str) else text for rel, text in sources.items()}
+    bad = [_first_difference(rel, (c.d / rel).read_bytes() if (c.d / rel).exists() else b"", data)
+           for rel, data in sorted(made.items())
+           if not (c.d / rel).exists() or (c.d / rel).read_bytes() != data]
     require(not bad, "; ".join(bad[:3]))
-    return f"{', '.join(sorted(sources))} emitted again from sla.yaml and lut.hex: byte for byte the same"
+    folders = sorted({rel.split("/")[0] + "/" for rel in sources if "/" in rel})
+    files = [rel for rel in sorted(sources) if "/" not in rel]
+    return f"{', '.join(files)}{''.join(f', {f} ({sum(r.startswith(f) for r in sources)} files)' for f in folders)} " \
+           "emitted again from sla.yaml and lut.hex: byte for byte the same"
 
 
 def _summary(c: Checker, ev: CheckContext, sources: dict, derived: dict) -> str:

@@ -350,19 +350,21 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         return decided
     leaves = sr.leaves
     if leaves:
-        if open_boxes:  # the leaves are open too
-            open_boxes += leaves
-        else:
-            decided, open_boxes = _decide_leaves(model, dj, leaves, deadline, opts, stats, closed, errors)
-            if decided is not None:
-                return decided
-            if not open_boxes:
-                return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
-                    f"{len(leaves)} by ReLU-split LP ({stats['lp_calls']} LPs)"
+        # the phases hand over: the leaves, and the boxes input splitting left open when its
+        # time or box budget ran out, go to the ReLU-split LP with all the time left (before,
+        # open boxes beside the leaves ended the query: "14276 boxes open (14270 went to the
+        # ReLU-split LP, 0 LPs)" after 3.4 of 10 s); leaves first (deep boxes close fastest)
+        todo = leaves + open_boxes
+        decided, open_boxes = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors)
+        if decided is not None:
+            return decided
+        if not open_boxes:
+            return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
+                f"{len(todo)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
     if not open_boxes:
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
     where = f"{len(open_boxes)} boxes open" if not leaves else \
-        f"{len(open_boxes)} boxes open ({len(leaves)} went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
+        f"{len(open_boxes)} boxes open ({len(leaves)} leaves went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
     return _marabou_stage(sr, open_boxes, where, deadline)
 
 

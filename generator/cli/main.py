@@ -584,7 +584,8 @@ def _verify_vnnlib(args, model, opts, console: Console) -> int:
             print("unknown")
             return 3
     res = decide(model, query, opts)
-    console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s ({res.method}) "
+    console.print(f"{args.vnnlib}: {_verdict_style(res.verdict.value)} in {res.time_s:.2f} s "
+                  f"(CPU {res.stats.get('cpu_s', 0):.2f} s; {res.method}) "
                   f"{res.detail}", highlight=False)
     for e in res.errors:
         console.print(f"[red]error:[/] {e}", highlight=False)
@@ -619,7 +620,8 @@ def _verify_sla(args, model, opts, console: Console) -> int:
         said = (_verdict_style(r.verdict.value) if not r.id.startswith("reach:") else
                 {"violated": "reachable", "proved": "unreachable (proved)"}.get(r.verdict.value, "[yellow]unknown[/]"))
         why = f": {r.detail}" if r.method == "not started" else ""
-        console.print(f"  [{done}/{total}] {r.id}: {said} in {r.time_s:.2f} s ({r.method}){why}", highlight=False)
+        console.print(f"  [{done}/{total}] {r.id}: {said} in {r.time_s:.2f} s (CPU {r.stats.get('cpu_s', 0):.2f} s; "
+                      f"{r.method}){why}", highlight=False)
 
     left = None if args.total_timeout is None else args.total_timeout - (time.monotonic() - args.started)
     result = verify_spec(model, spec, opts, on_result=shown, total_timeout=left)

@@ -216,14 +216,6 @@ def _halves(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     return c_lo, c_hi
 
 
-def _balanced(batch: Batch, region_lo: np.ndarray, region_hi: np.ndarray, aspect: float) -> np.ndarray:
-    """(K, n) True where input i of box k may be split: its width relative to the region is
-    nonzero and at least ``2 ** -aspect`` times the box's largest relative width (so a pick never
-    slices one input thinner and thinner while others stay wide)."""
-    rel = (batch.hi - batch.lo) / np.where(region_hi > region_lo, region_hi - region_lo, 1.0)
-    return (rel > 0) & (rel >= np.max(rel, axis=1, keepdims=True) * 2.0 ** -aspect)
-
-
 def _smart_pick(ir: ControllerIR, dj: Disjunct, batch: Batch, c_lo: np.ndarray, c_hi: np.ndarray,
                 deadline: float, stats: dict, s: SearchSettings) -> np.ndarray:
     """The input whose worse half is nearest to being closed (K,): every box's 2n halves bounded in
@@ -233,20 +225,17 @@ def _smart_pick(ir: ControllerIR, dj: Disjunct, batch: Batch, c_lo: np.ndarray, 
     stats["boxes"] += 2 * n * K
     c_best = np.max(c_low - dj.d, axis=1).reshape(K, n, 2)
     score = np.min(c_best, axis=2) + s.smart_tiebreak * np.max(c_best, axis=2)
-    score = np.where(_balanced(batch, dj.lo, dj.hi, s.split_aspect), score, -np.inf)
+    score = np.where(batch.hi - batch.lo > 0, score, -np.inf)
     return np.argmax(score, axis=1)
 
 
-def _influence_pick(batch: Batch, dj: Disjunct, aspect: float) -> np.ndarray:
-    """The input of largest influence ``|Λ_r,i| · width_i`` on each box's best row (K,) among those
-    :func:`_balanced` allows; the widest such input where every influence is 0; never a zero-width
-    input while the box has a wider one."""
+def _influence_pick(batch: Batch) -> np.ndarray:
+    """The input of largest influence ``|Λ_r,i| · width_i`` on each box's best row (K,); the widest
+    input where every influence is 0; never a zero-width input while the box has a wider one."""
     K = batch.lo.shape[0]
     width = batch.hi - batch.lo
-    allowed = _balanced(batch, dj.lo, dj.hi, aspect)
-    infl = np.where(allowed, np.abs(batch.lin[np.arange(K), batch.row]) * width, 0.0)
+    infl = np.abs(batch.lin[np.arange(K), batch.row]) * width
     infl = np.where(np.any(infl > 0, axis=1)[:, None], infl, width)
-    infl = np.where(allowed | ~np.any(allowed, axis=1)[:, None], infl, -np.inf)
     infl = np.where(width > 0, infl, -np.inf)
     return np.argmax(infl, axis=1)
 
@@ -258,7 +247,7 @@ def choose_splits(ir: ControllerIR, dj: Disjunct, batch: Batch, strategy: str, d
     c_lo, c_hi = _halves(batch)
     # a second candidate: the input of largest influence (the cheap bounds mislead where they are
     # loose); both candidates' halves get the tight bounds in bound_children
-    other = _influence_pick(batch, dj, s.split_aspect)
+    other = _influence_pick(batch)
     if strategy == "smart":
         pick = _smart_pick(ir, dj, batch, c_lo, c_hi, deadline, stats, s)
     elif strategy == "influence":

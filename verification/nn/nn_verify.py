@@ -349,11 +349,13 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     if decided is not None:
         return decided
     leaves = sr.leaves
-    if leaves:
-        # the phases hand over: the leaves, and the boxes input splitting left open when its
-        # time or box budget ran out, go to the ReLU-split LP with all the time left (before,
-        # open boxes beside the leaves ended the query: "14276 boxes open (14270 went to the
-        # ReLU-split LP, 0 LPs)" after 3.4 of 10 s); leaves first (deep boxes close fastest)
+    marabou_next = opts.use_marabou and not leaves and len(open_boxes) <= opts.search.marabou_max_boxes
+    if leaves is not None and (leaves or open_boxes) and not marabou_next:
+        # the phases hand over: the leaves, and the boxes input splitting left open when its time
+        # or its box budget ran out, go to the ReLU-split LP with all the time left (before, open
+        # boxes beside the leaves ended the query: "14276 boxes open (14270 went to the ReLU-split
+        # LP, 0 LPs)" after 3.4 of 10 s); leaves first (deep boxes close fastest). A few open boxes
+        # and no leaves go to Marabou as before (input splitting stopped early for it).
         todo = leaves + open_boxes
         decided, open_boxes = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors)
         if decided is not None:
@@ -363,8 +365,8 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
                 f"{len(todo)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
     if not open_boxes:
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
-    where = f"{len(open_boxes)} boxes open" if not leaves else \
-        f"{len(open_boxes)} boxes open ({len(leaves)} leaves went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
+    where = f"{len(open_boxes)} boxes open" if not stats.get("lp_leaves") else \
+        f"{len(open_boxes)} boxes open ({stats['lp_leaves']} went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
     return _marabou_stage(sr, open_boxes, where, deadline)
 
 
@@ -544,11 +546,28 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its child processes already reaped
+    (worker pools, Marabou, Z3 workers): getrusage(2)."""
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def decide(model: LoadedModel, query: Query, opts: VerifyOptions | None = None) -> QueryResult:
     """Decide a query (disjunction of unsafe regions) within ``opts.timeout`` seconds on ``model``
     (:class:`~mi_certify.generator.frontend.model.LoadedModel`: the IR is queried, onnxruntime replays
-    every counterexample)."""
-    opts = opts or VerifyOptions()
+    every counterexample). The result's ``time_s`` is its wall time; ``stats["cpu_s"]`` the CPU
+    seconds it took (this process and its reaped workers, :func:`_cpu_seconds`): on a loaded
+    machine the wall time grows and the CPU time shows the work done (issue 38)."""
+    cpu0 = _cpu_seconds()
+    res = _decide(model, query, opts or VerifyOptions())
+    res.stats["cpu_s"] = round(_cpu_seconds() - cpu0, 3)
+    return res
+
+
+def _decide(model: LoadedModel, query: Query, opts: VerifyOptions) -> QueryResult:
+    """:func:`decide` without the CPU-time accounting."""
     ir = model.ir
     t0 = time.monotonic()
     confirms = opts.z3_confirm and ir.n_relus <= opts.search.z3_confirm_max_relus

@@ -57,11 +57,6 @@ class SearchSettings:
     #: Weight of a split's better half in the smart score ``min(halves) + w · max(halves)``: a tie
     #: breaker towards splits that close one half outright (chosen).
     smart_tiebreak: float = 1e-3
-    #: A split never takes an input already this many halvings narrower (relative to the region)
-    #: than the box's widest input: the look-ahead picks may otherwise slice one input ever thinner
-    #: while the others stay wide (VNN-COMP 2022 reach_prob_density vdp_0: 16,023 leaves at 1/2048
-    #: of x0 and 1/4, 1/2 of x1, x2, none closed; inf: no guard).
-    split_aspect: float = 5.0
     #: Disjuncts of at most this many rows also get the average of every pair of rows as an
     #: implied row (all rows' average always); m² / 2 rows beyond it cost more than they close (chosen).
     pair_rows_max: int = 6

@@ -609,4 +609,22 @@ def test_verify_timeout_bounds_a_hard_acas_xu_row(tmp_path):
     took = time.monotonic() - t0
     assert took <= 4.0 + 2.0, (took, r.detail)
     assert r.verdict in (Verdict.UNKNOWN, Verdict.PROVED), r
+    assert 0.5 < r.stats["cpu_s"] <= 3 * took, (r.stats, took)  # the CPU time: this process and its workers
     assert spawned_workers(__import__("os").getpid()) == []
+
+
+def test_a_box_budget_that_runs_out_hands_the_open_boxes_to_the_lp_leaves():
+    """Issue 38, "phases that hand over": input splitting that stops on its box budget (50 boxes
+    here) with boxes open used to end the query UNKNOWN ("3 boxes open"), though the ReLU-split LP
+    had all the time left; now the open boxes (and the leaves) go to the LP, which closes them."""
+    import dataclasses
+    from mi_certify.verification.nn.properties import spec_queries
+    from mi_certify.verification.nn.settings import DEFAULT_SEARCH
+    model, spec = load_model(REFERENCE_MODEL), load_spec(REFERENCE_SLA)
+    p2 = next(q for q in spec_queries(spec) if q.id == "P2")
+    opts = VerifyOptions(timeout=60, max_boxes=50, use_marabou=False, z3_confirm=False,
+                         search=dataclasses.replace(DEFAULT_SEARCH, leaf_depth=4))
+    r = decide(model, p2, opts)
+    assert r.verdict == Verdict.PROVED, r.detail
+    assert r.stats["boxes"] == 67 and r.stats["lp_leaves"] == 5, r.stats  # 50 boxes budget (+ the last batch)
+    assert "by ReLU-split LP" in r.detail

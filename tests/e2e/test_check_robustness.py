@@ -135,3 +135,23 @@ def test_quick_check_makes_the_counterexamples_without_rule_3a_again(tmp_path):
     name = "fsm proofs: counterexamples without rule 3a made again and compared"
     assert items[name] == "FAIL"
     assert "without_rule_3a.json" in next(ln for ln in proc.stdout.splitlines() if name in ln)
+
+
+def test_an_edited_peakrdl_html_file_with_its_hash_rewritten_fails_check_quick(tmp_path):
+    """The fault campaign's tamper row: a line duplicated in one file of the PeakRDL register
+    documentation (``<name>_regs_html/``), its hash rewritten in manifest.json, passed
+    ``check --quick`` (exit 3, nothing failed): the HTML was hashed but never made again.
+    Now "generated sources" remakes every file of it and names the one that differs."""
+    b = tmp_path / "bundle"
+    shutil.copytree(faults.CERTS, b)
+    page = sorted((b / "meta_controller_regs_html" / "content").glob("*.html"))[0]
+    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
+    page.write_text("".join(lines[:5] + lines[4:5] + lines[5:]), encoding="utf-8")
+    rel = page.relative_to(b).as_posix()
+    faults.rehash(b, rel)
+    proc = cli("check", "--quick", b)
+    items = _items(proc.stdout)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
+    assert items["generated sources: emitted again and compared"] == "FAIL"
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("FAIL  generated sources"))
+    assert f"{rel} line " in line, line  # the first line that differs, as made again

@@ -26,18 +26,18 @@ def _fraction(x: float) -> str:
 
 
 def _path_breaks(text: object) -> "markupsafe.Markup":
-    """HTML for a file path (or a list of them) that may wrap after each ``/`` and ``_``: the text
-    escaped, then ``<wbr>`` (a line-break opportunity, no hyphen) after those characters, so
-    a report column of long evidence paths does not widen the table past the window."""
+    """HTML for a file path (or a list of them) that may wrap after each ``/`` (never inside a
+    file name): the text escaped, then ``<wbr>`` (a line-break opportunity, no hyphen) after each
+    separator, so a report column of long evidence paths does not widen the table past the window."""
     import markupsafe
 
     escaped = str(markupsafe.escape(text))
-    return markupsafe.Markup(escaped.replace("/", "/<wbr>").replace("_", "_<wbr>"))
+    return markupsafe.Markup(escaped.replace("/", "/<wbr>"))
 
 
 #: Filters for every template: Python literals for the emitted runtime (fraction, float_repr,
 #: pytuple, pyrepr, opt_float), number formats for the report (fmt, xs) and path wrapping in
-#: report.html (path_breaks).
+#: report.html (path_breaks: after each ``/``).
 FILTERS = {
     "fraction": _fraction,                      # exact rational of a float: "Fraction(1, 3)"
     "float_repr": repr,

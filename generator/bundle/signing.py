@@ -66,8 +66,12 @@ def refuse_work_tree(path: str | Path) -> None:
     (``git add .`` would commit the secret)."""
     top = git_work_tree(path)
     if top is not None:
+        home = key_home()
+        where = (f"the default is {home}" if git_work_tree(home / "k") is None else
+                 f"the default, {home}, is inside a work tree too: set MI_CERTIFY_KEY_DIR to a folder outside it, "
+                 f"or unset it for ~/.config/mi-certify/keys")
         raise SignatureError(f"inside the git working tree {top}: a key there is one `git add` away from the "
-                             f"repository; write it outside (the default is {key_home()})", file=str(path))
+                             f"repository; write it outside ({where})", file=str(path))
 
 
 def new_hmac_key(path: str | Path, nbytes: int = 32) -> None:

@@ -91,8 +91,11 @@ def certification(*, passed: bool, skipped: bool, signed: bool, signature_checke
     and is not established."""
     if not passed:
         return "FAILED: NOT CERTIFIED (see the FAIL lines above)"
-    if skipped:
-        return "INCOMPLETE: NOT CERTIFIED (items were skipped; see the SKIP lines above)"
+    if skipped:  # what the signature shows is said too (a signed bundle checked without --pubkey)
+        sig = ("signature verified" if signed and signature_checked else
+               "manifest.json.sig is present but was not verified: pass --pubkey KEY.pub" if signed else
+               "the bundle is unsigned")
+        return f"INCOMPLETE: NOT CERTIFIED (items were skipped; see the SKIP lines above; {sig})"
     if signed and signature_checked:
         return "OK: CERTIFIED (signature verified, every item passed)"
     if signed:

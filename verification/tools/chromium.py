@@ -56,6 +56,19 @@ LAYOUT_CHECK = r"""(() => {
       if (tops.size > 1) out.push('word broken: "' + m[0] + '" in ' + name(el));
     }
   }
+  // a word split over two text nodes by a <wbr> (a break opportunity): broken when the line
+  // changes there and the text before it does not end at a separator (space, / or -)
+  for (const w of document.querySelectorAll('wbr')) {
+    const a = w.previousSibling, b = w.nextSibling;
+    if (!a || !b || a.nodeType !== 3 || b.nodeType !== 3 || !a.textContent.length || !b.textContent.length) continue;
+    if (/[\s\/\-]$/.test(a.textContent) || /^\s/.test(b.textContent)) continue;
+    range.setStart(a, a.textContent.length - 1); range.setEnd(a, a.textContent.length);
+    const ra = Array.from(range.getClientRects()).filter(r => r.width > 0);
+    range.setStart(b, 0); range.setEnd(b, 1);
+    const rb = Array.from(range.getClientRects()).filter(r => r.width > 0);
+    if (ra.length && rb.length && Math.round(ra[0].bottom) !== Math.round(rb[0].bottom))
+      out.push('word broken at <wbr>: "' + a.textContent.split(/[\s\/]/).pop() + b.textContent.split(/[\s\/]/)[0] + '" in ' + name(w.parentElement));
+  }
   for (const el of document.querySelectorAll('body *')) {
     if (el.closest('svg') && el.tagName.toLowerCase() !== 'svg') continue;
     if (!el.getClientRects().length) continue;

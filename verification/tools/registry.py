@@ -190,10 +190,19 @@ def find_tool(name: str) -> str | None:
     return None
 
 
+#: Seconds a version query may take: a YoWASP tool compiles its WebAssembly on its first run
+#: under a user account (~50 s idle, 1 min 40 s seen under load; killed, the cache never
+#: completes and every later query fails the same way), others answer at once.
+VERSION_TIMEOUT_YOWASP_S = 600.0
+VERSION_TIMEOUT_S = 30.0
+
+
 @functools.lru_cache(maxsize=None)
 def _version_line(exe: str, args: tuple[str, ...]) -> str:
+    slow = os.path.basename(exe).startswith("yowasp-")
     try:
-        out = run([exe, *args], capture=True, text=True, timeout=30)
+        out = run([exe, *args], capture=True, text=True,
+                  timeout=VERSION_TIMEOUT_YOWASP_S if slow else VERSION_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"error: {exc}"
     # a YoWASP tool says "Preparing to run <tool>. This might take a while..." (stderr) while it compiles

@@ -41,6 +41,12 @@ def test_only_a_signed_verified_passing_bundle_is_certified():
                {"skipped": True, "signed": True, "signature_checked": True}):
         assert "NOT CERTIFIED" in line(**kw) and "OK: CERTIFIED" not in line(**kw)
     assert "unsigned" in line()
+    # skipped items (check --quick, a signed bundle without --pubkey): the line still says what the
+    # signature shows (the "not verified" words were unreachable behind INCOMPLETE)
+    assert line(skipped=True).endswith("; the bundle is unsigned)")
+    assert line(skipped=True, signed=True).endswith("manifest.json.sig is present but was not verified: pass "
+                                                    "--pubkey KEY.pub)")
+    assert line(skipped=True, signed=True, signature_checked=True).endswith("; signature verified)")
 
 
 def test_figure_texts():
@@ -73,6 +79,10 @@ def test_keys_are_never_written_inside_a_git_work_tree(tmp_path, monkeypatch):
         with pytest.raises(SignatureError, match="inside the git working tree"):
             write()
     assert sorted(p.name for p in repo.rglob("*")) == [".git"]
+    # a default that is itself inside the tree is not offered as the way out
+    monkeypatch.setenv("MI_CERTIFY_KEY_DIR", str(repo / "keys"))
+    with pytest.raises(SignatureError, match=r"is inside a work tree too: set MI_CERTIFY_KEY_DIR"):
+        new_hmac_key(repo / "keys" / "audit.key")
     monkeypatch.setenv("MI_CERTIFY_KEY_DIR", str(tmp_path / "keys"))
     assert key_home() == tmp_path / "keys"
     monkeypatch.delenv("MI_CERTIFY_KEY_DIR")

@@ -775,15 +775,16 @@ def report_markdown(rep: dict) -> str:
              "| label \\ predicted | " + " | ".join(acts) + " |", "|---" * (len(acts) + 1) + "|"]
     for a, row in zip(acts, h["confusion_matrix"]["counts"]):
         lines.append(f"| {a} | " + " | ".join(str(c) for c in row) + " |")
+    at = next(k for k, ln in enumerate(lines) if ln.startswith("- ONNX sha256")) + 1
     ct = rep.get("certified_training")
     if ct:
         last = ct["stages"][-1]
-        lines[-4:-4] = [f"- certified training ({ct['method']}): {last['cells_certify']} of {ct['cells']} cells trained "
+        lines[at:at] = [f"- certified training ({ct['method']}): {last['cells_certify']} of {ct['cells']} cells trained "
                         f"to be certified, {last['cells_given_up']} given up; IBP certifies "
                         f"{last['ibp_certified_cells']} at the last stage"]
     lp = rep.get("lut_preview")
     if lp:
-        lines[-4:-4] = [f"- LUT as build will distil it: {lp['proven']} of {lp['cells']} cells proven "
+        lines[at + bool(ct):at + bool(ct)] = [f"- LUT as build will distil it: {lp['proven']} of {lp['cells']} cells proven "
                         f"({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement with the network "
                         f"{lp['agreement']:.1%} on {lp['points']} points"]
     for aug in rep["augmentation"]:

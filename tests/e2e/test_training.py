@@ -396,3 +396,35 @@ def test_cli_train_certify_prints_what_build_will_report(tmp_path):
     assert "LUT as build will distil it" in (tmp_path / "c.train.md").read_text()
     bad = cli("train", csv_path, "--sla", spec_dir / "sla.yaml", "--out", tmp_path / "d.onnx", "--certify-weight", "0")
     assert bad.returncode == 2 and "--certify-weight" in bad.stderr + bad.stdout
+
+
+_VARIANT_SCRIPT = """
+import hashlib, sys
+from mi_certify.generator.core.spec import load_spec
+from mi_certify.generator.frontend.train import TrainOptions, read_profile, train_controller
+spec = load_spec(sys.argv[1])
+res = train_controller(read_profile(sys.argv[2], spec), spec,
+                       TrainOptions(augment=80, max_iter=500, certify="cells", certify_iter=100))
+print(hashlib.sha256(res.model_bytes).hexdigest())
+"""
+
+
+def test_certified_training_is_the_same_bytes_under_every_blas_and_simd_variant(tmp_path):
+    """--certify cells keeps the trainer's guarantee (docs/training.md, "Same network on every machine"):
+    the same ONNX bytes under the reproducibility test's OpenBLAS-kernel / SIMD / thread variants."""
+    import os
+
+    from test_reproducibility import VARIANTS
+
+    spec_dir = tmp_path / "s"
+    spec_dir.mkdir()
+    _small_spec(spec_dir)
+    csv_path = _fixed_csv(tmp_path / "fixed.csv")
+    digests = {}
+    for name, env_over in VARIANTS.items():
+        env = {**os.environ, **env_over}
+        r = subprocess.run([sys.executable, "-c", _VARIANT_SCRIPT, str(spec_dir / "sla.yaml"), str(csv_path)],
+                           capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 0, r.stderr
+        digests[name] = r.stdout.strip()
+    assert len(set(digests.values())) == 1 and len(digests["this machine"]) == 64, digests

@@ -94,6 +94,14 @@ def add_parsers(sub) -> dict:
     t.add_argument("--tie-ms", type=float, default=0.0, metavar="MS",
                    help="latencies within this of the least are a tie -> conservative (default 0)")
     t.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
+    t.add_argument("--certify", choices=("none", "cells"), default="none",
+                   help="cells: certified training (interval bounds of the margin over every LUT cell and the "
+                        "property guard boxes, an epsilon ramp after the point fit), then distil the LUT as build "
+                        "does and print its proven share and agreement (default none: points only)")
+    t.add_argument("--certify-weight", type=float, default=1.0, metavar="W",
+                   help="weight of the cell term against the data term (default 1.0)")
+    t.add_argument("--certify-iter", type=int, default=150, metavar="N",
+                   help="L-BFGS iterations per stage of the epsilon ramp (default 150)")
     return {"profile": profile_command, "train": train_command}
 
 
@@ -176,6 +184,24 @@ def profile_command(args, console: Console) -> int:
     return 0
 
 
+def lut_preview(model_path, spec) -> dict:
+    """What ``build`` will report of the LUT of ``model_path``: the same distillation and fidelity
+    (:func:`mi_certify.generator.build.distill.distill`, ``fidelity`` with the build's points):
+    {"cells", "proven", "resolved", "proven_share", "agreement", "points"}."""
+    from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
+    from mi_certify.generator.core.lut import PROVEN
+    from mi_certify.generator.frontend.model import load_model
+    from mi_certify.generator.pipeline.stages import FIDELITY_POINTS
+
+    model = load_model(model_path)
+    r = distill(spec, model, DistillOptions(resolve=spec.resolve))
+    fig, _ = fidelity(spec, model, r.lut, n_points=FIDELITY_POINTS)
+    proven = int((r.lut.status == PROVEN).sum())
+    n = int(len(r.lut.status))
+    return {"cells": n, "proven": proven, "resolved": n - proven, "proven_share": round(proven / n, 4),
+            "agreement": round(float(fig["agreement"]), 4), "points": int(fig["points"])}
+
+
 def train_command(args, console: Console) -> int:
     from mi_certify.generator.core.spec import load_spec
     from mi_certify.generator.frontend.train import (
@@ -187,13 +213,17 @@ def train_command(args, console: Console) -> int:
     except ValueError:
         raise TrainError(f"--hidden {args.hidden!r}: expected two integers, e.g. 16,16") from None
     opts = TrainOptions(hidden=hidden, alpha=args.alpha, max_iter=args.max_iter, holdout=args.holdout,
-                        augment=args.augment, tie_ms=args.tie_ms, seed=args.seed)
+                        augment=args.augment, tie_ms=args.tie_ms, seed=args.seed, certify=args.certify,
+                        certify_weight=args.certify_weight, certify_iter=args.certify_iter)
     opts.check()
     if not Path(args.out).resolve().parent.is_dir():
         raise TrainError("the folder of this output file does not exist", file=args.out)
     data = read_profile(args.data, spec)
     res = train_controller(data, spec, opts)
     js, md = write_outputs(res, args.out)
+    if opts.certify != "none":
+        res.report["lut_preview"] = lut_preview(args.out, spec)
+        js, md = write_outputs(res, args.out)
     r = res.report
     h = r["held_out"]
     fx, pi = h["against_fixed_actions"], h["permutation_importance"]
@@ -206,6 +236,12 @@ def train_command(args, console: Console) -> int:
     console.print("permutation importance (held-out accuracy drop): "
                   + ", ".join(f"{n} {v['accuracy_drop_mean']:+.3f}" for n, v in pi["inputs"].items())
                   + f"; measurable influence: {', '.join(pi['measurable_inputs']) or 'none'}", highlight=False)
+    if "lut_preview" in r:
+        lp, ct = r["lut_preview"], r["certified_training"]["stages"][-1]
+        console.print(f"certified training: {ct['cells_certify']} cells trained to be certified, {ct['cells_given_up']} "
+                      f"given up (a neighbour decides another action); build will report: {lp['proven']} of "
+                      f"{lp['cells']} cells proven ({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement of "
+                      f"the LUT with the network {lp['agreement']:.1%} on {lp['points']} points", highlight=False)
     console.print(f"wrote {args.out} (sha256 {r['export']['onnx_sha256'][:16]}…), {js}, {md}", highlight=False)
     console.print(f"next: mi-certify build {args.out} --sla {args.sla}", highlight=False)
     return 0

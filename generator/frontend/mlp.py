@@ -72,7 +72,8 @@ class DeterministicMLP:
             acts.append(z if k == len(ws) - 1 else np.maximum(z, 0.0))
         return acts
 
-    def _loss_grad(self, theta: np.ndarray, x: np.ndarray, onehot: np.ndarray, shapes) -> tuple[float, np.ndarray]:
+    def _loss_grad(self, theta: np.ndarray, x: np.ndarray, onehot: np.ndarray, shapes,
+                   extra=None) -> tuple[float, np.ndarray]:
         n = x.shape[0]
         ws, bs = self._unpack(theta, shapes)
         acts = self._forward(x, ws, bs)
@@ -90,18 +91,32 @@ class DeterministicMLP:
             grads_b[k] = gram(np.ones((n, 1)), delta)[0]
             if k:
                 delta = matmul(delta, ws[k].T) * (acts[k] > 0)
+        if extra is not None:  # an added term (certified training): its loss and gradients, added last
+            e_loss, e_w, e_b = extra(ws, bs)
+            loss = loss + e_loss
+            grads_w = [g + eg for g, eg in zip(grads_w, e_w)]
+            grads_b = [g + eg for g, eg in zip(grads_b, e_b)]
         return loss, np.concatenate([p for gw, gb in zip(grads_w, grads_b) for p in (gw.reshape(-1), gb)])
 
     # -- training -----------------------------------------------------------------------
-    def fit(self, x, y) -> "DeterministicMLP":
-        """x (n, in) float64, y (n,) integer labels; returns self."""
+    def fit(self, x, y, extra=None, warm_start: bool = False) -> "DeterministicMLP":
+        """x (n, in) float64, y (n,) integer labels; returns self.
+
+        ``extra``: None, or a function ``(ws, bs) -> (loss, [grad of each W], [grad of each b])``
+        whose value is added to the loss (certified training, :mod:`.certified`); it must be a
+        fixed-order computation for the result to stay the same on every machine.
+        ``warm_start``: start from the fitted parameters (the same classes) instead of the seeded
+        initialisation."""
         x = np.asarray(x, dtype=np.float64)
         y = np.asarray(y)
         self.classes_ = np.unique(y)
         onehot = (y[:, None] == self.classes_[None, :]).astype(np.float64)
         shapes = self._shapes(x.shape[1], len(self.classes_))
-        theta = self._init(shapes)
-        f, g = self._loss_grad(theta, x, onehot, shapes)
+        if warm_start:
+            theta = np.concatenate([p for w, b in zip(self.coefs_, self.intercepts_) for p in (w.reshape(-1), b)])
+        else:
+            theta = self._init(shapes)
+        f, g = self._loss_grad(theta, x, onehot, shapes, extra)
         hist: list[tuple[np.ndarray, np.ndarray, float]] = []
         stalled, it = 0, 0
         for it in range(1, self.max_iter + 1):
@@ -124,7 +139,7 @@ class DeterministicMLP:
             t = 1.0
             while True:
                 theta_n = theta + t * p
-                f_n, g_n = self._loss_grad(theta_n, x, onehot, shapes)
+                f_n, g_n = self._loss_grad(theta_n, x, onehot, shapes, extra)
                 if f_n <= f + 1e-4 * t * gtp or t < 1e-12:
                     break
                 t *= 0.5

@@ -74,7 +74,10 @@ class TrainOptions:
     """hidden: sizes of the two hidden layers. alpha: L2 penalty. max_iter: L-BFGS iterations.
     holdout: share of rows held out for the report. augment: synthetic rows per forbid/require
     property (None = as many as training rows). tie_ms: latencies within this of the least
-    count as a tie. seed: split, augmentation and initial weights."""
+    count as a tie. seed: split, augmentation and initial weights. certify: "none" (points only, the
+    default) or "cells" (certified training over the LUT cells and the property guard boxes,
+    :mod:`.certified`; docs/training.md, "Certified training"); certify_weight: weight of the cell
+    term against the data term; certify_iter: L-BFGS iterations per stage of the ε schedule."""
 
     hidden: tuple[int, int] = (16, 16)
     alpha: float = 1.0
@@ -83,6 +86,9 @@ class TrainOptions:
     augment: int | None = None
     tie_ms: float = 0.0
     seed: int = 0
+    certify: str = "none"
+    certify_weight: float = 1.0
+    certify_iter: int = 150
 
     def check(self) -> None:
         if len(self.hidden) != 2 or any(h < 1 or h > 1024 for h in self.hidden):
@@ -97,6 +103,21 @@ class TrainOptions:
             raise TrainError("--augment must be >= 0")
         if not (self.tie_ms >= 0.0 and math.isfinite(self.tie_ms)):
             raise TrainError("--tie-ms must be a finite number >= 0")
+        if self.certify not in ("none", "cells"):
+            raise TrainError(f"--certify {self.certify!r}: expected none or cells")
+        if not (self.certify_weight > 0.0 and math.isfinite(self.certify_weight)):
+            raise TrainError("--certify-weight must be a finite number > 0")
+        if self.certify_iter < 1:
+            raise TrainError("--certify-iter must be at least 1")
+
+    def report_options(self) -> dict:
+        """The options as the report records them (the certified-training ones only when on, so a
+        default run's report is what it was before they existed)."""
+        out = {**asdict(self), "hidden": list(self.hidden)}
+        if self.certify == "none":
+            for k in ("certify", "certify_weight", "certify_iter"):
+                del out[k]
+        return out
 
 
 @dataclass
@@ -264,6 +285,100 @@ def _fit(z: np.ndarray, y: np.ndarray, opts: TrainOptions):
 
     return DeterministicMLP(hidden_layer_sizes=tuple(opts.hidden), alpha=opts.alpha, max_iter=opts.max_iter,
                             random_state=opts.seed, tol=1e-7).fit(z, y)
+
+
+#: The ε schedule of certified training (Gowal et al. 2018, §4: ramp the region from the points to its
+#: full size): the share of each cell's half-width bounded at each stage, after the point fit.
+CERTIFY_SCHEDULE = (0.25, 0.5, 0.75, 1.0, 1.0)
+#: Share of a given-up cell's half-width (times ε) trained to the conservative action.
+GIVEN_UP_SHARE = 0.5
+
+
+def _cell_arrays(spec: Spec, classes: np.ndarray, boxes: list, x_fit: np.ndarray, y_fit: np.ndarray):
+    """Per LUT cell (address order): training rows per class (N, K), classes the properties allow
+    (N, K), in a require property's guard box (N,); the cells' normalised centres and half-widths."""
+    from mi_certify.generator.frontend.certified import cell_grid
+
+    bits = [i.bits for i in spec.inputs]
+    lo = np.array([i.min for i in spec.inputs])
+    hi = np.array([i.max for i in spec.inputs])
+    levels, centres, half = cell_grid(bits)
+    K = len(classes)
+    size = np.array([1 << b for b in bits])
+    q = np.minimum(np.floor((x_fit - lo) / (hi - lo) * size).astype(np.int64), size - 1)
+    addr = np.zeros(len(q), dtype=np.int64)
+    for k, b in enumerate(bits):
+        addr = addr << b | q[:, k]
+    cls_of = {int(c): j for j, c in enumerate(classes)}
+    counts = np.zeros((len(centres), K), dtype=np.int64)
+    np.add.at(counts, (addr, np.array([cls_of[int(t)] for t in y_fit], dtype=np.int64)), 1)
+    phys = lo + centres * (hi - lo)
+    allowed = np.ones((len(centres), K), dtype=bool)
+    required = np.zeros(len(centres), dtype=bool)
+    by_id = {p.id: p for p in spec.properties}
+    for pid, blo, bhi, ok in boxes:
+        inside = np.all((phys >= blo) & (phys <= bhi), axis=1)
+        allowed[inside] &= np.array([int(c) in ok for c in classes])
+        if by_id[pid].kind == "require":
+            required |= inside
+    return counts, allowed, required, centres, half
+
+
+def _fit_certified(z: np.ndarray, y: np.ndarray, opts: TrainOptions, spec: Spec, boxes: list,
+                   x_fit: np.ndarray):
+    """Certified training (docs/training.md, "Certified training"): the point fit, then one warm-started
+    L-BFGS run per stage of :data:`CERTIFY_SCHEDULE` on the data loss plus ``certify_weight`` times the
+    mean IBP cross-entropy over the cells (:func:`.certified.ibp_cross_entropy`), the targets planned
+    again from the network at each stage (:func:`.certified.plan_cells`). Returns (classifier, record)."""
+    from mi_certify.generator.frontend.certified import ibp_cross_entropy, ibp_margin_upper, plan_cells
+
+    clf = _fit(z, y, opts)
+    classes = clf.classes_
+    if spec.conservative not in set(int(c) for c in classes):
+        raise TrainError(f"--certify cells: no training row has the conservative action "
+                         f"{spec.actions[spec.conservative].name} as its label (the cells certified training gives "
+                         "up take it)")
+    cons = int(np.nonzero(classes == spec.conservative)[0][0])
+    counts, allowed, required, centres, half = _cell_arrays(spec, classes, boxes, x_fit, y)
+    bits = [i.bits for i in spec.inputs]
+    N = len(centres)
+    stages = []
+    for eps in CERTIFY_SCHEDULE:
+        plan = plan_cells(bits, clf._logits(centres), counts, allowed, required, cons)
+        cert = np.nonzero(plan.certify)[0]
+        gave = np.nonzero(~plan.certify)[0]
+        forb = gave[plan.forbidden[gave].any(axis=1)]
+        scale = opts.certify_weight / N
+        r_cert = np.broadcast_to(half * eps, (len(cert), len(half)))
+        r_gave = np.broadcast_to(half * (eps * GIVEN_UP_SHARE), (len(gave), len(half)))
+        r_forb = np.broadcast_to(half, (len(forb), len(half)))
+
+        def extra(ws, bs, cert=cert, gave=gave, forb=forb, plan=plan, r_cert=r_cert, r_gave=r_gave,
+                  r_forb=r_forb, scale=scale):
+            total, gw, gb = 0.0, [np.zeros_like(w) for w in ws], [np.zeros_like(b) for b in bs]
+            for idx, r, cols in ((cert, r_cert, None), (gave, r_gave, None), (forb, r_forb, plan.forbidden[forb])):
+                if not len(idx):
+                    continue
+                loss, lw, lb = ibp_cross_entropy(ws, bs, centres[idx], r, plan.target[idx], cols)
+                total = total + loss * scale
+                gw = [a + d * scale for a, d in zip(gw, lw)]
+                gb = [a + d * scale for a, d in zip(gb, lb)]
+            return total, gw, gb
+
+        clf.max_iter = opts.certify_iter
+        clf.fit(z, y, extra=extra, warm_start=True)
+        ub = ibp_margin_upper(clf.coefs_, clf.intercepts_, centres, np.broadcast_to(half, centres.shape),
+                              plan.target)
+        ub[np.arange(N), plan.target] = -np.inf
+        certified = np.all(ub < 0, axis=1)
+        stages.append({"epsilon": eps, "cells_certify": int(len(cert)), "cells_given_up": int(len(gave)),
+                       "conflicting_faces": int(plan.conflicts), "iterations": int(clf.n_iter_),
+                       "ibp_certified_cells": int((certified & plan.certify).sum())})
+    clf.max_iter = opts.max_iter
+    record = {"method": "IBP cross-entropy over every LUT cell (Gowal et al. 2018), hand-derived gradients, "
+                        "fixed-order arithmetic", "schedule": list(CERTIFY_SCHEDULE), "weight": opts.certify_weight,
+              "iterations_per_stage": opts.certify_iter, "cells": N, "stages": stages}
+    return clf, record
 
 
 def _full_logits(clf, n_act: int, cons: int) -> tuple[np.ndarray, np.ndarray]:
@@ -587,7 +702,7 @@ def _report(clf, predict, data: ProfileData, spec: Spec, opts: TrainOptions, lab
                    "onnxruntime_vs_trainer": {"points": n_checked,
                                               "rule": "a difference is allowed only where the trainer's top two "
                                                       "probabilities are within 1e-4 (float32 rounding)"}},
-        "options": {**asdict(opts), "hidden": list(opts.hidden)},
+        "options": opts.report_options(),
     }
 
 
@@ -608,16 +723,23 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
     if len(np.unique(y_fit)) < 2:
         raise TrainError(f"every training row has the label {actions[int(y_fit[0])]}: there is nothing to learn "
                          "(profile more varied conditions)", file=data.path)
-    clf = _fit((x_fit - lo) / (hi - lo), y_fit, opts)
+    if opts.certify == "cells":
+        clf, cert_record = _fit_certified((x_fit - lo) / (hi - lo), y_fit, opts, spec, boxes, x_fit)
+    else:
+        clf, cert_record = _fit((x_fit - lo) / (hi - lo), y_fit, opts), None
 
     def predict(x):
         return np.asarray(clf.predict((x - lo) / (hi - lo)), dtype=np.int64)
 
     meta = {"labels": "measured profile (mi-certify train)", "profile_sha256": data.sha256, "seed": opts.seed,
             "hidden": f"{opts.hidden[0]},{opts.hidden[1]}"}
+    if opts.certify != "none":
+        meta["certify"] = opts.certify
     model_bytes = _export(_params(clf, spec), spec, meta).SerializeToString()
     n_checked = _check_export(model_bytes, clf, predict, data, aug, spec, opts)
     report = _report(clf, predict, data, spec, opts, (y, why, cand), split, aug, model_bytes, n_checked)
+    if cert_record is not None:
+        report["certified_training"] = cert_record
     return TrainResult(model_bytes, report, clf)
 
 
@@ -653,6 +775,18 @@ def report_markdown(rep: dict) -> str:
              "| label \\ predicted | " + " | ".join(acts) + " |", "|---" * (len(acts) + 1) + "|"]
     for a, row in zip(acts, h["confusion_matrix"]["counts"]):
         lines.append(f"| {a} | " + " | ".join(str(c) for c in row) + " |")
+    at = next(k for k, ln in enumerate(lines) if ln.startswith("- ONNX sha256")) + 1
+    ct = rep.get("certified_training")
+    if ct:
+        last = ct["stages"][-1]
+        lines[at:at] = [f"- certified training ({ct['method']}): {last['cells_certify']} of {ct['cells']} cells trained "
+                        f"to be certified, {last['cells_given_up']} given up; IBP certifies "
+                        f"{last['ibp_certified_cells']} at the last stage"]
+    lp = rep.get("lut_preview")
+    if lp:
+        lines[at + bool(ct):at + bool(ct)] = [f"- LUT as build will distil it: {lp['proven']} of {lp['cells']} cells proven "
+                        f"({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement with the network "
+                        f"{lp['agreement']:.1%} on {lp['points']} points"]
     for aug in rep["augmentation"]:
         lines.append("")
         lines.append(f"Augmentation {aug['property']}: {aug['rows']} rows in {aug['guard_box']}, allowed "

@@ -330,3 +330,101 @@ def test_the_regime_workload_is_made_byte_for_byte_the_same_and_runs(tmp_path):
     assert head * 4 == 64 * 2**20 + 3 * 2048 * 4   # 64 MiB of fp32 head weights (+ biases)
     s = ort.InferenceSession(str(tmp_path / "m0.onnx"), providers=["CPUExecutionProvider"])
     assert s.run(None, {"image": np.zeros((1, 3, 64, 64), np.float32)})[0].shape == (1, 10)
+
+
+def _small_spec(tmp_path):
+    """The reference sla.yaml with 9 address bits (512 cells), so distillation takes a second."""
+    import re
+    text = REFERENCE_SLA.read_text()
+    for name, b in (("compute_util", 3), ("cache_chase_ns", 2), ("mem_bw_avail_gbs", 1), ("temperature_c", 2)):
+        text = re.sub(rf"(name: {name},.*?bits: )\d", rf"\g<1>{b}", text)
+    (tmp_path / "sla.yaml").write_text(text)
+    return load_spec(tmp_path / "sla.yaml")
+
+
+def test_certified_training_is_deterministic_and_proves_more_cells(tmp_path):
+    """--certify cells (docs/training.md, "Certified training") on a small fixed profile: two runs give the same
+    bytes; the LUT build distils has more proven cells and agrees better with the network than with points only;
+    the option off leaves the report as it was (no certified-training fields)."""
+    from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
+    from mi_certify.generator.cli.train import lut_preview
+    from mi_certify.generator.core.lut import PROVEN
+    from mi_certify.generator.frontend.model import load_model
+    from mi_certify.generator.frontend.train import write_outputs
+
+    spec = _small_spec(tmp_path)
+    assert spec.address_bits == 9
+    data = read_profile(_fixed_csv(tmp_path / "fixed.csv"), spec)
+    plain = train_controller(data, spec, TrainOptions(augment=80, max_iter=500))
+    assert "certified_training" not in plain.report and "certify" not in plain.report["options"]
+    opts = TrainOptions(augment=80, max_iter=500, certify="cells", certify_iter=100)
+    a = train_controller(data, spec, opts)
+    b = train_controller(data, spec, opts)
+    assert a.model_bytes == b.model_bytes and a.report == b.report
+    ct = a.report["certified_training"]
+    assert [s["epsilon"] for s in ct["stages"]] == [0.25, 0.5, 0.75, 1.0, 1.0] and ct["cells"] == 512
+    last = ct["stages"][-1]
+    assert last["cells_certify"] + last["cells_given_up"] == 512 and last["conflicting_faces"] == 0
+    assert a.report["options"]["certify"] == "cells"
+    figures = {}
+    for name, res in (("plain", plain), ("cells", a)):
+        write_outputs(res, tmp_path / f"{name}.onnx")
+        model = load_model(tmp_path / f"{name}.onnx")
+        lut = distill(spec, model, DistillOptions(resolve=spec.resolve, workers=1)).lut
+        figures[name] = (int((lut.status == PROVEN).sum()), fidelity(spec, model, lut, n_points=20_000)[0]["agreement"])
+    # measured: 263 -> 368 proven cells of 512, agreement 0.69 -> 0.82
+    assert figures["plain"][0] < 300 and figures["cells"][0] >= 350
+    assert figures["cells"][1] >= figures["plain"][1] + 0.08
+    assert a.report["held_out"]["accuracy"] >= 0.8
+    pre = lut_preview(tmp_path / "cells.onnx", spec)  # what `train --certify cells` prints: the same figures
+    assert pre["proven"] == figures["cells"][0] and pre["cells"] == 512 and pre["points"] == 100_000
+
+
+def test_cli_train_certify_prints_what_build_will_report(tmp_path):
+    spec_dir = tmp_path / "s"
+    spec_dir.mkdir()
+    _small_spec(spec_dir)
+    csv_path = _fixed_csv(tmp_path / "fixed.csv")
+    r = cli("train", csv_path, "--sla", spec_dir / "sla.yaml", "--out", tmp_path / "c.onnx", "--augment", "80",
+            "--max-iter", "500", "--certify", "cells", "--certify-iter", "100")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "build will report:" in out and "cells proven" in out
+    rep = json.loads((tmp_path / "c.train.json").read_text())
+    lp = rep["lut_preview"]
+    assert lp["cells"] == 512 and lp["proven"] + lp["resolved"] == 512 and f"{lp['proven']} of 512 cells" in out
+    assert "LUT as build will distil it" in (tmp_path / "c.train.md").read_text()
+    bad = cli("train", csv_path, "--sla", spec_dir / "sla.yaml", "--out", tmp_path / "d.onnx", "--certify-weight", "0")
+    assert bad.returncode == 2 and "--certify-weight" in bad.stderr + bad.stdout
+
+
+_VARIANT_SCRIPT = """
+import hashlib, sys
+from mi_certify.generator.core.spec import load_spec
+from mi_certify.generator.frontend.train import TrainOptions, read_profile, train_controller
+spec = load_spec(sys.argv[1])
+res = train_controller(read_profile(sys.argv[2], spec), spec,
+                       TrainOptions(augment=80, max_iter=500, certify="cells", certify_iter=100))
+print(hashlib.sha256(res.model_bytes).hexdigest())
+"""
+
+
+def test_certified_training_is_the_same_bytes_under_every_blas_and_simd_variant(tmp_path):
+    """--certify cells keeps the trainer's guarantee (docs/training.md, "Same network on every machine"):
+    the same ONNX bytes under the reproducibility test's OpenBLAS-kernel / SIMD / thread variants."""
+    import os
+
+    from test_reproducibility import VARIANTS
+
+    spec_dir = tmp_path / "s"
+    spec_dir.mkdir()
+    _small_spec(spec_dir)
+    csv_path = _fixed_csv(tmp_path / "fixed.csv")
+    digests = {}
+    for name, env_over in VARIANTS.items():
+        env = {**os.environ, **env_over}
+        r = subprocess.run([sys.executable, "-c", _VARIANT_SCRIPT, str(spec_dir / "sla.yaml"), str(csv_path)],
+                           capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 0, r.stderr
+        digests[name] = r.stdout.strip()
+    assert len(set(digests.values())) == 1 and len(digests["this machine"]) == 64, digests

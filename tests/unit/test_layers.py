@@ -194,6 +194,7 @@ def test_the_cli_main_runs_verify_from_python_c(tmp_path):
     assert "Traceback" not in proc.stderr and "circular import" not in proc.stderr, proc.stderr
     assert proc.returncode == 0 and "status: proved" in proc.stderr, proc.stdout + proc.stderr
     import re
-    shown = re.findall(r"\[\d/7\] (P\d): proved in [\d.]+ s \(bounds(?:\+lp)?; confirmed by z3\)", proc.stderr)
+    shown = re.findall(r"\[\d/7\] (P\d): proved in [\d.]+ s \(CPU [\d.]+ s; bounds(?:\+lp)?; confirmed by z3\)",
+                       proc.stderr)
     assert shown == ["P1", "P2", "P3"], proc.stderr  # one progress line per query, the Z3 confirmation said
     assert all(f"reach:{a}: reachable" in proc.stderr for a in ("keep", "merge_conv", "int4", "offload_cpu"))

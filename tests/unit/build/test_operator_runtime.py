@@ -1,0 +1,161 @@
+"""Operator interventions (docs/fsm.md, "Operator interventions"): the reference semantics on
+directed sequences, and the emitted Python runtime equal to the reference step by step on random
+controllers and random command sequences (hypothesis)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from mi_certify.generator.build.emit_common import SourceHashes
+from mi_certify.generator.build.emit_python import emit_python
+from mi_certify.generator.core.lut import LutFsmArtefact, property_masks
+from mi_certify.generator.core.spec import load_spec
+from mi_certify.runtime.fsm import (Command, FsmConfig, LutFsm, MaskBox, OperatorConfig, OperatorReason, Reason)
+
+SPEC = """schema: mi-certify/v1
+controller: {{name: op_ctl, decode: argmax}}
+inputs:
+{inputs}
+actions:
+{actions}
+fsm: {{hysteresis: {H}, cooldown: {D}, violations_to_fallback: {W}, recovery: {R}}}
+properties:
+  - {{id: P1, when: {{x0: [0.0, 0.7]}}, forbid: [a{last}]}}
+{operator}
+"""
+
+# directed machine: 4 addresses, one input of 2 bits; 0 -> a0 (C), 1 -> a2, 2 -> a2 not confident, 3 -> a1
+TOKENS, CONF = [0, 2, 2, 1], [1, 1, 0, 1]
+NO_A2_AT_2 = (MaskBox("P", (2,), (2,), (2,), 0b1011),)
+LOCK, FORCE, RELEASE = Command.LOCK, Command.FORCE, Command.RELEASE
+
+
+def machine(lockable=0b0110, force=True, yf=True, yp=True, L=4, h=3, d=2, w=2, r=3):
+    cfg = FsmConfig(n_actions=4, conservative=0, hysteresis=h, cooldown=d, violations_to_fallback=w, recovery=r)
+    return LutFsm(cfg, TOKENS, CONF, NO_A2_AT_2, OperatorConfig(lockable, force, yf, yp, L))
+
+
+def run(m, seq):
+    """seq of (addr, cmd, arg) or (addr, cmd, arg, fault, violation); returns [(token, reason name)]."""
+    out = []
+    for item in seq:
+        addr, cmd, arg, fault, viol = (*item, False, False) if len(item) == 3 else item
+        res = m.step_op(addr, fault, viol, cmd, arg)
+        out.append((res.token, res.reason.name))
+    return out
+
+
+def test_a_lock_puts_its_action_in_force_at_once_and_expires_after_max_lock_steps():
+    m = machine(L=3)
+    got = run(m, [(0, LOCK, 1), (0, 0, 0), (0, 0, 0), (0, 0, 0)])
+    assert got[:3] == [(1, "LOCKED")] * 3 and got[3][1] not in ("LOCKED", "FORCED")
+    assert (m.op_state.o, m.op_state.e) == (0, 0)
+
+
+def test_after_expiry_the_machine_returns_by_hysteresis_and_cooldown():
+    m = machine(L=2, h=3, d=2)
+    got = run(m, [(0, LOCK, 1), (0, 0, 0)] + [(0, 0, 0)] * 4)
+    # a1 stays active after the lock (no jump back); the machine went on counting under the lock:
+    # a0 proposed confidently at steps 2, 3, 4 (H = 3) -> SWITCH at step 4, then cooldown D = 2
+    assert got == [(1, "LOCKED"), (1, "LOCKED"), (1, "PENDING"), (0, "SWITCH"), (0, "COOLDOWN"), (0, "COOLDOWN")]
+
+
+def test_release_ends_the_override_and_a_lock_of_an_undeclared_action_is_ignored():
+    m = machine(lockable=0b0010, L=10)
+    got = run(m, [(0, LOCK, 2), (0, LOCK, 1), (0, 0, 0), (0, RELEASE, 0)])
+    assert got[0] == (0, "HOLD") and got[1:3] == [(1, "LOCKED")] * 2 and got[3] == (1, "PENDING")
+    assert m.op_state.o == 0
+
+
+def test_a_lock_never_puts_a_forbidden_action_in_force_there_the_machine_steps_without_it():
+    m = machine(L=10)
+    got = run(m, [(0, LOCK, 2), (2, 0, 0), (2, 0, 0), (0, 0, 0)])
+    # at address 2 a2 is forbidden: rule 3a replaces the active a2 by C (MASKED), then the plain step
+    assert got == [(2, "LOCKED"), (0, "MASKED"), (0, "COOLDOWN"), (2, "LOCKED")]
+
+
+def test_force_puts_the_conservative_action_in_force_and_is_refused_when_not_declared():
+    m = machine()
+    assert run(m, [(1,) + (0, 0)] * 3 + [(3, FORCE, 0)]) == [(0, "PENDING"), (0, "PENDING"), (2, "SWITCH"),
+                                                           (0, "FORCED")]
+    m = machine(force=False)
+    assert run(m, [(1, 0, 0)] * 3 + [(3, FORCE, 0)])[-1] == (2, "COOLDOWN")
+
+
+def test_by_default_a_lock_yields_to_probe_faults_and_the_fallback():
+    m = machine(L=20, w=2, r=3)
+    got = run(m, [(0, LOCK, 1), (0, 0, 0, True, False), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0)])
+    assert got == [(1, "LOCKED"), (0, "PROBE_FAULT"), (0, "FALLBACK"), (0, "FALLBACK"), (0, "RECOVER"), (1, "LOCKED")]
+    m = machine(L=20, w=2)
+    got = run(m, [(0, LOCK, 1), (0, 0, 0, False, True), (0, 0, 0, False, True)])
+    assert got == [(1, "LOCKED"), (1, "LOCKED"), (0, "FALLBACK")]
+
+
+def test_a_lock_declared_not_to_yield_wins_over_probe_faults_and_the_fallback():
+    m = machine(L=20, w=2, yf=False, yp=False)
+    got = run(m, [(0, LOCK, 1), (0, 0, 0, True, False), (0, 0, 0), (0, RELEASE, 0)])
+    assert got == [(1, "LOCKED"), (1, "LOCKED"), (1, "LOCKED"), (0, "FALLBACK")]
+    assert m.state.f
+
+
+def _controller(tmp: Path, seed: int, bits, n_actions: int, fsm, op: dict):
+    rng = random.Random(seed)
+    inputs = "\n".join(f"  - {{name: x{i}, min: {-0.3 * (i + 1)}, max: {0.7 + i * 1.1}, bits: {b}}}"
+                       for i, b in enumerate(bits))
+    actions = "\n".join(f"  - {{name: a{k}{', conservative: true' if k == 0 else ''}}}" for k in range(n_actions))
+    lock = ", ".join(f"a{k}" for k in op["lock"])
+    operator = (f"operator: {{lock: [{lock}], force_conservative: {str(op['force']).lower()}, "
+                f"yield_to_fallback: {str(op['yf']).lower()}, yield_to_probe_fault: {str(op['yp']).lower()}, "
+                f"max_lock_steps: {op['L']}, keys: [k1]}}")
+    H, D, W, R = fsm
+    (tmp / "sla.yaml").write_text(SPEC.format(inputs=inputs, actions=actions, H=H, D=D, W=W, R=R,
+                                              last=n_actions - 1, operator=operator))
+    spec = load_spec(tmp / "sla.yaml")
+    table = np.array([rng.randrange(n_actions) | (0x80 if rng.random() < 0.8 else 0)
+                      for _ in range(1 << sum(bits))], dtype=np.uint8)
+    art = LutFsmArtefact.from_table(spec, table, property_masks(spec))
+    py = tmp / "op_ctl.py"
+    py.write_text(emit_python(spec, art, SourceHashes("0" * 64, "1" * 64, art.sha256), "test"))
+    mod_spec = importlib.util.spec_from_file_location(f"op_ctl_{seed}_{id(tmp)}", py)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    ref = LutFsm(art.config, art.tokens.tolist(), art.confident.tolist(), art.masks, spec.operator.config())
+    return spec, mod, ref
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), bits=st.lists(st.integers(1, 3), min_size=1, max_size=2),
+       n_actions=st.integers(2, 5),
+       fsm=st.tuples(st.integers(1, 3), st.integers(0, 3), st.integers(1, 3), st.integers(1, 3)),
+       flags=st.tuples(st.booleans(), st.booleans(), st.booleans()), L=st.integers(1, 6),
+       data=st.data())
+def test_emitted_runtime_equals_the_reference_on_random_command_sequences(tmp_path_factory, seed, bits, n_actions,
+                                                                          fsm, flags, L, data):
+    lock = data.draw(st.lists(st.integers(1, n_actions - 1), unique=True, max_size=n_actions - 1))
+    force, yf, yp = flags
+    if not lock and not force:
+        force = True
+    spec, mod, ref = _controller(tmp_path_factory.mktemp("op"), seed, bits, n_actions, fsm,
+                                 {"lock": sorted(lock), "force": force, "yf": yf, "yp": yp, "L": L})
+    ctl = mod.Controller()
+    assert mod.REASONS[9:] == ("LOCKED", "FORCED") and mod.OPERATOR_MAX_STEPS == L
+    rng = random.Random(seed)
+    n = 1 << sum(bits)
+    for step in range(2000):
+        addr = rng.randrange(n)
+        fault, viol = rng.random() < 0.05, rng.random() < 0.3
+        cmd = rng.choices([0, 1, 2, 3], [8, 2, 1, 1])[0]
+        arg = rng.randrange(n_actions)
+        res = ref.step_op(addr, fault, viol, cmd, arg)
+        token, reason = ctl.step_addr(addr, fault, viol, cmd, arg)
+        assert (token, reason) == (res.token, int(res.reason)), (step, addr, fault, viol, cmd, arg)
+        s = ref.state
+        assert ctl.state == (s.t, s.k, s.h, s.d, s.v, int(s.f), s.r)
+        assert ctl.operator_state == (ref.op_state.o, ref.op_state.a, ref.op_state.e)
+    assert isinstance(OperatorReason.LOCKED, int) and Reason.MASKED == 8

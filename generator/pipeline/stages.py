@@ -320,7 +320,8 @@ def fsm_proofs_stage(ctx: BuildContext) -> StageResult:
     machine, spec = ctx.machine, ctx.spec
     ctx.alphabet = entry_alphabet(machine)
     all_proved = lambda obs: all(o.verdict == Verdict.PROVED.value for o in obs)  # noqa: E731
-    obs = ctx.timed("fsm_proofs", lambda: prove_fsm(machine, spec.properties),
+    operator = spec.operator.config() if spec.operator else None   # docs/fsm.md, "Operator interventions"
+    obs = ctx.timed("fsm_proofs", lambda: prove_fsm(machine, spec.properties, operator=operator),
                     lambda obs: Status.OK.value if all_proved(obs) else Status.FAILED.value)
     entries = write_proofs(obs, ctx.d, "fsm")
     ctx.proof_index += entries

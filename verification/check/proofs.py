@@ -42,7 +42,7 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
     stored = {o["id"]: o for o in index["obligations"]}
 
     def fsm():  # the machine is built inside the items: a lut.hex it rejects is their FAIL, not a traceback
-        obs = prove_fsm(ev.machine(), spec.properties)
+        obs = prove_fsm(ev.machine(), spec.properties, operator=spec.operator.config() if spec.operator else None)
         return f"{_same(c, stored, obs)} FSM obligations made again from sla.yaml and lut.hex equal the stored scripts"
     c.run("fsm proofs: made again and compared", "same code", fsm)
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from mi_certify.generator.build.emit_common import SourceHashes
@@ -159,3 +160,44 @@ def test_emitted_runtime_equals_the_reference_on_random_command_sequences(tmp_pa
         assert ctl.state == (s.t, s.k, s.h, s.d, s.v, int(s.f), s.r)
         assert ctl.operator_state == (ref.op_state.o, ref.op_state.a, ref.op_state.e)
     assert isinstance(OperatorReason.LOCKED, int) and Reason.MASKED == 8
+
+
+# --- proofs (verification/rtl/fsm_proofs.py): the fsm.operator.* obligations and a mutant ---------
+
+def _artefact(lockable=0b0110, force=True, yf=True, yp=True, L=4):
+    from mi_certify.generator.core.lut import LutFsmArtefact as Art
+    cfg = FsmConfig(n_actions=4, conservative=0, hysteresis=3, cooldown=2, violations_to_fallback=2, recovery=3)
+    art = Art(np.array(TOKENS, dtype=np.uint8), np.array(CONF, dtype=bool), NO_A2_AT_2, cfg, (2,), 2,
+              ("a0", "a1", "a2", "a3"))
+    return art, OperatorConfig(lockable, force, yf, yp, L)
+
+
+class _Prop:  # the property the mask box P stands for (claims name its actions)
+    id, kind, forbid, require = "P", "forbid", (2,), ()
+
+
+@pytest.mark.parametrize("flags", [(True, True), (False, True), (True, False), (False, False)])
+def test_operator_obligations_are_proved_and_the_others_still_hold(flags):
+    from mi_certify.verification.rtl.fsm_proofs import prove_fsm
+    yf, yp = flags
+    art, op = _artefact(yf=yf, yp=yp)
+    obs = {o.id: o for o in prove_fsm(art, [_Prop], operator=op)}
+    assert set(obs) == {"fsm.invariant", "fsm.cooldown", "fsm.hysteresis", "fsm.fallback", "fsm.recovery",
+                        "fsm.operator.lock_safe", "fsm.operator.expiry", "fsm.operator.release", "fsm.property.P"}
+    assert all(o.verdict == "proved" for o in obs.values()), {k: (o.verdict, o.detail) for k, o in obs.items()}
+    assert ("except steps an operator override decides" in obs["fsm.fallback"].claim) == (not (yf and yp))
+
+
+def test_a_lock_that_overrides_a_forbidden_action_is_caught_with_a_replayable_trace():
+    from mi_certify.verification.rtl.fsm_proofs import prove_fsm
+    art, op = _artefact()
+    obs = {o.id: o for o in prove_fsm(art, [_Prop], operator=op, override_mask=False)}
+    assert obs["fsm.operator.lock_safe"].verdict == "violated" and obs["fsm.property.P"].verdict == "violated"
+    trace = obs["fsm.operator.lock_safe"].counterexample
+    last = trace[-1]
+    assert last["addr"] == 2 and last["token"] == 2 and last["reason"] == "LOCKED"
+    # the reference (which has the mask) replays the inputs and refuses a2 at address 2
+    m = LutFsm(art.config, TOKENS, CONF, NO_A2_AT_2, op)
+    for row in trace:
+        res = m.step_op(row["addr"], row["probe_fault"], row["sla_violation"], row["cmd"], row["arg"])
+    assert res.token != 2 and res.reason.name != "LOCKED"

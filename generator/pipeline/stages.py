@@ -481,7 +481,8 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
         try:
             return rtl_obligations(ctx.v_path, spec.module_name, ctx.machine, ctx.alphabet,
                                    reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low",
-                                   latency=spec.hdl.latency_cycles)
+                                   latency=spec.hdl.latency_cycles,
+                                   operator=spec.operator.config() if spec.operator else None)
         except (ToolRunError, OSError, z3.Z3Exception) as exc:  # Yosys or Z3 failed: the stage fails closed
             return exc
     proved = lambda r: not isinstance(r, Exception) and all(o.verdict == Verdict.PROVED.value  # noqa: E731

@@ -75,7 +75,8 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
         obs, prelude = rtl_obligations(c.d / f"{spec.module_name}.v", spec.module_name, machine,
                                        entry_alphabet(machine), reset_port=spec.hdl.reset_port,
                                        reset_active_low=spec.hdl.reset_polarity == "low",
-                                       latency=spec.hdl.latency_cycles)
+                                       latency=spec.hdl.latency_cycles,
+                                       operator=spec.operator.config() if spec.operator else None)
         require(prelude == (c.d / "proofs" / "rtl" / "design.smt2").read_text(encoding="utf-8"),
                 "proofs/rtl/design.smt2 differs from Yosys' reading of the Verilog")
         return (f"{_same(c, stored, obs)} RTL obligations made again from {spec.module_name}.v (Yosys + Z3) equal "

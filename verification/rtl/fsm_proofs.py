@@ -135,14 +135,13 @@ class FsmModel:
         return inp
 
     def input_ok(self, i: dict) -> z3.BoolRef:
-        """The LUT entry is one that occurs in the LUT (exhaustive alphabet); any command."""
+        """The LUT entry is one that occurs in the LUT (exhaustive alphabet); any command and argument
+        (every integer: what is not an accepted LOCK, FORCE or RELEASE changes nothing)."""
         rows = []
         for key in self.alphabet:
             conj = [i["p"] == key[0], i["c"] == bool(key[1])]
             conj += [i[f"in{j}"] == bool(key[2 + j]) for j in range(len(self.masks))]
             rows.append(z3.And(conj))
-        if self.op:
-            return z3.And(z3.Or(rows), i["cmd"] >= 0, i["cmd"] <= 3, i["arg"] >= 0, i["arg"] < self.cfg.n_actions)
         return z3.Or(rows)
 
     def allowed(self, i: dict, tok) -> z3.BoolRef:

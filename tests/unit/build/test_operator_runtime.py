@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_python import emit_python
 from mi_certify.generator.core.lut import LutFsmArtefact, property_masks
 from mi_certify.generator.core.spec import load_spec
-from mi_certify.runtime.fsm import (Command, FsmConfig, LutFsm, MaskBox, OperatorConfig, OperatorReason, Reason)
+from mi_certify.runtime.fsm import (Command, FsmConfig, LutFsm, MaskBox, OperatorConfig, OperatorReason, Reason,
+                                    allowed_at)
 
 SPEC = """schema: mi-certify/v1
 controller: {{name: op_ctl, decode: argmax}}
@@ -120,7 +123,11 @@ def _controller(tmp: Path, seed: int, bits, n_actions: int, fsm, op: dict):
     spec = load_spec(tmp / "sla.yaml")
     table = np.array([rng.randrange(n_actions) | (0x80 if rng.random() < 0.8 else 0)
                       for _ in range(1 << sum(bits))], dtype=np.uint8)
-    art = LutFsmArtefact.from_table(spec, table, property_masks(spec))
+    masks = property_masks(spec)
+    for addr in range(len(table)):   # as the lut_properties stage does: a forbidden proposal becomes C, confident
+        if not (allowed_at(masks, addr) >> int(table[addr] & 0x7F)) & 1:
+            table[addr] = 0x80
+    art = LutFsmArtefact.from_table(spec, table, masks)
     py = tmp / "op_ctl.py"
     py.write_text(emit_python(spec, art, SourceHashes("0" * 64, "1" * 64, art.sha256), "test"))
     mod_spec = importlib.util.spec_from_file_location(f"op_ctl_{seed}_{id(tmp)}", py)
@@ -201,3 +208,36 @@ def test_a_lock_that_overrides_a_forbidden_action_is_caught_with_a_replayable_tr
     for row in trace:
         res = m.step_op(row["addr"], row["probe_fault"], row["sla_violation"], row["cmd"], row["arg"])
     assert res.token != 2 and res.reason.name != "LOCKED"
+
+
+# --- Verilog (templates/verilog/fsm.v.j2 with operator:) and its RTL proofs ---------------------
+
+@pytest.mark.skipif(shutil.which("yosys") is None or shutil.which("verilator") is None,
+                    reason="yosys and verilator are required (make setup)")
+@pytest.mark.parametrize("latency,flags", [(1, (True, True, True)), (2, (False, False, True)),
+                                           (3, (True, False, False))])
+def test_rtl_with_the_command_port_is_proved_equal_to_the_reference_and_a_mutant_is_caught(tmp_path, latency, flags):
+    from mi_certify.generator.build.emit_verilog import emit_verilog
+    from mi_certify.verification.rtl.fsm_proofs import entry_alphabet
+    from mi_certify.verification.rtl.rtl_formal import rtl_obligations
+    yf, yp, force = flags
+    spec, _mod, ref = _controller(tmp_path, 7, (2, 2), 4, (2, 2, 2, 2),
+                                  {"lock": [1, 3], "force": force, "yf": yf, "yp": yp, "L": 5})
+    art = LutFsmArtefact.from_table(spec, bytes(t | (c << 7) for t, c in zip(ref.tokens, ref.confident)),
+                                    property_masks(spec))
+    v = tmp_path / "op_ctl.v"
+    text = emit_verilog(spec, art, SourceHashes("0" * 64, "1" * 64, art.sha256), "test", latency=latency)
+    assert "input  wire [1:0]   op_cmd," in text and "R_LOCKED" in text
+    v.write_text(text)
+    lint = subprocess.run(["verilator", "--lint-only", "-Wall", str(v)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stderr
+    run = lambda: {o.id: o.verdict for o in rtl_obligations(  # noqa: E731
+        v, "op_ctl", art, entry_alphabet(art), latency=latency, operator=spec.operator.config())[0]}
+    got = run()
+    assert all(x == "proved" for x in got.values()), got
+    # mutant: the override ignores the cell's allowed set
+    v.write_text(text.replace(f" && ({'probe_fault' if latency == 1 else f'probe_fault_q{latency - 1}'} "
+                              "|| allowed[c_act])", ""))
+    assert v.read_text() != text
+    bad = run()
+    assert bad["rtl.equivalence"] == "violated" and bad["rtl.property.P1"] == "violated"

@@ -521,19 +521,21 @@ def _cosim(ctx: BuildContext) -> dict:
         work = Path(work)
         # options (reset port, polarity, prefix) adapted to the test bench's active-high rst; the
         # ROM encodings' $readmemh file copied where the simulator runs
-        sims = {sim: hdl_adapter.prepare(ctx.v_path, spec.module_name, spec.hdl.reset_port, machine, work / sim)
-                for sim in ("icarus", "verilator")}
+        operator = spec.operator.config() if spec.operator else None   # the command port driven too
+        sims = {sim: hdl_adapter.prepare(ctx.v_path, spec.module_name, spec.hdl.reset_port, machine, work / sim,
+                                         operator is not None) for sim in ("icarus", "verilator")}
         replay = None
         if spec.cosim.code_coverage:
             replay = Background(lambda: coverage.verilator_replay(*sims["verilator"], machine, work / "verilator",
                                                                   tuple(ctx.unmasked), opts.cosim_cycles,
-                                                                  opts.cosim_seed, spec.hdl.latency_cycles))
+                                                                  opts.cosim_seed, spec.hdl.latency_cycles,
+                                                                  operator))
         monitor = Background(lambda: run_monitor_cosim(
             [SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor, work / "monitor",
             random_requests=spec.cosim.monitor_requests, seed=opts.cosim_seed))
         res = cocotb_sim.run_cosim(*sims["icarus"], machine, work / "icarus", runtime_py=ctx.py_path,
                                    traces=tuple(ctx.unmasked), random_cycles=opts.cosim_cycles, seed=opts.cosim_seed,
-                                   latency=spec.hdl.latency_cycles)
+                                   latency=spec.hdl.latency_cycles, operator=operator)
         mon = monitor.result()
         code = replay.result() if replay is not None else None
         for log in ("icarus/icarus.log", "verilator/verilator.log"):

@@ -241,3 +241,29 @@ def test_rtl_with_the_command_port_is_proved_equal_to_the_reference_and_a_mutant
     assert v.read_text() != text
     bad = run()
     assert bad["rtl.equivalence"] == "violated" and bad["rtl.property.P1"] == "violated"
+
+
+# --- co-simulation with the command port (verification/cosim/cocotb_sim.py) -------------------
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
+@pytest.mark.parametrize("latency", [1, 2])
+def test_cosim_drives_random_commands_and_catches_a_lock_that_outlives_its_duration(tmp_path, latency):
+    from mi_certify.generator.build.emit_verilog import emit_verilog
+    from mi_certify.verification.cosim import cocotb_sim
+    spec, _mod, ref = _controller(tmp_path, 11, (2, 2), 4, (2, 2, 2, 2),
+                                  {"lock": [1, 2, 3], "force": True, "yf": True, "yp": True, "L": 7})
+    art = LutFsmArtefact.from_table(spec, bytes(t | (c << 7) for t, c in zip(ref.tokens, ref.confident)),
+                                    property_masks(spec))
+    text = emit_verilog(spec, art, SourceHashes("0" * 64, "1" * 64, art.sha256), "test", latency=latency)
+    v = tmp_path / "op_ctl.v"
+    v.write_text(text)
+    res = cocotb_sim.run_cosim(v, "op_ctl", art, tmp_path / "w", runtime_py=tmp_path / "op_ctl.py",
+                               random_cycles=20_000, seed=3, latency=latency, operator=spec.operator.config())
+    assert (res.passed, res.mismatches, res.error) == (True, 0, None) and res.cycles > 20_000
+    assert res.reasons_seen["LOCKED"] > 1000 and res.reasons_seen["FORCED"] > 100
+    # mutant: the override stays in force one step past its duration
+    v.write_text(text.replace("if (c_left > 3'd1) begin", "if (c_left > 3'd0) begin"))
+    assert v.read_text() != text
+    bad = cocotb_sim.run_cosim(v, "op_ctl", art, tmp_path / "w2", random_cycles=20_000, seed=3, latency=latency,
+                               operator=spec.operator.config())
+    assert not bad.passed and bad.mismatches > 0 and bad.first_mismatch["rtl"]["reason"] == 9

@@ -160,13 +160,21 @@ def _operator_variables(spec: Spec, latency: int, fault: str) -> dict | None:
     if op is None:
         return None
     k = latency - 1
-    terms = []
-    if op.yield_to_probe_fault:
-        terms.append("n_reason != R_PROBE_FAULT")
-    if op.yield_to_fallback:
-        terms.append("n_reason != R_FALLBACK && n_reason != R_RECOVER")
+    viol = "sla_violation" if k == 0 else f"sla_violation_q{k}"
+    # the base step's reason is PROBE_FAULT exactly on a fault, FALLBACK or RECOVER exactly when not
+    # a fault and in fallback (rule 2) or at the W-th violation (rule 3): read from the inputs and
+    # registers, not from n_reason, so the override adds no logic after the base step's decision
+    fallback = f"(fb || ({viol} && vcnt == VIOL_LAST))"
+    if op.yield_to_probe_fault and op.yield_to_fallback:
+        cond = f"(!{fault} && !{fallback})"
+    elif op.yield_to_probe_fault:
+        cond = f"!{fault}"
+    elif op.yield_to_fallback:
+        cond = f"({fault} || !{fallback})"
+    else:
+        cond = "1'b1"
     return {"cmd": "op_cmd" if k == 0 else f"op_cmd_q{k}", "arg": "op_arg" if k == 0 else f"op_arg_q{k}",
-            "ew": width(op.max_lock_steps), "not_yield": "(" + " && ".join(terms) + ")" if terms else "1'b1"}
+            "ew": width(op.max_lock_steps), "not_yield": cond}
 
 
 def _localparams(rows: list[tuple[str, int, int]]) -> list[str]:

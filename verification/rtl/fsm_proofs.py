@@ -418,7 +418,8 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
             ob.verdict, ob.k, ob.method = Verdict.VIOLATED, k, "bounded model checking from reset (Z3)"
             ob.counterexample = _trace(model, m, states, ins, reasons)
             ob.detail = f"counterexample of {len(ob.counterexample)} steps"
-            ob.smt2 = _smt2(base, f"{ob.id}: a run of <= {k} steps from reset that breaks: {ob.claim}")
+            ob.smt2 = _smt2(base, f"{ob.id}: a run of <= {k} steps from reset that breaks: {ob.claim}",
+                            model.op is not None)
             ob.time_s = time.monotonic() - t0
             return ob
         solver = z3.Solver()
@@ -430,7 +431,8 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
             ob.method = f"k-induction (Z3), k = {k}" + ("; assumes fsm.invariant" if assume_inv else "")
             ob.assumes = ["fsm.invariant"] if assume_inv else []
             ob.smt2 = _smt2(z3.Or(base, step), f"{ob.id}: base (a run of <= {k} steps from reset) or step "
-                                                f"({k} steps keeping it, then one breaking it) breaks: {ob.claim}")
+                                                f"({k} steps keeping it, then one breaking it) breaks: {ob.claim}",
+                            model.op is not None)
             ob.time_s = time.monotonic() - t0
             return ob
         if res_base == z3.unknown or res_step == z3.unknown:
@@ -456,8 +458,15 @@ def canonical_smt2(text: str) -> str:
     return re.sub(r"[$?]x\d+|\ba!\d+", rename, text)
 
 
-def _smt2(formula: z3.BoolRef, comment: str) -> str:
-    s = z3.Solver()
+def _smt2(formula: z3.BoolRef, comment: str, fresh: bool = False) -> str:
+    """The SMT-LIB text of ``formula``. ``fresh``: printed from a copy in a new Z3 context (Z3's
+    printer shares a subterm by ``let`` when its reference count is above one, and the count
+    includes handles the process holds elsewhere; in a context of its own only the formula holds
+    them, so the same formula prints the same bytes whatever else the process built). Used for
+    the machines with an operator; the others keep the text they always had."""
+    if fresh:
+        formula = formula.translate(z3.Context())
+    s = z3.Solver(ctx=formula.ctx)
     s.add(formula)
     return f"; mi-certify proof obligation. Expected answer: unsat.\n; {comment}\n" + canonical_smt2(s.to_smt2())
 

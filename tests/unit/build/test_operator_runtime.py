@@ -274,3 +274,32 @@ def test_the_fmax_wrapper_drives_the_command_port_from_its_input_register_only_w
     plain, op = fmax_wrapper("m", 14, 2, 4, "rst"), fmax_wrapper("m", 14, 2, 4, "rst", operator=True)
     assert "op_cmd" not in plain and "reg  [16:0] sh;" in plain
     assert ".op_cmd(sh[17:16]), .op_arg(sh[15:14])," in op and "reg  [20:0] sh;" in op and ".rst(sh[20])" in op
+
+
+# --- the C runtime with the operator steps (templates/c, verification/cosim/c_cosim.py) -------------
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("gcc", "clang", "cppcheck", "arm-none-eabi-gcc")),
+                    reason="gcc, clang, cppcheck, arm-none-eabi-gcc are required (make setup)")
+@pytest.mark.parametrize("flags", [(True, True, True), (False, False, False), (True, False, True)])
+def test_c_runtime_with_commands_equals_reference_and_python_and_a_mutant_is_caught(tmp_path, flags):
+    from mi_certify.generator.build.emit_c import emit_c
+    from mi_certify.verification.cosim import c_cosim
+    yf, yp, force = flags
+    spec, _mod, ref = _controller(tmp_path, 5, (2, 2), 4, (2, 2, 2, 2),
+                                  {"lock": [1, 3], "force": force, "yf": yf, "yp": yp, "L": 6})
+    art = LutFsmArtefact.from_table(spec, bytes(t | (c << 7) for t, c in zip(ref.tokens, ref.confident)),
+                                    property_masks(spec))
+    h, c = emit_c(spec, art, SourceHashes("0" * 64, "1" * 64, art.sha256), "test")
+    (tmp_path / "op_ctl.h").write_text(h)
+    src = tmp_path / "op_ctl.c"
+    src.write_text(c)
+    assert "op_ctl_step_addr_op" in h and "OP_CTL_REASON_LOCKED 9u" in h
+    res = c_cosim.check_c_runtime(spec, art, src, 20_000, 2, (), tmp_path / "op_ctl.py")
+    assert res["status"] == "ok", {k: v for k, v in res.items() if k != "cosim"} | {"first": res["cosim"]["first_mismatch"]}
+    assert res["cosim"]["mismatches"] == 0 and res["cosim"]["cycles"] > 20_000
+    # mutant: the override ignores the cell's allowed set
+    src.write_text(c.replace("(record->probe_fault || op_ctl_allowed(addr, o.a))", "(true)"))
+    assert src.read_text() != c
+    lib = c_cosim.build_harness(src, tmp_path / "mut", operator=True)
+    bad = c_cosim.cosim_c(lib, spec, art, 20_000, 2)
+    assert bad["mismatches"] > 0 and bad["first_mismatch"]["c"]["reason"] == 9

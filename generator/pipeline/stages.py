@@ -327,7 +327,8 @@ def fsm_proofs_stage(ctx: BuildContext) -> StageResult:
     ctx.proof_index += entries
     # the machine without rule 3a (docs/fsm.md): its counterexamples show why the mask is
     # there, and become directed co-simulation sequences (where the RTL must say MASKED)
-    unmasked = [o for o in prove_fsm(machine, spec.properties, use_mask=False) if o.counterexample]
+    unmasked = [o for o in prove_fsm(machine, spec.properties, use_mask=False, fresh=operator is not None)
+                if o.counterexample]
     ctx.unmasked = [o.counterexample for o in unmasked]
     ctx.evidence.write("proofs/fsm/without_rule_3a.json", {
         "note": "counterexamples of the machine without rule 3a (docs/fsm.md); not a defect of this build",

@@ -50,7 +50,8 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
         rel = "proofs/fsm/without_rule_3a.json"
         if not (c.d / rel).exists():
             return SKIP, f"no {rel} in the bundle"
-        again = {o.id: o.counterexample for o in prove_fsm(ev.machine(), spec.properties, use_mask=False)
+        again = {o.id: o.counterexample for o in prove_fsm(ev.machine(), spec.properties, use_mask=False,
+                                                           fresh=spec.operator is not None)
                  if o.counterexample}
         stored_traces = c.read_json(rel).get("traces")
         differ = sorted(k for k in set(again) | set(stored_traces or {})

@@ -356,12 +356,13 @@ class FsmModel:
         return out
 
 
-def _trace(model: FsmModel, m: z3.ModelRef, states: list, ins: list, reasons: list) -> list[dict]:
-    """A counterexample run as JSON rows: inputs (a real address), state after, token, reason."""
+def _trace(model: FsmModel, m: z3.ModelRef, states: list, ins: list, reasons: list, ctx=None) -> list[dict]:
+    """A counterexample run as JSON rows: inputs (a real address), state after, token, reason
+    (``ctx``: the context the model ``m`` lives in, when the query was solved in a fresh one)."""
     rows = []
     for i, s2, why in zip(ins, states[1:], reasons):
         def ev(x):
-            return m.eval(x, model_completion=True)
+            return m.eval(x if ctx is None else x.translate(ctx), model_completion=True)
         key = (ev(i["p"]).as_long(), int(z3.is_true(ev(i["c"]))),
                *[int(z3.is_true(ev(i[f"in{j}"]))) for j in range(len(model.masks))])
         pf = z3.is_true(ev(i["pf"]))
@@ -390,9 +391,23 @@ def _unroll(model: FsmModel, tag: str, n: int):
     return states, ins, reasons, cons
 
 
-def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = K_MAX, timeout_s: float = 120.0
-          ) -> Obligation:
-    """k-induction of ``prop(s, i, s2, reason)`` (or of the invariant when prop is None)."""
+def _solver(formula: z3.BoolRef, timeout_s: float) -> tuple[z3.Solver, z3.Context]:
+    """A solver holding ``formula`` copied into a new Z3 context, and that context. The term ids
+    of the copy follow the formula alone (Z3's search, and so a counterexample, depends on them;
+    in the main context they depend on what else the process made and freed before): the same
+    query gives the same answer and trace in any process. The machines with an operator use it;
+    the others keep their main-context runs (their bundles stay as they were)."""
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
+    solver.set("timeout", int(timeout_s * 1000))
+    solver.add(formula.translate(ctx))
+    return solver, ctx
+
+
+def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = K_MAX, timeout_s: float = 120.0,
+          fresh: bool = False) -> Obligation:
+    """k-induction of ``prop(s, i, s2, reason)`` (or of the invariant when prop is None); ``fresh``:
+    every query solved and printed in a context of its own (:func:`_solver`, :func:`_smt2`)."""
     t0 = time.monotonic()
     for k in range(1, k_max + 1):
         # base: a run of at most k steps from reset that breaks the property
@@ -409,22 +424,29 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
         last = z3.Not(prop(ss[k], si[k], ss[k + 1], sr[k])) if prop else \
             z3.And(model.invariant(ss[k]), z3.Not(model.invariant(ss[k + 1])))
         step = z3.And(scons + keep + inv + [last])
-        solver = z3.Solver()
-        solver.set("timeout", int(timeout_s * 1000))
-        solver.add(base)
+        ctx = None
+        if fresh:
+            solver, ctx = _solver(base, timeout_s)
+        else:
+            solver = z3.Solver()
+            solver.set("timeout", int(timeout_s * 1000))
+            solver.add(base)
         res_base = solver.check()
         if res_base == z3.sat:
             m = solver.model()
             ob.verdict, ob.k, ob.method = Verdict.VIOLATED, k, "bounded model checking from reset (Z3)"
-            ob.counterexample = _trace(model, m, states, ins, reasons)
+            ob.counterexample = _trace(model, m, states, ins, reasons, ctx)
             ob.detail = f"counterexample of {len(ob.counterexample)} steps"
             ob.smt2 = _smt2(base, f"{ob.id}: a run of <= {k} steps from reset that breaks: {ob.claim}",
-                            model.op is not None)
+                            fresh)
             ob.time_s = time.monotonic() - t0
             return ob
-        solver = z3.Solver()
-        solver.set("timeout", int(timeout_s * 1000))
-        solver.add(step)
+        if fresh:
+            solver, _ctx = _solver(step, timeout_s)
+        else:
+            solver = z3.Solver()
+            solver.set("timeout", int(timeout_s * 1000))
+            solver.add(step)
         res_step = solver.check()
         if res_base == z3.unsat and res_step == z3.unsat:
             ob.verdict, ob.k = Verdict.PROVED, k
@@ -432,7 +454,7 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
             ob.assumes = ["fsm.invariant"] if assume_inv else []
             ob.smt2 = _smt2(z3.Or(base, step), f"{ob.id}: base (a run of <= {k} steps from reset) or step "
                                                 f"({k} steps keeping it, then one breaking it) breaks: {ob.claim}",
-                            model.op is not None)
+                            fresh)
             ob.time_s = time.monotonic() - t0
             return ob
         if res_base == z3.unknown or res_step == z3.unknown:
@@ -472,7 +494,7 @@ def _smt2(formula: z3.BoolRef, comment: str, fresh: bool = False) -> str:
 
 
 def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True, operator: OperatorConfig | None = None,
-              override_mask: bool = True) -> list[Obligation]:
+              override_mask: bool = True, fresh: bool | None = None) -> list[Obligation]:
     """Every FSM obligation (requirements 1-6 of the FSM issue) on the concrete LUT-FSM.
 
     Args:
@@ -484,16 +506,21 @@ def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True, operat
         operator: sla.yaml ``operator:`` (:meth:`~mi_certify.generator.core.spec.OperatorSpec.config`);
             adds the command input and the fsm.operator.* obligations; None: no operator input.
         override_mask: False proves a mutant whose override ignores the cell's allowed set.
+        fresh: each query solved and printed in a Z3 context of its own (:func:`_solver`): the same
+            bytes and traces whatever the process did before (default: with an operator; the
+            build also asks it for the machine without rule 3a of a spec with an operator). The
+            specs without an operator keep the main context, so their bundles stay as they were.
     Method: k-induction with Z3 (Sheeran, Singh, Stålmarck, FMCAD 2000) on the encoding of
     docs/fsm.md.
     """
     cfg, masks, names = machine.config, list(machine.masks), list(machine.actions)
     alphabet = entry_alphabet(machine)
     model = FsmModel(cfg, masks, alphabet, use_mask, names, operator, override_mask)
+    fresh = operator is not None if fresh is None else fresh
     inv = prove(model, Obligation("fsm.invariant", "fsm",
                                   "the active and candidate tokens are declared actions and every counter stays in "
                                   "its range (with the state relations that make the rest inductive)"),
-                None, assume_inv=False)
+                None, assume_inv=False, fresh=fresh)
     out = [inv]
     for oid, req, claim, fn in model.properties(spec_props):
         ob = Obligation(oid, req, claim)
@@ -501,7 +528,7 @@ def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True, operat
             ob.detail = "not attempted: fsm.invariant is not proved"
             out.append(ob)
             continue
-        out.append(prove(model, ob, fn, assume_inv=True))
+        out.append(prove(model, ob, fn, assume_inv=True, fresh=fresh))
     return out
 
 

@@ -260,7 +260,9 @@ def check_c_runtime(spec: Spec, machine: LutFsmArtefact, c_source: Path, random_
         try:
             out["compile"] = [c_tools.compile_check(cc, c_source, w) for cc in ("gcc", "clang")]
             out["misra"] = misra_verdict(c_tools.misra(c_source))
-            out["cortex_m4"] = c_tools.cortex_m4(c_source, w, [f"{name}_step", f"{name}_step_addr"])
+            entries = [f"{name}_step", f"{name}_step_addr"] + \
+                ([f"{name}_step_op", f"{name}_step_addr_op"] if spec.operator is not None else [])
+            out["cortex_m4"] = c_tools.cortex_m4(c_source, w, entries)
             lib = build_harness(c_source, w / "cosim", spec.operator is not None)
             out["cosim"] = cosim_c(lib, spec, machine, random_cycles, seed, traces, runtime_py)
         except (ToolMissingError, ToolRunError, OSError) as exc:

@@ -303,3 +303,13 @@ def test_c_runtime_with_commands_equals_reference_and_python_and_a_mutant_is_cau
     lib = c_cosim.build_harness(src, tmp_path / "mut", operator=True)
     bad = c_cosim.cosim_c(lib, spec, art, 20_000, 2)
     assert bad["mismatches"] > 0 and bad["first_mismatch"]["c"]["reason"] == 9
+
+
+def test_the_emitted_runtime_takes_a_numpy_integer_as_the_lock_argument_as_the_reference_does(tmp_path):
+    spec, mod, ref = _controller(tmp_path, 2, (2,), 3, (1, 0, 1, 1),
+                                 {"lock": [1, 2], "force": False, "yf": True, "yp": True, "L": 3})
+    ctl = mod.Controller()
+    addr = next(a for a in range(4) if (allowed_at(ref.masks, a) >> 1) & 1)
+    got = ctl.step_addr(addr, False, False, np.int64(1), np.uint8(1))
+    res = ref.step_op(addr, False, False, np.int64(1), np.uint8(1))
+    assert got == (res.token, int(res.reason)) == (1, 9) and ctl.operator_state == (1, 1, 2)

@@ -392,15 +392,19 @@ def _unroll(model: FsmModel, tag: str, n: int):
 
 
 def _solver(formula: z3.BoolRef, timeout_s: float) -> tuple[z3.Solver, z3.Context]:
-    """A solver holding ``formula`` copied into a new Z3 context, and that context. The term ids
-    of the copy follow the formula alone (Z3's search, and so a counterexample, depends on them;
-    in the main context they depend on what else the process made and freed before): the same
+    """A solver holding ``formula`` read into a new Z3 context from its SMT-LIB text, and that
+    context. The term ids of the copy follow that text alone (Z3's search, and so a
+    counterexample, depends on them; in the main context, and in a context the formula is
+    translated into, they depend on what else the process made and freed before): the same
     query gives the same answer and trace in any process. The machines with an operator use it;
     the others keep their main-context runs (their bundles stay as they were)."""
+    copy = formula.translate(z3.Context())   # printed alone (see _smt2), then read back: the new
+    printer = z3.Solver(ctx=copy.ctx)        # context's terms are made in the order of that text
+    printer.add(copy)
     ctx = z3.Context()
     solver = z3.Solver(ctx=ctx)
     solver.set("timeout", int(timeout_s * 1000))
-    solver.add(formula.translate(ctx))
+    solver.add(z3.parse_smt2_string(printer.to_smt2(), ctx=ctx))
     return solver, ctx
 
 

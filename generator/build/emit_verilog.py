@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from mi_certify.runtime.fsm import REASON_BITS, Reason
+from mi_certify.runtime.fsm import REASON_BITS, OperatorReason, Reason
 from mi_certify.templates import environment
 
 from mi_certify.generator.build import lut_boxtree, lut_case, lut_rom, lut_sliced_rom
@@ -72,6 +72,7 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
         mask_lines=_mask_lines(spec, list(machine.masks), fields, d["addr"]),
         **_lut_variables(spec, machine, encoding, latency, fields, boxes),
         **_fsm_variables(spec, latency, d["addr"]),
+        op=_operator_variables(spec, latency, d["fault"]),
         **common_variables(spec, machine, hashes, version))
     template = environment().get_template("verilog/fsm.v.j2")
     text = template.render(unused_reasons=[], **variables)
@@ -151,6 +152,31 @@ def _mask_lines(spec: Spec, masks: list, fields: list[dict], addr: str) -> list[
     return lines
 
 
+def _operator_variables(spec: Spec, latency: int, fault: str) -> dict | None:
+    """The decision stage's command signals (``op_cmd``/``op_arg``, or their stage L-1 registers), the
+    width of the step count, and the override's "does not yield" condition on the base step's
+    reason (docs/fsm.md, "Operator interventions"); None without sla.yaml ``operator:``."""
+    op = spec.operator
+    if op is None:
+        return None
+    k = latency - 1
+    viol = "sla_violation" if k == 0 else f"sla_violation_q{k}"
+    # the base step's reason is PROBE_FAULT exactly on a fault, FALLBACK or RECOVER exactly when not
+    # a fault and in fallback (rule 2) or at the W-th violation (rule 3): read from the inputs and
+    # registers, not from n_reason, so the override adds no logic after the base step's decision
+    fallback = f"(fb || ({viol} && vcnt == VIOL_LAST))"
+    if op.yield_to_probe_fault and op.yield_to_fallback:
+        cond = f"(!{fault} && !{fallback})"
+    elif op.yield_to_probe_fault:
+        cond = f"!{fault}"
+    elif op.yield_to_fallback:
+        cond = f"({fault} || !{fallback})"
+    else:
+        cond = "1'b1"
+    return {"cmd": "op_cmd" if k == 0 else f"op_cmd_q{k}", "arg": "op_arg" if k == 0 else f"op_arg_q{k}",
+            "ew": width(op.max_lock_steps), "not_yield": cond}
+
+
 def _localparams(rows: list[tuple[str, int, int]]) -> list[str]:
     """Aligned ``localparam [w-1:0] NAME = w'dV;`` lines of (name, width, value) rows."""
     r = max(len(f"[{w - 1}:0]") for _, w, _ in rows)
@@ -170,12 +196,19 @@ def _fsm_variables(spec: Spec, latency: int, addr: str) -> dict:
         params.append(("HYST_LAST", hw, f.hysteresis - 1))
     params += [("COOLDOWN", dw, f.cooldown), ("VIOL_LAST", vw, f.violations_to_fallback - 1),
                ("RECOV_LAST", rw, f.recovery - 1)]
+    op, ew = spec.operator, width(spec.operator.max_lock_steps) if spec.operator else 0
+    if op:
+        params += [("OP_STEPS", ew, op.max_lock_steps), ("OP_LOCKABLE", 1 << tw, op.config().lockable)]
     state = [("reg", tw, "cand", "candidate k"),
              ("reg", hw, "hcnt", f"hysteresis count h, 0..{f.hysteresis - 1}"),
              ("reg", dw, "dcnt", f"cooldown count d, 0..{f.cooldown}"),
              ("reg", vw, "vcnt", f"consecutive SLA violations v, 0..{f.violations_to_fallback - 1}"),
              ("reg", 1, "fb", "fallback flag f"),
              ("reg", rw, "rcnt", f"consecutive compliant steps in fallback r, 0..{f.recovery - 1}")]
+    if op:
+        state += [("reg", 2, "op_mode", "operator override o: 0 none, 1 lock, 2 force"),
+                  ("reg", tw, "op_act", "the action the override puts in force a"),
+                  ("reg", ew, "op_left", f"steps the override stays in force e, 0..{op.max_lock_steps - 1}")]
     pipe_rows, pipe_data = [], []
     for k in range(1, latency):
         src = ("addr", "probe_fault", "sla_violation") if k == 1 else (f"addr_q{k - 1}", f"probe_fault_q{k - 1}",
@@ -184,16 +217,30 @@ def _fsm_variables(spec: Spec, latency: int, addr: str) -> dict:
                       ("reg", 1, f"probe_fault_q{k}", None), ("reg", 1, f"sla_violation_q{k}", None),
                       ("reg", 1, f"valid_q{k}", "no reset in the last " + ("cycle" if k == 1 else f"{k} cycles"))]
         pipe_data += [(f"addr_q{k}", src[0]), (f"probe_fault_q{k}", src[1]), (f"sla_violation_q{k}", src[2])]
+        if op:
+            pipe_rows += [("reg", 2, f"op_cmd_q{k}", None), ("reg", tw, f"op_arg_q{k}", None)]
+            pipe_data += [(f"op_cmd_q{k}", "op_cmd" if k == 1 else f"op_cmd_q{k - 1}"),
+                          (f"op_arg_q{k}", "op_arg" if k == 1 else f"op_arg_q{k - 1}")]
     nxt = [("reg", tw, "n_token"), ("reg", tw, "n_cand"), ("reg", hw, "n_hcnt"), ("reg", dw, "n_dcnt"),
            ("reg", vw, "n_vcnt"), ("reg", 1, "n_fb"), ("reg", rw, "n_rcnt"), ("reg", REASON_BITS, "n_reason")]
     regs = ["token", "cand", "hcnt", "dcnt", "vcnt", "fb", "rcnt", "reason"]
     reset_vals = ["CONSERVATIVE", "CONSERVATIVE", f"{hw}'d0", f"{dw}'d0", f"{vw}'d0", "1'b0", f"{rw}'d0", "R_HOLD"]
+    loads = [(r, f"n_{r}") for r in regs]
+    reasons = list(Reason)
+    if op:   # the override's outputs (x_*) go to token and reason; its state to op_*
+        nxt += [("reg", tw, "x_token"), ("reg", REASON_BITS, "x_reason"), ("reg", 2, "c_mode"), ("reg", tw, "c_act"),
+                ("reg", ew, "c_left"), ("reg", 2, "n_mode"), ("reg", tw, "n_act"), ("reg", ew, "n_left")]
+        loads = [(r, {"token": "x_token", "reason": "x_reason"}.get(r, f"n_{r}")) for r in regs]
+        loads += [("op_mode", "n_mode"), ("op_act", "n_act"), ("op_left", "n_left")]
+        regs += ["op_mode", "op_act", "op_left"]
+        reset_vals += ["2'd0", "CONSERVATIVE", f"{ew}'d0"]
+        reasons += list(OperatorReason)
     ab = spec.address_bits
     return dict(
         hw=hw, dw=dw, vw=vw, rw=rw, aligned_params=_localparams(params),
-        reason_params=_localparams([(f"R_{r.name}", REASON_BITS, i) for i, r in enumerate(Reason)]),
+        reason_params=_localparams([(f"R_{r.name}", REASON_BITS, int(r)) for r in reasons]),
         state_decls=decls(state), pipe_decls=decls(pipe_rows) if pipe_rows else [],
         pipe_data=assigns(pipe_data) if pipe_data else [], next_decls=decls(nxt),
         reg_reset=assigns(list(zip(regs, reset_vals)) + [("audit_valid", "1'b0"), ("audit_addr", f"{ab}'d0")]),
-        reg_next=assigns([(r, f"n_{r}") for r in regs] + [("audit_valid", "1'b1"), ("audit_addr", addr)]),
+        reg_next=assigns(loads + [("audit_valid", "1'b1"), ("audit_addr", addr)]),
         reset_active="rst" if spec.hdl.reset_polarity == "high" else "!rst_n")

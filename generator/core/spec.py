@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from mi_certify.runtime.fsm import FsmConfig
+from mi_certify.runtime.fsm import FsmConfig, OperatorConfig
 from mi_certify.runtime.quantize import MAX_WORD_BITS, FixedPoint, Quantizer
 from mi_certify.runtime.sla import STATISTIC_PATTERN, MonitorConfig, latency_counter_width, latency_limit_cycles
 
@@ -245,6 +245,31 @@ SCHEMA: dict = {
                 },
             },
         },
+        "operator": {
+            "type": "object", "additionalProperties": False, "required": ["max_lock_steps", "keys"],
+            "description": "operator interventions (docs/fsm.md, \"Operator interventions\"): a per-step command "
+                           "input (none, lock an action, force the conservative action, release) on every "
+                           "generated runtime and RTL; without this section the controller has no operator input",
+            "properties": {
+                "lock": {"type": "array", "items": {"type": "string"},
+                         "description": "actions an operator may lock (default none)"},
+                "force_conservative": {"type": "boolean",
+                                       "description": "an operator may force the conservative action (default false)"},
+                "yield_to_fallback": {"type": "boolean",
+                                      "description": "a lock or force yields to the SLA fallback (rules 2 and 3; "
+                                                     "default true)"},
+                "yield_to_probe_fault": {"type": "boolean",
+                                         "description": "a lock or force yields to a probe fault (rule 1; "
+                                                        "default true)"},
+                "max_lock_steps": {"type": "integer", "minimum": 1, "maximum": 65535,
+                                   "description": "a lock or force is in force for at most this many controller "
+                                                  "steps after its command (a forgotten lock expires)"},
+                "keys": {"type": "array", "minItems": 1, "maxItems": 64,
+                         "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,64}$"},
+                         "description": "ids of the keys allowed to issue commands (letters, digits, _ . -; "
+                                        "unique)"},
+            },
+        },
         "cosim": {
             "type": "object", "additionalProperties": False,
             "description": "co-simulation of the RTL against the Python reference (docs/hdl-cosim.md); "
@@ -439,6 +464,29 @@ class PropertySpec:
 
 
 @dataclass(frozen=True)
+class OperatorSpec:
+    """The sla.yaml ``operator:`` section (docs/fsm.md, "Operator interventions").
+
+    lock: tokens an operator may lock (ascending); force_conservative: FORCE accepted;
+    yield_to_fallback / yield_to_probe_fault: an override yields to the SLA fallback / to a
+    probe fault; max_lock_steps: steps an override stays in force (>= 1); keys: key ids
+    allowed to issue commands (for the command intake; the machine does not see them).
+    """
+
+    lock: tuple[int, ...]
+    force_conservative: bool
+    yield_to_fallback: bool
+    yield_to_probe_fault: bool
+    max_lock_steps: int
+    keys: tuple[str, ...]
+
+    def config(self) -> OperatorConfig:
+        """The machine's view (:class:`~mi_certify.runtime.fsm.OperatorConfig`)."""
+        return OperatorConfig(sum(1 << a for a in self.lock), self.force_conservative, self.yield_to_fallback,
+                              self.yield_to_probe_fault, self.max_lock_steps)
+
+
+@dataclass(frozen=True)
 class Spec:
     """A validated sla.yaml."""
 
@@ -456,6 +504,8 @@ class Spec:
     min_agreement: float | None = None
     monitor: MonitorConfig = MonitorConfig()
     hdl: HdlOptions = HdlOptions()
+    #: ``operator:``; None: the controller has no operator input (every artefact as without the feature)
+    operator: OperatorSpec | None = None
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     #: the sla.yaml bytes this spec was read from (hashed and copied into the bundle as read)
     source: bytes = field(default=b"", compare=False, repr=False)
@@ -669,7 +719,40 @@ def _resolve(raw: dict, f: str) -> Spec:
                 min_agreement=(None if raw.get("distill", {}).get("min_agreement") is None
                                else float(raw["distill"]["min_agreement"])),
                 monitor=MonitorConfig(**raw.get("monitor", {})),
-                hdl=hdl_opts, raw=raw)
+                hdl=hdl_opts, operator=_operator(raw, inputs, actions, props, f), raw=raw)
+
+
+def _operator(raw: dict, inputs, actions, props, f: str) -> OperatorSpec | None:
+    """The operator section: known, distinct lockable actions, not forbidden everywhere by a property,
+    at least one intervention, distinct key ids."""
+    d = raw.get("operator")
+    if d is None:
+        return None
+    act_idx = {a.name: i for i, a in enumerate(actions)}
+    lock = []
+    for j, nm in enumerate(d.get("lock", [])):
+        where = f"operator.lock[{j}]"
+        if nm not in act_idx:
+            raise SpecError(f"unknown action '{nm}' (actions: {', '.join(act_idx)})", file=f, where=where)
+        if act_idx[nm] in lock:
+            raise SpecError(f"action '{nm}' is listed twice", file=f, where=where)
+        for pi, p in enumerate(props):
+            everywhere = all(lo <= inputs[k].min and hi >= inputs[k].max for k, lo, hi in p.when)
+            banned = act_idx[nm] in p.forbid or (p.require and act_idx[nm] not in p.require)
+            if everywhere and banned:
+                raise SpecError(f"action '{nm}' cannot be locked: property '{p.id}' (properties[{pi}]) forbids it "
+                                "in the whole envelope, so a lock of it could never be in force", file=f, where=where)
+        lock.append(act_idx[nm])
+    force = bool(d.get("force_conservative", False))
+    if not lock and not force:
+        raise SpecError("declares no intervention: list actions under lock or set force_conservative: true",
+                        file=f, where="operator")
+    for j, k in enumerate(d["keys"]):
+        if k in d["keys"][:j]:
+            raise SpecError(f"duplicate key id '{k}' (also operator.keys[{d['keys'].index(k)}])", file=f,
+                            where=f"operator.keys[{j}]")
+    return OperatorSpec(tuple(sorted(lock)), force, bool(d.get("yield_to_fallback", True)),
+                        bool(d.get("yield_to_probe_fault", True)), int(d["max_lock_steps"]), tuple(d["keys"]))
 
 
 def _check_names(raw: dict, f: str) -> str:

@@ -36,6 +36,10 @@ refused.
 - `forbid`/`require`/`output` name declared actions; `forbid` may not list every
   action nor the conservative one, `require` must include the conservative one
   (the fallback must always be allowed); `output` bounds have `min <= max`;
+- `operator.lock` names distinct declared actions, none of them forbidden in the whole
+  envelope by a property (a lock of it could never be in force); `operator` declares at
+  least one intervention (a lockable action or `force_conservative: true`); `operator.keys`
+  are distinct; without `operator` the controller has no operator input at all;
 - the module name (`hdl.prefix` + `controller.name`) is a legal identifier of at most
   {MAX_NAME_LENGTH} characters that clashes with no shipped module (`sla_monitor`, `mi_certify_*`);
 - every `latency_ms` is at least one clock cycle at `hdl.clock_mhz` (100 MHz when not

@@ -320,13 +320,15 @@ def fsm_proofs_stage(ctx: BuildContext) -> StageResult:
     machine, spec = ctx.machine, ctx.spec
     ctx.alphabet = entry_alphabet(machine)
     all_proved = lambda obs: all(o.verdict == Verdict.PROVED.value for o in obs)  # noqa: E731
-    obs = ctx.timed("fsm_proofs", lambda: prove_fsm(machine, spec.properties),
+    operator = spec.operator.config() if spec.operator else None   # docs/fsm.md, "Operator interventions"
+    obs = ctx.timed("fsm_proofs", lambda: prove_fsm(machine, spec.properties, operator=operator),
                     lambda obs: Status.OK.value if all_proved(obs) else Status.FAILED.value)
     entries = write_proofs(obs, ctx.d, "fsm")
     ctx.proof_index += entries
     # the machine without rule 3a (docs/fsm.md): its counterexamples show why the mask is
     # there, and become directed co-simulation sequences (where the RTL must say MASKED)
-    unmasked = [o for o in prove_fsm(machine, spec.properties, use_mask=False) if o.counterexample]
+    unmasked = [o for o in prove_fsm(machine, spec.properties, use_mask=False, fresh=operator is not None)
+                if o.counterexample]
     ctx.unmasked = [o.counterexample for o in unmasked]
     ctx.evidence.write("proofs/fsm/without_rule_3a.json", {
         "note": "counterexamples of the machine without rule 3a (docs/fsm.md); not a defect of this build",
@@ -480,7 +482,8 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
         try:
             return rtl_obligations(ctx.v_path, spec.module_name, ctx.machine, ctx.alphabet,
                                    reset_port=spec.hdl.reset_port, reset_active_low=spec.hdl.reset_polarity == "low",
-                                   latency=spec.hdl.latency_cycles)
+                                   latency=spec.hdl.latency_cycles,
+                                   operator=spec.operator.config() if spec.operator else None)
         except (ToolRunError, OSError, z3.Z3Exception) as exc:  # Yosys or Z3 failed: the stage fails closed
             return exc
     proved = lambda r: not isinstance(r, Exception) and all(o.verdict == Verdict.PROVED.value  # noqa: E731
@@ -519,19 +522,21 @@ def _cosim(ctx: BuildContext) -> dict:
         work = Path(work)
         # options (reset port, polarity, prefix) adapted to the test bench's active-high rst; the
         # ROM encodings' $readmemh file copied where the simulator runs
-        sims = {sim: hdl_adapter.prepare(ctx.v_path, spec.module_name, spec.hdl.reset_port, machine, work / sim)
-                for sim in ("icarus", "verilator")}
+        operator = spec.operator.config() if spec.operator else None   # the command port driven too
+        sims = {sim: hdl_adapter.prepare(ctx.v_path, spec.module_name, spec.hdl.reset_port, machine, work / sim,
+                                         operator is not None) for sim in ("icarus", "verilator")}
         replay = None
         if spec.cosim.code_coverage:
             replay = Background(lambda: coverage.verilator_replay(*sims["verilator"], machine, work / "verilator",
                                                                   tuple(ctx.unmasked), opts.cosim_cycles,
-                                                                  opts.cosim_seed, spec.hdl.latency_cycles))
+                                                                  opts.cosim_seed, spec.hdl.latency_cycles,
+                                                                  operator))
         monitor = Background(lambda: run_monitor_cosim(
             [SlaLimits(a.latency_ms, a.accuracy_loss_pct) for a in spec.actions], spec.monitor, work / "monitor",
             random_requests=spec.cosim.monitor_requests, seed=opts.cosim_seed))
         res = cocotb_sim.run_cosim(*sims["icarus"], machine, work / "icarus", runtime_py=ctx.py_path,
                                    traces=tuple(ctx.unmasked), random_cycles=opts.cosim_cycles, seed=opts.cosim_seed,
-                                   latency=spec.hdl.latency_cycles)
+                                   latency=spec.hdl.latency_cycles, operator=operator)
         mon = monitor.result()
         code = replay.result() if replay is not None else None
         for log in ("icarus/icarus.log", "verilator/verilator.log"):

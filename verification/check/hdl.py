@@ -84,11 +84,12 @@ def _cosim(c: Checker, ev: CheckContext) -> str:
     if (c.d / "proofs" / "fsm" / "without_rule_3a.json").exists():
         traces = tuple(c.read_json("proofs/fsm/without_rule_3a.json")["traces"].values())
     with tempfile.TemporaryDirectory(prefix="mi-certify-check-") as work:
+        operator = spec.operator.config() if spec.operator else None   # the command port driven too
         sim_v, sim_top = prepare(c.d / f"{spec.module_name}.v", spec.module_name, spec.hdl.reset_port,
-                                 machine, Path(work))
+                                 machine, Path(work), operator is not None)
         res = run_cosim(sim_v, sim_top, machine, Path(work), runtime_py=c.d / f"{spec.name}.py", traces=traces,
                         random_cycles=stored["cycles"] - stored["directed_cycles"], seed=stored["seed"],
-                        latency=spec.hdl.latency_cycles)
+                        latency=spec.hdl.latency_cycles, operator=operator)
     again = res.to_json()
     diff = differences(stored, again)
     require(not diff, f"re-run gives passed={again['passed']}, {again['mismatches']} mismatches; "

@@ -42,7 +42,7 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
     stored = {o["id"]: o for o in index["obligations"]}
 
     def fsm():  # the machine is built inside the items: a lut.hex it rejects is their FAIL, not a traceback
-        obs = prove_fsm(ev.machine(), spec.properties)
+        obs = prove_fsm(ev.machine(), spec.properties, operator=spec.operator.config() if spec.operator else None)
         return f"{_same(c, stored, obs)} FSM obligations made again from sla.yaml and lut.hex equal the stored scripts"
     c.run("fsm proofs: made again and compared", "same code", fsm)
 
@@ -50,7 +50,8 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
         rel = "proofs/fsm/without_rule_3a.json"
         if not (c.d / rel).exists():
             return SKIP, f"no {rel} in the bundle"
-        again = {o.id: o.counterexample for o in prove_fsm(ev.machine(), spec.properties, use_mask=False)
+        again = {o.id: o.counterexample for o in prove_fsm(ev.machine(), spec.properties, use_mask=False,
+                                                           fresh=spec.operator is not None)
                  if o.counterexample}
         stored_traces = c.read_json(rel).get("traces")
         differ = sorted(k for k in set(again) | set(stored_traces or {})
@@ -75,7 +76,8 @@ def _regenerate(c: Checker, ev: CheckContext, index: dict) -> None:
         obs, prelude = rtl_obligations(c.d / f"{spec.module_name}.v", spec.module_name, machine,
                                        entry_alphabet(machine), reset_port=spec.hdl.reset_port,
                                        reset_active_low=spec.hdl.reset_polarity == "low",
-                                       latency=spec.hdl.latency_cycles)
+                                       latency=spec.hdl.latency_cycles,
+                                       operator=spec.operator.config() if spec.operator else None)
         require(prelude == (c.d / "proofs" / "rtl" / "design.smt2").read_text(encoding="utf-8"),
                 "proofs/rtl/design.smt2 differs from Yosys' reading of the Verilog")
         return (f"{_same(c, stored, obs)} RTL obligations made again from {spec.module_name}.v (Yosys + Z3) equal "

@@ -105,7 +105,7 @@ def check_rtl_reading(c: Checker, ev: CheckContext) -> None:
     """Item ``rtl.read: every .v parsed (pyverilog), <module>.v interface = spec``: every ``.v`` of
     the bundle parses with pyverilog 1.3; the controller's module name, ports, parameters,
     localparams and latency agree with its header and the spec (:func:`.verilog_reader.check_controller`)."""
-    from mi_certify.runtime.fsm import REASON_BITS, Reason
+    from mi_certify.runtime.fsm import REASON_BITS, OperatorReason, Reason
 
     from mi_certify.verification.tools.verilog_reader import VerilogReadError, check_all, check_controller
     spec = ev.spec
@@ -113,7 +113,8 @@ def check_rtl_reading(c: Checker, ev: CheckContext) -> None:
     def run():
         try:
             files = check_all(c.d)
-            got = check_controller(c.d / f"{spec.module_name}.v", spec, [r.name for r in Reason], REASON_BITS)
+            reasons = [r.name for r in Reason] + ([r.name for r in OperatorReason] if spec.operator else [])
+            got = check_controller(c.d / f"{spec.module_name}.v", spec, reasons, REASON_BITS)
         except VerilogReadError as exc:
             raise CheckFailed(str(exc)) from None
         return (f"{len(files)} files parsed ({', '.join(files)}); module {got['module']}: {got['ports']} ports, "

@@ -42,7 +42,7 @@ from mi_certify.generator.build.emit_c import MISRA_DEVIATIONS
 from mi_certify.generator.build.emit_python import level_thresholds
 from mi_certify.generator.core.lut import LutFsmArtefact
 from mi_certify.generator.core.spec import Spec
-from mi_certify.verification.cosim.cocotb_sim import load_runtime_module, make_stimulus
+from mi_certify.verification.cosim.cocotb_sim import load_runtime_module, make_stimulus, with_commands
 from mi_certify.verification.tools import c_tools
 from mi_certify.verification.tools.registry import ToolMissingError, ToolRunError
 
@@ -55,10 +55,11 @@ RECORD_FIELDS = ("addr", "probe_fault", "proposal", "confident", "sla_violation"
                  *(f"before.{x}" for x in "tkhdvfr"), *(f"after.{x}" for x in "tkhdvfr"), "token", "reason")
 
 
-def build_harness(c_source: Path, workdir: Path) -> ctypes.CDLL:
+def build_harness(c_source: Path, workdir: Path, operator: bool = False) -> ctypes.CDLL:
     """The shared library of ``c_source`` (its header beside it) and the co-simulation harness,
     compiled in ``workdir`` and loaded (``<name>_cosim_run``, ``<name>_bench`` and the runtime's own
-    functions). Raises CToolError / ToolMissingError."""
+    functions). ``operator``: the runtime has the operator steps (sla.yaml ``operator:``); the
+    harness's run then takes each row's command too. Raises CToolError / ToolMissingError."""
     name = c_source.stem
     workdir.mkdir(parents=True, exist_ok=True)
     for ext in (".c", ".h"):
@@ -66,13 +67,15 @@ def build_harness(c_source: Path, workdir: Path) -> ctypes.CDLL:
             shutil.copyfile(c_source.with_suffix(ext), workdir / f"{name}{ext}")
     harness = workdir / f"{name}_cosim.c"
     harness.write_text(environment().get_template("c/cosim_harness.c.j2").render(p=name, P=name.upper(),
-                                                                                  fields=FIELDS), encoding="utf-8")
+                                                                                  fields=FIELDS, operator=operator),
+                       encoding="utf-8")
     so = c_tools.shared_library([workdir / f"{name}.c", harness], workdir / f"lib{name}_cosim.so")
     lib = load_c_library(so, name)
     run = getattr(lib, f"{name}_cosim_run")
     run.restype = None
     run.argtypes = [ctypes.c_size_t, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_char_p,
-                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_double), ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
+                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_double), ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)] + \
+        ([ctypes.c_char_p, ctypes.c_char_p] if operator else [])
     bench = getattr(lib, f"{name}_bench")
     bench.restype = ctypes.c_uint32
     bench.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_double), ctypes.c_size_t]
@@ -99,11 +102,12 @@ def _expected(machine: LutFsmArtefact, stimulus, runtime_py: Path | None, spec: 
     """Per row the FIELDS words of the reference LutFsm; and the first row where the emitted Python
     runtime's step_record (on the same readings) gives another record, or None."""
     cfg = machine.config
-    ref = LutFsm(cfg, *split_entries(machine.table), tuple(machine.masks))
+    op = spec.operator.config() if spec.operator else None
+    ref = LutFsm(cfg, *split_entries(machine.table), tuple(machine.masks), op)
     mod = load_runtime_module(runtime_py) if runtime_py is not None else None
     py = mod.Controller() if mod is not None else None
     rows, first_py = [], None
-    for i, (rst, addr, fault, viol) in enumerate(stimulus):
+    for i, (rst, addr, fault, viol, *command) in enumerate(stimulus):
         if rst:
             ref.reset()
             s = ref.state
@@ -111,14 +115,15 @@ def _expected(machine: LutFsmArtefact, stimulus, runtime_py: Path | None, spec: 
             if py is not None:
                 py.reset()
         else:
-            res = ref.step(addr, bool(fault), bool(viol))
+            res = ref.step_op(addr, bool(fault), bool(viol), *command) if command else \
+                ref.step(addr, bool(fault), bool(viol))
             b, a = res.before, res.after
             w = [0 if fault else addr, int(bool(fault)), res.proposal if not fault else 0,
                  int(res.confident) if not fault else 0, int(bool(viol)),
                  b.t, b.k, b.h, b.d, b.v, int(b.f), b.r, a.t, a.k, a.h, a.d, a.v, int(a.f), a.r,
                  res.token, int(res.reason)]
             if py is not None and first_py is None:
-                rec = py.step_record(_readings(spec, edges, addr, bool(fault)), bool(viol))
+                rec = py.step_record(_readings(spec, edges, addr, bool(fault)), bool(viol), *command)
                 want = (None if fault else addr, bool(fault), None if fault else w[2], None if fault else bool(w[3]),
                         tuple(w[5:12]), tuple(w[12:19]), w[19], w[20])
                 if tuple(rec) != want:
@@ -135,6 +140,9 @@ def cosim_c(lib: ctypes.CDLL, spec: Spec, machine: LutFsmArtefact, random_cycles
     name = spec.name
     stimulus, directed = make_stimulus(machine.config, machine.table, random_cycles, seed, tuple(machine.masks),
                                        tuple(traces))
+    if spec.operator is not None:   # the commands of the Verilog co-simulation (same seed), taken by the _op steps
+        stimulus, directed = with_commands(machine.config, spec.operator.config(), machine.table, stimulus, directed,
+                                           seed, tuple(machine.masks))
     edges = _lower_edges(spec)
     expected, first_py = _expected(machine, stimulus, runtime_py, spec, edges)
     n, k = len(stimulus), len(spec.inputs)
@@ -147,7 +155,8 @@ def cosim_c(lib: ctypes.CDLL, spec: Spec, machine: LutFsmArtefact, random_cycles
     run = getattr(lib, f"{name}_cosim_run")
     for entry, use in (("step", 1), ("step_addr", 0)):
         out = (ctypes.c_uint32 * (n * FIELDS))()
-        run(n, rst, addr, fault, viol, readings, use, out)
+        run(n, rst, addr, fault, viol, readings, use, out,
+            *((bytes(r[4] for r in stimulus), bytes(r[5] for r in stimulus)) if spec.operator is not None else ()))
         got = list(out)
         for i, want in enumerate(expected):
             row = got[i * FIELDS:(i + 1) * FIELDS]
@@ -156,7 +165,8 @@ def cosim_c(lib: ctypes.CDLL, spec: Spec, machine: LutFsmArtefact, random_cycles
                 if first is None:
                     diff = [f for f, a, b in zip(RECORD_FIELDS, row, want) if a != b]
                     first = {"cycle": i, "entry": f"{name}_{entry}",
-                             "inputs": dict(zip(("rst", "addr", "probe_fault", "sla_violation"), stimulus[i])),
+                             "inputs": dict(zip(("rst", "addr", "probe_fault", "sla_violation", "cmd", "arg"),
+                                                stimulus[i])),
                              "fields": diff, "c": dict(zip(RECORD_FIELDS, row)),
                              "reference": dict(zip(RECORD_FIELDS, want))}
     table = bytes(machine.table)
@@ -250,8 +260,10 @@ def check_c_runtime(spec: Spec, machine: LutFsmArtefact, c_source: Path, random_
         try:
             out["compile"] = [c_tools.compile_check(cc, c_source, w) for cc in ("gcc", "clang")]
             out["misra"] = misra_verdict(c_tools.misra(c_source))
-            out["cortex_m4"] = c_tools.cortex_m4(c_source, w, [f"{name}_step", f"{name}_step_addr"])
-            lib = build_harness(c_source, w / "cosim")
+            entries = [f"{name}_step", f"{name}_step_addr"] + \
+                ([f"{name}_step_op", f"{name}_step_addr_op"] if spec.operator is not None else [])
+            out["cortex_m4"] = c_tools.cortex_m4(c_source, w, entries)
+            lib = build_harness(c_source, w / "cosim", spec.operator is not None)
             out["cosim"] = cosim_c(lib, spec, machine, random_cycles, seed, traces, runtime_py)
         except (ToolMissingError, ToolRunError, OSError) as exc:
             out["error"] = f"{type(exc).__name__}: {exc}"[:400]

@@ -23,14 +23,19 @@ FUNCTIONAL_KINDS = ("lut_cells", "reasons", "transitions")
 
 
 def verilator_replay(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Path,
-                     traces: tuple, random_cycles: int, seed: int, latency: int = 1) -> tuple[SimReport, dict]:
+                     traces: tuple, random_cycles: int, seed: int, latency: int = 1,
+                     operator=None) -> tuple[SimReport, dict]:
     """The co-simulation vectors of :func:`~.cocotb_sim.run_cosim` (same machine, seed, stimulus
-    and decision latency), replayed under Verilator with code coverage; returns (report, coverage)."""
-    from mi_certify.verification.cosim.cocotb_sim import decision_stream
+    and decision latency; ``operator``: sla.yaml ``operator:``'s
+    :class:`~mi_certify.runtime.fsm.OperatorConfig`, the commands too), replayed under Verilator
+    with code coverage; returns (report, coverage)."""
+    from mi_certify.verification.cosim.cocotb_sim import decision_stream, with_commands
     cfg, lut, masks = machine.config, machine.table, tuple(machine.masks)
-    stimulus, _ = make_stimulus(cfg, lut, random_cycles, seed, masks, traces)
+    stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks, traces)
+    if operator is not None:
+        stimulus, directed = with_commands(cfg, operator, lut, stimulus, directed, seed, masks)
     decisions = decision_stream(stimulus, latency)
-    expected, _ = expected_trace(cfg, lut, decisions, None, masks)
+    expected, _ = expected_trace(cfg, lut, decisions, None, masks, operator)
     return run_verilator_coverage(fsm_job(verilog, toplevel, stimulus, expected, cfg, decisions), workdir)
 
 

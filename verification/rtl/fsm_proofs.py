@@ -39,7 +39,8 @@ import z3
 
 from mi_certify.generator.core.lut import LutFsmArtefact
 from mi_certify.generator.core.results import Verdict
-from mi_certify.runtime.fsm import FsmConfig, MaskBox, Reason
+from mi_certify.runtime.fsm import (MODE_FORCE, MODE_LOCK, MODE_NONE, Command, FsmConfig, MaskBox, OperatorConfig,
+                                    OperatorReason, Reason, reason_name)
 
 #: Deepest k tried by k-induction before a property is reported UNKNOWN.
 K_MAX = 4
@@ -102,29 +103,40 @@ class FsmModel:
     Args:
         cfg: FSM parameters; masks: allowed-action boxes (rule 3a); alphabet: from
         :func:`entry_alphabet`; use_mask: False encodes the machine without rule 3a
-        (to show why it is there).
+        (to show why it is there); operator: the sla.yaml ``operator:`` (docs/fsm.md, "Operator
+        interventions"): adds the command inputs (cmd, arg), the override state (o, a, e) and
+        the ghost gl (steps since the last accepted LOCK/FORCE, 1 at its step; 0 never);
+        None encodes the machine without operator input, exactly as before;
+        override_mask: False encodes an override that ignores the cell's allowed set (a
+        mutant, to show the obligations catch it).
     """
 
     STATE = ("t", "k", "h", "d", "v", "f", "r", "g_sw", "q", "cc", "vv", "cs")
+    OP_STATE = ("o", "a", "e", "gl")
 
     def __init__(self, cfg: FsmConfig, masks: list[MaskBox], alphabet: dict[tuple, int], use_mask: bool = True,
-                 names: list[str] | None = None):
+                 names: list[str] | None = None, operator: OperatorConfig | None = None, override_mask: bool = True):
         self.cfg, self.masks, self.alphabet, self.use_mask = cfg, masks, alphabet, use_mask
         self.names = names or [str(a) for a in range(cfg.n_actions)]
+        self.op, self.override_mask = operator, override_mask
+        self.state_names = self.STATE + (self.OP_STATE if operator else ())
 
     # --- variables -------------------------------------------------------------------
     def state(self, tag: str) -> dict:
-        return {n: (z3.Bool if n == "f" else z3.Int)(f"{n}_{tag}") for n in self.STATE}
+        return {n: (z3.Bool if n == "f" else z3.Int)(f"{n}_{tag}") for n in self.state_names}
 
     def inputs(self, tag: str) -> dict:
         inp = {"p": z3.Int(f"p_{tag}"), "c": z3.Bool(f"c_{tag}"), "pf": z3.Bool(f"pf_{tag}"),
                "sv": z3.Bool(f"sv_{tag}")}
         for j in range(len(self.masks)):
             inp[f"in{j}"] = z3.Bool(f"in{j}_{tag}")
+        if self.op:
+            inp["cmd"], inp["arg"] = z3.Int(f"cmd_{tag}"), z3.Int(f"arg_{tag}")
         return inp
 
     def input_ok(self, i: dict) -> z3.BoolRef:
-        """The LUT entry is one that occurs in the LUT (exhaustive alphabet)."""
+        """The LUT entry is one that occurs in the LUT (exhaustive alphabet); any command and argument
+        (every integer: what is not an accepted LOCK, FORCE or RELEASE changes nothing)."""
         rows = []
         for key in self.alphabet:
             conj = [i["p"] == key[0], i["c"] == bool(key[1])]
@@ -142,8 +154,43 @@ class FsmModel:
 
     def reset(self, s: dict) -> z3.BoolRef:
         C, D = self.cfg.conservative, self.cfg.cooldown
-        return z3.And(s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0, z3.Not(s["f"]), s["r"] == 0,
-                      s["g_sw"] == D, s["q"] == -1, s["cc"] == 0, s["vv"] == 0, s["cs"] == 0)
+        conj = [s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0, z3.Not(s["f"]), s["r"] == 0,
+                s["g_sw"] == D, s["q"] == -1, s["cc"] == 0, s["vv"] == 0, s["cs"] == 0]
+        if self.op:
+            conj += [s["o"] == MODE_NONE, s["a"] == C, s["e"] == 0, s["gl"] == 0]
+        return z3.And(conj)
+
+    def accepted(self, i: dict) -> tuple[z3.BoolRef, z3.BoolRef]:
+        """(an accepted LOCK, an accepted FORCE) this step (docs/fsm.md, operator step 0)."""
+        op = self.op
+        lockable = [a for a in range(self.cfg.n_actions) if (op.lockable >> a) & 1]
+        lock = z3.And(i["cmd"] == int(Command.LOCK), z3.Or([i["arg"] == a for a in lockable] or [z3.BoolVal(False)]))
+        force = z3.And(i["cmd"] == int(Command.FORCE), z3.BoolVal(bool(op.force)))
+        return lock, force
+
+    def operate(self, s: dict, i: dict, nxt: dict, reason):
+        """Operator steps 0, 2 and 3 around the base step (``nxt``, ``reason``): the next state
+        with the override state and ghost, and the reason."""
+        If, And, Or, Not = z3.If, z3.And, z3.Or, z3.Not
+        C, L, op = self.cfg.conservative, self.op.max_steps, self.op
+        lock, force = self.accepted(i)
+        rel = i["cmd"] == int(Command.RELEASE)
+        o1 = If(lock, MODE_LOCK, If(force, MODE_FORCE, If(rel, MODE_NONE, s["o"])))
+        a1 = If(lock, i["arg"], If(force, C, If(rel, C, s["a"])))
+        e1 = If(Or(lock, force), L, If(rel, 0, s["e"]))
+        in_force = o1 != MODE_NONE
+        yields = Or(And(z3.BoolVal(op.yield_probe), reason == int(Reason.PROBE_FAULT)),
+                    And(z3.BoolVal(op.yield_fallback),
+                        Or(reason == int(Reason.FALLBACK), reason == int(Reason.RECOVER))))
+        ok_here = Or(i["pf"], self.allowed(i, a1)) if self.override_mask else z3.BoolVal(True)
+        applies = And(in_force, Not(yields), ok_here)
+        nxt = dict(nxt)
+        nxt["t"] = If(applies, a1, nxt["t"])
+        why = If(applies, If(o1 == MODE_LOCK, int(OperatorReason.LOCKED), int(OperatorReason.FORCED)), reason)
+        stays = And(in_force, e1 > 1)
+        nxt["o"], nxt["a"], nxt["e"] = If(stays, o1, MODE_NONE), If(stays, a1, C), If(stays, e1 - 1, 0)
+        nxt["gl"] = If(Or(lock, force), 1, If(s["gl"] == 0, 0, If(s["gl"] >= L + 1, L + 1, s["gl"] + 1)))
+        return nxt, why
 
     def step(self, s: dict, i: dict) -> tuple[dict, z3.ArithRef]:
         """Next state (expressions) and reason after one step from ``s`` with inputs ``i``."""
@@ -186,6 +233,8 @@ class FsmModel:
         nxt["cc"] = If(fresh, If(p == s["q"], If(s["cc"] >= H, H, s["cc"] + 1), 1), 0)
         nxt["vv"] = If(sv, If(s["vv"] >= W, W, s["vv"] + 1), 0)
         nxt["cs"] = If(And(Not(sv), Not(pf)), If(s["cs"] >= R, R, s["cs"] + 1), 0)
+        if self.op:
+            return self.operate(s, i, nxt, reason)
         return nxt, reason
 
     # --- the obligations' formulas -------------------------------------------------
@@ -195,18 +244,84 @@ class FsmModel:
         n, H, D, W, R, C = cfg.n_actions, cfg.hysteresis, cfg.cooldown, cfg.violations_to_fallback, cfg.recovery, \
             cfg.conservative
         And, Implies, Not = z3.And, z3.Implies, z3.Not
+        # an override that does not yield may keep another action active in fallback (docs/fsm.md);
+        # the term is made where it was before the operator (Z3's search, and so a counterexample,
+        # depends on the order terms are created in)
+        relaxed = bool(self.op) and not (self.op.yield_fallback and self.op.yield_probe)
         return And(
+            *self.operator_invariant(s),
             s["t"] >= 0, s["t"] < n, s["k"] >= 0, s["k"] < n,
             s["h"] >= 0, s["h"] <= H - 1, s["d"] >= 0, s["d"] <= D, s["v"] >= 0, s["v"] <= W - 1,
             s["r"] >= 0, s["r"] <= R - 1,
             s["g_sw"] >= 0, s["g_sw"] <= D, s["cc"] >= 0, s["cc"] <= H, s["vv"] >= 0, s["vv"] <= W,
             s["cs"] >= 0, s["cs"] <= R, s["q"] >= -1, s["q"] < n,
-            Implies(s["f"], And(s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0, s["r"] <= s["cs"])),
+            Implies(s["f"], And(z3.BoolVal(True) if relaxed else s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0, s["r"] <= s["cs"])),
             Implies(Not(s["f"]), And(s["r"] == 0, s["v"] == s["vv"])),
             Implies(s["d"] > 0, s["h"] == 0),
             Implies(And(Not(s["f"]), s["g_sw"] < D), s["d"] >= D - s["g_sw"]),
             Implies(s["h"] > 0, And(s["q"] == s["k"], s["cc"] >= s["h"])),
         )
+
+    def operator_invariant(self, s: dict) -> list:
+        """The override state's ranges and its relation to the ghost gl (none without an operator)."""
+        if not self.op:
+            return []
+        And, Implies, Or = z3.And, z3.Implies, z3.Or
+        C, L, op, n = self.cfg.conservative, self.op.max_steps, self.op, self.cfg.n_actions
+        lockable = [a for a in range(n) if (op.lockable >> a) & 1]
+        return [s["o"] >= MODE_NONE, s["o"] <= MODE_FORCE, s["gl"] >= 0, s["gl"] <= L + 1,
+                Implies(s["o"] == MODE_NONE, And(s["a"] == C, s["e"] == 0)),
+                Implies(s["o"] == MODE_LOCK, Or([s["a"] == a for a in lockable] or [z3.BoolVal(False)])),
+                Implies(s["o"] == MODE_FORCE, And(s["a"] == C, z3.BoolVal(bool(op.force)))),
+                Implies(s["o"] != MODE_NONE, And(s["e"] >= 1, s["e"] <= L - 1, s["gl"] >= 1, s["gl"] + s["e"] == L))]
+
+    def operator_properties(self) -> list[tuple[str, str, str, callable]]:
+        """The operator obligations (docs/fsm.md, "Operator interventions"); none without an operator."""
+        if not self.op:
+            return []
+        And, Or, Not, Implies = z3.And, z3.Or, z3.Not, z3.Implies
+        C, H, L = self.cfg.conservative, self.cfg.hysteresis, self.op.max_steps
+
+        def by_override(why):
+            return Or(why == int(OperatorReason.LOCKED), why == int(OperatorReason.FORCED))
+
+        def in_force(s, i):
+            lock, force = self.accepted(i)
+            return Or(lock, force, And(s["o"] != MODE_NONE, i["cmd"] != int(Command.RELEASE)))
+        return [
+            ("fsm.operator.lock_safe", "operator",
+             "a lock or force never puts in force an action the current cell forbids (every step without a probe "
+             "fault that an override decides leaves an action every property covering the cell allows)",
+             lambda s, i, s2, why: Implies(And(by_override(why), Not(i["pf"])), self.allowed(i, s2["t"]))),
+            ("fsm.operator.expiry", "operator.max_lock_steps",
+             f"an override is in force only within {L} steps of its LOCK/FORCE command (counted from and with the "
+             "command's step), and a step decided by an override has one in force",
+             lambda s, i, s2, why: And(Implies(in_force(s, i), And(s2["gl"] >= 1, s2["gl"] <= L)),
+                                       Implies(by_override(why), in_force(s, i)))),
+            ("fsm.operator.release", "operator",
+             "after a RELEASE or an expiry (no override in force) every step decides by rules 1-7: no LOCKED/FORCED "
+             f"reason, and the active action changes only to the conservative one or by a SWITCH after {H} "
+             "consecutive confident proposals of the new action",
+             lambda s, i, s2, why: Implies(Not(in_force(s, i)), And(
+                 Not(by_override(why)), s2["o"] == MODE_NONE,
+                 Or(s2["t"] == s["t"], s2["t"] == C, And(why == int(Reason.SWITCH), s2["cc"] >= H)))))]
+
+    def _fallback_ok(self, s2: dict, why, vv: bool) -> z3.BoolRef:
+        """fsm.fallback's conclusion: C in force, or (only where sla.yaml says an override does not
+        yield: to the fallback or to probe faults for ``vv``, to probe faults otherwise) a step an
+        override decided."""
+        C, op = self.cfg.conservative, self.op
+        if op is None or (op.yield_probe and (op.yield_fallback or not vv)):
+            return s2["t"] == C
+        return z3.Or(s2["t"] == C, why == int(OperatorReason.LOCKED), why == int(OperatorReason.FORCED))
+
+    def _fallback_exception(self) -> str:
+        op = self.op
+        if op is None or (op.yield_probe and op.yield_fallback):
+            return ""
+        return (" (except steps an operator override decides: sla.yaml declares that it does not yield to "
+                + " and ".join(w for w, y in (("the fallback", op.yield_fallback), ("probe faults", op.yield_probe))
+                               if not y) + ")")
 
     def properties(self, spec_props) -> list[tuple[str, str, str, callable]]:
         """(id, requirement, claim, fn(s, i, s2, reason) -> Bool) for requirements 2-6."""
@@ -221,12 +336,13 @@ class FsmModel:
                                               z3.And(s2["cc"] >= H, s2["t"] == i["p"], s2["q"] == i["p"]))),
             ("fsm.fallback", "fsm.violations_to_fallback",
              f"{W} consecutive SLA violations put the conservative action in force at that step; "
-             "a probe fault in the same step",
-             lambda s, i, s2, why: z3.And(z3.Implies(s2["vv"] >= W, s2["t"] == C),
-                                          z3.Implies(i["pf"], s2["t"] == C))),
+             "a probe fault in the same step" + self._fallback_exception(),
+             lambda s, i, s2, why: z3.And(z3.Implies(s2["vv"] >= W, self._fallback_ok(s2, why, vv=True)),
+                                          z3.Implies(i["pf"], self._fallback_ok(s2, why, vv=False)))),
             ("fsm.recovery", "fsm.recovery", f"fallback is left only after {R} consecutive compliant steps",
              lambda s, i, s2, why: z3.Implies(z3.And(s["f"], z3.Not(s2["f"])), s2["cs"] >= R)),
         ]
+        out += self.operator_properties()
         for j, m in enumerate(self.masks):
             prop = next(p for p in spec_props if p.id == m.id)
             allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
@@ -240,19 +356,24 @@ class FsmModel:
         return out
 
 
-def _trace(model: FsmModel, m: z3.ModelRef, states: list, ins: list, reasons: list) -> list[dict]:
-    """A counterexample run as JSON rows: inputs (a real address), state after, token, reason."""
+def _trace(model: FsmModel, m: z3.ModelRef, states: list, ins: list, reasons: list, ctx=None) -> list[dict]:
+    """A counterexample run as JSON rows: inputs (a real address), state after, token, reason
+    (``ctx``: the context the model ``m`` lives in, when the query was solved in a fresh one)."""
     rows = []
     for i, s2, why in zip(ins, states[1:], reasons):
         def ev(x):
-            return m.eval(x, model_completion=True)
+            return m.eval(x if ctx is None else x.translate(ctx), model_completion=True)
         key = (ev(i["p"]).as_long(), int(z3.is_true(ev(i["c"]))),
                *[int(z3.is_true(ev(i[f"in{j}"]))) for j in range(len(model.masks))])
         pf = z3.is_true(ev(i["pf"]))
-        rows.append({"addr": model.alphabet.get(key, 0), "probe_fault": pf, "sla_violation": z3.is_true(ev(i["sv"])),
-                     "token": ev(s2["t"]).as_long(), "reason": Reason(ev(why).as_long()).name,
-                     "state": {n: (z3.is_true(ev(s2[n])) if n == "f" else ev(s2[n]).as_long())
-                               for n in ("t", "k", "h", "d", "v", "f", "r")}})
+        row = {"addr": model.alphabet.get(key, 0), "probe_fault": pf, "sla_violation": z3.is_true(ev(i["sv"])),
+               "token": ev(s2["t"]).as_long(), "reason": reason_name(ev(why).as_long()),
+               "state": {n: (z3.is_true(ev(s2[n])) if n == "f" else ev(s2[n]).as_long())
+                         for n in ("t", "k", "h", "d", "v", "f", "r")}}
+        if model.op:
+            row["cmd"], row["arg"] = ev(i["cmd"]).as_long(), ev(i["arg"]).as_long()
+            row["operator_state"] = {n: ev(s2[n]).as_long() for n in ("o", "a", "e")}
+        rows.append(row)
     return rows
 
 
@@ -270,9 +391,27 @@ def _unroll(model: FsmModel, tag: str, n: int):
     return states, ins, reasons, cons
 
 
-def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = K_MAX, timeout_s: float = 120.0
-          ) -> Obligation:
-    """k-induction of ``prop(s, i, s2, reason)`` (or of the invariant when prop is None)."""
+def _solver(formula: z3.BoolRef, timeout_s: float) -> tuple[z3.Solver, z3.Context]:
+    """A solver holding ``formula`` read into a new Z3 context from its SMT-LIB text, and that
+    context. The term ids of the copy follow that text alone (Z3's search, and so a
+    counterexample, depends on them; in the main context, and in a context the formula is
+    translated into, they depend on what else the process made and freed before): the same
+    query gives the same answer and trace in any process. The machines with an operator use it;
+    the others keep their main-context runs (their bundles stay as they were)."""
+    copy = formula.translate(z3.Context())   # printed alone (see _smt2), then read back: the new
+    printer = z3.Solver(ctx=copy.ctx)        # context's terms are made in the order of that text
+    printer.add(copy)
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
+    solver.set("timeout", int(timeout_s * 1000))
+    solver.add(z3.parse_smt2_string(printer.to_smt2(), ctx=ctx))
+    return solver, ctx
+
+
+def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = K_MAX, timeout_s: float = 120.0,
+          fresh: bool = False) -> Obligation:
+    """k-induction of ``prop(s, i, s2, reason)`` (or of the invariant when prop is None); ``fresh``:
+    every query solved and printed in a context of its own (:func:`_solver`, :func:`_smt2`)."""
     t0 = time.monotonic()
     for k in range(1, k_max + 1):
         # base: a run of at most k steps from reset that breaks the property
@@ -289,28 +428,37 @@ def prove(model: FsmModel, ob: Obligation, prop, assume_inv: bool, k_max: int = 
         last = z3.Not(prop(ss[k], si[k], ss[k + 1], sr[k])) if prop else \
             z3.And(model.invariant(ss[k]), z3.Not(model.invariant(ss[k + 1])))
         step = z3.And(scons + keep + inv + [last])
-        solver = z3.Solver()
-        solver.set("timeout", int(timeout_s * 1000))
-        solver.add(base)
+        ctx = None
+        if fresh:
+            solver, ctx = _solver(base, timeout_s)
+        else:
+            solver = z3.Solver()
+            solver.set("timeout", int(timeout_s * 1000))
+            solver.add(base)
         res_base = solver.check()
         if res_base == z3.sat:
             m = solver.model()
             ob.verdict, ob.k, ob.method = Verdict.VIOLATED, k, "bounded model checking from reset (Z3)"
-            ob.counterexample = _trace(model, m, states, ins, reasons)
+            ob.counterexample = _trace(model, m, states, ins, reasons, ctx)
             ob.detail = f"counterexample of {len(ob.counterexample)} steps"
-            ob.smt2 = _smt2(base, f"{ob.id}: a run of <= {k} steps from reset that breaks: {ob.claim}")
+            ob.smt2 = _smt2(base, f"{ob.id}: a run of <= {k} steps from reset that breaks: {ob.claim}",
+                            fresh)
             ob.time_s = time.monotonic() - t0
             return ob
-        solver = z3.Solver()
-        solver.set("timeout", int(timeout_s * 1000))
-        solver.add(step)
+        if fresh:
+            solver, _ctx = _solver(step, timeout_s)
+        else:
+            solver = z3.Solver()
+            solver.set("timeout", int(timeout_s * 1000))
+            solver.add(step)
         res_step = solver.check()
         if res_base == z3.unsat and res_step == z3.unsat:
             ob.verdict, ob.k = Verdict.PROVED, k
             ob.method = f"k-induction (Z3), k = {k}" + ("; assumes fsm.invariant" if assume_inv else "")
             ob.assumes = ["fsm.invariant"] if assume_inv else []
             ob.smt2 = _smt2(z3.Or(base, step), f"{ob.id}: base (a run of <= {k} steps from reset) or step "
-                                                f"({k} steps keeping it, then one breaking it) breaks: {ob.claim}")
+                                                f"({k} steps keeping it, then one breaking it) breaks: {ob.claim}",
+                            fresh)
             ob.time_s = time.monotonic() - t0
             return ob
         if res_base == z3.unknown or res_step == z3.unknown:
@@ -336,13 +484,21 @@ def canonical_smt2(text: str) -> str:
     return re.sub(r"[$?]x\d+|\ba!\d+", rename, text)
 
 
-def _smt2(formula: z3.BoolRef, comment: str) -> str:
-    s = z3.Solver()
+def _smt2(formula: z3.BoolRef, comment: str, fresh: bool = False) -> str:
+    """The SMT-LIB text of ``formula``. ``fresh``: printed from a copy in a new Z3 context (Z3's
+    printer shares a subterm by ``let`` when its reference count is above one, and the count
+    includes handles the process holds elsewhere; in a context of its own only the formula holds
+    them, so the same formula prints the same bytes whatever else the process built). Used for
+    the machines with an operator; the others keep the text they always had."""
+    if fresh:
+        formula = formula.translate(z3.Context())
+    s = z3.Solver(ctx=formula.ctx)
     s.add(formula)
     return f"; mi-certify proof obligation. Expected answer: unsat.\n; {comment}\n" + canonical_smt2(s.to_smt2())
 
 
-def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True) -> list[Obligation]:
+def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True, operator: OperatorConfig | None = None,
+              override_mask: bool = True, fresh: bool | None = None) -> list[Obligation]:
     """Every FSM obligation (requirements 1-6 of the FSM issue) on the concrete LUT-FSM.
 
     Args:
@@ -351,16 +507,24 @@ def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True) -> lis
         spec_props: the sla.yaml properties (for the claims).
         use_mask: False proves the machine without rule 3a (its counterexamples become
             directed co-simulation sequences).
+        operator: sla.yaml ``operator:`` (:meth:`~mi_certify.generator.core.spec.OperatorSpec.config`);
+            adds the command input and the fsm.operator.* obligations; None: no operator input.
+        override_mask: False proves a mutant whose override ignores the cell's allowed set.
+        fresh: each query solved and printed in a Z3 context of its own (:func:`_solver`): the same
+            bytes and traces whatever the process did before (default: with an operator; the
+            build also asks it for the machine without rule 3a of a spec with an operator). The
+            specs without an operator keep the main context, so their bundles stay as they were.
     Method: k-induction with Z3 (Sheeran, Singh, Stålmarck, FMCAD 2000) on the encoding of
     docs/fsm.md.
     """
     cfg, masks, names = machine.config, list(machine.masks), list(machine.actions)
     alphabet = entry_alphabet(machine)
-    model = FsmModel(cfg, masks, alphabet, use_mask, names)
+    model = FsmModel(cfg, masks, alphabet, use_mask, names, operator, override_mask)
+    fresh = operator is not None if fresh is None else fresh
     inv = prove(model, Obligation("fsm.invariant", "fsm",
                                   "the active and candidate tokens are declared actions and every counter stays in "
                                   "its range (with the state relations that make the rest inductive)"),
-                None, assume_inv=False)
+                None, assume_inv=False, fresh=fresh)
     out = [inv]
     for oid, req, claim, fn in model.properties(spec_props):
         ob = Obligation(oid, req, claim)
@@ -368,7 +532,7 @@ def prove_fsm(machine: LutFsmArtefact, spec_props, use_mask: bool = True) -> lis
             ob.detail = "not attempted: fsm.invariant is not proved"
             out.append(ob)
             continue
-        out.append(prove(model, ob, fn, assume_inv=True))
+        out.append(prove(model, ob, fn, assume_inv=True, fresh=fresh))
     return out
 
 

@@ -21,12 +21,13 @@ ADAPTER = "mi_certify_cosim_top"
 
 
 def prepare(verilog: Path, module: str, reset_port: str, machine: LutFsmArtefact,
-            workdir: Path) -> tuple[Path, str]:
+            workdir: Path, operator: bool = False) -> tuple[Path, str]:
     """(Verilog file, top module) to co-simulate; ``workdir`` is run_cosim's scratch directory;
     ``machine`` gives the port widths (address and token bits).
 
     Every ``$readmemh`` file the design names (the ``rom`` / ``sliced_rom`` encodings keep it
     beside ``verilog``) is copied where the simulators run (:func:`.cocotb_sim.copy_memory_files`).
+    ``operator``: the design has the command port (sla.yaml ``operator:``), passed through too.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     copy_memory_files(verilog, workdir)
@@ -34,15 +35,17 @@ def prepare(verilog: Path, module: str, reset_port: str, machine: LutFsmArtefact
         return verilog, module
     rst = "!rst" if reset_port == "rst_n" else "rst"
     tw, rb, ab = machine.token_bits, REASON_BITS, machine.address_bits
+    op_ports = f" input wire [1:0] op_cmd, input wire [{tw - 1}:0] op_arg," if operator else ""
+    op_conn = " .op_cmd(op_cmd), .op_arg(op_arg)," if operator else ""
     adapter = f"""
 // co-simulation adapter (mi-certify): active-high rst for the test bench
 module {ADAPTER} (
-    input  wire clk, input wire rst, input wire [{ab - 1}:0] addr, input wire probe_fault, input wire sla_violation,
+    input  wire clk, input wire rst, input wire [{ab - 1}:0] addr, input wire probe_fault, input wire sla_violation,{op_ports}
     output wire [{tw - 1}:0] token, output wire [{rb - 1}:0] reason, output wire audit_valid,
     output wire [{tw - 1}:0] audit_token, output wire [{rb - 1}:0] audit_reason, output wire [{ab - 1}:0] audit_addr
 );
     {module} dut (.clk(clk), .{reset_port}({rst}), .addr(addr), .probe_fault(probe_fault),
-        .sla_violation(sla_violation), .token(token), .reason(reason), .audit_valid(audit_valid),
+        .sla_violation(sla_violation),{op_conn} .token(token), .reason(reason), .audit_valid(audit_valid),
         .audit_token(audit_token), .audit_reason(audit_reason), .audit_addr(audit_addr));
 endmodule
 """

@@ -35,7 +35,7 @@ import z3
 
 from mi_certify.generator.core.lut import LutFsmArtefact, split_table
 from mi_certify.generator.core.results import Verdict
-from mi_certify.runtime.fsm import REASON_BITS, FsmConfig, Reason
+from mi_certify.runtime.fsm import MODE_FORCE, MODE_LOCK, MODE_NONE, REASON_BITS, FsmConfig, OperatorConfig, Reason
 
 from mi_certify.verification.tools import yosys
 from mi_certify.verification.tools.bitvec import narrow, widen
@@ -43,6 +43,9 @@ from mi_certify.verification.rtl.fsm_proofs import FsmModel, Obligation, canonic
 
 #: Registers of the generated RTL and the reference state variable each holds.
 REGISTERS = {"token": "t", "cand": "k", "hcnt": "h", "dcnt": "d", "vcnt": "v", "fb": "f", "rcnt": "r"}
+
+#: Override registers of the generated RTL with sla.yaml ``operator:`` and the reference state variable each holds.
+OPERATOR_REGISTERS = {"op_mode": "o", "op_act": "a", "op_left": "e"}
 
 #: Audit port signals of the generated RTL (registers: audit_valid, audit_addr; wires: the others).
 AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
@@ -58,11 +61,14 @@ def decision_signals(latency: int) -> dict[str, str | None]:
     return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
 
 
-def pipeline_registers(latency: int, address_bits: int) -> dict[str, int]:
-    """Pipeline registers of the generated RTL at ``latency``: name -> width (stages 1 .. latency-1)."""
+def pipeline_registers(latency: int, address_bits: int, token_bits: int | None = None) -> dict[str, int]:
+    """Pipeline registers of the generated RTL at ``latency``: name -> width (stages 1 .. latency-1);
+    ``token_bits`` (only with sla.yaml ``operator:``) adds the command's ``op_cmd_q<k>``, ``op_arg_q<k>``."""
     out = {}
     for k in range(1, latency):
         out.update({f"addr_q{k}": address_bits, f"probe_fault_q{k}": 1, f"sla_violation_q{k}": 1, f"valid_q{k}": 1})
+        if token_bits is not None:
+            out.update({f"op_cmd_q{k}": 2, f"op_arg_q{k}": token_bits})
     return out
 
 
@@ -136,12 +142,16 @@ class RtlModel:
     """The Yosys SMT-LIB model of one generated controller, bound to named constants."""
 
     def __init__(self, design: str, top: str, cfg: FsmConfig, address_bits: int, token_bits: int,
-                 reset_port: str = "rst", reset_active_low: bool = False, latency: int = 1):
+                 reset_port: str = "rst", reset_active_low: bool = False, latency: int = 1,
+                 operator: OperatorConfig | None = None):
         self.design, self.top, self.cfg = design, top, cfg
         self.ab, self.tw = address_bits, token_bits
         sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, reset_port: 1,
                 "lut_entry": token_bits + 1}
-        pipe = pipeline_registers(latency, address_bits)
+        if operator:
+            sigs.update({"op_cmd": 2, "op_arg": token_bits})
+        pipe = pipeline_registers(latency, address_bits, token_bits if operator else None)
+        regs = list(REGISTERS) + ["reason"] + (list(OPERATOR_REGISTERS) if operator else [])
         widths = {}
         for line in design.splitlines():
             # registers by name; with an asynchronous reset (async2sync) the named signal is the
@@ -150,8 +160,8 @@ class RtlModel:
                 _, _, name, w = line.split()
                 widths.setdefault(name, int(w))
         # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved
-        self.missing = [r for r in list(REGISTERS) + ["reason"] + list(pipe) if r not in widths]
-        sigs.update({r: widths.get(r, 1) for r in list(REGISTERS) + ["reason"]})
+        self.missing = [r for r in regs + list(pipe) if r not in widths]
+        sigs.update({r: widths.get(r, 1) for r in regs})
         sigs.update(pipe)
         audit = {"audit_valid": 1, "audit_token": token_bits, "audit_reason": REASON_BITS,
                  "audit_addr": address_bits}
@@ -168,7 +178,7 @@ class RtlModel:
             decl.append(f"(declare-const cur_{name} (_ BitVec {w}))")
             if name not in self.missing:
                 decl.append(f"(assert (= cur_{name} {self._bv(f'(|{top}_n {name}| rtl_s)', w)}))")
-        for name in list(REGISTERS) + ["reason", "audit_valid", "audit_addr"] + list(pipe):
+        for name in regs + ["audit_valid", "audit_addr"] + list(pipe):
             w = sigs[name]
             decl.append(f"(declare-const nxt_{name} (_ BitVec {w}))")
             if name not in self.missing:
@@ -209,7 +219,7 @@ def _as_int(bv: z3.BitVecRef) -> z3.ArithRef:
 
 def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: dict[tuple, int],
                     timeout_s: float = 300.0, reset_port: str = "rst", reset_active_low: bool = False,
-                    latency: int = 1) -> tuple[list[Obligation], str]:
+                    latency: int = 1, operator: OperatorConfig | None = None) -> tuple[list[Obligation], str]:
     """Run every RTL obligation. Returns (obligations, the design's SMT-LIB prelude).
 
     machine: the LUT-FSM the RTL must implement (:class:`~mi_certify.generator.core.lut.LutFsmArtefact`);
@@ -222,12 +232,16 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
     bubble), ``rtl.pipeline`` proves that every stage loads the one before it (stage 1 the
     ports), ``rtl.reset`` that a reset empties the pipeline, and ``rtl.lut_table`` evaluates
     the LUT through its L-1 registers. Together: after a reset, the outputs at cycle t are
-    the one-cycle reference machine's for the inputs of cycle t - (L - 1) (docs/hdl.md)."""
+    the one-cycle reference machine's for the inputs of cycle t - (L - 1) (docs/hdl.md).
+    operator: sla.yaml ``operator:`` (docs/fsm.md, "Operator interventions"): the RTL then has the
+    command ports ``op_cmd``/``op_arg`` and the override registers ``op_mode``/``op_act``/``op_left``,
+    and every obligation covers them (rtl.equivalence: the reference with the operator, for every
+    command)."""
     bits, token_bits = list(machine.input_bits), machine.token_bits
     design = yosys_smt2(verilog, top, entry_bits=token_bits + 1)
     rtl = RtlModel(cut_lut(design, top), top, machine.config, sum(bits), token_bits, reset_port, reset_active_low,
-                   latency)
-    q = _OneCycle(rtl, machine, alphabet, latency, reset_port, reset_active_low, timeout_s)
+                   latency, operator)
+    q = _OneCycle(rtl, machine, alphabet, latency, reset_port, reset_active_low, timeout_s, operator)
     q.reset_and_equivalence()
     if latency > 1:
         q.pipeline()
@@ -248,13 +262,15 @@ class _OneCycle:
     records its obligation in ``obligations`` (in the order run)."""
 
     def __init__(self, rtl: RtlModel, machine: LutFsmArtefact, alphabet: dict[tuple, int], latency: int,
-                 reset_port: str, reset_active_low: bool, timeout_s: float):
+                 reset_port: str, reset_active_low: bool, timeout_s: float, operator: OperatorConfig | None = None):
         self.rtl, self.cfg, self.latency, self.timeout_s = rtl, machine.config, latency, timeout_s
+        self.op = operator
+        regs = {**REGISTERS, **(OPERATOR_REGISTERS if operator else {})}
         self.masks, bits, tw = list(machine.masks), list(machine.input_bits), machine.token_bits
         self.bits = bits
         self.obligations: list[Obligation] = []
-        self.cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in REGISTERS.items()}
-        self.nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in REGISTERS.items()}
+        self.cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in regs.items()}
+        self.nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in regs.items()}
         self.sig = sig = decision_signals(latency)
         self.addr = rtl.cur(sig["addr"])
         self.valid = z3.BoolVal(True) if sig["valid"] is None else rtl.cur(sig["valid"]) == 1
@@ -268,12 +284,16 @@ class _OneCycle:
                 q = z3.Extract(shift + b - 1, shift, self.addr)
                 conds += [z3.UGE(q, lo), z3.ULE(q, hi)]
             inp[f"in{j}"] = z3.And(conds)
+        if operator:
+            k = latency - 1
+            inp["cmd"] = _as_int(rtl.cur("op_cmd" if k == 0 else f"op_cmd_q{k}"))
+            inp["arg"] = _as_int(rtl.cur("op_arg" if k == 0 else f"op_arg_q{k}"))
         self.inp = inp
         # the ghost-free part of fsm.invariant (proved on the reference)
-        ref = FsmModel(self.cfg, self.masks, alphabet)
+        ref = FsmModel(self.cfg, self.masks, alphabet, operator=operator)
         s = dict(ref.state("rtlghost"))
         s.update(self.cur)
-        self.ghost_free = _ghost_free_invariant(self.cfg, s)
+        self.ghost_free = _ghost_free_invariant(self.cfg, s, operator)
         self.nxt_ref, self.why_ref = ref.step(s, inp)
         self.entry_ok = ref.input_ok(inp)
         self.rst = rtl.cur(reset_port) == (0 if reset_active_low else 1)
@@ -310,13 +330,15 @@ class _OneCycle:
         rtl, nxt, C, latency = self.rtl, self.nxt, self.cfg.conservative, self.latency
         reset_values = {"t": nxt["t"] == C, "k": nxt["k"] == C, "h": nxt["h"] == 0, "d": nxt["d"] == 0,
                         "v": nxt["v"] == 0, "f": z3.Not(nxt["f"]), "r": nxt["r"] == 0}
+        if self.op:
+            reset_values.update(o=nxt["o"] == MODE_NONE, a=nxt["a"] == C, e=nxt["e"] == 0)
         reset_state = z3.And([c for v, c in reset_values.items() if v not in self.unread]
                              + [rtl.nxt("reason") == int(Reason.HOLD)])
         empty = z3.And([rtl.nxt(f"valid_q{k}") == 0 for k in range(1, latency)]) if latency > 1 else z3.BoolVal(True)
         self.run("rtl.reset", "rtl", "a cycle with rst high gives the reference reset state (token = C, reason = HOLD)"
                  + (" and empties the pipeline" if latency > 1 else ""),
                  z3.And(self.rst, z3.Not(z3.And(reset_state, empty))))
-        same = z3.And([nxt[v] == self.nxt_ref[v] for v in REGISTERS.values() if v not in self.unread]
+        same = z3.And([nxt[v] == self.nxt_ref[v] for v in self.nxt if v not in self.unread]
                       + [_as_int(rtl.nxt("reason")) == self.why_ref])
         if latency == 1:
             self.run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) "
@@ -334,10 +356,11 @@ class _OneCycle:
         rtl, latency = self.rtl, self.latency
         loads = []
         for k in range(1, latency):
-            for name in ("addr", "probe_fault", "sla_violation"):
+            for name in ("addr", "probe_fault", "sla_violation") + (("op_cmd", "op_arg") if self.op else ()):
                 loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
             loads.append(rtl.nxt(f"valid_q{k}") == (1 if k == 1 else rtl.cur(f"valid_q{k - 1}")))
-        missing = [r for r in pipeline_registers(latency, sum(self.bits)) if r in rtl.missing]
+        missing = [r for r in pipeline_registers(latency, sum(self.bits), rtl.tw if self.op else None)
+                   if r in rtl.missing]
         if missing:
             self.record_missing("rtl.pipeline", "rtl", "the RTL has its pipeline registers", missing)
             return
@@ -353,7 +376,7 @@ class _OneCycle:
         nxt_ok = {v: ((cfg.conservative if v == "k" else 0) if v in self.unread else x) for v, x in nxt.items()}
         self.run("rtl.invariant", "fsm", "token and candidate are declared actions and every counter stays in range "
                  "(on the RTL registers)",
-                 z3.And(not_rst, self.ghost_free, self.entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt_ok))))
+                 z3.And(not_rst, self.ghost_free, self.entry_ok, z3.Not(_ghost_free_invariant(cfg, nxt_ok, self.op))))
         for j, m in enumerate(self.masks):
             allowed = [a for a in range(cfg.n_actions) if (m.allowed >> a) & 1]
             self.run(f"rtl.property.{m.id}", m.id, f"in the cells of {m.id} the RTL's active token is one of {allowed}",
@@ -380,14 +403,29 @@ class _OneCycle:
                        z3.And(z3.Not(rst), valid, z3.Or(rtl.nxt("audit_valid") != 1, rtl.nxt("audit_addr") != self.addr))))
 
 
-def _ghost_free_invariant(cfg: FsmConfig, s: dict) -> z3.BoolRef:
+def _ghost_free_invariant(cfg: FsmConfig, s: dict, operator: OperatorConfig | None = None) -> z3.BoolRef:
+    """The part of fsm.invariant without ghosts (with the override state's ranges when ``operator``)."""
     n, H, D, W, R, C = cfg.n_actions, cfg.hysteresis, cfg.cooldown, cfg.violations_to_fallback, cfg.recovery, \
         cfg.conservative
     And, Implies, Not = z3.And, z3.Implies, z3.Not
+    if operator is None:
+        return And(s["t"] >= 0, s["t"] < n, s["k"] >= 0, s["k"] < n, s["h"] >= 0, s["h"] <= H - 1, s["d"] >= 0,
+                   s["d"] <= D, s["v"] >= 0, s["v"] <= W - 1, s["r"] >= 0, s["r"] <= R - 1,
+                   Implies(s["f"], And(s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0)),
+                   Implies(Not(s["f"]), s["r"] == 0), Implies(s["d"] > 0, s["h"] == 0))
+    relaxed = not (operator.yield_fallback and operator.yield_probe)
+    lockable = [a for a in range(n) if (operator.lockable >> a) & 1]
+    L = operator.max_steps
     return And(s["t"] >= 0, s["t"] < n, s["k"] >= 0, s["k"] < n, s["h"] >= 0, s["h"] <= H - 1, s["d"] >= 0,
                s["d"] <= D, s["v"] >= 0, s["v"] <= W - 1, s["r"] >= 0, s["r"] <= R - 1,
-               Implies(s["f"], And(s["t"] == C, s["k"] == C, s["h"] == 0, s["d"] == 0, s["v"] == 0)),
-               Implies(Not(s["f"]), s["r"] == 0), Implies(s["d"] > 0, s["h"] == 0))
+               Implies(s["f"], And(z3.BoolVal(True) if relaxed else s["t"] == C, s["k"] == C, s["h"] == 0,
+                                   s["d"] == 0, s["v"] == 0)),
+               Implies(Not(s["f"]), s["r"] == 0), Implies(s["d"] > 0, s["h"] == 0),
+               s["o"] >= MODE_NONE, s["o"] <= MODE_FORCE,
+               Implies(s["o"] == MODE_NONE, And(s["a"] == C, s["e"] == 0)),
+               Implies(s["o"] == MODE_LOCK, z3.Or([s["a"] == a for a in lockable] or [z3.BoolVal(False)])),
+               Implies(s["o"] == MODE_FORCE, And(s["a"] == C, z3.BoolVal(bool(operator.force)))),
+               Implies(s["o"] != MODE_NONE, And(s["e"] >= 1, s["e"] <= L - 1)))
 
 
 def _sexp(text: str):

@@ -118,14 +118,17 @@ def cortex_m4(source: Path, workdir: Path, entries: Sequence[str]) -> dict:
         raise CToolError("arm-none-eabi-gcc failed", log=out.stderr.strip())
     graph = obj.with_suffix(".ci").read_text(encoding="utf-8")
     frames, edges, external = {}, {}, set()
+
+    def fn(name: str) -> str:   # GCC names a static function "<source path>:<name>": the path goes
+        return name.rsplit(":", 1)[-1]   # (it is the build's directory; the record must not depend on it)
     for m in _NODE.finditer(graph):
         if m["kind"] != "static":
-            raise CToolError(f"{m['fn']}: stack frame is {m['kind']}, not static")
-        frames[m["fn"]] = int(m["bytes"])
+            raise CToolError(f"{fn(m['fn'])}: stack frame is {m['kind']}, not static")
+        frames[fn(m["fn"])] = int(m["bytes"])
     for m in _EXTERN.finditer(graph):
-        external.add(m["fn"])
+        external.add(fn(m["fn"]))
     for m in _EDGE.finditer(graph):
-        edges.setdefault(m["src"], set()).add(m["dst"])
+        edges.setdefault(fn(m["src"]), set()).add(fn(m["dst"]))
     sz = run([size, "-A", str(obj)], capture=True, text=True, timeout=_TIMEOUT)
     if sz.returncode != 0:
         raise CToolError("arm-none-eabi-size failed", log=sz.stderr.strip())

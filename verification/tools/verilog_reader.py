@@ -589,6 +589,10 @@ def check_controller(path: Path, spec, reason_names: list[str], reason_bits: int
             "sla_violation": ("input", 1), "token": ("output", tw), "reason": ("output", reason_bits),
             "audit_valid": ("output", 1), "audit_token": ("output", tw), "audit_reason": ("output", reason_bits),
             "audit_addr": ("output", ab)}
+    op = getattr(spec, "operator", None)
+    if op is not None:   # the command port after sla_violation (docs/hdl.md, "Operator command port")
+        items = list(want.items())
+        want = dict(items[:5] + [("op_cmd", ("input", 2)), ("op_arg", ("input", tw))] + items[5:])
     got = {n: (p.direction, p.width) for n, p in mod.ports.items()}
     if list(got) != list(want) or got != want:
         diff = [n for n in dict.fromkeys(list(want) + list(got)) if got.get(n) != want.get(n)]
@@ -609,6 +613,8 @@ def check_controller(path: Path, spec, reason_names: list[str], reason_bits: int
               "RECOV_LAST": f.recovery - 1}
     if f.hysteresis > 1:
         params["HYST_LAST"] = f.hysteresis - 1
+    if op is not None:
+        params.update(OP_STEPS=op.max_lock_steps, OP_LOCKABLE=op.config().lockable)
     params.update({f"R_{r}": i for i, r in enumerate(reason_names)})
     values = {k: v for k, (_, v) in mod.localparams.items()}
     if values != params:

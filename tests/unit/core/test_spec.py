@@ -10,6 +10,7 @@ import yaml
 from conftest import EXAMPLES
 from mi_certify.generator.core.errors import SpecError
 from mi_certify.generator.core.spec import load_spec
+from mi_certify.runtime.fsm import OperatorConfig
 
 BASE = textwrap.dedent("""\
     schema: mi-certify/v1
@@ -217,3 +218,62 @@ def test_sla_yaml_reference_states_the_length_limits():
                          ("`actions[].description`", 200), ("`properties[].description`", 200)]:
         assert f"at most {limit} characters" in rows[field], rows[field]
     assert "legal identifier of at most\n  64 characters" in doc
+
+
+# --- operator: (docs/fsm.md, "Operator interventions") ----------------------------------
+
+OPERATOR = {"lock": ["int4"], "force_conservative": True, "max_lock_steps": 600, "keys": ["ops-1", "ops.2"]}
+
+
+def _with(**edit):
+    def mutate(d):
+        d["operator"] = {**OPERATOR, **edit}
+        for k in [k for k, v in d["operator"].items() if v is None]:
+            del d["operator"][k]
+    return mutate
+
+
+def test_without_operator_there_is_no_operator_input(tmp_path):
+    assert load_spec(write(tmp_path, BASE)).operator is None
+
+
+def test_operator_section_resolves_to_tokens_and_defaults(tmp_path):
+    s = load_spec(write(tmp_path, BASE, _with()))
+    op = s.operator
+    assert (op.lock, op.force_conservative, op.yield_to_fallback, op.yield_to_probe_fault) == ((1,), True, True, True)
+    assert (op.max_lock_steps, op.keys) == (600, ("ops-1", "ops.2"))
+    assert op.config() == OperatorConfig(lockable=0b10, force=True, yield_fallback=True, yield_probe=True,
+                                         max_steps=600)
+    s = load_spec(write(tmp_path, BASE, _with(lock=None, yield_to_fallback=False, yield_to_probe_fault=False)))
+    assert s.operator.config() == OperatorConfig(0, True, False, False, 600)
+
+
+@pytest.mark.parametrize("edit,where,reason", [
+    ({"lock": ["int8"]}, "operator.lock[0]", "unknown action 'int8'"),
+    ({"lock": ["int4", "int4"]}, "operator.lock[1]", "listed twice"),
+    ({"max_lock_steps": 0}, "operator.max_lock_steps", "0 is less than the minimum of 1"),
+    ({"lock": [], "force_conservative": False}, "operator", "declares no intervention"),
+    ({"keys": ["a", "b", "a"]}, "operator.keys[2]", "duplicate key id 'a'"),
+    ({"keys": []}, "operator.keys", ""),
+    ({"keys": ["bad key"]}, "operator.keys[0]", ""),
+    ({"max_lock_steps": None}, "operator.max_lock_steps", "required field is missing"),
+])
+def test_operator_contradictions_are_refused_naming_file_and_field(tmp_path, edit, where, reason):
+    p = write(tmp_path, BASE, _with(**edit))
+    with pytest.raises(SpecError) as exc:
+        load_spec(p)
+    assert exc.value.file == str(p) and exc.value.where == where, str(exc.value)
+    assert reason in exc.value.reason
+
+
+def test_locking_an_action_a_property_forbids_everywhere_is_refused(tmp_path):
+    def mutate(d):
+        d["properties"].append({"id": "P9", "when": {}, "forbid": ["int4"]})
+        d["operator"] = dict(OPERATOR)
+    p = write(tmp_path, BASE, mutate)
+    with pytest.raises(SpecError) as exc:
+        load_spec(p)
+    assert exc.value.where == "operator.lock[0]"
+    assert "property 'P9' (properties[3]) forbids it in the whole envelope" in exc.value.reason
+    # a property forbidding it in part of the envelope (P1, temperature >= 95) is no contradiction
+    assert load_spec(write(tmp_path, BASE, _with())).operator.lock == (1,)

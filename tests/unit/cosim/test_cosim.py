@@ -224,3 +224,20 @@ def test_cosim_section_of_the_spec_is_validated(tmp_path):
     with pytest.raises(SpecError, match=r"cosim.coverage.lines: unknown field"):
         load_spec(sla)
     assert load_spec(REFERENCE_SLA).cosim.cycles == 100_000
+
+
+def test_the_directed_stimulus_switches_between_every_ordered_pair_of_active_actions():
+    """Transition coverage must not rest on the random part: a certified-trained controller's build
+    failed on coverage 0.9167 (int4 -> offload_cpu never taken) because the directed part only
+    chained keep -> a1 -> a2 -> a3. With no random cycles at all, the reference FSM driven by the
+    directed stimulus now takes all 12 ordered pairs of 4 actions."""
+    from mi_certify.verification.cosim.cocotb_sim import expected_trace, make_stimulus
+    cfg = FsmConfig(4, 0, 3, 10, 3, 8)
+    lut = bytes([0x80 | t for t in (0, 1, 2, 3)] * 4)          # every action proposed confidently somewhere
+    rows, directed = make_stimulus(cfg, lut, 0, seed=1)
+    assert directed == len(rows)
+    trace, disagreement = expected_trace(cfg, lut, rows)
+    assert disagreement is None
+    tokens = [t[0] for t in trace]
+    pairs = {(a, b) for a, b in zip(tokens, tokens[1:]) if a != b}
+    assert pairs == {(a, b) for a in range(4) for b in range(4) if a != b}

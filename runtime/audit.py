@@ -54,7 +54,7 @@ __all__ = ["AUDIT_FORMAT", "AuditError", "AuditLog", "AuditReport", "Finding", "
 AUDIT_FORMAT = "mi-certify/audit-v1"
 GENESIS = "0" * 64
 _MAC_TAIL = re.compile(rb',"mac":"([0-9a-f]{64})"\}$')
-_HEAD = re.compile(rb'^\{"seq":(0|[1-9][0-9]{0,17}),"kind":"(open|decision|close)",')
+_HEAD = re.compile(rb'^\{"seq":(0|[1-9][0-9]{0,17}),"kind":"(open|decision|command|close)",')
 _PREV_TAIL = re.compile(rb',"prev":"([0-9a-f]{64})"\}$')
 MIN_KEY_BYTES = 16
 
@@ -181,7 +181,7 @@ def _ascii(name: str) -> bytes:
 
 
 def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, before, after, token, action, reason,
-            latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json) -> bytes:
+            latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json, operator_json=None) -> bytes:
     """:func:`encode_decision` with positional arguments (the hot path)."""
     lat = (_dumps(latency_ms) if type(latency_ms) is float and -_INF < latency_ms < _INF
            else _number(latency_ms))
@@ -214,13 +214,16 @@ def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, bef
                             _number(verdict.accuracy_loss_pct), verdict.samples)
     if extra_json is not None:
         text += b',"extra":' + extra_json.encode("ascii")
+    if operator_json is not None:
+        text += b',"operator":' + operator_json.encode("ascii")
     return text
 
 
 def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, proposal: int | None,
                     confident: bool | None, sla_violation: bool, before: Sequence[int], after: Sequence[int],
                     token: int, action: str, reason: str, latency_ms=None, accuracy_loss_pct=None,
-                    verdict=None, probes_json: str | None = None, extra_json: str | None = None) -> bytes:
+                    verdict=None, probes_json: str | None = None, extra_json: str | None = None,
+                    operator_json: str | None = None) -> bytes:
     """JSON text (ASCII bytes) of the fields of one ``decision`` record, without braces,
     seq, kind and prev: the argument of :meth:`AuditLog.append_fields`.
 
@@ -229,12 +232,14 @@ def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, 
     value), NaN/inf as strings, None as null. ``action``/``reason`` must be ASCII
     identifiers (the spec guarantees it). ``verdict`` is a
     :class:`mi_certify.runtime.sla.SlaVerdict` or None; ``probes_json``/``extra_json``
-    are JSON texts placed as the values of ``"probes"``/``"extra"``. Times:
+    are JSON texts placed as the values of ``"probes"``/``"extra"``; ``operator_json`` (a build
+    with sla.yaml ``operator:``) the value of ``"operator"``: the step's command and the override
+    state around it (docs/operator.md). Times:
     ``time.monotonic_ns()`` and ``time.time_ns()``. :func:`encode_step` is the same
     with positional arguments taken from the generated runtime's ``step_record``.
     """
     return _encode(readings, addr, probe_fault, proposal, confident, sla_violation, before, after, token, action,
-                   reason, latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json)
+                   reason, latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json, operator_json)
 
 
 def encode_step(step: tuple, readings: Sequence, sla_violation: bool, action: str, reason: str, latency_ms=None,

@@ -18,7 +18,9 @@ Per request (docs/runtime.md, "Live loop"):
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import hmac
 import importlib.util
 import json
 import math
@@ -29,8 +31,9 @@ from fractions import Fraction
 from pathlib import Path
 
 from .audit import AuditLog, encode_decision, read_records
-from .fsm import FsmConfig, LutFsm, MaskBox, Reason
+from .fsm import FsmConfig, LutFsm, MaskBox, OperatorConfig, Reason
 from .lut_file import decode_lut_hex
+from .operator import CMD_CODES, Intake, OperatorPolicy, canonical_bytes
 from .probes import FeatureMap, HardwareProbe, ProbeSample
 from .quantize import fault_causes
 from .sla import MonitorConfig, SlaLimits, SlaMonitor, SlaVerdict
@@ -70,6 +73,19 @@ class LoadedBuild:
     @property
     def actions(self) -> tuple[str, ...]:
         return tuple(self.module.ACTIONS)
+
+    @property
+    def operator(self) -> OperatorPolicy | None:
+        """The operator policy of the generated runtime (sla.yaml ``operator:``), or None."""
+        return OperatorPolicy.from_module(self.module)
+
+    def operator_config(self) -> OperatorConfig | None:
+        """The same for the reference FSM (:class:`~mi_certify.runtime.fsm.OperatorConfig`)."""
+        p = self.operator
+        if p is None:
+            return None
+        return OperatorConfig(sum(1 << a for a in p.lockable), p.force, p.yield_fallback, p.yield_probe_fault,
+                              p.max_steps)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -138,6 +154,8 @@ class Decision:
     after: tuple
     token: int
     reason: str
+    #: builds with sla.yaml ``operator:``: {"cmd", "arg", "before": [o, a, e], "after": [o, a, e]}
+    operator: dict | None = None
 
 
 class ControlLoop:
@@ -151,14 +169,22 @@ class ControlLoop:
         controller: the step (default: the build's generated Python ``Controller``); any object with its
             ``step_record`` and ``state``, e.g. :class:`~mi_certify.runtime.c_step.CController` (the
             emitted C through ctypes): the records are the same values either way.
+        intake: operator commands (:class:`~mi_certify.runtime.operator.Intake`), for a build whose
+            sla.yaml declares ``operator:``; each one leaves a ``command`` record (docs/operator.md).
     """
 
     def __init__(self, build: LoadedBuild, probe: HardwareProbe, features: FeatureMap, audit: AuditLog | None = None,
-                 controller=None):
+                 controller=None, intake: Intake | None = None):
         self.build, self.probe, self.features, self.audit = build, probe, features, audit
         # the step: the generated Python Controller, or one with its interface (runtime/c_step.py, the C step)
         self.ctl = controller if controller is not None else build.module.Controller()
         self.monitor = SlaMonitor(build.limits, build.monitor)
+        self.policy = build.operator
+        if intake is not None and self.policy is None:
+            raise ValueError(f"{build.name}: its sla.yaml declares no operator: this controller takes no commands")
+        self.intake = intake
+        #: the command records of this loop (also when there is no audit log), in order
+        self.commands: list[dict] = []
 
     def audit_header(self) -> dict:
         """Fields of the ``open`` record for this loop."""
@@ -172,11 +198,14 @@ class ControlLoop:
                 "probe": type(self.probe).__name__}
 
     def decide(self) -> Decision:
-        """Read the probe and step the controller (never raises for sensor trouble)."""
+        """Read the probe and step the controller (never raises for sensor trouble); with an operator
+        intake, the oldest pending command goes into this step or is refused (a ``command`` record)."""
         m = self.build.module
         sample = self.probe.read()
         values, errors = self.features(sample)
         sla = self.monitor.violation
+        if self.policy is not None:
+            return self._decide_operator(sample, values, errors, sla)
         if hasattr(self.ctl, "step_record"):  # one call: quantize, LUT entry, states around the step
             addr, fault, proposal, confident, before, after, token, reason = self.ctl.step_record(values, sla)
             return Decision(sample, tuple(values), tuple(errors), addr, fault, proposal, confident, sla, before,
@@ -190,6 +219,41 @@ class ControlLoop:
         token, reason = self.ctl.step_addr(addr, fault, sla)
         return Decision(sample, tuple(values), tuple(errors), None if fault else addr, fault, proposal, confident,
                         sla, before, self.ctl.state, token, m.REASONS[reason])
+
+    def _decide_operator(self, sample, values, errors, sla) -> Decision:
+        """:meth:`decide` of a build with ``operator:`` (docs/operator.md, "At the step")."""
+        m, ctl = self.build.module, self.ctl
+        cmd = arg = 0
+        pending = None
+        if self.intake is not None:
+            for p in self.intake.poll():
+                self._command_record(p, "refused")
+            pending = self.intake.next()
+        if pending is not None:
+            # what the step would do without the command: the checks that depend on the step, and the record
+            base = copy.copy(ctl).step_record(values, sla)
+            addr, fault = base[0], base[1]
+            allowed = True if fault or pending.cmd != CMD_CODES["lock"] else bool((m.allowed(addr) >> pending.arg) & 1)
+            if self.intake.at_step(pending, m.REASONS[base[7]], allowed):
+                cmd, arg = pending.cmd, pending.arg
+            else:
+                self._command_record(pending, "refused", token_without=base[6])
+                pending = None
+        op_before = list(ctl.operator_state)
+        addr, fault, proposal, confident, before, after, token, reason = ctl.step_record(values, sla, cmd, arg)
+        op = {"cmd": cmd, "arg": arg, "before": op_before, "after": list(ctl.operator_state)}
+        if pending is not None:
+            self._command_record(pending, "accepted", token_without=base[6], token_with=token,
+                                 changed=token != base[6], reason=m.REASONS[reason], operator_after=op["after"])
+        return Decision(sample, tuple(values), tuple(errors), addr, fault, proposal, confident, sla, before,
+                        after, token, m.REASONS[reason], op)
+
+    def _command_record(self, p, outcome: str, **decision) -> None:
+        """One ``command`` record (docs/operator.md, "Audit records"), written at once."""
+        rec = p.record(self.build.actions, outcome, **decision)
+        self.commands.append(rec)
+        if self.audit is not None:
+            self.audit.append("command", rec)
 
     def fault_causes(self, d: Decision) -> list[dict]:
         """Why ``d`` is a probe fault: per faulty input its reading and the bound it broke
@@ -213,7 +277,8 @@ class ControlLoop:
                 action=self.build.actions[d.token], reason=d.reason, latency_ms=latency_ms,
                 accuracy_loss_pct=accuracy_loss_pct, verdict=verdict,
                 probes_json=json.dumps(probes, sort_keys=True, separators=(",", ":"), allow_nan=False),
-                extra_json=None if extra is None else json.dumps(extra, sort_keys=True, separators=(",", ":"))))
+                extra_json=None if extra is None else json.dumps(extra, sort_keys=True, separators=(",", ":")),
+                operator_json=None if d.operator is None else json.dumps(d.operator, separators=(",", ":"))))
         return verdict
 
 
@@ -234,6 +299,10 @@ class ReplayReport:
     fallbacks: int = 0
     recoveries: int = 0
     probe_faults: int = 0
+    #: operator command records by outcome ("accepted", or the refusal reason)
+    commands: Counter = field(default_factory=Counter)
+    #: accepted commands whose ``sig`` was re-checked with an operator key given to the replay
+    signatures_checked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -244,7 +313,8 @@ class ReplayReport:
                 "mismatches": [list(m) for m in self.mismatches[:100]], "mismatch_count": len(self.mismatches),
                 "per_action": self.per_action, "switches": dict(sorted(self.switches.items())),
                 "switch_count": sum(self.switches.values()), "reasons": dict(sorted(self.reasons.items())),
-                "fallbacks": self.fallbacks, "recoveries": self.recoveries, "probe_faults": self.probe_faults}
+                "fallbacks": self.fallbacks, "recoveries": self.recoveries, "probe_faults": self.probe_faults,
+                "commands": dict(sorted(self.commands.items())), "signatures_checked": self.signatures_checked}
 
 
 def _logged_number(x):
@@ -265,7 +335,7 @@ def _met(value, limit) -> bool:
                              and v <= limit)
 
 
-def replay(log_path, build: LoadedBuild, key: bytes | None = None) -> ReplayReport:
+def replay(log_path, build: LoadedBuild, key: bytes | None = None, operator_keys: dict | None = None) -> ReplayReport:
     """Re-run every logged decision through the build's generated runtime and the reference
     FSM, and every logged measurement through the SLA monitor; compare all logged fields.
 
@@ -275,6 +345,13 @@ def replay(log_path, build: LoadedBuild, key: bytes | None = None) -> ReplayRepo
     input equals the replayed monitor's verdict; the logged verdict. An ``open`` record
     starts a fresh controller and monitor (reset state) and must name this build.
 
+    A build with sla.yaml ``operator:`` (docs/operator.md, "Replay"): every decision carries its
+    command and the override state around it, which the replay steps and compares; a command other
+    than none needs the ``command`` record accepted just before it (its key id declared, its command
+    declared, its ``token_without`` / ``token_with`` equal to the replay's step without and with it),
+    a refused command must have changed nothing; with ``operator_keys`` ({key id: key}) every accepted
+    command's ``sig`` is re-checked.
+
     Raises:
         BuildLoadError if the log was written for another build or holds no records.
         AuditError if it cannot be read.
@@ -283,13 +360,15 @@ def replay(log_path, build: LoadedBuild, key: bytes | None = None) -> ReplayRepo
     records = sorted((ln for ln in lines if ln.record is not None), key=lambda ln: ln.seq)
     if not records:
         raise BuildLoadError("holds no readable record", log_path)
-    rp = _Replayer(build, log_path)
+    rp = _Replayer(build, log_path, operator_keys or {})
     for ln in records:
         kind = ln.record.get("kind")
         if kind == "open":
             rp.open(ln)
         elif kind == "decision":
             rp.decision(ln)
+        elif kind == "command":
+            rp.command(ln)
     for st in rp.stats.values():
         n = st["requests"]
         st["attainment"] = round(st["met_both"] / n, 6) if n else None
@@ -301,13 +380,16 @@ class _Replayer:
     """:func:`replay`'s state: the build's generated controller, the reference :class:`LutFsm`
     and the SLA monitor, stepped record by record; the report and per-action statistics."""
 
-    def __init__(self, build: LoadedBuild, log_path):
+    def __init__(self, build: LoadedBuild, log_path, operator_keys: dict):
         self.build, self.m, self.log_path = build, build.module, log_path
         self.ident = build.identity()
         self.rep = ReplayReport()
         n = len(build.lut)
+        self.policy, self.operator_keys = build.operator, operator_keys
         self.ref = LutFsm(build.fsm, [self.m.lut_entry(a)[0] for a in range(n)],
-                          [self.m.lut_entry(a)[1] for a in range(n)], build.masks)
+                          [self.m.lut_entry(a)[1] for a in range(n)], build.masks, build.operator_config())
+        self.accepted = None    # the accepted command record that the next decision must carry
+        self.refused_token = None    # a command refused at its step: the step's token without it
         self.ctl = self.m.Controller()
         self.mon = SlaMonitor(build.limits, build.monitor)
         self.stats = {a: {"requests": 0, "met_latency": 0, "met_accuracy": 0, "met_both": 0, "verdict_compliant": 0}
@@ -329,6 +411,74 @@ class _Replayer:
         self.mon.reset()
         self.rep.sessions += 1
         self.started = True
+        if self.accepted is not None:
+            self.bad(self.accepted[0], "command", "accepted", "no decision carried it before the next session")
+        self.accepted = self.refused_token = None
+
+    def command(self, ln) -> None:
+        """A ``command`` record: an accepted one must be declared (key id, command, action) and, with
+        its key, carry a valid ``sig``; the next decision must carry it. A refused one changes nothing."""
+        r, s = ln.record, ln.seq
+        if self.policy is None:
+            self.bad(s, "command", r.get("outcome"), "this build takes no operator commands")
+            return
+        outcome = r.get("outcome")
+        self.rep.commands[outcome if outcome == "accepted" else str(r.get("refusal"))] += 1
+        if outcome != "accepted":
+            if r.get("token_without") is not None:
+                self.refused_token = (s, r.get("token_without"))
+            return
+        c = r.get("command") or {}
+        kid, word = c.get("key_id"), c.get("command")
+        want = (CMD_CODES.get(word), self.build.actions.index(c["action"]) if c.get("action") in self.build.actions
+                else 0)
+        if kid not in self.policy.key_ids:
+            self.bad(s, "command", kid, f"key id not in operator.keys {list(self.policy.key_ids)}")
+        elif [r.get("cmd"), r.get("arg")] != list(want) or want[0] is None:
+            self.bad(s, "command", [r.get("cmd"), r.get("arg")], list(want))
+        elif want[0] == 1 and want[1] not in self.policy.lockable:
+            self.bad(s, "command", c.get("action"), "not in operator.lock")
+        elif want[0] == 2 and not self.policy.force:
+            self.bad(s, "command", "force", "operator.force_conservative is false")
+        if kid in self.operator_keys:
+            mac = hmac.new(self.operator_keys[kid], canonical_bytes(c), hashlib.sha256).hexdigest()
+            if not hmac.compare_digest(mac, str(c.get("sig"))):
+                self.bad(s, "sig", c.get("sig"), f"does not verify under key {kid!r}")
+            else:
+                self.rep.signatures_checked += 1
+        if self.accepted is not None:
+            self.bad(s, "command", "accepted", f"record {self.accepted[0]} was accepted and not yet applied")
+        self.accepted = (s, r)
+
+    def _operator_step(self, s, r, addr, fault, sla_in):
+        """The step of a build with ``operator:``: the logged command, checked against the command
+        records, and the override state; returns (token, reason) of the generated runtime."""
+        ctl, op = self.ctl, r.get("operator")
+        if not isinstance(op, dict):
+            self.bad(s, "operator", op, "a decision of this build carries its command and override state")
+            op = {"cmd": 0, "arg": 0}
+        cmd, arg = op.get("cmd", 0), op.get("arg", 0)
+        acc, self.accepted = self.accepted, None
+        if cmd and (acc is None or [acc[1].get("cmd"), acc[1].get("arg")] != [cmd, arg]):
+            self.bad(s, "operator", [cmd, arg], "a command with no accepted command record before it")
+        if acc is not None and not cmd:
+            self.bad(acc[0], "command", "accepted", f"decision {s} does not carry it")
+        if op.get("before") is not None and list(ctl.operator_state) != op.get("before"):
+            self.bad(s, "operator.before", op.get("before"), list(ctl.operator_state))
+        without = copy.copy(ctl).step_addr(addr, fault, sla_in)[0]
+        token, reason = ctl.step_addr(addr, fault, sla_in, cmd, arg)
+        res = self.ref.step_op(addr, fault, sla_in, cmd, arg)
+        if (res.token, int(res.reason)) != (token, reason):
+            self.bad(s, "reference", [token, self.m.REASONS[reason]], [res.token, res.reason.name])
+        if op.get("after") is not None and list(ctl.operator_state) != op.get("after"):
+            self.bad(s, "operator.after", op.get("after"), list(ctl.operator_state))
+        if acc is not None and [acc[1].get("token_without"), acc[1].get("token_with")] != [without, token]:
+            self.bad(acc[0], "command.tokens", [acc[1].get("token_without"), acc[1].get("token_with")],
+                     [without, token])
+        ref, self.refused_token = self.refused_token, None
+        if ref is not None and ref[1] != without:
+            self.bad(ref[0], "command.token_without", ref[1], without)
+        return token, reason
 
     def decision(self, ln) -> None:
         """A ``decision`` record: re-quantize, step both machines and the monitor, compare every
@@ -357,10 +507,13 @@ class _Replayer:
         if sla_in != self.mon.violation:
             self.bad(s, "sla_violation", sla_in, self.mon.violation)
         f_before, t_before = ctl.f, ctl.t
-        token, reason = ctl.step_addr(addr, fault, bool(sla_in))
-        res = self.ref.step(addr, fault, bool(sla_in))
-        if (res.token, res.reason.value) != (token, reason):
-            self.bad(s, "reference", [token, m.REASONS[reason]], [res.token, res.reason.name])
+        if self.policy is not None:
+            token, reason = self._operator_step(s, r, addr, fault, bool(sla_in))
+        else:
+            token, reason = ctl.step_addr(addr, fault, bool(sla_in))
+            res = self.ref.step(addr, fault, bool(sla_in))
+            if (res.token, res.reason.value) != (token, reason):
+                self.bad(s, "reference", [token, m.REASONS[reason]], [res.token, res.reason.name])
         if [r.get("token"), r.get("reason")] != [token, m.REASONS[reason]]:
             self.bad(s, "decision", [r.get("token"), r.get("reason")], [token, m.REASONS[reason]])
         if list(ctl.state) != r.get("after"):

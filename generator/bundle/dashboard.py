@@ -38,7 +38,7 @@ __all__ = ["Dashboard", "cell_edges", "dashboard_data", "render_dashboard", "wri
 
 #: Marker colours of the timeline (also used in the legend of the page).
 _MARKS = {"SWITCH": "#1f77b4", "FALLBACK": "#d62728", "PROBE_FAULT": "#ff7f0e", "RECOVER": "#2ca02c",
-          "MASKED": "#9467bd"}
+          "MASKED": "#9467bd", "LOCKED": "#8c564b", "FORCED": "#e377c2"}
 
 
 @dataclass
@@ -127,7 +127,9 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
     seq, token, action, reason, addr, probe_fault, readings (floats, NaN for none),
     latency_ms, accuracy_loss_pct, sla_violation, mismatch (count), fallback_entry), ``visited`` (Counter addr → count),
     ``inputs`` ((name, unit, lo, hi, bits) per input), ``edges`` (input → cell edges),
-    ``heatmaps`` ((x, y) pairs), ``per_action`` rows.
+    ``heatmaps`` ((x, y) pairs), ``per_action`` rows, ``commands`` (the operator ``command``
+    records, file order: seq, who, what, action, why, outcome, refusal, detail, token_without,
+    token_with, changed, at (index in ``records`` of the decision it went into or came before)).
 
     Raises:
         AuditError if the log cannot be read; BuildLoadError if it holds no record or was
@@ -138,10 +140,19 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
     lines, _torn = read_records(log_path, key)
     bad = Counter(m[0] for m in rep.mismatches)
     m = build.module
-    records = []
+    records, commands = [], []
     t0 = None
     for ln in lines:
         r = ln.record
+        if r is not None and r.get("kind") == "command":
+            c = r.get("command") if isinstance(r.get("command"), dict) else {}
+            commands.append({"seq": ln.seq, "who": str(r.get("who") or "-"), "what": str(r.get("what") or "-"),
+                             "action": str(c.get("action") or ""), "why": str(r.get("why") or ""),
+                             "outcome": str(r.get("outcome")), "refusal": r.get("refusal"),
+                             "detail": str(r.get("detail") or ""), "token_without": r.get("token_without"),
+                             "token_with": r.get("token_with"), "changed": bool(r.get("changed")),
+                             "mismatch": bad.get(ln.seq, 0), "at": len(records)})
+            continue
         if r is None or r.get("kind") != "decision":
             continue
         tok, reason, addr, readings = r.get("token"), r.get("reason"), r.get("addr"), r.get("readings")
@@ -174,7 +185,7 @@ def dashboard_data(log_path, build: LoadedBuild, key: bytes | None = None, ancho
     return {"verify": report.to_json(), "replay": j, "intact": report.ok, "confirmed": rep.ok,
             "records": records, "visited": visited, "inputs": inputs, "alerts": _alerts(records, per_action),
             "edges": {i[0]: cell_edges(i[2], i[3], i[4]) for i in inputs},
-            "heatmaps": _heatmap_pairs(build), "per_action": per_action}
+            "heatmaps": _heatmap_pairs(build), "per_action": per_action, "commands": commands}
 
 
 def _alerts(records: list[dict], per_action: list[dict]) -> dict:
@@ -239,12 +250,18 @@ def _timeline_svg(data: dict, actions) -> str:
             color="#444444", lw=1.2, label="active token")
     for reason, label, marker in (("SWITCH", "switch", "^"), ("FALLBACK", "fallback", "v"),
                                   ("PROBE_FAULT", "probe fault", "x"), ("RECOVER", "recover", "o"),
-                                  ("MASKED", "masked", "s")):
+                                  ("MASKED", "masked", "s"), ("LOCKED", "locked", "D"), ("FORCED", "forced", "P")):
         pts = [(xs[i], r["token"]) for i, r in enumerate(recs) if r["token"] is not None
                and (r["fallback_entry"] if reason == "FALLBACK" else r["reason"] == reason)]  # fallback: entries
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=42, color=_MARKS[reason],
                        label=f"{label if reason != 'FALLBACK' else 'fallback entry'} ({len(pts)})", zorder=3)
+    for outcome, marker, colour in (("accepted", "*", "#17becf"), ("refused", "X", "#7f7f7f")):
+        pts = [xs[c["at"]] for c in data.get("commands", ()) if (c["outcome"] == "accepted") == (outcome == "accepted")
+               and c["at"] < len(xs)]
+        if pts:   # operator commands on the bottom edge, at the decision they went into (or came before)
+            ax.scatter(pts, [-0.4] * len(pts), marker=marker, s=60, color=colour, zorder=4,
+                       label=f"operator command {outcome} ({len(pts)})")
     mism = [xs[i] for i, r in enumerate(recs) if r["mismatch"]]
     for i in mism:
         ax.axvline(i, color="#d62728", lw=0.8, ls=":")
@@ -438,6 +455,7 @@ def render_dashboard(log_path, build: LoadedBuild, key: bytes | None = None, anc
         heatmaps=heatmaps, visited=visited, inputs=data["inputs"], input_names=[i[0] for i in data["inputs"]],
         edges={k: ", ".join(f"{e:.6g}" for e in v) for k, v in data["edges"].items()},
         marks=_MARKS, fallback_steps=j["reasons"].get("FALLBACK", 0), alerts=data["alerts"],
+        commands=data["commands"], operator=build.operator,
         actions=build.actions, conservative=build.module.CONSERVATIVE)
     return Dashboard(html, data["intact"], data["confirmed"], {"verify": data["verify"], "replay": j})
 

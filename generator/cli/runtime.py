@@ -73,6 +73,15 @@ def add_parsers(sub) -> dict:
     r.add_argument("--warn-probe-faults", type=float, default=PROBE_FAULT_WARN_SHARE, metavar="SHARE",
                    help=f"warn when more than this share of the steps are probe faults (default "
                         f"{PROBE_FAULT_WARN_SHARE:g})")
+    r.add_argument("--commands", metavar="FILE",
+                   help="operator commands: signed lines appended to FILE while the run goes on (mi-certify command "
+                        "… >> FILE); builds whose sla.yaml declares operator: (docs/operator.md)")
+    r.add_argument("--command-socket", metavar="PATH",
+                   help="operator commands: a Unix datagram socket created at PATH (mode 0600, removed at the end); "
+                        "send with mi-certify command … --socket PATH")
+    r.add_argument("--operator-key", action="append", default=[], metavar="ID=KEYFILE",
+                   help="the HMAC key of operator key id ID (one of sla.yaml operator.keys; repeatable); a command "
+                        "signed with a key id the run holds no key for is refused")
     r.add_argument("--step", choices=("auto", "c", "python"), default="auto",
                    help="the controller step: the build's C runtime compiled with gcc and called through ctypes "
                         "(c), the generated Python runtime (python), or c when gcc and <name>.c are there (auto, "
@@ -100,6 +109,8 @@ def add_parsers(sub) -> dict:
     p.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
                    help="a record hash kept outside the log that must be in the intact chain (repeatable)")
     p.add_argument("--json", action="store_true", help="print the replay report as JSON on stdout")
+    p.add_argument("--operator-key", action="append", default=[], metavar="ID=KEYFILE",
+                   help="also re-check the signature of every accepted operator command of key id ID (repeatable)")
     d = asub.add_parser("report", help="write the operator's dashboard of a log: one offline HTML file",
                         description="Verifies the chain, replays the decisions and writes one self-contained HTML "
                                     "file (inline SVG plots): decision timeline, probe trends with LUT cell edges, "
@@ -112,7 +123,63 @@ def add_parsers(sub) -> dict:
     d.add_argument("--key", metavar="KEYFILE", help="HMAC key of the log")
     d.add_argument("--anchor", metavar="[SEQ:]SHA256", action="append", default=[],
                    help="a record hash kept outside the log that must be in the intact chain (repeatable)")
-    return {"run": run_command, "audit": audit_command}
+    c = sub.add_parser("command", help="sign an operator command (lock, force, release) for a running controller",
+                       description="Prints one signed command line (docs/operator.md), appends it to a command file "
+                                   "(--to) or sends it to a run's command socket (--socket). Exit 0 signed (and "
+                                   "delivered), 2 bad input.")
+    c.add_argument("what", choices=("lock", "force", "release"), help="the command")
+    c.add_argument("action", nargs="?", help="the action to lock (lock only)")
+    c.add_argument("--build", required=True, metavar="DIR", help="the build the command is for")
+    c.add_argument("--key-id", required=True, metavar="ID", help="the key id (one of sla.yaml operator.keys)")
+    c.add_argument("--key", required=True, metavar="KEYFILE", help="the HMAC key of that key id (>= 16 bytes)")
+    c.add_argument("--n", required=True, type=int, metavar="N",
+                   help="a number that grows with every command of this key (a command whose n is not above the "
+                        "last one the run accepted from this key is refused as replayed)")
+    c.add_argument("--why", required=True, metavar="TEXT", help="the reason, logged with the command")
+    c.add_argument("--expires-in", type=float, default=None, metavar="S",
+                   help="refuse the command if it reaches a step more than S seconds from now")
+    c.add_argument("--to", metavar="FILE", help="append the line to this command file")
+    c.add_argument("--socket", metavar="PATH", help="send it to this command socket")
+    return {"run": run_command, "audit": audit_command, "command": command_command}
+
+
+def command_command(args, console: Console) -> int:
+    """``mi-certify command``: one signed operator command (runtime/operator.py)."""
+    import time
+
+    from mi_certify.runtime.operator import send_to_socket, sign_command
+    from mi_certify.runtime.live import load_build
+    build = _located(load_build, args.build)
+    policy = build.operator
+    if policy is None:
+        raise RuntimeInputError("its sla.yaml declares no operator: this controller takes no commands",
+                                file=args.build)
+    if args.key_id not in policy.key_ids:
+        raise RuntimeInputError(f"--key-id {args.key_id!r} is not in sla.yaml operator.keys "
+                                f"({', '.join(policy.key_ids)})", file=args.build)
+    if args.what == "lock" and args.action not in build.actions:
+        raise RuntimeInputError(f"lock {args.action!r}: name one of the actions {', '.join(build.actions)}")
+    if args.what != "lock" and args.action is not None:
+        raise RuntimeInputError(f"{args.what} takes no action (only lock does)")
+    key = _key(args.key)
+    expires = None if args.expires_in is None else round(time.time() + args.expires_in, 3)
+    fields = _located(sign_command, key, controller=build.name, key_id=args.key_id, n=args.n, command=args.what,
+                      action=args.action, why=args.why, expires_unix=expires)
+    line = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    print(line)
+    if args.to:
+        try:
+            with open(args.to, "a", encoding="ascii") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:
+            raise RuntimeInputError(f"cannot append the command: {exc.strerror or exc}", file=args.to) from None
+    if args.socket:
+        try:
+            send_to_socket(args.socket, line.encode("ascii"))
+        except OSError as exc:
+            raise RuntimeInputError(f"cannot send the command: {exc.strerror or exc} (is mi-certify run "
+                                    "--command-socket running there?)", file=args.socket) from None
+    return 0
 
 
 def _located(fn, *args, **kw):
@@ -142,9 +209,10 @@ def run_command(args, console: Console) -> int:
     key = _key(args.key)
     console.print(f"loading {args.workload} ({len(build.actions)} plans) …")
     workload = _located(Workload, args.workload, [plans[a] for a in build.actions])
+    intake = _intake(args, build)
     controller, step_note, c_dir = _controller(args, build)
     console.print(f"step: {step_note}")
-    loop = ControlLoop(build, probe, features, controller=controller)
+    loop = ControlLoop(build, probe, features, controller=controller, intake=intake)
     log = head = rep = failed = None
     interrupted: list[int] = []
     restore = _stop_on_signals(interrupted)
@@ -169,12 +237,53 @@ def run_command(args, console: Console) -> int:
         finally:
             probe.close()
             workload.close()
+            if intake is not None:
+                intake.close()
             if c_dir is not None:
                 c_dir.cleanup()
     if failed is not None:
         raise RuntimeInputError(f"{failed.reason}; stopped, every record before it is in the log", file=failed.file)
     _print_run_end(args, build, rep, log, head, interrupted, console)
+    if intake is not None:
+        console.print(command_summary(loop.commands), highlight=False)
     return 130 if interrupted else 0
+
+
+def command_summary(records: list) -> str:
+    """One line: how many operator commands came, accepted, refused per reason."""
+    from collections import Counter
+    c = Counter(r["outcome"] if r["outcome"] == "accepted" else r["refusal"] for r in records)
+    refused = ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "accepted")
+    return (f"operator commands: {len(records)} received, {c.get('accepted', 0)} accepted, "
+            f"{len(records) - c.get('accepted', 0)} refused{' (' + refused + ')' if refused else ''}")
+
+
+def _intake(args, build):
+    """The operator command intake of ``run`` (None without --commands/--command-socket)."""
+    from mi_certify.runtime.operator import CommandFile, CommandSocket, Intake, load_operator_keys
+    if not args.commands and not args.command_socket:
+        if args.operator_key:
+            raise RuntimeInputError("--operator-key needs --commands FILE or --command-socket PATH")
+        return None
+    if build.operator is None:
+        raise RuntimeInputError("its sla.yaml declares no operator: this controller takes no commands "
+                                "(--commands, --command-socket)", file=args.build)
+    keys = _located(load_operator_keys, args.operator_key)
+    for kid in keys:
+        if kid not in build.operator.key_ids:
+            raise RuntimeInputError(f"--operator-key {kid}=…: {kid!r} is not in sla.yaml operator.keys "
+                                    f"({', '.join(build.operator.key_ids)})", file=args.build)
+    sources = []
+    try:
+        if args.commands:
+            sources.append(_located(CommandFile, args.commands))
+        if args.command_socket:
+            sources.append(_located(CommandSocket, args.command_socket))
+    except RuntimeInputError:
+        for s in sources:
+            s.close()
+        raise
+    return Intake(build.operator, build.actions, build.name, keys, sources)
 
 
 def _controller(args, build):
@@ -195,7 +304,7 @@ def _controller(args, build):
         tmp = tempfile.TemporaryDirectory(prefix="mi-certify-step-")
         try:
             so = shared_library([source], Path(tmp.name) / f"lib{build.name}.so")
-            ctl = CController(load_c_library(so, build.name), build.name, build.module)
+            ctl = CController(load_c_library(so, build.name, build.operator is not None), build.name, build.module)
         except BaseException:
             tmp.cleanup()
             raise
@@ -378,7 +487,8 @@ def audit_command(args, console: Console) -> int:
         return 0 if report.ok else 1
     from mi_certify.runtime.live import load_build, replay
     build = _located(load_build, args.build)
-    rep = _located(replay, args.log, build, key)
+    from mi_certify.runtime.operator import load_operator_keys
+    rep = _located(replay, args.log, build, key, _located(load_operator_keys, args.operator_key))
     if args.json:
         print(json.dumps({"verify": report.to_json(), "replay": rep.to_json()}, indent=2, sort_keys=True))
     _print_verify(report, console)
@@ -394,6 +504,13 @@ def audit_command(args, console: Console) -> int:
     console.print(f"switches: {j['switch_count']} {j['switches']}; probe faults (reason PROBE_FAULT): "
                   f"{rep.probe_faults}", highlight=False)
     console.print(fallback_summary(rep.fallbacks, j["reasons"].get("FALLBACK", 0), rep.recoveries), highlight=False)
+    if build.operator is not None:
+        n = sum(rep.commands.values())
+        console.print(f"operator commands: {n} ({dict(sorted(rep.commands.items()))}); steps LOCKED "
+                      f"{j['reasons'].get('LOCKED', 0)}, FORCED {j['reasons'].get('FORCED', 0)}; signatures "
+                      f"re-checked: {rep.signatures_checked} of {rep.commands.get('accepted', 0)} accepted"
+                      f"{'' if args.operator_key else ' (give --operator-key ID=FILE to re-check them)'}",
+                      highlight=False)
     if rep.mismatches:
         for seq, what, logged, got in rep.mismatches[:20]:
             console.print(f"[red]mismatch[/] record {seq}: {what}: logged {logged!r}, replayed {got!r}",

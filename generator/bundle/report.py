@@ -24,6 +24,7 @@ from mi_certify.templates import environment
 from mi_certify.generator.bundle.distillation_file import read_distillation
 from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
 from mi_certify.generator.bundle.manifest import UNHASHED
+from mi_certify.generator.bundle.operator_manual import manual
 from mi_certify.generator.core.results import GOOD_VERDICTS
 from mi_certify.generator.bundle.standing import (
     ASSUMED, OPEN, PROVED, RESOLVED, Standing, obligation_standing, weakest)
@@ -341,7 +342,8 @@ def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence
     heatmaps = _heatmaps(spec, lut if lut is not None else _lut_from_bundle(spec, d), d) if lut_json else []
     # the files manifest.json will hash: what is here now, the report itself and its heatmaps
     files = sorted({p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file()} - set(UNHASHED)
-                   | {"report.md", "report.html"} | {h["file"] for h in heatmaps})
+                   | {"report.md", "report.html"} | ({"operator.md"} if spec.operator else set())
+                   | {h["file"] for h in heatmaps})
     ob_methods = list(dict.fromkeys(o["method"] for o in obligations))
     return {
         "spec": spec, "summary": summary, "verdict": verdict, "ok": ok, "fig": figures,
@@ -360,14 +362,19 @@ def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence
         "heatmaps": heatmaps, "unhashed": UNHASHED,
         "fsm_svg": _fsm_svg(spec), "assumptions": _assumptions(spec),
         "files": files, "actions": [a.name for a in spec.actions],
+        "operator_manual": manual(spec, obligations),
     }
 
 
 def write_report(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence | None = None,
                  lut: Lut | None = None) -> None:
-    """Write report.md, report.html and heatmaps/*.png into the build directory ``d``
+    """Write report.md, report.html, operator.md (sla.yaml ``operator:`` only) and heatmaps/*.png into the
+    build directory ``d``
     (:func:`report_data`: ``evidence`` and ``lut`` when the pipeline has them in memory)."""
     data = report_data(spec, d, obligations, evidence, lut)
     env = environment()
     (d / "report.md").write_text(env.get_template("report/report.md.j2").render(**data), encoding="utf-8")
     (d / "report.html").write_text(env.get_template("report/report.html.j2").render(**data), encoding="utf-8")
+    if data["operator_manual"] is not None:   # sla.yaml operator: (generator/bundle/operator_manual.py)
+        (d / "operator.md").write_text(env.get_template("report/operator.md.j2").render(m=data["operator_manual"]),
+                                       encoding="utf-8")

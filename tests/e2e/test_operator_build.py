@@ -56,3 +56,30 @@ def test_check_re_derives_the_operator_bundle(operator_build):
     assert not failed, failed
     names = [i.name for i in items]
     assert any(n.startswith("fsm.operator.lock_safe") for n in names)
+
+
+def test_operator_manual_ties_every_line_to_an_obligation_of_the_bundle(operator_build):
+    """operator.md (and report.html's "Operator manual"): every action says whether and how it may be
+    overridden; every line names a proof obligation of proofs/index.json (with its verdict) or says it
+    is checked by test / assumed."""
+    _res, out = operator_build
+    index = {o["id"]: o["verdict"] for o in json.loads((out / "proofs" / "index.json").read_text())["obligations"]}
+    text = (out / "operator.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| ---")]
+    actions = {ln.split(" | ")[0][2:].split(" ")[0]: ln for ln in rows[1:5]}
+    assert set(actions) == {"keep", "merge_conv", "int4", "offload_cpu"}
+    assert "lock (`lock int4`), in force for at most 50 steps" in actions["int4"] and "P1 (temperature_c" in \
+        actions["int4"]
+    assert actions["offload_cpu"].split(" | ")[1] == "never: only the automatic machine puts it in force"
+    assert "force (`force`" in actions["keep"]
+    for ln in rows[1:]:
+        if ln.startswith("| # ") or ln.startswith("| action "):
+            continue
+        ids = re.findall(r"`([a-z]+\.[A-Za-z0-9_.]+)` \((\w[\w ]*)\)", ln)
+        assert ids or "checked by test" in ln, ln
+        for oid, verdict in ids:
+            assert index[oid] == verdict == "proved", (oid, verdict)
+    html = (out / "report.html").read_text()
+    assert 'id="operator-actions"' in html and 'id="operator-rules"' in html
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "operator.md" in manifest["files"]

@@ -218,12 +218,12 @@ def expected_documents(d: Path, spec, ir, manifest: dict, stages: dict) -> dict[
 
 
 def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes]:
-    """report.md, report.html and heatmaps/*.png rendered again from the bundle's evidence
+    """report.md, report.html, operator.md and heatmaps/*.png rendered again from the bundle's evidence
     in a scratch copy (the report files themselves and every unhashed file left out)."""
     from mi_certify.generator.bundle.report import write_report
 
     manifest = _read(d, "manifest.json")
-    mine = {"report.md", "report.html"}
+    mine = {"report.md", "report.html", "operator.md"}
     with tempfile.TemporaryDirectory(prefix="mi-certify-report-") as tmp:
         t = Path(tmp)
         for rel in manifest["files"]:

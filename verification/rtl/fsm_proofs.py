@@ -281,6 +281,8 @@ class FsmModel:
             return []
         And, Or, Not, Implies = z3.And, z3.Or, z3.Not, z3.Implies
         C, H, L = self.cfg.conservative, self.cfg.hysteresis, self.op.max_steps
+        lockable = [a for a in range(self.cfg.n_actions) if (self.op.lockable >> a) & 1]
+        lock_names = ", ".join(self.names[a] for a in lockable) if lockable else "none"
 
         def by_override(why):
             return Or(why == int(OperatorReason.LOCKED), why == int(OperatorReason.FORCED))
@@ -291,8 +293,13 @@ class FsmModel:
         return [
             ("fsm.operator.lock_safe", "operator",
              "a lock or force never puts in force an action the current cell forbids (every step without a probe "
-             "fault that an override decides leaves an action every property covering the cell allows)",
-             lambda s, i, s2, why: Implies(And(by_override(why), Not(i["pf"])), self.allowed(i, s2["t"]))),
+             "fault that an override decides leaves an action every property covering the cell allows), and a "
+             f"step decided by a lock leaves a declared lockable action ({lock_names}), one decided by a force "
+             "the conservative action",
+             lambda s, i, s2, why: And(
+                 Implies(And(by_override(why), Not(i["pf"])), self.allowed(i, s2["t"])),
+                 Implies(why == int(OperatorReason.LOCKED), Or([s2["t"] == a for a in lockable] or [z3.BoolVal(False)])),
+                 Implies(why == int(OperatorReason.FORCED), And(s2["t"] == C, z3.BoolVal(bool(self.op.force)))))),
             ("fsm.operator.expiry", "operator.max_lock_steps",
              f"an override is in force only within {L} steps of its LOCK/FORCE command (counted from and with the "
              "command's step), and a step decided by an override has one in force",

@@ -7,9 +7,9 @@ Format ``mi-certify/audit-v1`` (normative text: docs/runtime.md, "Audit log"):
   so a killed process loses nothing that ``append`` returned).
 - Every record starts ``{"seq":N,"kind":K,`` and ends ``"prev":H}`` where N counts
   0, 1, 2 … over the whole file, K is ``open`` (a writer session starts; its
-  fields describe the controller, the build and the policy), ``decision`` or
-  ``close``, and H is the SHA-256 (hex) of the previous line's bytes without its
-  newline (64 zeros for seq 0).
+  fields describe the controller, the build and the policy), ``decision``,
+  ``command`` (an operator command, docs/operator.md) or ``close``, and H is the
+  SHA-256 (hex) of the previous line's bytes without its newline (64 zeros for seq 0).
 - With an HMAC key, ``,"mac":M}`` replaces the final ``}``: M is HMAC-SHA256(key,
   the line up to and including the ``"prev"`` value followed by ``}``). Without
   the key nobody can produce a valid record, so an edit cannot be hidden by

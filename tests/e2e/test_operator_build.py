@@ -20,7 +20,7 @@ OPERATOR = "operator: {lock: [int4, merge_conv], force_conservative: true, max_l
 @pytest.fixture(scope="module")
 def operator_build(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("operator")
-    text = re.sub(r"bits: \d\}", "bits: 2}", REFERENCE_SLA.read_text())
+    text = re.sub(r"bits: \d\}", "bits: 2}", re.sub(r"\noperator: \{.*\}", "", REFERENCE_SLA.read_text()))
     text = text.replace("encoding: sliced_rom", "encoding: case")
     text = re.sub(r"\ncosim:.*", "\n", text, flags=re.S) + OPERATOR   # no coverage thresholds: a 10-bit grid
     (tmp / "sla.yaml").write_text(text)

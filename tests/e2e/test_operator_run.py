@@ -30,7 +30,7 @@ K1, K2, EVIL = b"1" * 16, b"2" * 32, b"e" * 16
 @pytest.fixture(scope="module")
 def op_build(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("oprun")
-    text = re.sub(r"\ncosim:.*", "\n", REFERENCE_SLA.read_text(), flags=re.S) + OPERATOR
+    text = re.sub(r"\ncosim:.*", "\n", re.sub(r"\noperator: \{.*\}", "", REFERENCE_SLA.read_text()), flags=re.S) + OPERATOR
     (tmp / "sla.yaml").write_text(text)
     out = tmp / "meta_controller"
     build(REFERENCE_MODEL, tmp / "sla.yaml", out, BuildOptions(skip_lint=True, skip_cosim=True, verify=False,

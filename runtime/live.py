@@ -345,8 +345,9 @@ def replay(log_path, build: LoadedBuild, key: bytes | None = None, operator_keys
     input equals the replayed monitor's verdict; the logged verdict. An ``open`` record
     starts a fresh controller and monitor (reset state) and must name this build.
 
-    A build with sla.yaml ``operator:`` (docs/operator.md, "Replay"): every decision carries its
-    command and the override state around it, which the replay steps and compares; a command other
+    A build with sla.yaml ``operator:`` (docs/operator.md, "Replay"): a decision carries its command
+    and the override state around it (one without them had no command), which the replay steps and
+    compares (a lock in force shows in the active token the replay compares); a command other
     than none needs the ``command`` record accepted just before it (its key id declared, its command
     declared, its ``token_without`` / ``token_with`` equal to the replay's step without and with it),
     a refused command must have changed nothing; with ``operator_keys`` ({key id: key}) every accepted
@@ -454,8 +455,10 @@ class _Replayer:
         """The step of a build with ``operator:``: the logged command, checked against the command
         records, and the override state; returns (token, reason) of the generated runtime."""
         ctl, op = self.ctl, r.get("operator")
-        if not isinstance(op, dict):
-            self.bad(s, "operator", op, "a decision of this build carries its command and override state")
+        if op is None:   # written without it (AuditLog.append_step from the integrator's loop): no command
+            op = {"cmd": 0, "arg": 0}
+        elif not isinstance(op, dict):
+            self.bad(s, "operator", op, "not an object with the step's command and override state")
             op = {"cmd": 0, "arg": 0}
         cmd, arg = op.get("cmd", 0), op.get("arg", 0)
         acc, self.accepted = self.accepted, None

@@ -1,0 +1,1 @@
+var SearchBucketIndex = [267651219];

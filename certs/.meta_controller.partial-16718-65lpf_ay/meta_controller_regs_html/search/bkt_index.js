@@ -1,1 +1,0 @@
-var SearchBucketIndex = [267651219];

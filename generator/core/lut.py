@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from mi_certify.runtime.fsm import FsmConfig, MaskBox
+from mi_certify.runtime.fsm import FsmConfig, MaskBox, OperatorConfig
 from mi_certify.runtime.lut_file import CONFIDENT_SHIFT, TOKEN_MASK
 from mi_certify.runtime.quantize import Quantizer
 
@@ -133,6 +133,10 @@ class LutFsmArtefact:
         actions: action names, by token.
         status: (2^address_bits,) PROVEN / RESOLVED / SAMPLED per cell, or None when only
             the table is known (a checker reading lut.hex).
+        operator: the operator input (sla.yaml ``operator:``, docs/fsm.md "Operator
+            interventions"), or None: the machine has none. The RTL proofs and the co-simulation
+            take it from here unless told otherwise, so no caller can prove or simulate an RTL with
+            a command port against a machine without one.
     """
 
     tokens: np.ndarray
@@ -143,6 +147,7 @@ class LutFsmArtefact:
     token_bits: int
     actions: tuple[str, ...]
     status: np.ndarray | None = None
+    operator: OperatorConfig | None = None
 
     def __post_init__(self):
         """Own read-only copies of the arrays (so :attr:`sha256` cannot change); raises
@@ -179,14 +184,16 @@ class LutFsmArtefact:
     def from_lut(cls, spec: Spec, lut: Lut, masks) -> "LutFsmArtefact":
         """The artefact of ``spec`` with table ``lut`` (after :func:`apply_masks`) and ``masks``."""
         return cls(lut.tokens, lut.confident, tuple(masks), spec.fsm_config(), tuple(i.bits for i in spec.inputs),
-                   spec.token_bits, tuple(a.name for a in spec.actions), lut.status)
+                   spec.token_bits, tuple(a.name for a in spec.actions), lut.status,
+                   spec.operator.config() if spec.operator else None)
 
     @classmethod
     def from_table(cls, spec: Spec, table: bytes | np.ndarray, masks) -> "LutFsmArtefact":
         """The artefact of ``spec`` from its lut.hex bytes (token | confident << 7 per address)."""
         tokens, confident = split_table(table)
         return cls(tokens, confident, tuple(masks), spec.fsm_config(),
-                   tuple(i.bits for i in spec.inputs), spec.token_bits, tuple(x.name for x in spec.actions))
+                   tuple(i.bits for i in spec.inputs), spec.token_bits, tuple(x.name for x in spec.actions),
+                   operator=spec.operator.config() if spec.operator else None)
 
     @classmethod
     def of_table(cls, config: FsmConfig, table: bytes, masks=(), input_bits: tuple[int, ...] | None = None

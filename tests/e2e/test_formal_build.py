@@ -87,7 +87,8 @@ def test_the_reference_build_proves_the_fsm_and_the_rtl(reference_build):
     s = json.loads((reference_build / "summary.json").read_text())
     assert s["fsm_proofs"] == {k: "proved" for k in ("fsm.invariant", "fsm.cooldown", "fsm.hysteresis",
                                                      "fsm.fallback", "fsm.recovery", "fsm.property.P1",
-                                                     "fsm.property.P2")}
+                                                     "fsm.property.P2", "fsm.operator.lock_safe",
+                                                     "fsm.operator.expiry", "fsm.operator.release")}
     assert s["rtl_proofs"] == {k: "proved" for k in ("rtl.reset", "rtl.equivalence", "rtl.invariant",
                                                      "rtl.property.P1", "rtl.property.P2", "rtl.audit",
                                                      "rtl.lut_table", "rtl.pipeline")}  # latency 2: the pipeline too
@@ -96,7 +97,7 @@ def test_the_reference_build_proves_the_fsm_and_the_rtl(reference_build):
     quantizer = [i for i in ids if i.startswith("quantizer.")]  # the raw-input quantizer (issue 34)
     assert quantizer == ["quantizer.compute_util", "quantizer.cache_chase_ns", "quantizer.mem_bw_avail_gbs",
                          "quantizer.free_sram_kb", "quantizer.temperature_c", "quantizer.address"]
-    assert len(ids) == 15 + len(quantizer) and all((reference_build / o["evidence"]).is_file() for o in index["obligations"])
+    assert len(ids) == 18 + len(quantizer) and all((reference_build / o["evidence"]).is_file() for o in index["obligations"])
     eq = next(o for o in index["obligations"] if o["id"] == "rtl.equivalence")
     s3 = z3.Solver()
     s3.from_string((reference_build / eq["prelude"]).read_text() + (reference_build / eq["evidence"]).read_text())

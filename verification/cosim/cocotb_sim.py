@@ -426,6 +426,7 @@ def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Pa
         simulator crash), which counts as failed. ``job``/``report`` keep the vectors and the
         bench report for coverage and a Verilator replay (not part of :meth:`CosimResult.to_json`).
     """
+    operator = operator if operator is not None else machine.operator   # the machine's own, by default
     cfg, lut, masks = machine.config, machine.table, tuple(machine.masks)
     from mi_certify.verification.cosim.vector_sim import run_icarus
 

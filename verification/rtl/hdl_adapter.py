@@ -29,6 +29,7 @@ def prepare(verilog: Path, module: str, reset_port: str, machine: LutFsmArtefact
     beside ``verilog``) is copied where the simulators run (:func:`.cocotb_sim.copy_memory_files`).
     ``operator``: the design has the command port (sla.yaml ``operator:``), passed through too.
     """
+    operator = operator or machine.operator is not None   # the machine's own command port, by default
     workdir.mkdir(parents=True, exist_ok=True)
     copy_memory_files(verilog, workdir)
     if reset_port == "rst":

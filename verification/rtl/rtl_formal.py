@@ -237,6 +237,7 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
     command ports ``op_cmd``/``op_arg`` and the override registers ``op_mode``/``op_act``/``op_left``,
     and every obligation covers them (rtl.equivalence: the reference with the operator, for every
     command)."""
+    operator = operator if operator is not None else machine.operator   # the machine's own, by default
     bits, token_bits = list(machine.input_bits), machine.token_bits
     design = yosys_smt2(verilog, top, entry_bits=token_bits + 1)
     rtl = RtlModel(cut_lut(design, top), top, machine.config, sum(bits), token_bits, reset_port, reset_active_low,

@@ -27,6 +27,7 @@ _READ = {
     "SLA_REQUESTS.COUNT": "sla_requests", "SLA_VIOLATIONS.COUNT": "sla_violations",
     "SLA_STATUS.LAT_VIOLATION": "lat_violation", "SLA_STATUS.ACC_VIOLATION": "acc_violation",
     "SLA_STATUS.BUSY": "sla_busy", "SLA_STATUS.PROTO_ERROR": "sla_proto_seen", "SLA_STATUS.SAMPLES": "sla_samples",
+    "OP.CMD": "2'b00", "OP.ARG": None,   # write-only: read 0 (ARG's width is the token's: below)
 }
 
 
@@ -56,7 +57,7 @@ def _read_expr(reg: Register, raw: dict[str, str]) -> str:
     for f in sorted(reg.fields, key=lambda f: -f.lsb):
         if bit > f.msb + 1:
             parts.append(f"{bit - f.msb - 1}'d0")
-        parts.append(raw.get(f"{reg.name}.{f.name}") or _READ[f"{reg.name}.{f.name}"])
+        parts.append(raw.get(f"{reg.name}.{f.name}") or _READ[f"{reg.name}.{f.name}"] or f"{f.width}'d0")
         bit = f.lsb
     if bit > 0:
         parts.append(f"{bit}'d0")

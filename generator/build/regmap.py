@@ -17,6 +17,8 @@ from mi_certify.generator.core.spec import Spec
 MAGIC, MAP_VERSION = 0x4D43, 1
 #: Byte offset of RAW_<input 0>; input i at RAW_BASE + 4 i.
 RAW_BASE = 0x40
+#: Byte offset of OP (only with sla.yaml ``operator:``).
+OP_OFFSET = 0x30
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def register_map(spec: Spec) -> tuple[Register, ...]:
                  "same step: one audit record)", (
                      Field("TOKEN", 0, tb, "r", f"active action: {actions}"),
                      Field("REASON", 8, 4, "r", "reason code (docs/fsm.md): 0=HOLD 1=PENDING 2=SWITCH 3=COOLDOWN "
-                           "4=LOW_CONFIDENCE 5=FALLBACK 6=RECOVER 7=PROBE_FAULT 8=MASKED"))),
+                           "4=LOW_CONFIDENCE 5=FALLBACK 6=RECOVER 7=PROBE_FAULT 8=MASKED"
+                           + (" 9=LOCKED 10=FORCED" if spec.operator else "")))),
         Register("SEQ", 0x10, "audit record: decision sequence number", (
             Field("COUNT", 0, 32, "r", "controller steps since reset (modulo 2^32) at the last DECISION read",
                   kind="snapshot"),)),
@@ -122,6 +125,18 @@ def register_map(spec: Spec) -> tuple[Register, ...]:
                   "an action out of range); write 1 to clear", kind="w1c"),
             Field("SAMPLES", 8, nw, "r", "requests in the window"))),
     ]
+    if spec.operator:   # sla.yaml operator: the core's command port (docs/fsm.md, "Operator interventions")
+        op = spec.operator
+        lockable = ", ".join(f"{t}={spec.actions[t].name}" for t in op.lock) or "none"
+        regs.append(Register("OP", OP_OFFSET, "operator command for the next controller step (docs/operator.md); "
+                             "the bus does not authenticate: the host software must (mi-certify's run checks an "
+                             "HMAC per key id before it writes a command)", (
+                                 Field("CMD", 0, 2, "w", "write (byte lane 0): the command of the next controller "
+                                       "step, then none again: 0 none, 1 lock ARG, 2 force the conservative action"
+                                       + ("" if op.force_conservative else " (not declared: ignored)")
+                                       + ", 3 release; reads 0"),
+                                 Field("ARG", 8, tb, "w", f"with CMD = 1 (byte lane 1; 0 when lane 1 is not written): "
+                                       f"the token to lock (lockable: {lockable}; another is ignored); reads 0"))))
     for i, (inp, fmt) in enumerate(zip(spec.inputs, spec.hdl.input_formats)):
         regs.append(Register(f"RAW_{inp.name.upper()}", RAW_BASE + 4 * i,
                              f"raw word of input {i}, {inp.name} ({inp.unit or '-'}; envelope [{inp.min:g}, {inp.max:g}])", (

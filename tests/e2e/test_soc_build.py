@@ -38,3 +38,21 @@ def test_a_wrong_read_multiplexer_is_caught_over_the_bus(reference_build, tmp_pa
     spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(summary["stages"]["emit"]["latency"]))
     rep = run_bus_cosim(spec, d, d / "meta_controller.py", "axil", 300, tmp_path / "work")
     assert not rep["passed"] and rep["mismatches"] > 0 and rep["first_mismatch"]["what"] == "read data"
+
+
+def test_an_op_register_that_does_not_reach_the_core_is_caught_over_the_bus(reference_build, tmp_path):
+    """The reference declares operator: its OP register drives the core's command port; a wrapper whose
+    command never reaches the core is caught by the bus co-simulation (the directed commands of the bench)."""
+    d = tmp_path / "b"
+    shutil.copytree(reference_build, d)
+    regs = d / "meta_controller_regs.v"
+    text = regs.read_text()
+    assert ".op_cmd(op_cmd_q), .op_arg(op_arg_q)," in text
+    regs.write_text(text.replace(".op_cmd(op_cmd_q)", ".op_cmd(2'd0)"))
+    summary = json.loads((d / "summary.json").read_text())
+    assert json.loads((d / "soc.json").read_text())["bus_cosim"]["axil"]["reasons_seen"]["9"] > 0   # LOCKED seen
+    spec = load_spec(next((d / "inputs" / "spec").glob("*.yaml")))
+    spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(summary["stages"]["emit"]["latency"]))
+    rep = run_bus_cosim(spec, d, d / "meta_controller.py", "wb", 300, tmp_path / "work")
+    assert not rep["passed"] and rep["mismatches"] > 0
+    assert rep["first_mismatch"]["what"] == "controller outputs (token, reason, audit_valid, audit_addr)"

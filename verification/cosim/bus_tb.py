@@ -57,6 +57,8 @@ class Model:
         self.n = len(cfg["inputs"])
         self.widths = [i["width"] for i in cfg["inputs"]]
         self.pipe: deque = deque()
+        self.op_q = (0, 0)
+        self.reasons: dict = {}   # reason code -> steps seen on the audit port   # OP: the command the core sees in the next cycle (sla.yaml operator:)
         self.token, self.reason, self.audit_valid, self.audit_addr = cfg["conservative"], 0, 0, 0
         self.free_run = self.irq_en = self.irq_fb = self.proto_seen = 0
         self.sla_acc = 0
@@ -123,6 +125,8 @@ class Model:
     def edge(self, s: dict) -> None:
         """One rising edge: ``s`` holds the DUT signals as the edge samples them."""
         self.cycles += 1
+        if s["audit_valid"]:
+            self.reasons[s["reason"]] = self.reasons.get(s["reason"], 0) + 1
         got = (s["token"], s["reason"], s["audit_valid"], s["audit_addr"])
         want = (self.token, self.reason, self.audit_valid, self.audit_addr)
         if got != want:
@@ -158,12 +162,15 @@ class Model:
         # next state, from the values before the edge
         nxt_live = (list(self.raw), list(self.rawv)) if (step or self.free_run) else None
         words = self.words()
-        self.pipe.append((words, s["violation"]))
+        self.pipe.append((words, s["violation"], self.op_q))
         old_token, old_reason, old_valid, old_addr = self.token, self.reason, self.audit_valid, self.audit_addr
         if len(self.pipe) == self.lat:
-            w, viol = self.pipe.popleft()
+            w, viol, (cmd, arg) = self.pipe.popleft()
             addr, fault = self.rt.quantize_words(w)
-            self.token, self.reason = self.ctl.step_words(w, bool(viol))
+            if self.cfg.get("operator"):
+                self.token, self.reason = self.ctl.step_words(w, bool(viol), cmd, arg)
+            else:
+                self.token, self.reason = self.ctl.step_words(w, bool(viol))
             self.audit_valid, self.audit_addr = 1, addr
         seq_now = (self.seq + old_valid) & 0xFFFFFFFF
         if s["rd_en"] and raddr == self.by_name["DECISION"]:
@@ -194,6 +201,10 @@ class Model:
                     self.rawv[i] = data >> 31 & 1
         if nxt_live is not None:
             self.live, self.livev = nxt_live
+        if self.cfg.get("operator"):   # OP: a one-cycle command for the core, then none
+            op = wr_ok and waddr == self.by_name["OP"]
+            self.op_q = ((data & 3) if op and strb & 1 else 0,
+                         (data >> 8 & ((1 << self.cfg["token_bits"]) - 1)) if op and strb & 2 else 0)
 
 
 def _sample(dut) -> dict:
@@ -222,6 +233,19 @@ def _stimulus(cfg: dict, rng: random.Random) -> list[tuple]:
     readonly = [r["offset"] for r in regs if all(f["sw"] == "r" for f in r["fields"])]
     inputs = cfg["inputs"]
     ops: list[tuple] = []
+    if "OP" in by:   # first, from reset: operator commands on readings in the middle of every envelope (no
+        # probe fault, so a lock can be in force): lock every token (declared or not), force, release, each alone
+        # in a batch of 16 (the AXI master runs a batch's reads beside its writes) followed by reads, after 32
+        # reads that let the machine leave the fallback the reset's probe faults put it in; every step compared
+        pad = [("r", by["DECISION"])] * 15
+        for inp in inputs:
+            ops.append(("w", inp["offset"], ((inp["lo_word"] + inp["hi_word"]) // 2) % (1 << inp["width"]) | 1 << 31,
+                        0xF))
+        ops.append(("w", by["CTRL"], 0b011, 0xF))   # STEP, FREE_RUN
+        ops += [("r", by["DECISION"])] * (16 - len(ops) % 16 + 32)
+        for cmd in [1 | t << 8 for t in range(1 << cfg["token_bits"])] + [2, 3, 1 | 2 << 8, 3]:
+            ops += [("w", by["OP"], cmd, 0x3)] + pad
+        ops += [("w", by["CTRL"], 0, 0xF)]
     for a in illegal[:8] + illegal[-4:]:
         ops += [("r", a), ("w", a, rng.getrandbits(32), 0xF)]
     for a in readonly:
@@ -260,6 +284,9 @@ def _stimulus(cfg: dict, rng: random.Random) -> list[tuple]:
             ops.append(("w", by["SLA_CMD"], rng.choice([1, 2, 2, 6, 3]), 0xF))
         elif k < 0.95:
             ops.append(("w", by["SLA_STATUS"], 8, 0xF))
+        elif k < 0.97 and "OP" in by:   # operator commands (lock any token, force, release, none), lanes 0-1
+            ops.append(("w", by["OP"], rng.choice([1, 1, 2, 3, 0]) | rng.getrandbits(cfg["token_bits"]) << 8,
+                        rng.choice([0x3, 0x3, 0x1, 0x2, 0xF])))
         else:
             a = rng.choice(illegal + readonly)
             ops.append(("r", a) if rng.random() < 0.5 else ("w", a, rng.getrandbits(32), rng.randint(1, 15)))
@@ -386,7 +413,8 @@ async def bus_against_reference(dut):
                     model.fail("read data", rtl=res[1], reference=data)
     await ClockCycles(dut.clk, 2)
     report = {"bus": cfg["bus"], "transactions": model.transactions, "cycles": model.cycles,
-              "mismatches": model.mismatches, "first_mismatch": model.first, "issued": len(ops)}
+              "mismatches": model.mismatches, "first_mismatch": model.first, "issued": len(ops),
+              "reasons_seen": {str(k): v for k, v in sorted(model.reasons.items())}}
     with open(cfg["report"], "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1, sort_keys=True)
     assert model.mismatches == 0, f"{model.mismatches} mismatches; first: {model.first}"

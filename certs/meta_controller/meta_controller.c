@@ -3,7 +3,7 @@
  *
  * Sources (sha256):
  *   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
- *   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+ *   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
  *   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
  */
 #include "meta_controller.h"
@@ -841,6 +841,7 @@ void meta_controller_step_addr(meta_controller_state_t *state, uint32_t addr, bo
         s.f = true;
         reason = (uint8_t)META_CONTROLLER_REASON_PROBE_FAULT;
     } else if (s.f) {                                        /* rule 2 */
+        s.t = (uint8_t)META_CONTROLLER_CONSERVATIVE;                  /* an override that did not yield */
         s.r = sla_violation ? 0u : (uint16_t)(s.r + 1u);
         if (s.r >= META_CONTROLLER_RECOVERY) {
             meta_controller_reset(&s);
@@ -903,4 +904,60 @@ void meta_controller_step(meta_controller_state_t *state, const double readings[
     uint32_t addr;
     const bool fault = meta_controller_quantize(readings, &addr);
     meta_controller_step_addr(state, addr, fault, sla_violation, record);
+}
+
+/* Operator interventions (docs/fsm.md, "Operator interventions"). */
+#define META_CONTROLLER_OP_MAX_STEPS 60u
+static const bool meta_controller_op_lockable[META_CONTROLLER_N_ACTIONS] = { false, false, true, false };
+
+void meta_controller_op_reset(meta_controller_op_state_t *op)
+{
+    op->o = 0u;
+    op->a = (uint8_t)META_CONTROLLER_CONSERVATIVE;
+    op->e = 0u;
+}
+
+void meta_controller_step_addr_op(meta_controller_state_t *state, meta_controller_op_state_t *op, uint32_t addr, bool probe_fault,
+                                  bool sla_violation, uint8_t cmd, uint8_t arg, meta_controller_record_t *record)
+{
+    meta_controller_op_state_t o = *op;
+    if ((cmd == META_CONTROLLER_CMD_LOCK) && (arg < META_CONTROLLER_N_ACTIONS) && meta_controller_op_lockable[arg]) {
+        o.o = 1u;
+        o.a = arg;
+        o.e = (uint16_t)META_CONTROLLER_OP_MAX_STEPS;
+    } else if (cmd == META_CONTROLLER_CMD_FORCE) {
+        o.o = 2u;
+        o.a = (uint8_t)META_CONTROLLER_CONSERVATIVE;
+        o.e = (uint16_t)META_CONTROLLER_OP_MAX_STEPS;
+    } else if (cmd == META_CONTROLLER_CMD_RELEASE) {
+        meta_controller_op_reset(&o);
+    } else {
+        /* no command, or one sla.yaml does not allow: the override stays as it is */
+    }
+    meta_controller_step_addr(state, addr, probe_fault, sla_violation, record);
+    if (o.o != 0u) {
+        const uint8_t why = record->reason;
+        const bool yields = (why == (uint8_t)META_CONTROLLER_REASON_PROBE_FAULT) ||
+(why == (uint8_t)META_CONTROLLER_REASON_FALLBACK) || (why == (uint8_t)META_CONTROLLER_REASON_RECOVER);
+        if ((!yields) && (record->probe_fault || meta_controller_allowed(addr, o.a))) {
+            state->t = o.a;
+            record->after.t = o.a;
+            record->token = o.a;
+            record->reason = (o.o == 1u) ? (uint8_t)META_CONTROLLER_REASON_LOCKED : (uint8_t)META_CONTROLLER_REASON_FORCED;
+        }
+        if (o.e > 1u) {
+            o.e = (uint16_t)(o.e - 1u);
+        } else {
+            meta_controller_op_reset(&o);
+        }
+    }
+    *op = o;
+}
+
+void meta_controller_step_op(meta_controller_state_t *state, meta_controller_op_state_t *op, const double readings[], bool sla_violation,
+                             uint8_t cmd, uint8_t arg, meta_controller_record_t *record)
+{
+    uint32_t addr;
+    const bool fault = meta_controller_quantize(readings, &addr);
+    meta_controller_step_addr_op(state, op, addr, fault, sla_violation, cmd, arg, record);
 }

@@ -4,7 +4,7 @@
  *
  * Sources (sha256):
  *   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
- *   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+ *   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
  *   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
  *
  * Inputs, in ONNX order (physical units; outside [min, max] or NaN = probe fault):
@@ -100,5 +100,37 @@ void meta_controller_step_addr(meta_controller_state_t *state, uint32_t addr, bo
 
 /* The one function per control period: meta_controller_quantize, then meta_controller_step_addr. */
 void meta_controller_step(meta_controller_state_t *state, const double readings[], bool sla_violation, meta_controller_record_t *record);
+
+/* Operator interventions (sla.yaml operator:; docs/fsm.md, "Operator interventions"): the command
+ * of a step (META_CONTROLLER_CMD_LOCK of token arg, lockable: int4;
+ * META_CONTROLLER_CMD_FORCE; META_CONTROLLER_CMD_RELEASE), the override
+ * state (mode o: 0 none, 1 lock, 2 force; the action a it puts in force; the steps e it stays in
+ * force, at most 60) and the steps with a command. The override yields to probe faults:
+ * yes; to the SLA fallback: yes. */
+#define META_CONTROLLER_CMD_NONE 0u
+#define META_CONTROLLER_CMD_LOCK 1u
+#define META_CONTROLLER_CMD_FORCE 2u
+#define META_CONTROLLER_CMD_RELEASE 3u
+#define META_CONTROLLER_REASON_LOCKED 9u
+#define META_CONTROLLER_REASON_FORCED 10u
+
+typedef struct {
+    uint8_t o;
+    uint8_t a;
+    uint16_t e;
+} meta_controller_op_state_t;
+
+/* Reset override state: none (o = 0, a = conservative, e = 0). */
+void meta_controller_op_reset(meta_controller_op_state_t *op);
+
+/* meta_controller_step_addr with the operator command cmd (arg: the token of a lock): the command updates
+ * *op, the step is meta_controller_step_addr, then an override in force that does not yield and whose
+ * action the cell allows puts its action in force (reason LOCKED / FORCED); *op counts down. */
+void meta_controller_step_addr_op(meta_controller_state_t *state, meta_controller_op_state_t *op, uint32_t addr, bool probe_fault,
+                                  bool sla_violation, uint8_t cmd, uint8_t arg, meta_controller_record_t *record);
+
+/* meta_controller_quantize, then meta_controller_step_addr_op. */
+void meta_controller_step_op(meta_controller_state_t *state, meta_controller_op_state_t *op, const double readings[], bool sla_violation,
+                             uint8_t cmd, uint8_t arg, meta_controller_record_t *record);
 
 #endif /* META_CONTROLLER_H */

@@ -5,7 +5,7 @@ arithmetic after quantization (quantization itself is exact, with fractions.Frac
 
 Sources (sha256):
     model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-    spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+    spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
     LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 
 Inputs, in ONNX order (physical units; outside [min, max] or NaN = probe fault):
@@ -20,6 +20,7 @@ Actions (token = index):
     2  int4
     3  offload_cpu
 FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
+Operator (docs/fsm.md, "Operator interventions"): lock int4; force_conservative True; yields to fallback True, to probe faults True; max_lock_steps 60.
 LUT cells: 16384 (7578 proven, 8806 resolved, 0 sampled at the cell centre, not proven).
 
 Usage:
@@ -49,7 +50,7 @@ INPUTS = (
     ('temperature_c', 'degC', Fraction(20, 1), Fraction(110, 1), 3),
 )
 ACTIONS = ('keep', 'merge_conv', 'int4', 'offload_cpu')
-REASONS = ('HOLD', 'PENDING', 'SWITCH', 'COOLDOWN', 'LOW_CONFIDENCE', 'FALLBACK', 'RECOVER', 'PROBE_FAULT', 'MASKED')
+REASONS = ('HOLD', 'PENDING', 'SWITCH', 'COOLDOWN', 'LOW_CONFIDENCE', 'FALLBACK', 'RECOVER', 'PROBE_FAULT', 'MASKED', 'LOCKED', 'FORCED')
 CONSERVATIVE = 0
 HYSTERESIS = 3
 COOLDOWN = 10
@@ -75,6 +76,19 @@ R_FALLBACK = 5
 R_RECOVER = 6
 R_PROBE_FAULT = 7
 R_MASKED = 8
+R_LOCKED = 9
+R_FORCED = 10
+
+# Operator interventions (sla.yaml operator:; docs/fsm.md, "Operator interventions").
+CMD_NONE, CMD_LOCK, CMD_FORCE, CMD_RELEASE = 0, 1, 2, 3
+#: Bitmask of the tokens a lock may name.
+OPERATOR_LOCKABLE = 0b0100
+OPERATOR_FORCE = True
+OPERATOR_YIELD_FALLBACK = True
+OPERATOR_YIELD_PROBE_FAULT = True
+OPERATOR_MAX_STEPS = 60
+#: who may issue commands (sla.yaml operator.keys; the command intake checks them, docs/operator.md)
+OPERATOR_KEYS = ('ops-lead', 'safety-officer')
 
 # sla.yaml forbid/require properties (docs/fsm.md rule 3a): (property id, first
 # levels, last levels (inclusive, per input), bitmask of the allowed tokens).
@@ -705,13 +719,22 @@ def lut_entry(addr):
 
 class Controller:
     """The LUT-FSM. State: active token t, candidate k, hysteresis count h,
-    cooldown d, violation count v, fallback flag f, recovery count r."""
+    cooldown d, violation count v, fallback flag f, recovery count r.
+    Operator override (docs/fsm.md, "Operator interventions"): mode o (0 none, 1 lock,
+    2 force), action a it puts in force, steps e it stays in force."""
 
     def __init__(self):
         self.reset()
 
     def reset(self):
         """Return to the reset state: conservative action, all counters zero."""
+        self._reset_machine()
+        self.o = 0
+        self.a = CONSERVATIVE
+        self.e = 0
+
+    def _reset_machine(self):
+        """The LUT-FSM part of :meth:`reset` (rules 1, 2, 3, 3a); the override state is kept."""
         self.t = CONSERVATIVE
         self.k = CONSERVATIVE
         self.h = 0
@@ -725,62 +748,23 @@ class Controller:
         """(t, k, h, d, v, f, r)."""
         return (self.t, self.k, self.h, self.d, self.v, self.f, self.r)
 
-    def step(self, values, sla_violation=False):
-        """Quantize physical probe values and advance one step; returns (token, reason)."""
-        addr, probe_fault = quantize(values)
-        # the body of step_addr (one source in the template), without its address check:
-        # quantize returns a valid address or a probe fault
-        if probe_fault:
-            self.reset()
-            self.f = 1
-            return self.t, R_PROBE_FAULT
-        if self.f:
-            self.r = 0 if sla_violation else self.r + 1
-            if self.r == RECOVERY:
-                self.reset()
-                self.d = COOLDOWN
-                return self.t, R_RECOVER
-            return self.t, R_FALLBACK
-        self.v = self.v + 1 if sla_violation else 0
-        if self.v == VIOLATIONS_TO_FALLBACK:
-            self.reset()
-            self.f = 1
-            return self.t, R_FALLBACK
-        if not (_ALLOWED_EVERYWHERE >> self.t) & 1 and not (allowed(addr) >> self.t) & 1:
-            v = self.v
-            self.reset()
-            self.v = v
-            self.d = COOLDOWN
-            return self.t, R_MASKED
-        if self.d > 0:
-            self.d -= 1
-            return self.t, R_COOLDOWN
-        entry = _LUT[addr]
-        p = entry & 0x7F
-        if not entry >> 7:
-            self.h = 0
-            return self.t, R_LOW_CONFIDENCE
-        if p == self.t:
-            self.h = 0
-            return self.t, R_HOLD
-        if p == self.k:
-            self.h += 1
-        else:
-            self.k = p
-            self.h = 1
-        if self.h == HYSTERESIS:
-            self.t = p
-            self.d = COOLDOWN
-            self.h = 0
-            return self.t, R_SWITCH
-        return self.t, R_PENDING
+    @property
+    def operator_state(self):
+        """(o, a, e): override mode, its action, steps it stays in force."""
+        return (self.o, self.a, self.e)
 
-    def step_words(self, words, sla_violation=False):
+    def step(self, values, sla_violation=False, cmd=CMD_NONE, arg=0):
+        """Quantize physical probe values and advance one step with operator command ``cmd``
+        (CMD_NONE, CMD_LOCK of token ``arg``, CMD_FORCE, CMD_RELEASE); returns (token, reason)."""
+        addr, probe_fault = quantize(values)
+        return self._operate(addr, probe_fault, sla_violation, cmd, arg)
+
+    def step_words(self, words, sla_violation=False, cmd=CMD_NONE, arg=0):
         """:meth:`step` on raw words (:func:`quantize_words`); returns (token, reason)."""
         addr, probe_fault = quantize_words(words)
-        return self.step_addr(addr, probe_fault, sla_violation)
+        return self.step_addr(addr, probe_fault, sla_violation, cmd, arg)
 
-    def step_record(self, values, sla_violation=False):
+    def step_record(self, values, sla_violation=False, cmd=CMD_NONE, arg=0):
         """Quantize, advance one step and return what the step's audit record needs:
         (addr, probe_fault, proposal, confident, before, after, token, reason).
 
@@ -790,15 +774,16 @@ class Controller:
         """
         addr, fault = quantize(values)
         before = (self.t, self.k, self.h, self.d, self.v, self.f, self.r)
-        token, reason = self.step_addr(addr, fault, sla_violation)
+        token, reason = self.step_addr(addr, fault, sla_violation, cmd, arg)
         after = (self.t, self.k, self.h, self.d, self.v, self.f, self.r)
         if fault:
             return None, True, None, None, before, after, token, reason
         entry = _LUT[addr]
         return addr, False, entry & 0x7F, entry > 0x7F, before, after, token, reason
 
-    def step_addr(self, addr, probe_fault=False, sla_violation=False):
-        """Advance one step from a LUT address; returns (token, reason)."""
+    def step_addr(self, addr, probe_fault=False, sla_violation=False, cmd=CMD_NONE, arg=0):
+        """Advance one step from a LUT address with operator command ``cmd`` (see :meth:`step`);
+        returns (token, reason)."""
         if not probe_fault:
             if type(addr) is not int:
                 if isinstance(addr, bool) or not isinstance(addr, numbers.Integral):
@@ -806,25 +791,54 @@ class Controller:
                 addr = int(addr)  # a numpy integer: its value, as a Python int
             if not 0 <= addr < len(_LUT):
                 raise ValueError(f"address {addr!r} outside 0..{len(_LUT) - 1}")
+        return self._operate(addr, probe_fault, sla_violation, cmd, arg)
+
+    def _operate(self, addr, probe_fault, sla_violation, cmd, arg):
+        """One step with an operator command: the command updates the override, the LUT-FSM
+        steps (rules 1-7), then an override in force that does not yield and whose action the
+        cell allows puts its action in force (LOCKED / FORCED); its step count goes down."""
+        if (cmd == CMD_LOCK and isinstance(arg, numbers.Integral)
+                and 0 <= arg < len(ACTIONS) and (OPERATOR_LOCKABLE >> int(arg)) & 1):
+            self.o, self.a, self.e = 1, int(arg), OPERATOR_MAX_STEPS
+        elif cmd == CMD_FORCE and OPERATOR_FORCE:
+            self.o, self.a, self.e = 2, CONSERVATIVE, OPERATOR_MAX_STEPS
+        elif cmd == CMD_RELEASE:
+            self.o, self.a, self.e = 0, CONSERVATIVE, 0
+        token, reason = self._machine_step(addr, probe_fault, sla_violation)
+        if self.o:
+            if not ((OPERATOR_YIELD_PROBE_FAULT and reason == R_PROBE_FAULT)
+                    or (OPERATOR_YIELD_FALLBACK and (reason == R_FALLBACK or reason == R_RECOVER))):
+                if probe_fault or (allowed(addr) >> self.a) & 1:
+                    self.t = token = self.a
+                    reason = R_LOCKED if self.o == 1 else R_FORCED
+            if self.e > 1:
+                self.e -= 1
+            else:
+                self.o, self.a, self.e = 0, CONSERVATIVE, 0
+        return token, reason
+
+    def _machine_step(self, addr, probe_fault, sla_violation):
+        """The LUT-FSM step (rules 1-7, 3a) without the operator."""
         if probe_fault:
-            self.reset()
+            self._reset_machine()
             self.f = 1
             return self.t, R_PROBE_FAULT
         if self.f:
+            self.t = CONSERVATIVE  # an override that does not yield may have left another action active
             self.r = 0 if sla_violation else self.r + 1
             if self.r == RECOVERY:
-                self.reset()
+                self._reset_machine()
                 self.d = COOLDOWN
                 return self.t, R_RECOVER
             return self.t, R_FALLBACK
         self.v = self.v + 1 if sla_violation else 0
         if self.v == VIOLATIONS_TO_FALLBACK:
-            self.reset()
+            self._reset_machine()
             self.f = 1
             return self.t, R_FALLBACK
         if not (_ALLOWED_EVERYWHERE >> self.t) & 1 and not (allowed(addr) >> self.t) & 1:
             v = self.v
-            self.reset()
+            self._reset_machine()
             self.v = v
             self.d = COOLDOWN
             return self.t, R_MASKED

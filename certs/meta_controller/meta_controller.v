@@ -3,7 +3,7 @@
 //
 // Sources (sha256):
 //   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-//   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
 //   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 //
 // Ports:
@@ -17,6 +17,8 @@
 //                              [2:0] temperature_c (degC), 3 bits over [20.0, 110.0]
 //   probe_fault    in   1   a probe reading is missing, NaN or outside its envelope
 //   sla_violation  in   1   the SLA monitor judged the last request a violation
+//   op_cmd         in   2   operator command (docs/fsm.md, "Operator interventions"): 0 none, 1 lock op_arg, 2 force the conservative action, 3 release
+//   op_arg         in  2   the token op_cmd = 1 locks (lockable: int4)
 //   token          out  2   active action (registered): 0=keep 1=merge_conv 2=int4 3=offload_cpu
 //   reason         out  4   why (registered): 0=HOLD 1=PENDING 2=SWITCH 3=COOLDOWN 4=LOW_CONFIDENCE 5=FALLBACK 6=RECOVER 7=PROBE_FAULT 8=MASKED
 //   audit_valid    out  1   registered: high in the cycle after each non-reset step (a decision to log)
@@ -35,7 +37,7 @@
 // LUT encoding: sliced ROM: 7 distinct entries coded in 3 bits, 32 slices of 512 cells, 71 stored columns of 512 bits read synchronously from meta_controller_rom.hex ($readmemh); the read registered twice (latency 3)
 // Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target).
 // A measured Fmax below it fails the build.
-// Measured: up5k 50.45 MHz: met.
+// Measured: up5k 50.52 MHz: met.
 // FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
 // LUT cells: 16384 (7578 proven, 8806 resolved, 0 sampled at the cell centre, not proven).
 `default_nettype none
@@ -47,6 +49,8 @@ module meta_controller (
     input  wire [13:0]  addr,
     input  wire         probe_fault,
     input  wire         sla_violation,
+    input  wire [1:0]   op_cmd,
+    input  wire [1:0]   op_arg,
     output reg  [1:0]   token,
     output reg  [3:0]   reason,
     output reg          audit_valid,
@@ -63,6 +67,8 @@ module meta_controller (
     localparam [3:0] COOLDOWN     = 4'd10;
     localparam [1:0] VIOL_LAST    = 2'd2;
     localparam [2:0] RECOV_LAST   = 3'd7;
+    localparam [5:0] OP_STEPS     = 6'd60;
+    localparam [3:0] OP_LOCKABLE  = 4'd4;
 
     localparam [3:0] R_HOLD           = 4'd0;
     localparam [3:0] R_PENDING        = 4'd1;
@@ -73,14 +79,19 @@ module meta_controller (
     localparam [3:0] R_RECOVER        = 4'd6;
     localparam [3:0] R_PROBE_FAULT    = 4'd7;
     localparam [3:0] R_MASKED         = 4'd8;
+    localparam [3:0] R_LOCKED         = 4'd9;
+    localparam [3:0] R_FORCED         = 4'd10;
 
     // ---- state (token is the active action t) -----------------------------------
-    reg [1:0] cand;   // candidate k
-    reg [1:0] hcnt;   // hysteresis count h, 0..2
-    reg [3:0] dcnt;   // cooldown count d, 0..10
-    reg [1:0] vcnt;   // consecutive SLA violations v, 0..2
-    reg       fb;     // fallback flag f
-    reg [2:0] rcnt;   // consecutive compliant steps in fallback r, 0..7
+    reg [1:0] cand;      // candidate k
+    reg [1:0] hcnt;      // hysteresis count h, 0..2
+    reg [3:0] dcnt;      // cooldown count d, 0..10
+    reg [1:0] vcnt;      // consecutive SLA violations v, 0..2
+    reg       fb;        // fallback flag f
+    reg [2:0] rcnt;      // consecutive compliant steps in fallback r, 0..7
+    reg [1:0] op_mode;   // operator override o: 0 none, 1 lock, 2 force
+    reg [1:0] op_act;    // the action the override puts in force a
+    reg [5:0] op_left;   // steps the override stays in force e, 0..59
 
     // ---- input pipeline (docs/hdl.md, "Latency"): stage k holds the inputs sampled k
     // cycles ago; valid_qk: no reset since they were sampled (the data registers need none)
@@ -88,18 +99,26 @@ module meta_controller (
     reg        probe_fault_q1;
     reg        sla_violation_q1;
     reg        valid_q1;   // no reset in the last cycle
+    reg [1:0]  op_cmd_q1;
+    reg [1:0]  op_arg_q1;
     reg [13:0] addr_q2;    // addr sampled 2 cycles ago
     reg        probe_fault_q2;
     reg        sla_violation_q2;
     reg        valid_q2;   // no reset in the last 2 cycles
+    reg [1:0]  op_cmd_q2;
+    reg [1:0]  op_arg_q2;
 
     always @(posedge clk) begin
         addr_q1          <= addr;
         probe_fault_q1   <= probe_fault;
         sla_violation_q1 <= sla_violation;
+        op_cmd_q1        <= op_cmd;
+        op_arg_q1        <= op_arg;
         addr_q2          <= addr_q1;
         probe_fault_q2   <= probe_fault_q1;
         sla_violation_q2 <= sla_violation_q1;
+        op_cmd_q2        <= op_cmd_q1;
+        op_arg_q2        <= op_arg_q1;
     end
 
     always @(posedge clk) begin
@@ -246,6 +265,14 @@ module meta_controller (
     reg       n_fb;
     reg [2:0] n_rcnt;
     reg [3:0] n_reason;
+    reg [1:0] x_token;
+    reg [3:0] x_reason;
+    reg [1:0] c_mode;
+    reg [1:0] c_act;
+    reg [5:0] c_left;
+    reg [1:0] n_mode;
+    reg [1:0] n_act;
+    reg [5:0] n_left;
 
     always @(*) begin
         n_token  = token;
@@ -266,6 +293,7 @@ module meta_controller (
             n_rcnt   = 3'd0;
             n_reason = R_PROBE_FAULT;
         end else if (fb) begin                          // 2. in fallback
+            n_token  = CONSERVATIVE;                    // an override that did not yield may have left another action
             if (sla_violation_q2) begin
                 n_rcnt   = 3'd0;
                 n_reason = R_FALLBACK;
@@ -321,6 +349,43 @@ module meta_controller (
         end
     end
 
+    // ---- operator override (docs/fsm.md, "Operator interventions"): the command, then the
+    // override on the base step's decision, then its step count ---------------------------
+    always @(*) begin
+        c_mode = op_mode;
+        c_act  = op_act;
+        c_left = op_left;
+        if (op_cmd_q2 == 2'd1 && OP_LOCKABLE[op_arg_q2]) begin
+            c_mode = 2'd1;
+            c_act  = op_arg_q2;
+            c_left = OP_STEPS;
+        end else if (op_cmd_q2 == 2'd2) begin
+            c_mode = 2'd2;
+            c_act  = CONSERVATIVE;
+            c_left = OP_STEPS;
+        end else if (op_cmd_q2 == 2'd3) begin
+            c_mode = 2'd0;
+            c_act  = CONSERVATIVE;
+            c_left = 6'd0;
+        end
+        x_token  = n_token;
+        x_reason = n_reason;
+        n_mode   = 2'd0;
+        n_act    = CONSERVATIVE;
+        n_left   = 6'd0;
+        if (c_mode != 2'd0) begin
+            if ((!probe_fault_q2 && !(fb || (sla_violation_q2 && vcnt == VIOL_LAST))) && (probe_fault_q2 || allowed[c_act])) begin
+                x_token  = c_act;
+                x_reason = (c_mode == 2'd1) ? R_LOCKED : R_FORCED;
+            end
+            if (c_left > 6'd1) begin
+                n_mode = c_mode;
+                n_act  = c_act;
+                n_left = c_left - 6'd1;
+            end
+        end
+    end
+
     // ---- registers ----------------------------------------------------------------
     always @(posedge clk) begin
         if (rst || !valid_q2) begin   // reset, or no input has reached the decision yet
@@ -332,17 +397,23 @@ module meta_controller (
             fb          <= 1'b0;
             rcnt        <= 3'd0;
             reason      <= R_HOLD;
+            op_mode     <= 2'd0;
+            op_act      <= CONSERVATIVE;
+            op_left     <= 6'd0;
             audit_valid <= 1'b0;
             audit_addr  <= 14'd0;
         end else begin
-            token       <= n_token;
+            token       <= x_token;
             cand        <= n_cand;
             hcnt        <= n_hcnt;
             dcnt        <= n_dcnt;
             vcnt        <= n_vcnt;
             fb          <= n_fb;
             rcnt        <= n_rcnt;
-            reason      <= n_reason;
+            reason      <= x_reason;
+            op_mode     <= n_mode;
+            op_act      <= n_act;
+            op_left     <= n_left;
             audit_valid <= 1'b1;
             audit_addr  <= addr_q2;
         end

@@ -3,7 +3,7 @@
 // (the register core; register map meta_controller_regs.rdl) and what it needs.
 //
 // Sources (sha256):
-//   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
 //
 // AXI4-Lite (AMBA AXI and ACE Protocol Specification, B1): 32-bit data, 8-bit byte addresses,
 // WSTRB byte enables, no PROT checks. A write is taken when AWVALID and WVALID are both high and the

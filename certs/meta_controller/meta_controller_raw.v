@@ -2,7 +2,7 @@
 // Do not edit: regenerate with `mi-certify build`. Verilog-2001, one clock domain; needs meta_controller.v and meta_controller_quantizer.v.
 //
 // Sources (sha256):
-//   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
 //
 // meta_controller_quantizer (combinational) turns each input's raw word into its level and fault; meta_controller_raw
 // feeds them to meta_controller (addr, probe_fault), whose ports and timing it keeps otherwise.
@@ -35,6 +35,8 @@ module meta_controller_raw (
     input  wire [11:0]  raw_temperature_c,
     input  wire         valid_temperature_c,
     input  wire         sla_violation,
+    input  wire [1:0]   op_cmd,      // operator command (docs/fsm.md, "Operator interventions")
+    input  wire [1:0]   op_arg,
     output wire [4:0]   input_fault,
     output wire [1:0]   token,
     output wire [3:0]   reason,
@@ -69,6 +71,8 @@ module meta_controller_raw (
         .addr(addr),
         .probe_fault(probe_fault),
         .sla_violation(sla_violation),
+        .op_cmd(op_cmd),
+        .op_arg(op_arg),
         .token(token),
         .reason(reason),
         .audit_valid(audit_valid),

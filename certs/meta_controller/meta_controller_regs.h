@@ -122,6 +122,16 @@ extern "C" {
 #define META_CONTROLLER_REGS__SLA_STATUS__SAMPLES_bp 8
 #define META_CONTROLLER_REGS__SLA_STATUS__SAMPLES_bw 5
 
+// reg - meta_controller_regs::OP
+#define META_CONTROLLER_REGS__OP__CMD_bm 0x3
+#define META_CONTROLLER_REGS__OP__CMD_bp 0
+#define META_CONTROLLER_REGS__OP__CMD_bw 2
+#define META_CONTROLLER_REGS__OP__CMD_reset 0x0
+#define META_CONTROLLER_REGS__OP__ARG_bm 0x300
+#define META_CONTROLLER_REGS__OP__ARG_bp 8
+#define META_CONTROLLER_REGS__OP__ARG_bw 2
+#define META_CONTROLLER_REGS__OP__ARG_reset 0x0
+
 // reg - meta_controller_regs::RAW_COMPUTE_UTIL
 #define META_CONTROLLER_REGS__RAW_COMPUTE_UTIL__WORD_bm 0xffff
 #define META_CONTROLLER_REGS__RAW_COMPUTE_UTIL__WORD_bp 0
@@ -186,7 +196,8 @@ typedef struct __attribute__ ((__packed__)) {
     uint32_t SLA_REQUESTS;
     uint32_t SLA_VIOLATIONS;
     uint32_t SLA_STATUS;
-    uint8_t RESERVED_30_3f[0x10];
+    uint32_t OP;
+    uint8_t RESERVED_34_3f[0xc];
     uint32_t RAW_COMPUTE_UTIL;
     uint32_t RAW_CACHE_CHASE_NS;
     uint32_t RAW_MEM_BW_AVAIL_GBS;

@@ -3,7 +3,7 @@
 // meta_controller_quantizer.v, meta_controller.v, meta_controller_sla_monitor.v and sla_monitor.v.
 //
 // Sources (sha256):
-//   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
 //
 // Register map: meta_controller_regs.rdl (SystemRDL; the same description, generator/build/regmap.py), byte
 // offsets, 32-bit registers, address bits [1:0] ignored. The bus adapters (meta_controller_axil.v,
@@ -13,8 +13,8 @@
 //   rd_en/rd_addr                  one read in this cycle (reading DECISION latches SEQ and AUDIT_ADDR)
 //   rd_data/rd_err                 (combinational) the register's value; rd_err: rd_addr names no register
 // The controller steps in every clock cycle (docs/hdl.md) on the quantizer's inputs, which CTRL.STEP
-// loads from the RAW_<input> registers in one cycle (or every cycle with CTRL.FREE_RUN).
-`default_nettype none
+// loads from the RAW_<input> registers in one cycle (or every cycle with CTRL.FREE_RUN).// OP (sla.yaml operator:): a write is the controller's command in the next cycle, then none; the bus does
+// not authenticate it (docs/operator.md).`default_nettype none
 `timescale 1ns / 1ps
 
 module meta_controller_regs (
@@ -46,6 +46,7 @@ module meta_controller_regs (
     localparam [5:0] A_SLA_REQUESTS         = 6'd9;  // 0x024
     localparam [5:0] A_SLA_VIOLATIONS       = 6'd10;  // 0x028
     localparam [5:0] A_SLA_STATUS           = 6'd11;  // 0x02C
+    localparam [5:0] A_OP                   = 6'd12;  // 0x030
     localparam [5:0] A_RAW_COMPUTE_UTIL     = 6'd16;  // 0x040
     localparam [5:0] A_RAW_CACHE_CHASE_NS   = 6'd17;  // 0x044
     localparam [5:0] A_RAW_MEM_BW_AVAIL_GBS = 6'd18;  // 0x048
@@ -94,6 +95,10 @@ module meta_controller_regs (
     wire sla_done = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[1];
     wire sla_unknown = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[2];
 
+    // OP: a command written in this cycle is the controller's command in the next one, then NONE again
+    reg [1:0]   op_cmd_q;
+    reg [1:0]   op_arg_q;
+    wire op_write = wr_ok && waddr == A_OP;
     // --- the controller behind the quantizer, and the SLA monitor -------------------------------------
     wire [4:0]   input_fault;
     wire [1:0]   token, audit_token;
@@ -110,7 +115,7 @@ module meta_controller_regs (
         .raw_mem_bw_avail_gbs(live_mem_bw_avail_gbs), .valid_mem_bw_avail_gbs(livev_mem_bw_avail_gbs),
         .raw_free_sram_kb(live_free_sram_kb), .valid_free_sram_kb(livev_free_sram_kb),
         .raw_temperature_c(live_temperature_c), .valid_temperature_c(livev_temperature_c),
-        .sla_violation(violation), .input_fault(input_fault), .token(token), .reason(reason),
+        .sla_violation(violation), .op_cmd(op_cmd_q), .op_arg(op_arg_q), .input_fault(input_fault), .token(token), .reason(reason),
         .audit_valid(audit_valid), .audit_token(audit_token), .audit_reason(audit_reason), .audit_addr(audit_addr));
 
     meta_controller_sla_monitor u_sla (
@@ -136,7 +141,10 @@ module meta_controller_regs (
             raw_temperature_c <= 12'd0; rawv_temperature_c <= 1'b0; live_temperature_c <= 12'd0; livev_temperature_c <= 1'b0;
             seq_count <= 32'd0; snap_seq <= 32'd0; snap_addr <= 14'd0;
             sla_requests <= 32'd0; sla_violations <= 32'd0;
+            op_cmd_q <= 2'd0; op_arg_q <= 2'd0;
         end else begin
+            op_cmd_q <= (op_write && wr_strb[0]) ? wr_data[1:0] : 2'd0;
+            op_arg_q <= (op_write && wr_strb[1]) ? wr_data[9:8] : 2'd0;
             if (wr_ok && waddr == A_CTRL) begin
                 if (wr_strb[0]) free_run <= wr_data[1];
                 if (wr_strb[0]) irq_en <= wr_data[2];
@@ -202,6 +210,7 @@ module meta_controller_regs (
             A_SLA_CMD,
             A_SLA_ACC,
             A_SLA_STATUS,
+            A_OP,
             A_RAW_COMPUTE_UTIL,
             A_RAW_CACHE_CHASE_NS,
             A_RAW_MEM_BW_AVAIL_GBS,
@@ -228,6 +237,7 @@ module meta_controller_regs (
             A_SLA_REQUESTS:         rd_data = {sla_requests};
             A_SLA_VIOLATIONS:       rd_data = {sla_violations};
             A_SLA_STATUS:           rd_data = {19'd0, sla_samples, 4'd0, sla_proto_seen, sla_busy, acc_violation, lat_violation};
+            A_OP:                   rd_data = {22'd0, 2'd0, 6'd0, 2'b00};
             A_RAW_COMPUTE_UTIL:     rd_data = {rawv_compute_util, 15'd0, raw_compute_util};
             A_RAW_CACHE_CHASE_NS:   rd_data = {rawv_cache_chase_ns, 15'd0, raw_cache_chase_ns};
             A_RAW_MEM_BW_AVAIL_GBS: rd_data = {rawv_mem_bw_avail_gbs, 15'd0, raw_mem_bw_avail_gbs};

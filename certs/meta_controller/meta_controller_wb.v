@@ -3,7 +3,7 @@
 // (the register core; register map meta_controller_regs.rdl) and what it needs.
 //
 // Sources (sha256):
-//   spec   02dd6d0b1e687aced188bb0185dd59b602a40d45ab5bebc162eac657fc1659f4
+//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
 //
 // Wishbone B4 (OpenCores, 2010), classic single read/write cycles: 32-bit data, 8-bit byte
 // addresses (wb_adr_i[1:0] ignored), wb_sel_i byte enables. A cycle (wb_cyc_i and wb_stb_i) is

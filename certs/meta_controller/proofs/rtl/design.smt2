@@ -33,71 +33,113 @@
 ; yosys-smt2-output audit_valid 1
 ; yosys-smt2-register audit_valid 1
 ; yosys-smt2-wire audit_valid 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 12, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#12| (|meta_controller_s|) (_ BitVec 2)) ; \cand
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_act"], "smtname": 12, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#12| (|meta_controller_s|) (_ BitVec 2)) ; \op_act
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q2"], "smtname": 13, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#13| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q2"], "smtname": 18, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#18| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q2
+; yosys-smt2-wire c_act 2
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_left"], "smtname": 23, "smtoffset": 0, "type": "reg", "width": 6}
+(declare-fun |meta_controller#23| (|meta_controller_s|) (_ BitVec 6)) ; \op_left
+; yosys-smt2-wire c_left 6
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_mode"], "smtname": 27, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#27| (|meta_controller_s|) (_ BitVec 2)) ; \op_mode
+; yosys-smt2-wire c_mode 2
+; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 31, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#31| (|meta_controller_s|) (_ BitVec 2)) ; \cand
 ; yosys-smt2-register cand 2
 ; yosys-smt2-wire cand 2
-(declare-fun |meta_controller#13| (|meta_controller_s|) Bool) ; \clk
+(declare-fun |meta_controller#32| (|meta_controller_s|) Bool) ; \clk
 ; yosys-smt2-input clk 1
 ; yosys-smt2-wire clk 1
 ; yosys-smt2-clock clk posedge
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "posedge", "width": 1}
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 14, "smtoffset": 0, "type": "reg", "width": 4}
-(declare-fun |meta_controller#14| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 33, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#33| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
 ; yosys-smt2-register dcnt 4
 ; yosys-smt2-wire dcnt 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 15, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#15| (|meta_controller_s|) (_ BitVec 1)) ; \fb
+; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 34, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#34| (|meta_controller_s|) (_ BitVec 1)) ; \fb
 ; yosys-smt2-register fb 1
 ; yosys-smt2-wire fb 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 16, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#16| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 35, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#35| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
 ; yosys-smt2-register hcnt 2
 ; yosys-smt2-wire hcnt 2
 ; yosys-smt2-wire in_0 1
 ; yosys-smt2-wire in_1 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_or"], "smtname": 17, "smtoffset": 0, "type": "reg", "width": 37}
-(declare-fun |meta_controller#17| (|meta_controller_s|) (_ BitVec 37)) ; \lut_or
-(declare-fun |meta_controller#58| (|meta_controller_s|) (_ BitVec 3))
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_or"], "smtname": 36, "smtoffset": 0, "type": "reg", "width": 37}
+(declare-fun |meta_controller#36| (|meta_controller_s|) (_ BitVec 37)) ; \lut_or
+(declare-fun |meta_controller#77| (|meta_controller_s|) (_ BitVec 3))
 ; yosys-smt2-wire lut_c 1
 ; yosys-smt2-wire lut_code 3
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_col"], "smtname": 59, "smtoffset": 0, "type": "reg", "width": 71}
-(declare-fun |meta_controller#59| (|meta_controller_s|) (_ BitVec 71)) ; \lut_col
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_col"], "smtname": 78, "smtoffset": 0, "type": "reg", "width": 71}
+(declare-fun |meta_controller#78| (|meta_controller_s|) (_ BitVec 71)) ; \lut_col
 ; yosys-smt2-register lut_col 71
 ; yosys-smt2-wire lut_col 71
 ; yosys-smt2-wire lut_entry 3
 ; yosys-smt2-register lut_or 37
 ; yosys-smt2-wire lut_or 37
 ; yosys-smt2-wire lut_p 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_sel"], "smtname": 60, "smtoffset": 0, "type": "reg", "width": 72}
-(declare-fun |meta_controller#60| (|meta_controller_s|) (_ BitVec 72)) ; \lut_sel
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_sel"], "smtname": 79, "smtoffset": 0, "type": "reg", "width": 72}
+(declare-fun |meta_controller#79| (|meta_controller_s|) (_ BitVec 72)) ; \lut_sel
 ; yosys-smt2-register lut_sel 72
 ; yosys-smt2-wire lut_sel 72
-(declare-fun |meta_controller#94| (|meta_controller_s|) (_ BitVec 72))
+(declare-fun |meta_controller#113| (|meta_controller_s|) (_ BitVec 72))
 ; yosys-smt2-wire lut_sel_d 72
-; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q2"], "smtname": 104, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#104| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q2
-; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 105, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#105| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
-; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q2"], "smtname": 110, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#110| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q2
+; yosys-smt2-wire n_act 2
+; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q2"], "smtname": 127, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#127| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 128, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#128| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q2"], "smtname": 133, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#133| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q2
 ; yosys-smt2-wire n_cand 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 121, "smtoffset": 0, "type": "reg", "width": 3}
-(declare-fun |meta_controller#121| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 144, "smtoffset": 0, "type": "reg", "width": 3}
+(declare-fun |meta_controller#144| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
 ; yosys-smt2-wire n_dcnt 4
 ; yosys-smt2-wire n_fb 1
 ; yosys-smt2-wire n_hcnt 2
+; yosys-smt2-wire n_left 6
+; yosys-smt2-wire n_mode 2
 ; yosys-smt2-wire n_rcnt 3
 ; yosys-smt2-wire n_reason 4
 ; yosys-smt2-wire n_token 2
 ; yosys-smt2-wire n_vcnt 2
-(declare-fun |meta_controller#174| (|meta_controller_s|) Bool) ; \probe_fault
+; yosys-smt2-register op_act 2
+; yosys-smt2-wire op_act 2
+(declare-fun |meta_controller#202| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg
+; yosys-smt2-input op_arg 2
+; yosys-smt2-wire op_arg 2
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg"], "smtname": "op_arg", "smtoffset": 0, "type": "input", "width": 2}
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q1"], "smtname": 203, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#203| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q1
+; yosys-smt2-register op_arg_q1 2
+; yosys-smt2-wire op_arg_q1 2
+; yosys-smt2-register op_arg_q2 2
+; yosys-smt2-wire op_arg_q2 2
+(declare-fun |meta_controller#204| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd
+; yosys-smt2-input op_cmd 2
+; yosys-smt2-wire op_cmd 2
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd"], "smtname": "op_cmd", "smtoffset": 0, "type": "input", "width": 2}
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q1"], "smtname": 205, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#205| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q1
+; yosys-smt2-register op_cmd_q1 2
+; yosys-smt2-wire op_cmd_q1 2
+; yosys-smt2-register op_cmd_q2 2
+; yosys-smt2-wire op_cmd_q2 2
+; yosys-smt2-register op_left 6
+; yosys-smt2-wire op_left 6
+; yosys-smt2-register op_mode 2
+; yosys-smt2-wire op_mode 2
+(declare-fun |meta_controller#206| (|meta_controller_s|) Bool) ; \probe_fault
 ; yosys-smt2-input probe_fault 1
 ; yosys-smt2-wire probe_fault 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault"], "smtname": "probe_fault", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q1"], "smtname": 175, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#175| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q1"], "smtname": 207, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#207| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q1
 ; yosys-smt2-register probe_fault_q1 1
 ; yosys-smt2-wire probe_fault_q1 1
 ; yosys-smt2-register probe_fault_q2 1
@@ -107,16 +149,16 @@
 ; yosys-smt2-output reason 4
 ; yosys-smt2-register reason 4
 ; yosys-smt2-wire reason 4
-(declare-fun |meta_controller#176| (|meta_controller_s|) Bool) ; \rst
+(declare-fun |meta_controller#208| (|meta_controller_s|) Bool) ; \rst
 ; yosys-smt2-input rst 1
 ; yosys-smt2-wire rst 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\rst"], "smtname": "rst", "smtoffset": 0, "type": "input", "width": 1}
-(declare-fun |meta_controller#177| (|meta_controller_s|) Bool) ; \sla_violation
+(declare-fun |meta_controller#209| (|meta_controller_s|) Bool) ; \sla_violation
 ; yosys-smt2-input sla_violation 1
 ; yosys-smt2-wire sla_violation 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation"], "smtname": "sla_violation", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q1"], "smtname": 178, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#178| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q1"], "smtname": 210, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#210| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q1
 ; yosys-smt2-register sla_violation_q1 1
 ; yosys-smt2-wire sla_violation_q1 1
 ; yosys-smt2-register sla_violation_q2 1
@@ -124,253 +166,294 @@
 ; yosys-smt2-output token 2
 ; yosys-smt2-register token 2
 ; yosys-smt2-wire token 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q1"], "smtname": 179, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#179| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q1"], "smtname": 211, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#211| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q1
 ; yosys-smt2-register valid_q1 1
 ; yosys-smt2-wire valid_q1 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q2"], "smtname": 180, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#180| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q2"], "smtname": 212, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#212| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q2
 ; yosys-smt2-register valid_q2 1
 ; yosys-smt2-wire valid_q2 1
 ; yosys-smt2-register vcnt 2
 ; yosys-smt2-wire vcnt 2
-(declare-fun |meta_controller#693| (|meta_controller_s|) (_ BitVec 71))
-(declare-fun |meta_controller#799| (|meta_controller_s|) (_ BitVec 1))
+; yosys-smt2-wire x_reason 4
+; yosys-smt2-wire x_token 2
+(declare-fun |meta_controller#738| (|meta_controller_s|) (_ BitVec 71))
+(declare-fun |meta_controller#844| (|meta_controller_s|) (_ BitVec 1))
 ; yosys-smt2-topmod meta_controller
 ; end of yosys output
 (define-fun |meta_controller#3| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#2| state)) #b110)) ; \in_0
-(define-fun |meta_controller#4| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#3| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$1079 [2:0]
+(define-fun |meta_controller#4| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#3| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$1214 [2:0]
 (define-fun |meta_controller#5| ((state |meta_controller_s|)) Bool (bvule ((_ extract 13 10) (|meta_controller#2| state)) #b0001)) ; \in_1
-(define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#5| state) #b0001 #b1111)) ; $ternary$meta_controller.v:238$151_Y
+(define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#5| state) #b0001 #b1111)) ; $ternary$meta_controller.v:257$151_Y
 (define-fun |meta_controller#7| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (concat #b1 (|meta_controller#4| state)) (|meta_controller#6| state))) ; \allowed
-(define-fun |meta_controller#18| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 0 0) (|meta_controller#17| state)) ((_ extract 1 1) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$113_Y
-(define-fun |meta_controller#19| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#18| state) ((_ extract 2 2) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$114_Y
-(define-fun |meta_controller#20| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#19| state) ((_ extract 3 3) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$115_Y
-(define-fun |meta_controller#21| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#20| state) ((_ extract 4 4) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$116_Y
-(define-fun |meta_controller#22| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#21| state) ((_ extract 5 5) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$117_Y
-(define-fun |meta_controller#23| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#22| state) ((_ extract 6 6) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$118_Y
-(define-fun |meta_controller#24| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#23| state) ((_ extract 7 7) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$119_Y
-(define-fun |meta_controller#25| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#24| state) ((_ extract 8 8) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$120_Y
-(define-fun |meta_controller#26| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#25| state) ((_ extract 9 9) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$121_Y
-(define-fun |meta_controller#27| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#26| state) ((_ extract 10 10) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$122_Y
-(define-fun |meta_controller#28| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#27| state) ((_ extract 11 11) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$123_Y
-(define-fun |meta_controller#29| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#28| state) ((_ extract 12 12) (|meta_controller#17| state)))) ; \lut_code [0]
-(define-fun |meta_controller#30| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 13 13) (|meta_controller#17| state)) ((_ extract 14 14) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$125_Y
-(define-fun |meta_controller#31| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#30| state) ((_ extract 15 15) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$126_Y
-(define-fun |meta_controller#32| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#31| state) ((_ extract 16 16) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$127_Y
-(define-fun |meta_controller#33| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#32| state) ((_ extract 17 17) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$128_Y
-(define-fun |meta_controller#34| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#33| state) ((_ extract 18 18) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$129_Y
-(define-fun |meta_controller#35| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#34| state) ((_ extract 19 19) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$130_Y
-(define-fun |meta_controller#36| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#35| state) ((_ extract 20 20) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$131_Y
-(define-fun |meta_controller#37| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#36| state) ((_ extract 21 21) (|meta_controller#17| state)))) ; \lut_code [1]
-(define-fun |meta_controller#38| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 22 22) (|meta_controller#17| state)) ((_ extract 23 23) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$133_Y
-(define-fun |meta_controller#39| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#38| state) ((_ extract 24 24) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$134_Y
-(define-fun |meta_controller#40| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#39| state) ((_ extract 25 25) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$135_Y
-(define-fun |meta_controller#41| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#40| state) ((_ extract 26 26) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$136_Y
-(define-fun |meta_controller#42| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#41| state) ((_ extract 27 27) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$137_Y
-(define-fun |meta_controller#43| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#42| state) ((_ extract 28 28) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$138_Y
-(define-fun |meta_controller#44| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#43| state) ((_ extract 29 29) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$139_Y
-(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#44| state) ((_ extract 30 30) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$140_Y
-(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#45| state) ((_ extract 31 31) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$141_Y
-(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#46| state) ((_ extract 32 32) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$142_Y
-(define-fun |meta_controller#48| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#47| state) ((_ extract 33 33) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$143_Y
-(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#48| state) ((_ extract 34 34) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$144_Y
-(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#49| state) ((_ extract 35 35) (|meta_controller#17| state)))) ; $or$meta_controller.v:217$145_Y
-(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#50| state) ((_ extract 36 36) (|meta_controller#17| state)))) ; \lut_code [2]
-(define-fun |meta_controller#95| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#12| state))) ; $ne$meta_controller.v:308$166_Y
-(define-fun |meta_controller#96| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#12| state))) ; $8\n_cand[1:0]
-(define-fun |meta_controller#97| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#10| state))) ; $eq$meta_controller.v:305$165_Y
-(define-fun |meta_controller#98| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) (|meta_controller#12| state) (|meta_controller#96| state))) ; $7\n_cand[1:0]
-(define-fun |meta_controller#99| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#98| state) (|meta_controller#12| state))) ; $6\n_cand[1:0]
-(define-fun |meta_controller#100| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#14| state) #b0000)) ; $ne$meta_controller.v:299$162_Y
-(define-fun |meta_controller#101| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#100| state) (|meta_controller#12| state) (|meta_controller#99| state))) ; $5\n_cand[1:0]
-(define-fun |meta_controller#102| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#10| state))))) ; $shiftx$meta_controller.v:0$160_Y
-(define-fun |meta_controller#103| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#101| state) #b00)) ; $4\n_cand[1:0]
-(define-fun |meta_controller#106| ((state |meta_controller_s|)) Bool (= (|meta_controller#105| state) #b10)) ; $eq$meta_controller.v:281$156_Y
-(define-fun |meta_controller#107| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) false) (or  (|meta_controller#106| state) false))) ; $logic_and$meta_controller.v:281$157_Y
-(define-fun |meta_controller#108| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#103| state))) ; $3\n_cand[1:0]
-(define-fun |meta_controller#109| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#12| state) (|meta_controller#108| state))) ; $2\n_cand[1:0]
-(define-fun |meta_controller#111| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#109| state))) ; \n_cand
-(define-fun |meta_controller#112| ((state |meta_controller_s|)) Bool (= (|meta_controller#16| state) #b10)) ; $eq$meta_controller.v:312$167_Y
-(define-fun |meta_controller#113| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#112| state) #b1010 (|meta_controller#14| state))) ; $11\n_dcnt[3:0]
-(define-fun |meta_controller#114| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#95| state) (|meta_controller#14| state) (|meta_controller#113| state))) ; $10\n_dcnt[3:0]
-(define-fun |meta_controller#115| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#97| state) (|meta_controller#14| state) (|meta_controller#114| state))) ; $9\n_dcnt[3:0]
-(define-fun |meta_controller#116| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#115| state) (|meta_controller#14| state))) ; $8\n_dcnt[3:0]
-(define-fun |meta_controller#117| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#14| state) #b0001)) ; $sub$meta_controller.v:300$163_Y
-(define-fun |meta_controller#118| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#100| state) (|meta_controller#117| state) (|meta_controller#116| state))) ; $7\n_dcnt[3:0]
-(define-fun |meta_controller#119| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#118| state) #b1010)) ; $6\n_dcnt[3:0]
-(define-fun |meta_controller#120| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#107| state) #b0000 (|meta_controller#119| state))) ; $5\n_dcnt[3:0]
-(define-fun |meta_controller#122| ((state |meta_controller_s|)) Bool (= (|meta_controller#121| state) #b111)) ; $eq$meta_controller.v:272$154_Y
-(define-fun |meta_controller#123| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#122| state) #b1010 (|meta_controller#14| state))) ; $4\n_dcnt[3:0]
-(define-fun |meta_controller#124| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) (|meta_controller#14| state) (|meta_controller#123| state))) ; $3\n_dcnt[3:0]
-(define-fun |meta_controller#125| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#124| state) (|meta_controller#120| state))) ; $2\n_dcnt[3:0]
-(define-fun |meta_controller#126| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b0000 (|meta_controller#125| state))) ; \n_dcnt
-(define-fun |meta_controller#127| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#107| state) #b1 #b0)) ; $5\n_fb[0:0]
-(define-fun |meta_controller#128| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#122| state) #b0 #b1)) ; $4\n_fb[0:0]
-(define-fun |meta_controller#129| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) #b1 (|meta_controller#128| state))) ; $3\n_fb[0:0]
-(define-fun |meta_controller#130| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#129| state) (|meta_controller#127| state))) ; $2\n_fb[0:0]
-(define-fun |meta_controller#131| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b1 (|meta_controller#130| state))) ; \n_fb
-(define-fun |meta_controller#132| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#16| state) #b01)) ; $add$meta_controller.v:318$168_Y
-(define-fun |meta_controller#133| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#112| state) #b00 (|meta_controller#132| state))) ; $9\n_hcnt[1:0]
-(define-fun |meta_controller#134| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) #b01 (|meta_controller#133| state))) ; $8\n_hcnt[1:0]
-(define-fun |meta_controller#135| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) #b00 (|meta_controller#134| state))) ; $7\n_hcnt[1:0]
-(define-fun |meta_controller#136| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#135| state) #b00)) ; $6\n_hcnt[1:0]
-(define-fun |meta_controller#137| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#100| state) (|meta_controller#16| state) (|meta_controller#136| state))) ; $5\n_hcnt[1:0]
-(define-fun |meta_controller#138| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#137| state) #b00)) ; $4\n_hcnt[1:0]
-(define-fun |meta_controller#139| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#138| state))) ; $3\n_hcnt[1:0]
-(define-fun |meta_controller#140| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#16| state) (|meta_controller#139| state))) ; $2\n_hcnt[1:0]
-(define-fun |meta_controller#141| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#140| state))) ; \n_hcnt
-(define-fun |meta_controller#142| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#121| state) #b000)) ; $6\n_rcnt[2:0]
-(define-fun |meta_controller#143| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#107| state) #b000 (|meta_controller#142| state))) ; $5\n_rcnt[2:0]
-(define-fun |meta_controller#144| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#121| state) #b001)) ; $add$meta_controller.v:278$155_Y
-(define-fun |meta_controller#145| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#122| state) #b000 (|meta_controller#144| state))) ; $4\n_rcnt[2:0]
-(define-fun |meta_controller#146| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) #b000 (|meta_controller#145| state))) ; $3\n_rcnt[2:0]
-(define-fun |meta_controller#147| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#146| state) (|meta_controller#143| state))) ; $2\n_rcnt[2:0]
-(define-fun |meta_controller#148| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b000 (|meta_controller#147| state))) ; \n_rcnt
-(define-fun |meta_controller#149| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#112| state) #b10 #b01)) ; $11\n_reason[3:0]
-(define-fun |meta_controller#150| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) #b01 (|meta_controller#149| state))) ; $10\n_reason[3:0]
-(define-fun |meta_controller#151| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) #b00 (|meta_controller#150| state))) ; $9\n_reason[3:0]
-(define-fun |meta_controller#152| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (concat #b0 (|meta_controller#151| state)) #b100)) ; $8\n_reason[3:0]
-(define-fun |meta_controller#153| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#100| state) #b011 (|meta_controller#152| state))) ; $7\n_reason[3:0]
-(define-fun |meta_controller#154| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (concat #b0 (|meta_controller#153| state)) #b1000)) ; $6\n_reason[3:0]
-(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#107| state) #b0101 (|meta_controller#154| state))) ; $5\n_reason[3:0]
-(define-fun |meta_controller#156| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#122| state) #b10 #b01)) ; $4\n_reason[3:0]
-(define-fun |meta_controller#157| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) #b01 (|meta_controller#156| state))) ; $3\n_reason[3:0]
-(define-fun |meta_controller#158| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (concat #b01 (|meta_controller#157| state)) (|meta_controller#155| state))) ; $2\n_reason[3:0]
-(define-fun |meta_controller#159| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b0111 (|meta_controller#158| state))) ; \n_reason
-(define-fun |meta_controller#160| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#112| state) ((_ extract 1 0) (|meta_controller#58| state)) (|meta_controller#10| state))) ; $9\n_token[1:0]
-(define-fun |meta_controller#161| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#95| state) (|meta_controller#10| state) (|meta_controller#160| state))) ; $8\n_token[1:0]
-(define-fun |meta_controller#162| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#97| state) (|meta_controller#10| state) (|meta_controller#161| state))) ; $7\n_token[1:0]
-(define-fun |meta_controller#163| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#58| state)) #b1) (|meta_controller#162| state) (|meta_controller#10| state))) ; $6\n_token[1:0]
-(define-fun |meta_controller#164| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#100| state) (|meta_controller#10| state) (|meta_controller#163| state))) ; $5\n_token[1:0]
-(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#102| state)) #b1) (|meta_controller#164| state) #b00)) ; $4\n_token[1:0]
-(define-fun |meta_controller#166| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#165| state))) ; $3\n_token[1:0]
-(define-fun |meta_controller#167| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#10| state) (|meta_controller#166| state))) ; $2\n_token[1:0]
-(define-fun |meta_controller#168| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#167| state))) ; \n_token
-(define-fun |meta_controller#169| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#105| state) #b01)) ; $add$meta_controller.v:291$158_Y
-(define-fun |meta_controller#170| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#104| state)) #b1) (|meta_controller#169| state) #b00)) ; $ternary$meta_controller.v:291$159_Y
-(define-fun |meta_controller#171| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#107| state) #b00 (|meta_controller#170| state))) ; $3\n_vcnt[1:0]
-(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#15| state)) #b1) (|meta_controller#105| state) (|meta_controller#171| state))) ; $2\n_vcnt[1:0]
-(define-fun |meta_controller#173| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#110| state)) #b1) #b00 (|meta_controller#172| state))) ; \n_vcnt
-(define-fun |meta_controller#181| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#176| state) #b0 (|meta_controller#179| state))) ; $0\valid_q2[0:0]
-(define-fun |meta_controller#182| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#176| state) #b0 #b1)) ; $0\valid_q1[0:0]
-(define-fun |meta_controller#183| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#180| state)) #b1) false))) ; $logic_not$meta_controller.v:326$170_Y
-(define-fun |meta_controller#184| ((state |meta_controller_s|)) Bool (or  (|meta_controller#176| state) false  (|meta_controller#183| state) false)) ; $logic_or$meta_controller.v:326$171_Y
-(define-fun |meta_controller#185| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#184| state) #b000 (|meta_controller#148| state))) ; $0\rcnt[2:0]
-(define-fun |meta_controller#186| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#173| state))) ; $0\vcnt[1:0]
-(define-fun |meta_controller#694| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 0 0) (|meta_controller#60| state)) ((_ extract 2 2) (|meta_controller#59| state)))) ; $and$meta_controller.v:214$7_Y
-(define-fun |meta_controller#695| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 1 1) (|meta_controller#60| state)) ((_ extract 5 5) (|meta_controller#59| state)))) ; $and$meta_controller.v:214$8_Y
-(define-fun |meta_controller#696| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#694| state) (|meta_controller#695| state))) ; $0\lut_or[36:0] [0]
-(define-fun |meta_controller#697| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 2 2) (|meta_controller#60| state)) ((_ extract 7 7) (|meta_controller#59| state)))) ; $and$meta_controller.v:213$10_Y
-(define-fun |meta_controller#698| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 3 3) (|meta_controller#60| state)) ((_ extract 9 9) (|meta_controller#59| state)))) ; $and$meta_controller.v:213$11_Y
-(define-fun |meta_controller#699| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#697| state) (|meta_controller#698| state))) ; $0\lut_or[36:0] [1]
-(define-fun |meta_controller#700| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 4 4) (|meta_controller#60| state)) ((_ extract 12 12) (|meta_controller#59| state)))) ; $and$meta_controller.v:212$13_Y
-(define-fun |meta_controller#701| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 5 5) (|meta_controller#60| state)) ((_ extract 14 14) (|meta_controller#59| state)))) ; $and$meta_controller.v:212$14_Y
-(define-fun |meta_controller#702| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#700| state) (|meta_controller#701| state))) ; $0\lut_or[36:0] [2]
-(define-fun |meta_controller#703| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 6 6) (|meta_controller#60| state)) ((_ extract 17 17) (|meta_controller#59| state)))) ; $and$meta_controller.v:211$16_Y
-(define-fun |meta_controller#704| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 7 7) (|meta_controller#60| state)) ((_ extract 19 19) (|meta_controller#59| state)))) ; $and$meta_controller.v:211$17_Y
-(define-fun |meta_controller#705| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#703| state) (|meta_controller#704| state))) ; $0\lut_or[36:0] [3]
-(define-fun |meta_controller#706| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 8 8) (|meta_controller#60| state)) ((_ extract 22 22) (|meta_controller#59| state)))) ; $and$meta_controller.v:210$19_Y
-(define-fun |meta_controller#707| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 9 9) (|meta_controller#60| state)) ((_ extract 24 24) (|meta_controller#59| state)))) ; $and$meta_controller.v:210$20_Y
-(define-fun |meta_controller#708| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#706| state) (|meta_controller#707| state))) ; $0\lut_or[36:0] [4]
-(define-fun |meta_controller#709| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 10 10) (|meta_controller#60| state)) ((_ extract 27 27) (|meta_controller#59| state)))) ; $and$meta_controller.v:209$22_Y
-(define-fun |meta_controller#710| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 11 11) (|meta_controller#60| state)) ((_ extract 30 30) (|meta_controller#59| state)))) ; $and$meta_controller.v:209$23_Y
-(define-fun |meta_controller#711| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#709| state) (|meta_controller#710| state))) ; $0\lut_or[36:0] [5]
-(define-fun |meta_controller#712| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 12 12) (|meta_controller#60| state)) ((_ extract 33 33) (|meta_controller#59| state)))) ; $and$meta_controller.v:208$25_Y
-(define-fun |meta_controller#713| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 13 13) (|meta_controller#60| state)) ((_ extract 36 36) (|meta_controller#59| state)))) ; $and$meta_controller.v:208$26_Y
-(define-fun |meta_controller#714| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#712| state) (|meta_controller#713| state))) ; $0\lut_or[36:0] [6]
-(define-fun |meta_controller#715| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 14 14) (|meta_controller#60| state)) ((_ extract 39 39) (|meta_controller#59| state)))) ; $and$meta_controller.v:207$28_Y
-(define-fun |meta_controller#716| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 15 15) (|meta_controller#60| state)) ((_ extract 42 42) (|meta_controller#59| state)))) ; $and$meta_controller.v:207$29_Y
-(define-fun |meta_controller#717| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#715| state) (|meta_controller#716| state))) ; $0\lut_or[36:0] [7]
-(define-fun |meta_controller#718| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 16 16) (|meta_controller#60| state)) ((_ extract 45 45) (|meta_controller#59| state)))) ; $and$meta_controller.v:206$31_Y
-(define-fun |meta_controller#719| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 17 17) (|meta_controller#60| state)) ((_ extract 48 48) (|meta_controller#59| state)))) ; $and$meta_controller.v:206$32_Y
-(define-fun |meta_controller#720| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#718| state) (|meta_controller#719| state))) ; $0\lut_or[36:0] [8]
-(define-fun |meta_controller#721| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 18 18) (|meta_controller#60| state)) ((_ extract 51 51) (|meta_controller#59| state)))) ; $and$meta_controller.v:205$34_Y
-(define-fun |meta_controller#722| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 19 19) (|meta_controller#60| state)) ((_ extract 54 54) (|meta_controller#59| state)))) ; $and$meta_controller.v:205$35_Y
-(define-fun |meta_controller#723| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#721| state) (|meta_controller#722| state))) ; $0\lut_or[36:0] [9]
-(define-fun |meta_controller#724| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 20 20) (|meta_controller#60| state)) ((_ extract 57 57) (|meta_controller#59| state)))) ; $and$meta_controller.v:204$37_Y
-(define-fun |meta_controller#725| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 21 21) (|meta_controller#60| state)) ((_ extract 60 60) (|meta_controller#59| state)))) ; $and$meta_controller.v:204$38_Y
-(define-fun |meta_controller#726| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#724| state) (|meta_controller#725| state))) ; $0\lut_or[36:0] [10]
-(define-fun |meta_controller#727| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 22 22) (|meta_controller#60| state)) ((_ extract 63 63) (|meta_controller#59| state)))) ; $and$meta_controller.v:203$40_Y
-(define-fun |meta_controller#728| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 23 23) (|meta_controller#60| state)) ((_ extract 66 66) (|meta_controller#59| state)))) ; $and$meta_controller.v:203$41_Y
-(define-fun |meta_controller#729| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#727| state) (|meta_controller#728| state))) ; $0\lut_or[36:0] [11]
-(define-fun |meta_controller#730| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 24 24) (|meta_controller#60| state)) ((_ extract 68 68) (|meta_controller#59| state)))) ; $0\lut_or[36:0] [12]
-(define-fun |meta_controller#731| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 25 25) (|meta_controller#60| state)) ((_ extract 10 10) (|meta_controller#59| state)))) ; $and$meta_controller.v:201$44_Y
-(define-fun |meta_controller#732| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 26 26) (|meta_controller#60| state)) ((_ extract 15 15) (|meta_controller#59| state)))) ; $and$meta_controller.v:201$45_Y
-(define-fun |meta_controller#733| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#731| state) (|meta_controller#732| state))) ; $0\lut_or[36:0] [13]
-(define-fun |meta_controller#734| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 27 27) (|meta_controller#60| state)) ((_ extract 20 20) (|meta_controller#59| state)))) ; $and$meta_controller.v:200$47_Y
-(define-fun |meta_controller#735| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 28 28) (|meta_controller#60| state)) ((_ extract 25 25) (|meta_controller#59| state)))) ; $and$meta_controller.v:200$48_Y
-(define-fun |meta_controller#736| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#734| state) (|meta_controller#735| state))) ; $0\lut_or[36:0] [14]
-(define-fun |meta_controller#737| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 29 29) (|meta_controller#60| state)) ((_ extract 28 28) (|meta_controller#59| state)))) ; $and$meta_controller.v:199$50_Y
-(define-fun |meta_controller#738| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 30 30) (|meta_controller#60| state)) ((_ extract 31 31) (|meta_controller#59| state)))) ; $and$meta_controller.v:199$51_Y
-(define-fun |meta_controller#739| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#737| state) (|meta_controller#738| state))) ; $0\lut_or[36:0] [15]
-(define-fun |meta_controller#740| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 31 31) (|meta_controller#60| state)) ((_ extract 34 34) (|meta_controller#59| state)))) ; $and$meta_controller.v:198$53_Y
-(define-fun |meta_controller#741| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 32 32) (|meta_controller#60| state)) ((_ extract 37 37) (|meta_controller#59| state)))) ; $and$meta_controller.v:198$54_Y
-(define-fun |meta_controller#742| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#740| state) (|meta_controller#741| state))) ; $0\lut_or[36:0] [16]
-(define-fun |meta_controller#743| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 33 33) (|meta_controller#60| state)) ((_ extract 40 40) (|meta_controller#59| state)))) ; $and$meta_controller.v:197$56_Y
-(define-fun |meta_controller#744| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 34 34) (|meta_controller#60| state)) ((_ extract 43 43) (|meta_controller#59| state)))) ; $and$meta_controller.v:197$57_Y
-(define-fun |meta_controller#745| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#743| state) (|meta_controller#744| state))) ; $0\lut_or[36:0] [17]
-(define-fun |meta_controller#746| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 35 35) (|meta_controller#60| state)) ((_ extract 46 46) (|meta_controller#59| state)))) ; $and$meta_controller.v:196$59_Y
-(define-fun |meta_controller#747| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 36 36) (|meta_controller#60| state)) ((_ extract 49 49) (|meta_controller#59| state)))) ; $and$meta_controller.v:196$60_Y
-(define-fun |meta_controller#748| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#746| state) (|meta_controller#747| state))) ; $0\lut_or[36:0] [18]
-(define-fun |meta_controller#749| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 37 37) (|meta_controller#60| state)) ((_ extract 52 52) (|meta_controller#59| state)))) ; $and$meta_controller.v:195$62_Y
-(define-fun |meta_controller#750| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 38 38) (|meta_controller#60| state)) ((_ extract 55 55) (|meta_controller#59| state)))) ; $and$meta_controller.v:195$63_Y
-(define-fun |meta_controller#751| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#749| state) (|meta_controller#750| state))) ; $0\lut_or[36:0] [19]
-(define-fun |meta_controller#752| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 39 39) (|meta_controller#60| state)) ((_ extract 58 58) (|meta_controller#59| state)))) ; $and$meta_controller.v:194$65_Y
-(define-fun |meta_controller#753| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 40 40) (|meta_controller#60| state)) ((_ extract 61 61) (|meta_controller#59| state)))) ; $and$meta_controller.v:194$66_Y
-(define-fun |meta_controller#754| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#752| state) (|meta_controller#753| state))) ; $0\lut_or[36:0] [20]
-(define-fun |meta_controller#755| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 41 41) (|meta_controller#60| state)) ((_ extract 64 64) (|meta_controller#59| state)))) ; $and$meta_controller.v:193$68_Y
-(define-fun |meta_controller#756| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 42 42) (|meta_controller#60| state)) ((_ extract 69 69) (|meta_controller#59| state)))) ; $and$meta_controller.v:193$69_Y
-(define-fun |meta_controller#757| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#755| state) (|meta_controller#756| state))) ; $0\lut_or[36:0] [21]
-(define-fun |meta_controller#758| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 44 44) (|meta_controller#60| state)) ((_ extract 0 0) (|meta_controller#59| state)))) ; $and$meta_controller.v:192$71_Y
-(define-fun |meta_controller#759| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 43 43) (|meta_controller#60| state)) (|meta_controller#758| state))) ; $0\lut_or[36:0] [22]
-(define-fun |meta_controller#760| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 45 45) (|meta_controller#60| state)) ((_ extract 1 1) (|meta_controller#59| state)))) ; $and$meta_controller.v:191$73_Y
-(define-fun |meta_controller#761| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 46 46) (|meta_controller#60| state)) ((_ extract 3 3) (|meta_controller#59| state)))) ; $and$meta_controller.v:191$74_Y
-(define-fun |meta_controller#762| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#760| state) (|meta_controller#761| state))) ; $0\lut_or[36:0] [23]
-(define-fun |meta_controller#763| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 47 47) (|meta_controller#60| state)) ((_ extract 4 4) (|meta_controller#59| state)))) ; $and$meta_controller.v:190$76_Y
-(define-fun |meta_controller#764| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 48 48) (|meta_controller#60| state)) ((_ extract 6 6) (|meta_controller#59| state)))) ; $and$meta_controller.v:190$77_Y
-(define-fun |meta_controller#765| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#763| state) (|meta_controller#764| state))) ; $0\lut_or[36:0] [24]
-(define-fun |meta_controller#766| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 49 49) (|meta_controller#60| state)) ((_ extract 8 8) (|meta_controller#59| state)))) ; $and$meta_controller.v:189$79_Y
-(define-fun |meta_controller#767| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 50 50) (|meta_controller#60| state)) ((_ extract 11 11) (|meta_controller#59| state)))) ; $and$meta_controller.v:189$80_Y
-(define-fun |meta_controller#768| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#766| state) (|meta_controller#767| state))) ; $0\lut_or[36:0] [25]
-(define-fun |meta_controller#769| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 51 51) (|meta_controller#60| state)) ((_ extract 13 13) (|meta_controller#59| state)))) ; $and$meta_controller.v:188$82_Y
-(define-fun |meta_controller#770| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 52 52) (|meta_controller#60| state)) ((_ extract 16 16) (|meta_controller#59| state)))) ; $and$meta_controller.v:188$83_Y
-(define-fun |meta_controller#771| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#769| state) (|meta_controller#770| state))) ; $0\lut_or[36:0] [26]
-(define-fun |meta_controller#772| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 53 53) (|meta_controller#60| state)) ((_ extract 18 18) (|meta_controller#59| state)))) ; $and$meta_controller.v:187$85_Y
-(define-fun |meta_controller#773| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 54 54) (|meta_controller#60| state)) ((_ extract 21 21) (|meta_controller#59| state)))) ; $and$meta_controller.v:187$86_Y
-(define-fun |meta_controller#774| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#772| state) (|meta_controller#773| state))) ; $0\lut_or[36:0] [27]
-(define-fun |meta_controller#775| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 55 55) (|meta_controller#60| state)) ((_ extract 23 23) (|meta_controller#59| state)))) ; $and$meta_controller.v:186$88_Y
-(define-fun |meta_controller#776| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 56 56) (|meta_controller#60| state)) ((_ extract 26 26) (|meta_controller#59| state)))) ; $and$meta_controller.v:186$89_Y
-(define-fun |meta_controller#777| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#775| state) (|meta_controller#776| state))) ; $0\lut_or[36:0] [28]
-(define-fun |meta_controller#778| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 57 57) (|meta_controller#60| state)) ((_ extract 29 29) (|meta_controller#59| state)))) ; $and$meta_controller.v:185$91_Y
-(define-fun |meta_controller#779| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 58 58) (|meta_controller#60| state)) ((_ extract 32 32) (|meta_controller#59| state)))) ; $and$meta_controller.v:185$92_Y
-(define-fun |meta_controller#780| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#778| state) (|meta_controller#779| state))) ; $0\lut_or[36:0] [29]
-(define-fun |meta_controller#781| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 59 59) (|meta_controller#60| state)) ((_ extract 35 35) (|meta_controller#59| state)))) ; $and$meta_controller.v:184$94_Y
-(define-fun |meta_controller#782| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 60 60) (|meta_controller#60| state)) ((_ extract 38 38) (|meta_controller#59| state)))) ; $and$meta_controller.v:184$95_Y
-(define-fun |meta_controller#783| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#781| state) (|meta_controller#782| state))) ; $0\lut_or[36:0] [30]
-(define-fun |meta_controller#784| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 61 61) (|meta_controller#60| state)) ((_ extract 41 41) (|meta_controller#59| state)))) ; $and$meta_controller.v:183$97_Y
-(define-fun |meta_controller#785| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 62 62) (|meta_controller#60| state)) ((_ extract 44 44) (|meta_controller#59| state)))) ; $and$meta_controller.v:183$98_Y
-(define-fun |meta_controller#786| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#784| state) (|meta_controller#785| state))) ; $0\lut_or[36:0] [31]
-(define-fun |meta_controller#787| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 63 63) (|meta_controller#60| state)) ((_ extract 47 47) (|meta_controller#59| state)))) ; $and$meta_controller.v:182$100_Y
-(define-fun |meta_controller#788| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 64 64) (|meta_controller#60| state)) ((_ extract 50 50) (|meta_controller#59| state)))) ; $and$meta_controller.v:182$101_Y
-(define-fun |meta_controller#789| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#787| state) (|meta_controller#788| state))) ; $0\lut_or[36:0] [32]
-(define-fun |meta_controller#790| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 65 65) (|meta_controller#60| state)) ((_ extract 53 53) (|meta_controller#59| state)))) ; $and$meta_controller.v:181$103_Y
-(define-fun |meta_controller#791| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 66 66) (|meta_controller#60| state)) ((_ extract 56 56) (|meta_controller#59| state)))) ; $and$meta_controller.v:181$104_Y
-(define-fun |meta_controller#792| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#790| state) (|meta_controller#791| state))) ; $0\lut_or[36:0] [33]
-(define-fun |meta_controller#793| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 67 67) (|meta_controller#60| state)) ((_ extract 59 59) (|meta_controller#59| state)))) ; $and$meta_controller.v:180$106_Y
-(define-fun |meta_controller#794| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 68 68) (|meta_controller#60| state)) ((_ extract 62 62) (|meta_controller#59| state)))) ; $and$meta_controller.v:180$107_Y
-(define-fun |meta_controller#795| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#793| state) (|meta_controller#794| state))) ; $0\lut_or[36:0] [34]
-(define-fun |meta_controller#796| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 69 69) (|meta_controller#60| state)) ((_ extract 65 65) (|meta_controller#59| state)))) ; $and$meta_controller.v:179$109_Y
-(define-fun |meta_controller#797| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 70 70) (|meta_controller#60| state)) ((_ extract 67 67) (|meta_controller#59| state)))) ; $and$meta_controller.v:179$110_Y
-(define-fun |meta_controller#798| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#796| state) (|meta_controller#797| state))) ; $0\lut_or[36:0] [35]
-(define-fun |meta_controller#800| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#141| state))) ; $0\hcnt[1:0]
-(define-fun |meta_controller#801| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#184| state) #b0 (|meta_controller#131| state))) ; $0\fb[0:0]
-(define-fun |meta_controller#802| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#184| state) #b0000 (|meta_controller#126| state))) ; $0\dcnt[3:0]
-(define-fun |meta_controller#803| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#111| state))) ; $0\cand[1:0]
-(define-fun |meta_controller#804| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#184| state) #b0 #b1)) ; $0\audit_valid[0:0]
-(define-fun |meta_controller#805| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#184| state) #b00 (|meta_controller#168| state))) ; $0\token[1:0]
-(define-fun |meta_controller#806| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#184| state) #b0000 (|meta_controller#159| state))) ; $0\reason[3:0]
-(define-fun |meta_controller#807| ((state |meta_controller_s|)) (_ BitVec 14) (ite (|meta_controller#184| state) #b00000000000000 (|meta_controller#2| state))) ; $0\audit_addr[13:0]
+(define-fun |meta_controller#14| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b11)) ; $eq$meta_controller.v:366$174_Y
+(define-fun |meta_controller#15| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#14| state) #b00 (|meta_controller#12| state))) ; $3\c_act[1:0]
+(define-fun |meta_controller#16| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b10)) ; $eq$meta_controller.v:362$173_Y
+(define-fun |meta_controller#17| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#16| state) #b00 (|meta_controller#15| state))) ; $2\c_act[1:0]
+(define-fun |meta_controller#19| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b01)) ; $eq$meta_controller.v:358$170_Y
+(define-fun |meta_controller#20| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr #b0100 (concat #b00 (|meta_controller#18| state))))) ; $shiftx$meta_controller.v:0$171_Y
+(define-fun |meta_controller#21| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#19| state) false) (or  (= ((_ extract 0 0) (|meta_controller#20| state)) #b1) false))) ; $logic_and$meta_controller.v:358$172_Y
+(define-fun |meta_controller#22| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#21| state) (|meta_controller#18| state) (|meta_controller#17| state))) ; \c_act
+(define-fun |meta_controller#24| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#14| state) #b000000 (|meta_controller#23| state))) ; $3\c_left[5:0]
+(define-fun |meta_controller#25| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#16| state) #b111100 (|meta_controller#24| state))) ; $2\c_left[5:0]
+(define-fun |meta_controller#26| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#21| state) #b111100 (|meta_controller#25| state))) ; \c_left
+(define-fun |meta_controller#28| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#14| state) #b00 (|meta_controller#27| state))) ; $3\c_mode[1:0]
+(define-fun |meta_controller#29| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#16| state) #b10 (|meta_controller#28| state))) ; $2\c_mode[1:0]
+(define-fun |meta_controller#30| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#21| state) #b01 (|meta_controller#29| state))) ; \c_mode
+(define-fun |meta_controller#37| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 0 0) (|meta_controller#36| state)) ((_ extract 1 1) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$113_Y
+(define-fun |meta_controller#38| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#37| state) ((_ extract 2 2) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$114_Y
+(define-fun |meta_controller#39| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#38| state) ((_ extract 3 3) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$115_Y
+(define-fun |meta_controller#40| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#39| state) ((_ extract 4 4) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$116_Y
+(define-fun |meta_controller#41| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#40| state) ((_ extract 5 5) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$117_Y
+(define-fun |meta_controller#42| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#41| state) ((_ extract 6 6) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$118_Y
+(define-fun |meta_controller#43| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#42| state) ((_ extract 7 7) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$119_Y
+(define-fun |meta_controller#44| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#43| state) ((_ extract 8 8) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$120_Y
+(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#44| state) ((_ extract 9 9) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$121_Y
+(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#45| state) ((_ extract 10 10) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$122_Y
+(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#46| state) ((_ extract 11 11) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$123_Y
+(define-fun |meta_controller#48| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#47| state) ((_ extract 12 12) (|meta_controller#36| state)))) ; \lut_code [0]
+(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 13 13) (|meta_controller#36| state)) ((_ extract 14 14) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$125_Y
+(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#49| state) ((_ extract 15 15) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$126_Y
+(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#50| state) ((_ extract 16 16) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$127_Y
+(define-fun |meta_controller#52| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#51| state) ((_ extract 17 17) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$128_Y
+(define-fun |meta_controller#53| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#52| state) ((_ extract 18 18) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$129_Y
+(define-fun |meta_controller#54| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#53| state) ((_ extract 19 19) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$130_Y
+(define-fun |meta_controller#55| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#54| state) ((_ extract 20 20) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$131_Y
+(define-fun |meta_controller#56| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#55| state) ((_ extract 21 21) (|meta_controller#36| state)))) ; \lut_code [1]
+(define-fun |meta_controller#57| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 22 22) (|meta_controller#36| state)) ((_ extract 23 23) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$133_Y
+(define-fun |meta_controller#58| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#57| state) ((_ extract 24 24) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$134_Y
+(define-fun |meta_controller#59| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#58| state) ((_ extract 25 25) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$135_Y
+(define-fun |meta_controller#60| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#59| state) ((_ extract 26 26) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$136_Y
+(define-fun |meta_controller#61| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#60| state) ((_ extract 27 27) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$137_Y
+(define-fun |meta_controller#62| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#61| state) ((_ extract 28 28) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$138_Y
+(define-fun |meta_controller#63| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#62| state) ((_ extract 29 29) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$139_Y
+(define-fun |meta_controller#64| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#63| state) ((_ extract 30 30) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$140_Y
+(define-fun |meta_controller#65| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#64| state) ((_ extract 31 31) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$141_Y
+(define-fun |meta_controller#66| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#65| state) ((_ extract 32 32) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$142_Y
+(define-fun |meta_controller#67| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#66| state) ((_ extract 33 33) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$143_Y
+(define-fun |meta_controller#68| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#67| state) ((_ extract 34 34) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$144_Y
+(define-fun |meta_controller#69| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#68| state) ((_ extract 35 35) (|meta_controller#36| state)))) ; $or$meta_controller.v:236$145_Y
+(define-fun |meta_controller#70| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#69| state) ((_ extract 36 36) (|meta_controller#36| state)))) ; \lut_code [2]
+(define-fun |meta_controller#114| ((state |meta_controller_s|)) Bool (bvugt (|meta_controller#26| state) #b000001)) ; $gt$meta_controller.v:381$187_Y
+(define-fun |meta_controller#115| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#114| state) (|meta_controller#22| state) #b00)) ; $2\n_act[1:0]
+(define-fun |meta_controller#116| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#30| state)) #b1) (= ((_ extract 1 1) (|meta_controller#30| state)) #b1))) ; $ne$meta_controller.v:376$175_Y
+(define-fun |meta_controller#117| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#116| state) (|meta_controller#115| state) #b00)) ; \n_act
+(define-fun |meta_controller#118| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#31| state))) ; $ne$meta_controller.v:336$166_Y
+(define-fun |meta_controller#119| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#118| state) ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#31| state))) ; $8\n_cand[1:0]
+(define-fun |meta_controller#120| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#10| state))) ; $eq$meta_controller.v:333$165_Y
+(define-fun |meta_controller#121| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#120| state) (|meta_controller#31| state) (|meta_controller#119| state))) ; $7\n_cand[1:0]
+(define-fun |meta_controller#122| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#77| state)) #b1) (|meta_controller#121| state) (|meta_controller#31| state))) ; $6\n_cand[1:0]
+(define-fun |meta_controller#123| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#33| state) #b0000)) ; $ne$meta_controller.v:327$162_Y
+(define-fun |meta_controller#124| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#123| state) (|meta_controller#31| state) (|meta_controller#122| state))) ; $5\n_cand[1:0]
+(define-fun |meta_controller#125| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#10| state))))) ; $shiftx$meta_controller.v:0$160_Y
+(define-fun |meta_controller#126| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#124| state) #b00)) ; $4\n_cand[1:0]
+(define-fun |meta_controller#129| ((state |meta_controller_s|)) Bool (= (|meta_controller#128| state) #b10)) ; $eq$meta_controller.v:309$156_Y
+(define-fun |meta_controller#130| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) false) (or  (|meta_controller#129| state) false))) ; $logic_and$meta_controller.v:309$157_Y
+(define-fun |meta_controller#131| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#126| state))) ; $3\n_cand[1:0]
+(define-fun |meta_controller#132| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#31| state) (|meta_controller#131| state))) ; $2\n_cand[1:0]
+(define-fun |meta_controller#134| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#132| state))) ; \n_cand
+(define-fun |meta_controller#135| ((state |meta_controller_s|)) Bool (= (|meta_controller#35| state) #b10)) ; $eq$meta_controller.v:340$167_Y
+(define-fun |meta_controller#136| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#135| state) #b1010 (|meta_controller#33| state))) ; $11\n_dcnt[3:0]
+(define-fun |meta_controller#137| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#118| state) (|meta_controller#33| state) (|meta_controller#136| state))) ; $10\n_dcnt[3:0]
+(define-fun |meta_controller#138| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#120| state) (|meta_controller#33| state) (|meta_controller#137| state))) ; $9\n_dcnt[3:0]
+(define-fun |meta_controller#139| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#77| state)) #b1) (|meta_controller#138| state) (|meta_controller#33| state))) ; $8\n_dcnt[3:0]
+(define-fun |meta_controller#140| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#33| state) #b0001)) ; $sub$meta_controller.v:328$163_Y
+(define-fun |meta_controller#141| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#123| state) (|meta_controller#140| state) (|meta_controller#139| state))) ; $7\n_dcnt[3:0]
+(define-fun |meta_controller#142| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#141| state) #b1010)) ; $6\n_dcnt[3:0]
+(define-fun |meta_controller#143| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#130| state) #b0000 (|meta_controller#142| state))) ; $5\n_dcnt[3:0]
+(define-fun |meta_controller#145| ((state |meta_controller_s|)) Bool (= (|meta_controller#144| state) #b111)) ; $eq$meta_controller.v:300$154_Y
+(define-fun |meta_controller#146| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#145| state) #b1010 (|meta_controller#33| state))) ; $4\n_dcnt[3:0]
+(define-fun |meta_controller#147| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) (|meta_controller#33| state) (|meta_controller#146| state))) ; $3\n_dcnt[3:0]
+(define-fun |meta_controller#148| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#147| state) (|meta_controller#143| state))) ; $2\n_dcnt[3:0]
+(define-fun |meta_controller#149| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b0000 (|meta_controller#148| state))) ; \n_dcnt
+(define-fun |meta_controller#150| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#130| state) #b1 #b0)) ; $5\n_fb[0:0]
+(define-fun |meta_controller#151| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#145| state) #b0 #b1)) ; $4\n_fb[0:0]
+(define-fun |meta_controller#152| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) #b1 (|meta_controller#151| state))) ; $3\n_fb[0:0]
+(define-fun |meta_controller#153| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#152| state) (|meta_controller#150| state))) ; $2\n_fb[0:0]
+(define-fun |meta_controller#154| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b1 (|meta_controller#153| state))) ; \n_fb
+(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#35| state) #b01)) ; $add$meta_controller.v:346$168_Y
+(define-fun |meta_controller#156| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#135| state) #b00 (|meta_controller#155| state))) ; $9\n_hcnt[1:0]
+(define-fun |meta_controller#157| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#118| state) #b01 (|meta_controller#156| state))) ; $8\n_hcnt[1:0]
+(define-fun |meta_controller#158| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#120| state) #b00 (|meta_controller#157| state))) ; $7\n_hcnt[1:0]
+(define-fun |meta_controller#159| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#77| state)) #b1) (|meta_controller#158| state) #b00)) ; $6\n_hcnt[1:0]
+(define-fun |meta_controller#160| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#123| state) (|meta_controller#35| state) (|meta_controller#159| state))) ; $5\n_hcnt[1:0]
+(define-fun |meta_controller#161| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#160| state) #b00)) ; $4\n_hcnt[1:0]
+(define-fun |meta_controller#162| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#161| state))) ; $3\n_hcnt[1:0]
+(define-fun |meta_controller#163| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#35| state) (|meta_controller#162| state))) ; $2\n_hcnt[1:0]
+(define-fun |meta_controller#164| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#163| state))) ; \n_hcnt
+(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 6) (bvsub (|meta_controller#26| state) #b000001)) ; $sub$meta_controller.v:384$188_Y
+(define-fun |meta_controller#166| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#114| state) (|meta_controller#165| state) #b000000)) ; $2\n_left[5:0]
+(define-fun |meta_controller#167| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#116| state) (|meta_controller#166| state) #b000000)) ; \n_left
+(define-fun |meta_controller#168| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#114| state) (|meta_controller#30| state) #b00)) ; $2\n_mode[1:0]
+(define-fun |meta_controller#169| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#116| state) (|meta_controller#168| state) #b00)) ; \n_mode
+(define-fun |meta_controller#170| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#144| state) #b000)) ; $6\n_rcnt[2:0]
+(define-fun |meta_controller#171| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#130| state) #b000 (|meta_controller#170| state))) ; $5\n_rcnt[2:0]
+(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#144| state) #b001)) ; $add$meta_controller.v:306$155_Y
+(define-fun |meta_controller#173| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#145| state) #b000 (|meta_controller#172| state))) ; $4\n_rcnt[2:0]
+(define-fun |meta_controller#174| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) #b000 (|meta_controller#173| state))) ; $3\n_rcnt[2:0]
+(define-fun |meta_controller#175| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#174| state) (|meta_controller#171| state))) ; $2\n_rcnt[2:0]
+(define-fun |meta_controller#176| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b000 (|meta_controller#175| state))) ; \n_rcnt
+(define-fun |meta_controller#177| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#135| state) #b10 #b01)) ; $11\n_reason[3:0]
+(define-fun |meta_controller#178| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#118| state) #b01 (|meta_controller#177| state))) ; $10\n_reason[3:0]
+(define-fun |meta_controller#179| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#120| state) #b00 (|meta_controller#178| state))) ; $9\n_reason[3:0]
+(define-fun |meta_controller#180| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#77| state)) #b1) (concat #b0 (|meta_controller#179| state)) #b100)) ; $8\n_reason[3:0]
+(define-fun |meta_controller#181| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#123| state) #b011 (|meta_controller#180| state))) ; $7\n_reason[3:0]
+(define-fun |meta_controller#182| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (concat #b0 (|meta_controller#181| state)) #b1000)) ; $6\n_reason[3:0]
+(define-fun |meta_controller#183| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#130| state) #b0101 (|meta_controller#182| state))) ; $5\n_reason[3:0]
+(define-fun |meta_controller#184| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#145| state) #b10 #b01)) ; $4\n_reason[3:0]
+(define-fun |meta_controller#185| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) #b01 (|meta_controller#184| state))) ; $3\n_reason[3:0]
+(define-fun |meta_controller#186| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (concat #b01 (|meta_controller#185| state)) (|meta_controller#183| state))) ; $2\n_reason[3:0]
+(define-fun |meta_controller#187| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b0111 (|meta_controller#186| state))) ; \n_reason
+(define-fun |meta_controller#188| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#135| state) ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#10| state))) ; $9\n_token[1:0]
+(define-fun |meta_controller#189| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#118| state) (|meta_controller#10| state) (|meta_controller#188| state))) ; $8\n_token[1:0]
+(define-fun |meta_controller#190| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#120| state) (|meta_controller#10| state) (|meta_controller#189| state))) ; $7\n_token[1:0]
+(define-fun |meta_controller#191| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#77| state)) #b1) (|meta_controller#190| state) (|meta_controller#10| state))) ; $6\n_token[1:0]
+(define-fun |meta_controller#192| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#123| state) (|meta_controller#10| state) (|meta_controller#191| state))) ; $5\n_token[1:0]
+(define-fun |meta_controller#193| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#192| state) #b00)) ; $4\n_token[1:0]
+(define-fun |meta_controller#194| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#193| state))) ; $3\n_token[1:0]
+(define-fun |meta_controller#195| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) #b00 (|meta_controller#194| state))) ; $2\n_token[1:0]
+(define-fun |meta_controller#196| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#195| state))) ; \n_token
+(define-fun |meta_controller#197| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#128| state) #b01)) ; $add$meta_controller.v:319$158_Y
+(define-fun |meta_controller#198| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) (|meta_controller#197| state) #b00)) ; $ternary$meta_controller.v:319$159_Y
+(define-fun |meta_controller#199| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#198| state))) ; $3\n_vcnt[1:0]
+(define-fun |meta_controller#200| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#128| state) (|meta_controller#199| state))) ; $2\n_vcnt[1:0]
+(define-fun |meta_controller#201| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#200| state))) ; \n_vcnt
+(define-fun |meta_controller#213| ((state |meta_controller_s|)) Bool (= (|meta_controller#30| state) #b01)) ; $eq$meta_controller.v:379$185_Y
+(define-fun |meta_controller#214| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#213| state) #b01 #b10)) ; $auto$wreduce.cc:455:run$1215 [1:0]
+(define-fun |meta_controller#215| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) false))) ; $logic_not$meta_controller.v:377$176_Y
+(define-fun |meta_controller#216| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) false  (|meta_controller#130| state) false)) ; $logic_or$meta_controller.v:377$179_Y
+(define-fun |meta_controller#217| ((state |meta_controller_s|)) Bool (not (or  (|meta_controller#216| state) false))) ; $logic_not$meta_controller.v:377$180_Y
+(define-fun |meta_controller#218| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#215| state) false) (or  (|meta_controller#217| state) false))) ; $logic_and$meta_controller.v:377$181_Y
+(define-fun |meta_controller#219| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#22| state))))) ; $shiftx$meta_controller.v:0$182_Y
+(define-fun |meta_controller#220| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) false  (= ((_ extract 0 0) (|meta_controller#219| state)) #b1) false)) ; $logic_or$meta_controller.v:377$183_Y
+(define-fun |meta_controller#221| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#218| state) false) (or  (|meta_controller#220| state) false))) ; $logic_and$meta_controller.v:377$184_Y
+(define-fun |meta_controller#222| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#221| state) (concat #b10 (|meta_controller#214| state)) (|meta_controller#187| state))) ; $2\x_reason[3:0]
+(define-fun |meta_controller#223| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#116| state) (|meta_controller#222| state) (|meta_controller#187| state))) ; \x_reason
+(define-fun |meta_controller#224| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#221| state) (|meta_controller#22| state) (|meta_controller#196| state))) ; $2\x_token[1:0]
+(define-fun |meta_controller#225| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#116| state) (|meta_controller#224| state) (|meta_controller#196| state))) ; \x_token
+(define-fun |meta_controller#226| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#208| state) #b0 (|meta_controller#211| state))) ; $0\valid_q2[0:0]
+(define-fun |meta_controller#227| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#208| state) #b0 #b1)) ; $0\valid_q1[0:0]
+(define-fun |meta_controller#228| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#212| state)) #b1) false))) ; $logic_not$meta_controller.v:391$190_Y
+(define-fun |meta_controller#229| ((state |meta_controller_s|)) Bool (or  (|meta_controller#208| state) false  (|meta_controller#228| state) false)) ; $logic_or$meta_controller.v:391$191_Y
+(define-fun |meta_controller#230| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#229| state) #b000 (|meta_controller#176| state))) ; $0\rcnt[2:0]
+(define-fun |meta_controller#231| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#229| state) #b00 (|meta_controller#201| state))) ; $0\vcnt[1:0]
+(define-fun |meta_controller#739| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 0 0) (|meta_controller#79| state)) ((_ extract 2 2) (|meta_controller#78| state)))) ; $and$meta_controller.v:233$7_Y
+(define-fun |meta_controller#740| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 1 1) (|meta_controller#79| state)) ((_ extract 5 5) (|meta_controller#78| state)))) ; $and$meta_controller.v:233$8_Y
+(define-fun |meta_controller#741| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#739| state) (|meta_controller#740| state))) ; $0\lut_or[36:0] [0]
+(define-fun |meta_controller#742| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 2 2) (|meta_controller#79| state)) ((_ extract 7 7) (|meta_controller#78| state)))) ; $and$meta_controller.v:232$10_Y
+(define-fun |meta_controller#743| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 3 3) (|meta_controller#79| state)) ((_ extract 9 9) (|meta_controller#78| state)))) ; $and$meta_controller.v:232$11_Y
+(define-fun |meta_controller#744| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#742| state) (|meta_controller#743| state))) ; $0\lut_or[36:0] [1]
+(define-fun |meta_controller#745| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 4 4) (|meta_controller#79| state)) ((_ extract 12 12) (|meta_controller#78| state)))) ; $and$meta_controller.v:231$13_Y
+(define-fun |meta_controller#746| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 5 5) (|meta_controller#79| state)) ((_ extract 14 14) (|meta_controller#78| state)))) ; $and$meta_controller.v:231$14_Y
+(define-fun |meta_controller#747| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#745| state) (|meta_controller#746| state))) ; $0\lut_or[36:0] [2]
+(define-fun |meta_controller#748| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 6 6) (|meta_controller#79| state)) ((_ extract 17 17) (|meta_controller#78| state)))) ; $and$meta_controller.v:230$16_Y
+(define-fun |meta_controller#749| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 7 7) (|meta_controller#79| state)) ((_ extract 19 19) (|meta_controller#78| state)))) ; $and$meta_controller.v:230$17_Y
+(define-fun |meta_controller#750| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#748| state) (|meta_controller#749| state))) ; $0\lut_or[36:0] [3]
+(define-fun |meta_controller#751| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 8 8) (|meta_controller#79| state)) ((_ extract 22 22) (|meta_controller#78| state)))) ; $and$meta_controller.v:229$19_Y
+(define-fun |meta_controller#752| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 9 9) (|meta_controller#79| state)) ((_ extract 24 24) (|meta_controller#78| state)))) ; $and$meta_controller.v:229$20_Y
+(define-fun |meta_controller#753| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#751| state) (|meta_controller#752| state))) ; $0\lut_or[36:0] [4]
+(define-fun |meta_controller#754| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 10 10) (|meta_controller#79| state)) ((_ extract 27 27) (|meta_controller#78| state)))) ; $and$meta_controller.v:228$22_Y
+(define-fun |meta_controller#755| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 11 11) (|meta_controller#79| state)) ((_ extract 30 30) (|meta_controller#78| state)))) ; $and$meta_controller.v:228$23_Y
+(define-fun |meta_controller#756| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#754| state) (|meta_controller#755| state))) ; $0\lut_or[36:0] [5]
+(define-fun |meta_controller#757| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 12 12) (|meta_controller#79| state)) ((_ extract 33 33) (|meta_controller#78| state)))) ; $and$meta_controller.v:227$25_Y
+(define-fun |meta_controller#758| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 13 13) (|meta_controller#79| state)) ((_ extract 36 36) (|meta_controller#78| state)))) ; $and$meta_controller.v:227$26_Y
+(define-fun |meta_controller#759| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#757| state) (|meta_controller#758| state))) ; $0\lut_or[36:0] [6]
+(define-fun |meta_controller#760| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 14 14) (|meta_controller#79| state)) ((_ extract 39 39) (|meta_controller#78| state)))) ; $and$meta_controller.v:226$28_Y
+(define-fun |meta_controller#761| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 15 15) (|meta_controller#79| state)) ((_ extract 42 42) (|meta_controller#78| state)))) ; $and$meta_controller.v:226$29_Y
+(define-fun |meta_controller#762| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#760| state) (|meta_controller#761| state))) ; $0\lut_or[36:0] [7]
+(define-fun |meta_controller#763| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 16 16) (|meta_controller#79| state)) ((_ extract 45 45) (|meta_controller#78| state)))) ; $and$meta_controller.v:225$31_Y
+(define-fun |meta_controller#764| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 17 17) (|meta_controller#79| state)) ((_ extract 48 48) (|meta_controller#78| state)))) ; $and$meta_controller.v:225$32_Y
+(define-fun |meta_controller#765| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#763| state) (|meta_controller#764| state))) ; $0\lut_or[36:0] [8]
+(define-fun |meta_controller#766| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 18 18) (|meta_controller#79| state)) ((_ extract 51 51) (|meta_controller#78| state)))) ; $and$meta_controller.v:224$34_Y
+(define-fun |meta_controller#767| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 19 19) (|meta_controller#79| state)) ((_ extract 54 54) (|meta_controller#78| state)))) ; $and$meta_controller.v:224$35_Y
+(define-fun |meta_controller#768| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#766| state) (|meta_controller#767| state))) ; $0\lut_or[36:0] [9]
+(define-fun |meta_controller#769| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 20 20) (|meta_controller#79| state)) ((_ extract 57 57) (|meta_controller#78| state)))) ; $and$meta_controller.v:223$37_Y
+(define-fun |meta_controller#770| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 21 21) (|meta_controller#79| state)) ((_ extract 60 60) (|meta_controller#78| state)))) ; $and$meta_controller.v:223$38_Y
+(define-fun |meta_controller#771| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#769| state) (|meta_controller#770| state))) ; $0\lut_or[36:0] [10]
+(define-fun |meta_controller#772| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 22 22) (|meta_controller#79| state)) ((_ extract 63 63) (|meta_controller#78| state)))) ; $and$meta_controller.v:222$40_Y
+(define-fun |meta_controller#773| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 23 23) (|meta_controller#79| state)) ((_ extract 66 66) (|meta_controller#78| state)))) ; $and$meta_controller.v:222$41_Y
+(define-fun |meta_controller#774| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#772| state) (|meta_controller#773| state))) ; $0\lut_or[36:0] [11]
+(define-fun |meta_controller#775| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 24 24) (|meta_controller#79| state)) ((_ extract 68 68) (|meta_controller#78| state)))) ; $0\lut_or[36:0] [12]
+(define-fun |meta_controller#776| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 25 25) (|meta_controller#79| state)) ((_ extract 10 10) (|meta_controller#78| state)))) ; $and$meta_controller.v:220$44_Y
+(define-fun |meta_controller#777| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 26 26) (|meta_controller#79| state)) ((_ extract 15 15) (|meta_controller#78| state)))) ; $and$meta_controller.v:220$45_Y
+(define-fun |meta_controller#778| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#776| state) (|meta_controller#777| state))) ; $0\lut_or[36:0] [13]
+(define-fun |meta_controller#779| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 27 27) (|meta_controller#79| state)) ((_ extract 20 20) (|meta_controller#78| state)))) ; $and$meta_controller.v:219$47_Y
+(define-fun |meta_controller#780| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 28 28) (|meta_controller#79| state)) ((_ extract 25 25) (|meta_controller#78| state)))) ; $and$meta_controller.v:219$48_Y
+(define-fun |meta_controller#781| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#779| state) (|meta_controller#780| state))) ; $0\lut_or[36:0] [14]
+(define-fun |meta_controller#782| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 29 29) (|meta_controller#79| state)) ((_ extract 28 28) (|meta_controller#78| state)))) ; $and$meta_controller.v:218$50_Y
+(define-fun |meta_controller#783| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 30 30) (|meta_controller#79| state)) ((_ extract 31 31) (|meta_controller#78| state)))) ; $and$meta_controller.v:218$51_Y
+(define-fun |meta_controller#784| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#782| state) (|meta_controller#783| state))) ; $0\lut_or[36:0] [15]
+(define-fun |meta_controller#785| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 31 31) (|meta_controller#79| state)) ((_ extract 34 34) (|meta_controller#78| state)))) ; $and$meta_controller.v:217$53_Y
+(define-fun |meta_controller#786| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 32 32) (|meta_controller#79| state)) ((_ extract 37 37) (|meta_controller#78| state)))) ; $and$meta_controller.v:217$54_Y
+(define-fun |meta_controller#787| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#785| state) (|meta_controller#786| state))) ; $0\lut_or[36:0] [16]
+(define-fun |meta_controller#788| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 33 33) (|meta_controller#79| state)) ((_ extract 40 40) (|meta_controller#78| state)))) ; $and$meta_controller.v:216$56_Y
+(define-fun |meta_controller#789| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 34 34) (|meta_controller#79| state)) ((_ extract 43 43) (|meta_controller#78| state)))) ; $and$meta_controller.v:216$57_Y
+(define-fun |meta_controller#790| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#788| state) (|meta_controller#789| state))) ; $0\lut_or[36:0] [17]
+(define-fun |meta_controller#791| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 35 35) (|meta_controller#79| state)) ((_ extract 46 46) (|meta_controller#78| state)))) ; $and$meta_controller.v:215$59_Y
+(define-fun |meta_controller#792| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 36 36) (|meta_controller#79| state)) ((_ extract 49 49) (|meta_controller#78| state)))) ; $and$meta_controller.v:215$60_Y
+(define-fun |meta_controller#793| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#791| state) (|meta_controller#792| state))) ; $0\lut_or[36:0] [18]
+(define-fun |meta_controller#794| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 37 37) (|meta_controller#79| state)) ((_ extract 52 52) (|meta_controller#78| state)))) ; $and$meta_controller.v:214$62_Y
+(define-fun |meta_controller#795| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 38 38) (|meta_controller#79| state)) ((_ extract 55 55) (|meta_controller#78| state)))) ; $and$meta_controller.v:214$63_Y
+(define-fun |meta_controller#796| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#794| state) (|meta_controller#795| state))) ; $0\lut_or[36:0] [19]
+(define-fun |meta_controller#797| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 39 39) (|meta_controller#79| state)) ((_ extract 58 58) (|meta_controller#78| state)))) ; $and$meta_controller.v:213$65_Y
+(define-fun |meta_controller#798| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 40 40) (|meta_controller#79| state)) ((_ extract 61 61) (|meta_controller#78| state)))) ; $and$meta_controller.v:213$66_Y
+(define-fun |meta_controller#799| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#797| state) (|meta_controller#798| state))) ; $0\lut_or[36:0] [20]
+(define-fun |meta_controller#800| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 41 41) (|meta_controller#79| state)) ((_ extract 64 64) (|meta_controller#78| state)))) ; $and$meta_controller.v:212$68_Y
+(define-fun |meta_controller#801| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 42 42) (|meta_controller#79| state)) ((_ extract 69 69) (|meta_controller#78| state)))) ; $and$meta_controller.v:212$69_Y
+(define-fun |meta_controller#802| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#800| state) (|meta_controller#801| state))) ; $0\lut_or[36:0] [21]
+(define-fun |meta_controller#803| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 44 44) (|meta_controller#79| state)) ((_ extract 0 0) (|meta_controller#78| state)))) ; $and$meta_controller.v:211$71_Y
+(define-fun |meta_controller#804| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 43 43) (|meta_controller#79| state)) (|meta_controller#803| state))) ; $0\lut_or[36:0] [22]
+(define-fun |meta_controller#805| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 45 45) (|meta_controller#79| state)) ((_ extract 1 1) (|meta_controller#78| state)))) ; $and$meta_controller.v:210$73_Y
+(define-fun |meta_controller#806| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 46 46) (|meta_controller#79| state)) ((_ extract 3 3) (|meta_controller#78| state)))) ; $and$meta_controller.v:210$74_Y
+(define-fun |meta_controller#807| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#805| state) (|meta_controller#806| state))) ; $0\lut_or[36:0] [23]
+(define-fun |meta_controller#808| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 47 47) (|meta_controller#79| state)) ((_ extract 4 4) (|meta_controller#78| state)))) ; $and$meta_controller.v:209$76_Y
+(define-fun |meta_controller#809| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 48 48) (|meta_controller#79| state)) ((_ extract 6 6) (|meta_controller#78| state)))) ; $and$meta_controller.v:209$77_Y
+(define-fun |meta_controller#810| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#808| state) (|meta_controller#809| state))) ; $0\lut_or[36:0] [24]
+(define-fun |meta_controller#811| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 49 49) (|meta_controller#79| state)) ((_ extract 8 8) (|meta_controller#78| state)))) ; $and$meta_controller.v:208$79_Y
+(define-fun |meta_controller#812| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 50 50) (|meta_controller#79| state)) ((_ extract 11 11) (|meta_controller#78| state)))) ; $and$meta_controller.v:208$80_Y
+(define-fun |meta_controller#813| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#811| state) (|meta_controller#812| state))) ; $0\lut_or[36:0] [25]
+(define-fun |meta_controller#814| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 51 51) (|meta_controller#79| state)) ((_ extract 13 13) (|meta_controller#78| state)))) ; $and$meta_controller.v:207$82_Y
+(define-fun |meta_controller#815| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 52 52) (|meta_controller#79| state)) ((_ extract 16 16) (|meta_controller#78| state)))) ; $and$meta_controller.v:207$83_Y
+(define-fun |meta_controller#816| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#814| state) (|meta_controller#815| state))) ; $0\lut_or[36:0] [26]
+(define-fun |meta_controller#817| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 53 53) (|meta_controller#79| state)) ((_ extract 18 18) (|meta_controller#78| state)))) ; $and$meta_controller.v:206$85_Y
+(define-fun |meta_controller#818| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 54 54) (|meta_controller#79| state)) ((_ extract 21 21) (|meta_controller#78| state)))) ; $and$meta_controller.v:206$86_Y
+(define-fun |meta_controller#819| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#817| state) (|meta_controller#818| state))) ; $0\lut_or[36:0] [27]
+(define-fun |meta_controller#820| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 55 55) (|meta_controller#79| state)) ((_ extract 23 23) (|meta_controller#78| state)))) ; $and$meta_controller.v:205$88_Y
+(define-fun |meta_controller#821| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 56 56) (|meta_controller#79| state)) ((_ extract 26 26) (|meta_controller#78| state)))) ; $and$meta_controller.v:205$89_Y
+(define-fun |meta_controller#822| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#820| state) (|meta_controller#821| state))) ; $0\lut_or[36:0] [28]
+(define-fun |meta_controller#823| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 57 57) (|meta_controller#79| state)) ((_ extract 29 29) (|meta_controller#78| state)))) ; $and$meta_controller.v:204$91_Y
+(define-fun |meta_controller#824| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 58 58) (|meta_controller#79| state)) ((_ extract 32 32) (|meta_controller#78| state)))) ; $and$meta_controller.v:204$92_Y
+(define-fun |meta_controller#825| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#823| state) (|meta_controller#824| state))) ; $0\lut_or[36:0] [29]
+(define-fun |meta_controller#826| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 59 59) (|meta_controller#79| state)) ((_ extract 35 35) (|meta_controller#78| state)))) ; $and$meta_controller.v:203$94_Y
+(define-fun |meta_controller#827| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 60 60) (|meta_controller#79| state)) ((_ extract 38 38) (|meta_controller#78| state)))) ; $and$meta_controller.v:203$95_Y
+(define-fun |meta_controller#828| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#826| state) (|meta_controller#827| state))) ; $0\lut_or[36:0] [30]
+(define-fun |meta_controller#829| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 61 61) (|meta_controller#79| state)) ((_ extract 41 41) (|meta_controller#78| state)))) ; $and$meta_controller.v:202$97_Y
+(define-fun |meta_controller#830| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 62 62) (|meta_controller#79| state)) ((_ extract 44 44) (|meta_controller#78| state)))) ; $and$meta_controller.v:202$98_Y
+(define-fun |meta_controller#831| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#829| state) (|meta_controller#830| state))) ; $0\lut_or[36:0] [31]
+(define-fun |meta_controller#832| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 63 63) (|meta_controller#79| state)) ((_ extract 47 47) (|meta_controller#78| state)))) ; $and$meta_controller.v:201$100_Y
+(define-fun |meta_controller#833| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 64 64) (|meta_controller#79| state)) ((_ extract 50 50) (|meta_controller#78| state)))) ; $and$meta_controller.v:201$101_Y
+(define-fun |meta_controller#834| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#832| state) (|meta_controller#833| state))) ; $0\lut_or[36:0] [32]
+(define-fun |meta_controller#835| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 65 65) (|meta_controller#79| state)) ((_ extract 53 53) (|meta_controller#78| state)))) ; $and$meta_controller.v:200$103_Y
+(define-fun |meta_controller#836| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 66 66) (|meta_controller#79| state)) ((_ extract 56 56) (|meta_controller#78| state)))) ; $and$meta_controller.v:200$104_Y
+(define-fun |meta_controller#837| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#835| state) (|meta_controller#836| state))) ; $0\lut_or[36:0] [33]
+(define-fun |meta_controller#838| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 67 67) (|meta_controller#79| state)) ((_ extract 59 59) (|meta_controller#78| state)))) ; $and$meta_controller.v:199$106_Y
+(define-fun |meta_controller#839| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 68 68) (|meta_controller#79| state)) ((_ extract 62 62) (|meta_controller#78| state)))) ; $and$meta_controller.v:199$107_Y
+(define-fun |meta_controller#840| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#838| state) (|meta_controller#839| state))) ; $0\lut_or[36:0] [34]
+(define-fun |meta_controller#841| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 69 69) (|meta_controller#79| state)) ((_ extract 65 65) (|meta_controller#78| state)))) ; $and$meta_controller.v:198$109_Y
+(define-fun |meta_controller#842| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 70 70) (|meta_controller#79| state)) ((_ extract 67 67) (|meta_controller#78| state)))) ; $and$meta_controller.v:198$110_Y
+(define-fun |meta_controller#843| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#841| state) (|meta_controller#842| state))) ; $0\lut_or[36:0] [35]
+(define-fun |meta_controller#845| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#229| state) #b00 (|meta_controller#164| state))) ; $0\hcnt[1:0]
+(define-fun |meta_controller#846| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#229| state) #b0 (|meta_controller#154| state))) ; $0\fb[0:0]
+(define-fun |meta_controller#847| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#229| state) #b0000 (|meta_controller#149| state))) ; $0\dcnt[3:0]
+(define-fun |meta_controller#848| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#229| state) #b00 (|meta_controller#134| state))) ; $0\cand[1:0]
+(define-fun |meta_controller#849| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#229| state) #b00 (|meta_controller#169| state))) ; $0\op_mode[1:0]
+(define-fun |meta_controller#850| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#229| state) #b000000 (|meta_controller#167| state))) ; $0\op_left[5:0]
+(define-fun |meta_controller#851| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#229| state) #b00 (|meta_controller#117| state))) ; $0\op_act[1:0]
+(define-fun |meta_controller#852| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#229| state) #b0 #b1)) ; $0\audit_valid[0:0]
+(define-fun |meta_controller#853| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#229| state) #b00 (|meta_controller#225| state))) ; $0\token[1:0]
+(define-fun |meta_controller#854| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#229| state) #b0000 (|meta_controller#223| state))) ; $0\reason[3:0]
+(define-fun |meta_controller#855| ((state |meta_controller_s|)) (_ BitVec 14) (ite (|meta_controller#229| state) #b00000000000000 (|meta_controller#2| state))) ; $0\audit_addr[13:0]
 (define-fun |meta_controller_n addr| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#0| state))
 (define-fun |meta_controller_n addr_q1| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#1| state))
 (define-fun |meta_controller_n addr_q2| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#2| state))
@@ -379,68 +462,92 @@
 (define-fun |meta_controller_n audit_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#9| state))
 (define-fun |meta_controller_n audit_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#10| state))
 (define-fun |meta_controller_n audit_valid| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#11| state)) #b1))
-(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12| state))
-(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#13| state))
-(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#14| state))
-(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#15| state)) #b1))
-(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#16| state))
+(define-fun |meta_controller_n c_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#22| state))
+(define-fun |meta_controller_n c_left| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#26| state))
+(define-fun |meta_controller_n c_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#30| state))
+(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#31| state))
+(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#32| state))
+(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#33| state))
+(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#34| state)) #b1))
+(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#35| state))
 (define-fun |meta_controller_n in_0| ((state |meta_controller_s|)) Bool (|meta_controller#3| state))
 (define-fun |meta_controller_n in_1| ((state |meta_controller_s|)) Bool (|meta_controller#5| state))
-(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#58| state)) #b1))
-(define-fun |meta_controller_n lut_code| ((state |meta_controller_s|)) (_ BitVec 3) (concat (|meta_controller#51| state) (concat (|meta_controller#37| state) (|meta_controller#29| state))))
-(define-fun |meta_controller_n lut_col| ((state |meta_controller_s|)) (_ BitVec 71) (|meta_controller#59| state))
-(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#58| state))
-(define-fun |meta_controller_n lut_or| ((state |meta_controller_s|)) (_ BitVec 37) (|meta_controller#17| state))
-(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#58| state)))
-(define-fun |meta_controller_n lut_sel| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#60| state))
-(define-fun |meta_controller_n lut_sel_d| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#94| state))
-(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#111| state))
-(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#126| state))
-(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#131| state)) #b1))
-(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#141| state))
-(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#148| state))
-(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#159| state))
-(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#168| state))
-(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#173| state))
-(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (|meta_controller#174| state))
-(define-fun |meta_controller_n probe_fault_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#175| state)) #b1))
-(define-fun |meta_controller_n probe_fault_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#110| state)) #b1))
-(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#121| state))
+(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#77| state)) #b1))
+(define-fun |meta_controller_n lut_code| ((state |meta_controller_s|)) (_ BitVec 3) (concat (|meta_controller#70| state) (concat (|meta_controller#56| state) (|meta_controller#48| state))))
+(define-fun |meta_controller_n lut_col| ((state |meta_controller_s|)) (_ BitVec 71) (|meta_controller#78| state))
+(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#77| state))
+(define-fun |meta_controller_n lut_or| ((state |meta_controller_s|)) (_ BitVec 37) (|meta_controller#36| state))
+(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#77| state)))
+(define-fun |meta_controller_n lut_sel| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#79| state))
+(define-fun |meta_controller_n lut_sel_d| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#113| state))
+(define-fun |meta_controller_n n_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#117| state))
+(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#134| state))
+(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#149| state))
+(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#154| state)) #b1))
+(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#164| state))
+(define-fun |meta_controller_n n_left| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#167| state))
+(define-fun |meta_controller_n n_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#169| state))
+(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#176| state))
+(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#187| state))
+(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#196| state))
+(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#201| state))
+(define-fun |meta_controller_n op_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12| state))
+(define-fun |meta_controller_n op_arg| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#202| state))
+(define-fun |meta_controller_n op_arg_q1| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#203| state))
+(define-fun |meta_controller_n op_arg_q2| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#18| state))
+(define-fun |meta_controller_n op_cmd| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#204| state))
+(define-fun |meta_controller_n op_cmd_q1| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#205| state))
+(define-fun |meta_controller_n op_cmd_q2| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#13| state))
+(define-fun |meta_controller_n op_left| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#23| state))
+(define-fun |meta_controller_n op_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#27| state))
+(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (|meta_controller#206| state))
+(define-fun |meta_controller_n probe_fault_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#207| state)) #b1))
+(define-fun |meta_controller_n probe_fault_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#133| state)) #b1))
+(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#144| state))
 (define-fun |meta_controller_n reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#9| state))
-(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#176| state))
-(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#177| state))
-(define-fun |meta_controller_n sla_violation_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#178| state)) #b1))
-(define-fun |meta_controller_n sla_violation_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#104| state)) #b1))
+(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#208| state))
+(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#209| state))
+(define-fun |meta_controller_n sla_violation_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#210| state)) #b1))
+(define-fun |meta_controller_n sla_violation_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#127| state)) #b1))
 (define-fun |meta_controller_n token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#10| state))
-(define-fun |meta_controller_n valid_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#179| state)) #b1))
-(define-fun |meta_controller_n valid_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#180| state)) #b1))
-(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#105| state))
+(define-fun |meta_controller_n valid_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#211| state)) #b1))
+(define-fun |meta_controller_n valid_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#212| state)) #b1))
+(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#128| state))
+(define-fun |meta_controller_n x_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#223| state))
+(define-fun |meta_controller_n x_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#225| state))
 (define-fun |meta_controller_a| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_u| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_i| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_h| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_t| ((state |meta_controller_s|) (next_state |meta_controller_s|)) Bool (and
-  (= (|meta_controller#181| state) (|meta_controller#180| next_state)) ; $procdff$1063 \valid_q2
-  (= (|meta_controller#182| state) (|meta_controller#179| next_state)) ; $procdff$1062 \valid_q1
-  (= (ite (|meta_controller#177| state) #b1 #b0) (|meta_controller#178| next_state)) ; $procdff$1066 \sla_violation_q1
-  (= (ite (|meta_controller#174| state) #b1 #b0) (|meta_controller#175| next_state)) ; $procdff$1065 \probe_fault_q1
-  (= (|meta_controller#185| state) (|meta_controller#121| next_state)) ; $procdff$1058 \rcnt
-  (= (|meta_controller#175| state) (|meta_controller#110| next_state)) ; $procdff$1068 \probe_fault_q2
-  (= (|meta_controller#186| state) (|meta_controller#105| next_state)) ; $procdff$1056 \vcnt
-  (= (|meta_controller#178| state) (|meta_controller#104| next_state)) ; $procdff$1069 \sla_violation_q2
-  (= (|meta_controller#94| state) (|meta_controller#60| next_state)) ; $procdff$1059 \lut_sel
-  (= (|meta_controller#693| state) (|meta_controller#59| next_state)) ; $procdff$1061 \lut_col
-  (= (concat (|meta_controller#799| state) (concat (|meta_controller#798| state) (concat (|meta_controller#795| state) (concat (|meta_controller#792| state) (concat (|meta_controller#789| state) (concat (|meta_controller#786| state) (concat (|meta_controller#783| state) (concat (|meta_controller#780| state) (concat (|meta_controller#777| state) (concat (|meta_controller#774| state) (concat (|meta_controller#771| state) (concat (|meta_controller#768| state) (concat (|meta_controller#765| state) (concat (|meta_controller#762| state) (concat (|meta_controller#759| state) (concat (|meta_controller#757| state) (concat (|meta_controller#754| state) (concat (|meta_controller#751| state) (concat (|meta_controller#748| state) (concat (|meta_controller#745| state) (concat (|meta_controller#742| state) (concat (|meta_controller#739| state) (concat (|meta_controller#736| state) (concat (|meta_controller#733| state) (concat (|meta_controller#730| state) (concat (|meta_controller#729| state) (concat (|meta_controller#726| state) (concat (|meta_controller#723| state) (concat (|meta_controller#720| state) (concat (|meta_controller#717| state) (concat (|meta_controller#714| state) (concat (|meta_controller#711| state) (concat (|meta_controller#708| state) (concat (|meta_controller#705| state) (concat (|meta_controller#702| state) (concat (|meta_controller#699| state) (|meta_controller#696| state))))))))))))))))))))))))))))))))))))) (|meta_controller#17| next_state)) ; $procdff$1060 \lut_or
-  (= (|meta_controller#800| state) (|meta_controller#16| next_state)) ; $procdff$1054 \hcnt
-  (= (|meta_controller#801| state) (|meta_controller#15| next_state)) ; $procdff$1057 \fb
-  (= (|meta_controller#802| state) (|meta_controller#14| next_state)) ; $procdff$1055 \dcnt
-  (= (|meta_controller#803| state) (|meta_controller#12| next_state)) ; $procdff$1053 \cand
-  (= (|meta_controller#804| state) (|meta_controller#11| next_state)) ; $procdff$1051 \audit_valid
-  (= (|meta_controller#805| state) (|meta_controller#10| next_state)) ; $procdff$1049 \token
-  (= (|meta_controller#806| state) (|meta_controller#9| next_state)) ; $procdff$1050 \reason
-  (= (|meta_controller#807| state) (|meta_controller#8| next_state)) ; $procdff$1052 \audit_addr
-  (= (|meta_controller#1| state) (|meta_controller#2| next_state)) ; $procdff$1067 \addr_q2
-  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$1064 \addr_q1
+  (= (|meta_controller#226| state) (|meta_controller#212| next_state)) ; $procdff$1194 \valid_q2
+  (= (|meta_controller#227| state) (|meta_controller#211| next_state)) ; $procdff$1193 \valid_q1
+  (= (ite (|meta_controller#209| state) #b1 #b0) (|meta_controller#210| next_state)) ; $procdff$1197 \sla_violation_q1
+  (= (ite (|meta_controller#206| state) #b1 #b0) (|meta_controller#207| next_state)) ; $procdff$1196 \probe_fault_q1
+  (= (|meta_controller#204| state) (|meta_controller#205| next_state)) ; $procdff$1198 \op_cmd_q1
+  (= (|meta_controller#202| state) (|meta_controller#203| next_state)) ; $procdff$1199 \op_arg_q1
+  (= (|meta_controller#230| state) (|meta_controller#144| next_state)) ; $procdff$1186 \rcnt
+  (= (|meta_controller#207| state) (|meta_controller#133| next_state)) ; $procdff$1201 \probe_fault_q2
+  (= (|meta_controller#231| state) (|meta_controller#128| next_state)) ; $procdff$1184 \vcnt
+  (= (|meta_controller#210| state) (|meta_controller#127| next_state)) ; $procdff$1202 \sla_violation_q2
+  (= (|meta_controller#113| state) (|meta_controller#79| next_state)) ; $procdff$1190 \lut_sel
+  (= (|meta_controller#738| state) (|meta_controller#78| next_state)) ; $procdff$1192 \lut_col
+  (= (concat (|meta_controller#844| state) (concat (|meta_controller#843| state) (concat (|meta_controller#840| state) (concat (|meta_controller#837| state) (concat (|meta_controller#834| state) (concat (|meta_controller#831| state) (concat (|meta_controller#828| state) (concat (|meta_controller#825| state) (concat (|meta_controller#822| state) (concat (|meta_controller#819| state) (concat (|meta_controller#816| state) (concat (|meta_controller#813| state) (concat (|meta_controller#810| state) (concat (|meta_controller#807| state) (concat (|meta_controller#804| state) (concat (|meta_controller#802| state) (concat (|meta_controller#799| state) (concat (|meta_controller#796| state) (concat (|meta_controller#793| state) (concat (|meta_controller#790| state) (concat (|meta_controller#787| state) (concat (|meta_controller#784| state) (concat (|meta_controller#781| state) (concat (|meta_controller#778| state) (concat (|meta_controller#775| state) (concat (|meta_controller#774| state) (concat (|meta_controller#771| state) (concat (|meta_controller#768| state) (concat (|meta_controller#765| state) (concat (|meta_controller#762| state) (concat (|meta_controller#759| state) (concat (|meta_controller#756| state) (concat (|meta_controller#753| state) (concat (|meta_controller#750| state) (concat (|meta_controller#747| state) (concat (|meta_controller#744| state) (|meta_controller#741| state))))))))))))))))))))))))))))))))))))) (|meta_controller#36| next_state)) ; $procdff$1191 \lut_or
+  (= (|meta_controller#845| state) (|meta_controller#35| next_state)) ; $procdff$1182 \hcnt
+  (= (|meta_controller#846| state) (|meta_controller#34| next_state)) ; $procdff$1185 \fb
+  (= (|meta_controller#847| state) (|meta_controller#33| next_state)) ; $procdff$1183 \dcnt
+  (= (|meta_controller#848| state) (|meta_controller#31| next_state)) ; $procdff$1181 \cand
+  (= (|meta_controller#849| state) (|meta_controller#27| next_state)) ; $procdff$1187 \op_mode
+  (= (|meta_controller#850| state) (|meta_controller#23| next_state)) ; $procdff$1189 \op_left
+  (= (|meta_controller#203| state) (|meta_controller#18| next_state)) ; $procdff$1204 \op_arg_q2
+  (= (|meta_controller#205| state) (|meta_controller#13| next_state)) ; $procdff$1203 \op_cmd_q2
+  (= (|meta_controller#851| state) (|meta_controller#12| next_state)) ; $procdff$1188 \op_act
+  (= (|meta_controller#852| state) (|meta_controller#11| next_state)) ; $procdff$1179 \audit_valid
+  (= (|meta_controller#853| state) (|meta_controller#10| next_state)) ; $procdff$1177 \token
+  (= (|meta_controller#854| state) (|meta_controller#9| next_state)) ; $procdff$1178 \reason
+  (= (|meta_controller#855| state) (|meta_controller#8| next_state)) ; $procdff$1180 \audit_addr
+  (= (|meta_controller#1| state) (|meta_controller#2| next_state)) ; $procdff$1200 \addr_q2
+  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$1195 \addr_q1
 )) ; end of module meta_controller
 
 (declare-const rtl_s |meta_controller_s|)
@@ -457,6 +564,10 @@
 (assert (= cur_rst (ite (|meta_controller_n rst| rtl_s) #b1 #b0)))
 (declare-const cur_lut_entry (_ BitVec 3))
 (assert (= cur_lut_entry (|meta_controller_n lut_entry| rtl_s)))
+(declare-const cur_op_cmd (_ BitVec 2))
+(assert (= cur_op_cmd (|meta_controller_n op_cmd| rtl_s)))
+(declare-const cur_op_arg (_ BitVec 2))
+(assert (= cur_op_arg (|meta_controller_n op_arg| rtl_s)))
 (declare-const cur_token (_ BitVec 2))
 (assert (= cur_token (|meta_controller_n token| rtl_s)))
 (declare-const cur_cand (_ BitVec 2))
@@ -473,6 +584,12 @@
 (assert (= cur_rcnt (|meta_controller_n rcnt| rtl_s)))
 (declare-const cur_reason (_ BitVec 4))
 (assert (= cur_reason (|meta_controller_n reason| rtl_s)))
+(declare-const cur_op_mode (_ BitVec 2))
+(assert (= cur_op_mode (|meta_controller_n op_mode| rtl_s)))
+(declare-const cur_op_act (_ BitVec 2))
+(assert (= cur_op_act (|meta_controller_n op_act| rtl_s)))
+(declare-const cur_op_left (_ BitVec 6))
+(assert (= cur_op_left (|meta_controller_n op_left| rtl_s)))
 (declare-const cur_addr_q1 (_ BitVec 14))
 (assert (= cur_addr_q1 (|meta_controller_n addr_q1| rtl_s)))
 (declare-const cur_probe_fault_q1 (_ BitVec 1))
@@ -481,6 +598,10 @@
 (assert (= cur_sla_violation_q1 (ite (|meta_controller_n sla_violation_q1| rtl_s) #b1 #b0)))
 (declare-const cur_valid_q1 (_ BitVec 1))
 (assert (= cur_valid_q1 (ite (|meta_controller_n valid_q1| rtl_s) #b1 #b0)))
+(declare-const cur_op_cmd_q1 (_ BitVec 2))
+(assert (= cur_op_cmd_q1 (|meta_controller_n op_cmd_q1| rtl_s)))
+(declare-const cur_op_arg_q1 (_ BitVec 2))
+(assert (= cur_op_arg_q1 (|meta_controller_n op_arg_q1| rtl_s)))
 (declare-const cur_addr_q2 (_ BitVec 14))
 (assert (= cur_addr_q2 (|meta_controller_n addr_q2| rtl_s)))
 (declare-const cur_probe_fault_q2 (_ BitVec 1))
@@ -489,6 +610,10 @@
 (assert (= cur_sla_violation_q2 (ite (|meta_controller_n sla_violation_q2| rtl_s) #b1 #b0)))
 (declare-const cur_valid_q2 (_ BitVec 1))
 (assert (= cur_valid_q2 (ite (|meta_controller_n valid_q2| rtl_s) #b1 #b0)))
+(declare-const cur_op_cmd_q2 (_ BitVec 2))
+(assert (= cur_op_cmd_q2 (|meta_controller_n op_cmd_q2| rtl_s)))
+(declare-const cur_op_arg_q2 (_ BitVec 2))
+(assert (= cur_op_arg_q2 (|meta_controller_n op_arg_q2| rtl_s)))
 (declare-const cur_audit_valid (_ BitVec 1))
 (assert (= cur_audit_valid (ite (|meta_controller_n audit_valid| rtl_s) #b1 #b0)))
 (declare-const cur_audit_token (_ BitVec 2))
@@ -513,6 +638,12 @@
 (assert (= nxt_rcnt (|meta_controller_n rcnt| rtl_s2)))
 (declare-const nxt_reason (_ BitVec 4))
 (assert (= nxt_reason (|meta_controller_n reason| rtl_s2)))
+(declare-const nxt_op_mode (_ BitVec 2))
+(assert (= nxt_op_mode (|meta_controller_n op_mode| rtl_s2)))
+(declare-const nxt_op_act (_ BitVec 2))
+(assert (= nxt_op_act (|meta_controller_n op_act| rtl_s2)))
+(declare-const nxt_op_left (_ BitVec 6))
+(assert (= nxt_op_left (|meta_controller_n op_left| rtl_s2)))
 (declare-const nxt_audit_valid (_ BitVec 1))
 (assert (= nxt_audit_valid (ite (|meta_controller_n audit_valid| rtl_s2) #b1 #b0)))
 (declare-const nxt_audit_addr (_ BitVec 14))
@@ -525,6 +656,10 @@
 (assert (= nxt_sla_violation_q1 (ite (|meta_controller_n sla_violation_q1| rtl_s2) #b1 #b0)))
 (declare-const nxt_valid_q1 (_ BitVec 1))
 (assert (= nxt_valid_q1 (ite (|meta_controller_n valid_q1| rtl_s2) #b1 #b0)))
+(declare-const nxt_op_cmd_q1 (_ BitVec 2))
+(assert (= nxt_op_cmd_q1 (|meta_controller_n op_cmd_q1| rtl_s2)))
+(declare-const nxt_op_arg_q1 (_ BitVec 2))
+(assert (= nxt_op_arg_q1 (|meta_controller_n op_arg_q1| rtl_s2)))
 (declare-const nxt_addr_q2 (_ BitVec 14))
 (assert (= nxt_addr_q2 (|meta_controller_n addr_q2| rtl_s2)))
 (declare-const nxt_probe_fault_q2 (_ BitVec 1))
@@ -533,3 +668,7 @@
 (assert (= nxt_sla_violation_q2 (ite (|meta_controller_n sla_violation_q2| rtl_s2) #b1 #b0)))
 (declare-const nxt_valid_q2 (_ BitVec 1))
 (assert (= nxt_valid_q2 (ite (|meta_controller_n valid_q2| rtl_s2) #b1 #b0)))
+(declare-const nxt_op_cmd_q2 (_ BitVec 2))
+(assert (= nxt_op_cmd_q2 (|meta_controller_n op_cmd_q2| rtl_s2)))
+(declare-const nxt_op_arg_q2 (_ BitVec 2))
+(assert (= nxt_op_arg_q2 (|meta_controller_n op_arg_q2| rtl_s2)))

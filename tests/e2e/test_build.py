@@ -300,7 +300,8 @@ def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):
                                                                                "n_reason = R_PENDING;\n            end else if (lut_p != cand)"))
     res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False, skip_rtl_proofs=True, skip_synth=True,
                                                                                distill=False))
-    assert res.status == "failed" and res.summary["failed_stages"] == ["cosim"]
+    # the reference declares operator:, so its bus bench compares the core every cycle too and also fails
+    assert res.status == "failed" and res.summary["failed_stages"] == ["soc", "cosim"]
     assert res.summary["cosim"]["mismatches"] > 0
     assert (tmp_path / "out" / "FAILED").exists()
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["status"] == "failed"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mi_certify.generator.core.lut import LutFsmArtefact
 from mi_certify.runtime.lut_file import split_entries, unpack_entry
-from mi_certify.runtime.fsm import Command, FsmConfig, LutFsm, MaskBox, OperatorConfig, Reason, allowed_at, reason_name
+from mi_certify.runtime.fsm import Command, FsmConfig, LutFsm, MaskBox, OperatorConfig, OperatorReason, Reason, allowed_at, reason_name
 
 from mi_certify.verification.tools.registry import (
     ToolMissingError, ToolUnavailable, find_tool, memory_limit_mb, require_tool, run, tool_env, tool_version)
@@ -343,7 +343,8 @@ def fsm_job(verilog: Path, toplevel: str, stimulus: list[list[int]], trace: list
                           "reason_bits": outs[1].width, "token_bits": outs[0].width, "addr_bits": ins[1].width})
 
 
-def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, ...] = ()) -> dict:
+def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, ...] = (),
+                        operator: OperatorConfig | None = None) -> dict:
     """Functional coverage sampled by the bench: LUT cells addressed, reason codes, token transitions.
 
     Transitions: every ordered pair (a, b), a != b, of actions the machine can be active in — the
@@ -355,15 +356,21 @@ def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, .
     HOLD, PROBE_FAULT, FALLBACK and RECOVER always; COOLDOWN when cooldown > 0;
     LOW_CONFIDENCE when some cell is not confident; SWITCH when two actions can be active,
     PENDING as well when hysteresis > 1; MASKED when a property mask forbids an action that
-    can be active. The others are listed as ``impossible``."""
+    can be active; with an operator input (``operator``) LOCKED when an action is lockable and FORCED
+    when forcing is declared. The others are listed as ``impossible``."""
     n = cfg.n_actions
     entries = [unpack_entry(e) for e in lut]
     active = sorted({cfg.conservative} | {t for t, confident in entries if confident})
     tw = max(1, (n - 1).bit_length())
     possible = [(a, b) for a in active for b in active if a != b]
     seen = {(k >> tw, k & ((1 << tw) - 1)): c for k, c in rep.transitions.items()}
-    reasons = {r.name: rep.reasons.get(int(r), 0) for r in Reason}
+    codes = list(Reason) + (list(OperatorReason) if operator is not None else [])
+    reasons = {r.name: rep.reasons.get(int(r), 0) for r in codes}
     can = {Reason.HOLD, Reason.PROBE_FAULT, Reason.FALLBACK, Reason.RECOVER}
+    if operator is not None and operator.lockable:
+        can.add(OperatorReason.LOCKED)
+    if operator is not None and operator.force:
+        can.add(OperatorReason.FORCED)
     if cfg.cooldown > 0:
         can.add(Reason.COOLDOWN)
     if any(not confident for _, confident in entries):
@@ -372,11 +379,11 @@ def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, .
         can |= {Reason.SWITCH, Reason.PENDING} if cfg.hysteresis > 1 else {Reason.SWITCH}
     if any(not (m.allowed >> t) & 1 for m in masks for t in active):
         can.add(Reason.MASKED)
-    names = [r.name for r in Reason if r in can]
+    names = [r.name for r in codes if r in can]
     hit = sum(1 for r in names if reasons[r])
     return {"lut_cells": {"addressed": rep.cells, "total": len(lut), "share": round(rep.cells / len(lut), 6)},
             "reasons": {"seen": hit, "total": len(names), "share": round(hit / len(names), 6), "counts": reasons,
-                        "impossible": [r.name for r in Reason if r not in can]},
+                        "impossible": [r.name for r in codes if r not in can]},
             "transitions": {"seen": sum(1 for p in possible if seen.get(p)), "total": len(possible),
                             "share": round(sum(1 for p in possible if seen.get(p)) / len(possible), 6) if possible
                             else 1.0, "missing": [list(p) for p in possible if not seen.get(p)]}}

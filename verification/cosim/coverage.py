@@ -47,7 +47,7 @@ def assess(machine: LutFsmArtefact, icarus: SimReport | None, code: tuple[SimRep
     Returns {"functional", "code", "thresholds", "errors", "passed", "summary"}; ``summary`` is
     summary.json's ``coverage``: one share per kind (None = not measured), thresholds, passed."""
     errors: list[str] = []
-    functional = functional_coverage(machine.config, machine.table, icarus, tuple(machine.masks)) if icarus is not None and icarus.cycles else None
+    functional = functional_coverage(machine.config, machine.table, icarus, tuple(machine.masks), machine.operator) if icarus is not None and icarus.cycles else None
     code_cov = None
     replay = None
     if code is not None:

@@ -208,7 +208,7 @@ def test_latency_auto_picks_the_smallest_latency_that_meets_the_target_and_check
     from mi_certify.generator.build.emit_verilog import emit_verilog
     from mi_certify.generator.core.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
     from mi_certify.generator.frontend.onnx_import import import_onnx
-    from mi_certify.runtime.fsm import REASON_BITS, Reason
+    from mi_certify.runtime.fsm import REASON_BITS, OperatorReason, Reason
     from mi_certify.verification.tools.verilog_reader import check_controller
     sla = _spec(tmp_path, {"encoding": "case", "latency": "auto", "target": {"device": "up5k", "clock_mhz": 50}},
                 bits=2)
@@ -236,7 +236,8 @@ def test_latency_auto_picks_the_smallest_latency_that_meets_the_target_and_check
     assert text.count("\n") == placeholder.count("\n")   # the same lines: the same netlist
     v = tmp_path / f"{spec.module_name}.v"
     v.write_text(text)
-    assert check_controller(v, resolved, [r.name for r in Reason], REASON_BITS)["latency"] == 2
+    names = [r.name for r in Reason] + ([r.name for r in OperatorReason] if spec.operator else [])
+    assert check_controller(v, resolved, names, REASON_BITS)["latency"] == 2
     lat, tried, verdict = measure_target(dataclasses.replace(spec, hdl=dataclasses.replace(
         spec.hdl, target=HdlTarget("up5k", 90.0))), machine, hashes, None, "test", "case", (1, 2, 3))
     assert (lat, verdict["met"]) == (3, False)          # none meets it: the fastest

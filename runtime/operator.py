@@ -17,8 +17,8 @@ file, or one datagram on the command socket)::
 ``sig`` as JSON with sorted keys, no spaces, ASCII only (RFC 2104 HMAC, FIPS 180-4 SHA-256).
 ``key_id`` must be one of sla.yaml ``operator.keys`` (carried into the generated runtime as
 ``OPERATOR_KEYS``) and ``run`` must hold its key (``--operator-key ID=FILE``); ``n`` must grow
-per key (a captured command cannot be replayed within a run; ``expires_unix`` bounds it across
-runs). Refusal reasons, in the order they are checked: ``malformed``, ``wrong_controller``,
+per key (a captured command cannot be replayed: ``run`` continuing an audit log takes each key's
+last ``n`` from its command records; ``expires_unix`` bounds it across logs). Refusal reasons, in the order they are checked: ``malformed``, ``wrong_controller``,
 ``unknown_key``, ``no_key``, ``bad_signature``, ``replayed``, ``undeclared`` (a lock of an
 action not in ``operator.lock``, a force without ``force_conservative``), then at the step it
 would apply to: ``expired``, ``higher_priority`` (a lock or force while a probe fault, the SLA
@@ -54,6 +54,8 @@ CMD_CODES = {"lock": 1, "force": 2, "release": 3}
 MAX_COMMAND_BYTES = 4096
 #: Longest ``why`` (characters).
 MAX_WHY = 500
+#: Refusals decided before a command's signature was verified: their ``n`` was not used up.
+_UNAUTHENTICATED = ("malformed", "wrong_controller", "unknown_key", "no_key", "bad_signature", "replayed")
 _FIELDS = {"format", "controller", "key_id", "n", "command", "action", "why", "expires_unix", "sig"}
 
 
@@ -279,6 +281,25 @@ class Intake:
                 self._check(p)
                 (refused if p.refusal else self.queue).append(p)
         return refused
+
+    def seed_from_log(self, lines) -> int:
+        """Carry on a continued audit log: every key's last authenticated ``n`` from its ``command``
+        records (``lines``: :func:`~mi_certify.runtime.audit.read_records` of the log), so that a command
+        already received in an earlier run is refused as replayed. Records of this controller only; refusals
+        before authentication (malformed … bad_signature) do not count. Returns how many were read."""
+        n_read = 0
+        for ln in lines:
+            r = ln.record
+            if not r or r.get("kind") != "command" or r.get("refusal") in _UNAUTHENTICATED:
+                continue
+            c = r.get("command")
+            if not isinstance(c, dict) or c.get("controller") != self.controller:
+                continue
+            kid, n = c.get("key_id"), c.get("n")
+            if isinstance(kid, str) and isinstance(n, int) and not isinstance(n, bool):
+                self.last_n[kid] = max(self.last_n.get(kid, 0), n)
+                n_read += 1
+        return n_read
 
     def next(self) -> Pending | None:
         """The oldest queued command (for this step), or None."""

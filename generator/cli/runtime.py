@@ -222,6 +222,9 @@ def run_command(args, console: Console) -> int:
                            header={**loop.audit_header(), "workload": Path(args.workload).name,
                                    "plans": {a: plans[a].describe() for a in build.actions}})
             loop.audit = log
+            if intake is not None:   # a continued log: the numbers n already used stay used
+                from mi_certify.runtime.audit import read_records
+                _located(intake.seed_from_log, _located(read_records, args.audit, key)[0])
         _print_inputs(probe, features, console)
         rep = run_live(loop, workload, args.requests, args.background_load, args.interval,
                        stop=lambda: bool(interrupted))

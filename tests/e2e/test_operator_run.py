@@ -178,6 +178,12 @@ def test_cli_command_run_replay_and_dashboard(op_build, tmp_path):
              "--operator-key", f"ops-1={tmp_path / 'k1'}", "--step", "python")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "operator commands: 3 received, 2 accepted, 1 refused (bad_signature 1)" in r.stdout + r.stderr
+    # the same commands again, continuing the same log: already used, so refused as replayed
+    r = _cli("run", "--build", op_build, "--workload", WORKLOAD, "--probe", f"trace:{INCIDENT}", "--requests", 5,
+             "--interval", 0, "--audit", log, "--fsync", "never", "--commands", cmds,
+             "--operator-key", f"ops-1={tmp_path / 'k1'}", "--step", "python")
+    assert r.returncode == 0 and "operator commands: 3 received, 0 accepted, 3 refused (bad_signature 1, replayed 2)" \
+        in r.stdout + r.stderr, r.stdout + r.stderr
     r = _cli("audit", "replay", log, "--build", op_build, "--operator-key", f"ops-1={tmp_path / 'k1'}")
     assert r.returncode == 0 and "signatures re-checked: 2 of 2 accepted" in r.stdout + r.stderr, r.stdout
     html = tmp_path / "run.html"

@@ -248,6 +248,13 @@ class ControlLoop:
         return Decision(sample, tuple(values), tuple(errors), addr, fault, proposal, confident, sla, before,
                         after, token, m.REASONS[reason], op)
 
+    def end_commands(self) -> None:
+        """At the end of a run: a ``command`` record for every command that never reached a step
+        (:meth:`~mi_certify.runtime.operator.Intake.leftovers`), so that every command received is logged."""
+        if self.intake is not None:
+            for p in self.intake.poll() + self.intake.leftovers():
+                self._command_record(p, "refused")
+
     def _command_record(self, p, outcome: str, **decision) -> None:
         """One ``command`` record (docs/operator.md, "Audit records"), written at once."""
         rec = p.record(self.build.actions, outcome, **decision)
@@ -390,6 +397,7 @@ class _Replayer:
         self.ref = LutFsm(build.fsm, [self.m.lut_entry(a)[0] for a in range(n)],
                           [self.m.lut_entry(a)[1] for a in range(n)], build.masks, build.operator_config())
         self.accepted = None    # the accepted command record that the next decision must carry
+        self.last_n: dict = {}   # key id -> n of its last accepted command in this log
         self.refused_token = None    # a command refused at its step: the step's token without it
         self.ctl = self.m.Controller()
         self.mon = SlaMonitor(build.limits, build.monitor)
@@ -447,6 +455,12 @@ class _Replayer:
                 self.bad(s, "sig", c.get("sig"), f"does not verify under key {kid!r}")
             else:
                 self.rep.signatures_checked += 1
+        n = c.get("n")
+        if not isinstance(n, int) or n <= self.last_n.get(kid, 0):
+            self.bad(s, "command.n", n, f"an accepted command's n must be above {self.last_n.get(kid, 0)}, the last "
+                                        f"n of key {kid!r} in this log")
+        else:
+            self.last_n[kid] = n
         if self.accepted is not None:
             self.bad(s, "command", "accepted", f"record {self.accepted[0]} was accepted and not yet applied")
         self.accepted = (s, r)

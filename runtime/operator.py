@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import stat
 import time
@@ -57,6 +58,15 @@ MAX_WHY = 500
 #: Refusals decided before a command's signature was verified: their ``n`` was not used up.
 _UNAUTHENTICATED = ("malformed", "wrong_controller", "unknown_key", "no_key", "bad_signature", "replayed")
 _FIELDS = {"format", "controller", "key_id", "n", "command", "action", "why", "expires_unix", "sig"}
+
+
+def _no_duplicates(pairs):
+    """json object hook: a key given twice is malformed (which one counts would be the parser's choice)."""
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ValueError(f"field {dup[0]!r} given twice")
+    return dict(pairs)
 
 
 def command_names() -> tuple[str, ...]:
@@ -314,7 +324,7 @@ class Intake:
         try:
             if len(p.raw) > MAX_COMMAND_BYTES:
                 raise ValueError(f"longer than {MAX_COMMAND_BYTES} bytes")
-            obj = json.loads(p.raw.decode("utf-8"))
+            obj = json.loads(p.raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
             if not isinstance(obj, dict):
                 raise ValueError("not a JSON object")
             extra = sorted(set(obj) - _FIELDS)
@@ -325,9 +335,13 @@ class Intake:
             for k, typ in (("controller", str), ("key_id", str), ("command", str), ("why", str), ("sig", str)):
                 if not isinstance(obj.get(k), typ):
                     raise ValueError(f"field {k!r} missing or not a string")
+            if not re.fullmatch(r"[0-9a-f]{64}", obj["sig"]):
+                raise ValueError("field 'sig' is not 64 lower-case hex digits")
+            if not 1 <= len(obj["why"]) <= MAX_WHY or any(ord(ch) < 32 or ord(ch) == 127 for ch in obj["why"]):
+                raise ValueError(f"field 'why' must be 1 to {MAX_WHY} characters without control characters")
             n = obj.get("n")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError("field 'n' missing or not an integer >= 1")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2 ** 53:
+                raise ValueError("field 'n' missing or not an integer in 1 .. 2^53 - 1")
             if obj["command"] not in CMD_CODES:
                 raise ValueError(f"command {obj['command']!r}: expected one of {', '.join(CMD_CODES)}")
             if (obj["command"] == "lock") != ("action" in obj):
@@ -394,6 +408,24 @@ class Intake:
             return False
         self.counts["accepted"] = self.counts.get("accepted", 0) + 1
         return True
+
+    def leftovers(self) -> list[Pending]:
+        """At the end of a run: the commands that never reached a step (refused ``run_ended``; an
+        authenticated one has used up its ``n``) and a last line without its newline (``malformed``)."""
+        out = []
+        for p in self.queue:
+            out.append(self.refuse(p, "run_ended", "the run ended before the step it would have applied to"))
+        self.queue = []
+        for src in self.sources:
+            rest = getattr(src, "rest", b"")
+            if rest.strip():
+                p = Pending(rest, src.name, time.time_ns())
+                out.append(self.refuse(p, "malformed", "no newline at the end of the command file when the run "
+                                                       "ended (an incomplete line)"))
+                src.rest = b""
+        for p in out:
+            self.counts[p.refusal] = self.counts.get(p.refusal, 0) + 1
+        return out
 
     def close(self) -> None:
         for s in self.sources:

@@ -45,9 +45,10 @@ def manual(spec: Spec, obligations: list[dict]) -> dict | None:
     for t, a in enumerate(spec.actions):
         how = []
         if t in op.lock:
-            how.append(f"lock (`lock {a.name}`), in force for at most {L} steps")
+            how.append(f"lock (`lock {a.name}`): the lock is in force for at most {L} steps (then the machine's own "
+                       "rules decide, and the action may stay active until they switch)")
         if t == C and op.force_conservative:
-            how.append(f"force (`force`: the conservative action), in force for at most {L} steps")
+            how.append(f"force (`force`: the conservative action), the force in force for at most {L} steps")
         never = [f"{p.id} ({_region(spec, p)})" for p in spec.properties
                  if (t in p.forbid or (p.require and t not in p.require))]
         ids = ["fsm.operator.lock_safe", "fsm.operator.expiry"] if how else ["fsm.operator.lock_safe"]
@@ -68,7 +69,7 @@ def manual(spec: Spec, obligations: list[dict]) -> dict | None:
                  "declared lockable action, one decided by a force the conservative action.",
          "ids": ["fsm.operator.lock_safe"]},
         {"text": "A lock never puts in force an action that a property forbids in the current LUT cell; there the "
-                 "machine decides as if there were no lock (and the run refuses a new lock as forbidden_here).",
+                 "machine decides as if there were no lock.",
          "ids": ["fsm.operator.lock_safe", *prop_ids]},
         {"text": f"A lock or force ends at the latest {L} controller steps after its command, counted with the "
                  "command's step: a forgotten lock expires; a new command restarts the count.",
@@ -87,8 +88,9 @@ def manual(spec: Spec, obligations: list[dict]) -> dict | None:
          "ids": [], "basis_if_none": "checked by test"},
         {"text": f"Who may issue commands: key ids {', '.join(op.keys)} (sla.yaml operator.keys). `mi-certify run` "
                  "accepts a command only with a valid HMAC-SHA256 signature under the key of its id, a number n above "
-                 "the last one of that key, before its expiry time, and logs every command, accepted or refused, in "
-                 "the audit log (docs/operator.md). This intake is checked by tests, not proved; keeping the keys "
+                 "the last one of that key, before its expiry time; it refuses a lock the current cell forbids "
+                 "(forbidden_here) and logs every command it receives, accepted or refused, in the audit log "
+                 "(docs/operator.md). Commands written to the bus register OP are not authenticated. This intake is checked by tests, not proved; keeping the keys "
                  "secret is the integrator's responsibility.",
          "ids": [], "basis_if_none": "checked by test; keys: assumed (integrator)"},
     ]

@@ -235,6 +235,11 @@ def run_command(args, console: Console) -> int:
     finally:
         restore()
         try:
+            if failed is None and intake is not None:   # every command received is logged, also unapplied ones
+                try:
+                    loop.end_commands()
+                except AuditError as exc:
+                    failed = exc
             if log is not None:
                 head = log.close()
         finally:

@@ -68,7 +68,7 @@ def test_operator_manual_ties_every_line_to_an_obligation_of_the_bundle(operator
     rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| ---")]
     actions = {ln.split(" | ")[0][2:].split(" ")[0]: ln for ln in rows[1:5]}
     assert set(actions) == {"keep", "merge_conv", "int4", "offload_cpu"}
-    assert "lock (`lock int4`), in force for at most 50 steps" in actions["int4"] and "P1 (temperature_c" in \
+    assert "lock (`lock int4`): the lock is in force for at most 50 steps" in actions["int4"] and "P1 (temperature_c" in \
         actions["int4"]
     assert actions["offload_cpu"].split(" | ")[1] == "never: only the automatic machine puts it in force"
     assert "force (`force`" in actions["keep"]

@@ -91,7 +91,7 @@ def test_twenty_commands_each_logged_with_its_outcome_and_the_log_replays(op_bui
         47: [_cmd(K2, 4, "lock", "keep", kid="ops-2")],                               # undeclared
         48: [json.dumps({"format": "mi-certify/operator-command-v1", "controller": "meta_controller",
                          "key_id": "ops-1", "n": 8, "command": "force", "why": "no sig"})],   # malformed
-        49: [_cmd(K1, 9, "lock", "merge_conv", why="x")[:-3] + '"}'],                 # bad_signature (cut sig)
+        49: [_cmd(K1, 9, "lock", "merge_conv", why="x")[:-3] + '"}'],                 # malformed (cut sig)
         60: [_cmd(K1, 10, "force", why="during the fallback")],                       # higher_priority
         95: [_cmd(K2, 5, "lock", "merge_conv", kid="ops-2")],                         # accepted
         96: [_cmd(K2, 6, "release", kid="ops-2")],                                    # accepted
@@ -105,7 +105,7 @@ def test_twenty_commands_each_logged_with_its_outcome_and_the_log_replays(op_bui
     assert len(recs) == 20, outcome
     assert outcome[:7] == ["forbidden_here", "bad_signature", "undeclared", "replayed", "malformed", "unknown_key",
                            "expired"]
-    assert outcome.count("bad_signature") == 3 and outcome.count("undeclared") == 2
+    assert outcome.count("bad_signature") == 2 and outcome.count("undeclared") == 2 and outcome.count("malformed") == 3
     assert outcome[15] == "higher_priority" and steps[60].reason == "FALLBACK"   # the SLA fallback wins
     # every command, accepted or refused, is a record in the chain, with who, what and why
     lines = [json.loads(x) for x in log.read_text().splitlines()]

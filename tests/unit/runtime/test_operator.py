@@ -107,3 +107,22 @@ def test_the_command_socket_is_private_takes_datagrams_and_is_removed(tmp_path):
     finally:
         s.close()
     assert not path.exists()
+
+
+def test_malformed_fields_are_refused_and_a_non_ascii_sig_does_not_crash():
+    good = json.loads(_line(1))
+    cases = [dict(good, sig="é" * 64), dict(good, why=""), dict(good, why="x" * 501), dict(good, why="a\nb"),
+             dict(good, n=2 ** 60)]
+    lines = [json.dumps(c).encode() for c in cases]
+    lines.append(_line(2)[:-1] + b', "command": "force"}')   # a field given twice
+    it = _intake(lines)
+    assert [p.refusal for p in it.poll()] == ["malformed"] * 6
+
+
+def test_at_the_end_queued_commands_and_an_incomplete_line_are_refused_not_lost(tmp_path):
+    f = tmp_path / "c.jsonl"
+    f.write_bytes(_line(1) + b"\n" + _line(2) + b"\n" + _line(3)[:30])
+    it = Intake(POLICY, ACTIONS, "ctl", {"ops-a": KA}, [CommandFile(f)])
+    assert it.poll() == [] and it.next().fields["n"] == 1
+    left = it.leftovers()
+    assert [(p.refusal, p.fields["n"] if p.fields else None) for p in left] == [("run_ended", 2), ("malformed", None)]

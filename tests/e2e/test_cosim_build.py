@@ -42,9 +42,11 @@ def test_reference_build_reports_deep_cosimulation_and_coverage(reference_build)
     assert s["cosim"]["cycles"] >= 100_000 and s["cosim"]["mismatches"] == 0
     cov = s["coverage"]
     assert cov["passed"] is True and cov["reasons"] == 1.0
-    # every reason code is possible for the reference (MASKED: property P2 forbids merge_conv at low utilisation)
+    # every reason code is possible for the reference (MASKED: property P2 forbids merge_conv at low utilisation;
+    # LOCKED and FORCED: the reference declares an operator, and the co-simulation drives its commands)
     reasons = json.loads((reference_build / "coverage.json").read_text())["functional"]["reasons"]
-    assert (reasons["seen"], reasons["total"], reasons["impossible"]) == (9, 9, [])
+    assert (reasons["seen"], reasons["total"], reasons["impossible"]) == (11, 11, [])
+    assert reasons["counts"]["LOCKED"] > 0 and reasons["counts"]["FORCED"] > 0
     assert set(cov["thresholds"]) == {"lut_cells", "reasons", "transitions", "line", "toggle", "branch"}
     for kind, minimum in cov["thresholds"].items():
         assert cov[kind] >= minimum, kind

@@ -18,7 +18,7 @@ from mi_certify.generator.core.results import Status
 
 __all__ = ["STAGE_TEXT", "c_runtime_record", "cosim_record", "distill_errors", "emit_record", "fsm_proofs_record", "hdl_record",
            "import_record", "latency_trials", "lint_record", "lut_properties_record", "lut_record",
-           "rtl_proofs_record", "soc_record", "spec_record", "verify_record"]
+           "rtl_proofs_record", "soc_record", "sva_record", "spec_record", "verify_record"]
 
 #: Number of onnxruntime cross-check points after import.
 CROSS_CHECK_POINTS = 256
@@ -47,6 +47,9 @@ STAGE_TEXT = {
                  "stimulus; the LUT read through the step at every address",
     "c_runtime.skipped": "--skip-cosim (the C runtime is checked with the co-simulation)",
     "hdl.skipped": "--skip-synth",
+    "sva": "SymbiYosys (YoWASP) k-induction with yosys-smtbmc and Yices 2 of the SVA harness over the ports of the "
+           "emitted Verilog: a second proof path, diverse in every tool from rtl_proofs",
+    "sva.skipped": "--skip-rtl-proofs (the SVA harness is proved with the RTL proofs)",
     "soc.skipped": "sla.yaml declares no raw input format (hdl.inputs, hdl.input_format)",
 }
 
@@ -179,6 +182,13 @@ def rtl_proofs_record(obligations: dict) -> dict:
     """The ``rtl_proofs`` record: ``obligations`` {id: verdict}; fails unless every one is proved."""
     return {"status": _ok(all(v == "proved" for v in obligations.values())), "method": STAGE_TEXT["rtl_proofs"],
             "obligations": dict(obligations)}
+
+
+def sva_record(sva: dict) -> dict:
+    """The ``sva`` record of sva.json: ok only when the SymbiYosys job passed (PASS)."""
+    return {"status": _ok(sva["verdict"] == "proved"), "method": STAGE_TEXT["sva"], "verdict": sva["verdict"],
+            "assertions": len(sva["assertions"]), "depth": sva["depth"], "failed": list(sva["failed"]),
+            "detail": sva["detail"]}
 
 
 def soc_record(spec, lint: dict | None, obligations: dict | None, error: str | None, bus: dict | None = None) -> dict:

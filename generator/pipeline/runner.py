@@ -1,7 +1,7 @@
 """The build pipeline: ONNX + sla.yaml → runtime, RTL, co-simulation, evidence bundle.
 
 Stages, in order: spec → import → (verify, in a background thread beside the rest) →
-lut → lut_properties → fsm_proofs → emit → lint → rtl_proofs → cosim → hdl → bundle.
+lut → lut_properties → fsm_proofs → emit → lint → rtl_proofs → sva → cosim → hdl → bundle.
 After import each is a function of :mod:`.stages` listed in :data:`STAGES`: it
 reads the typed objects of the :class:`~.stages.BuildContext` and returns a
 :class:`~.results.StageResult`. Bad input (spec, model) raises a ``MiCertifyError`` and
@@ -92,7 +92,7 @@ def tool_versions() -> dict:
 #: StageResult (None: it writes bundle files only: lut.hex/lut.json, proofs/index.json; or was not run).
 STAGES: tuple[Callable[[BuildContext], StageResult | None], ...] = (
     stages.start_verify, stages.lut_stage, stages.lut_properties_stage, stages.write_table,
-    stages.fsm_proofs_stage, stages.emit_stage, stages.lint_stage, stages.rtl_proofs_stage, soc_stage,
+    stages.fsm_proofs_stage, stages.emit_stage, stages.lint_stage, stages.rtl_proofs_stage, stages.sva_stage, soc_stage,
     stages.write_proof_index, stages.cosim_stage, stages.c_runtime_stage, stages.finish_verify, stages.hdl_stage)
 
 

@@ -39,17 +39,19 @@ from mi_certify.verification.cosim.c_cosim import check_c_runtime
 from mi_certify.verification.nn.network import verify_spec
 from mi_certify.verification.nn.nn_verify import VerifyOptions
 from mi_certify.verification.rtl.rtl_formal import rtl_obligations
+from mi_certify.verification.rtl import sby
 
 from mi_certify.generator.bundle.distillation_file import DISTILLATION_TABLES, write_distillation
 from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
 from mi_certify.generator.bundle.stage_records import (STAGE_TEXT, c_runtime_record, cosim_record, distill_errors, emit_record,
                                                        fsm_proofs_record, hdl_record, latency_trials, lint_record,
                                                        lut_properties_record, lut_record, rtl_proofs_record,
-                                                       verify_record)
+                                                       sva_record, verify_record)
 from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
 from mi_certify.generator.build.emit_c import c_file_names, emit_c
 from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_python import emit_python
+from mi_certify.generator.build.emit_sva import assertions as sva_assertions, emit_sva, proof_depth, sby_name
 from mi_certify.generator.build.emit_verilog import emit_verilog
 from mi_certify.generator.build.lut_rom import emit_rom_hex
 from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES, rom_file_name
@@ -449,9 +451,12 @@ def emit_stage(ctx: BuildContext) -> StageResult:
         copy_monitor_core(d)
         for fname, text in zip(c_file_names(spec), emit_c(spec, ctx.machine, ctx.hashes, ctx.version)):
             (d / fname).write_text(text, encoding="utf-8")
+        for fname, text in sva.items():
+            (d / fname).write_text(text, encoding="utf-8")
+    sva = emit_sva(spec, ctx.machine, ctx.hashes, ctx.version, latency, rom_file is not None)
     ctx.timed("emit", run)
     files = (ctx.py_path.name, ctx.v_path.name, *((rom_file,) if rom_file else ()), ctx.mon_path.name, "sla_monitor.v",
-             *c_file_names(spec))
+             *c_file_names(spec), *sva)
     return StageResult("emit", emit_record(spec, encoding, rom_file is not None, header, estimates,
                                            latency_trials(trials) if trials is not None else None), evidence=files)
 
@@ -496,6 +501,33 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
     ctx.proof_index += entries
     return StageResult("rtl_proofs", rtl_proofs_record({o.id: o.verdict for o in obs}),
                        evidence=("proofs/rtl/design.smt2", *(e["evidence"] for e in entries)), proofs=entries)
+
+
+def sva_stage(ctx: BuildContext) -> StageResult:
+    """The second proof path (docs/hdl.md, "SVA and SymbiYosys"): the emitted SymbiYosys job
+    ``<module>.sby`` proves the SVA harness ``<module>_formal.sv`` on the emitted Verilog (YoWASP
+    SymbiYosys, k-induction, Yices); sva.json. Anything but PASS fails the stage (fails closed)."""
+    if ctx.opts.skip_rtl_proofs:
+        return StageResult.skipped("sva", STAGE_TEXT["sva.skipped"])
+    spec, d = ctx.built_spec, ctx.d
+    job = d / sby_name(spec)
+    files = [ctx.v_path, d / f"{spec.module_name}_formal.sv"]
+    if (d / rom_file_name(spec)).exists():
+        files.append(d / rom_file_name(spec))
+    res = ctx.timed("sva", lambda: sby.run_sby(job, files),
+                    lambda r: Status.OK.value if r.verdict == "proved" else Status.FAILED.value)
+    doc = sva_document(spec, ctx.machine, spec.hdl.latency_cycles, res.to_json())
+    ctx.evidence.write("sva.json", doc)
+    return StageResult("sva", sva_record(doc), evidence=("sva.json",))
+
+
+def sva_document(spec: Spec, machine: LutFsmArtefact, latency: int, result: dict) -> dict:
+    """sva.json: the job, the harness, its assertions (label, source, claim), the depth, the engine, and the
+    run's result (:meth:`mi_certify.verification.rtl.sby.SbyResult.to_json`)."""
+    return {"job": sby_name(spec), "harness": f"{spec.module_name}_formal.sv", "engine": sby.ENGINE,
+            "depth": proof_depth(spec, latency),
+            "assertions": [{"label": a.label, "source": a.source, "claim": a.claim}
+                           for a in sva_assertions(spec, machine)], **result}
 
 
 def write_proof_index(ctx: BuildContext) -> None:

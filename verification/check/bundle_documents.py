@@ -100,6 +100,12 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
         out["c_runtime"] = c_runtime_record(crt)
     elif "c_runtime" in stored:
         out["c_runtime"] = _skipped("c_runtime")
+    sva = _read(d, "sva.json")
+    if sva is not None:
+        from mi_certify.generator.bundle.stage_records import sva_record
+        out["sva"] = sva_record(sva)
+    elif "sva" in stored:
+        out["sva"] = _skipped("sva")
     if "soc" in stored or (d / "soc.json").exists():  # bundles made before the soc stage have no record
         out["soc"] = _soc_stage(d, spec, index)
     out["hdl"] = dict(stored.get("hdl", {}))
@@ -274,6 +280,9 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
         rom = emit_rom_hex(spec, machine, encoding)
         if rom:
             out[rom_file_name(spec)] = rom
+    from mi_certify.generator.build.emit_sva import emit_sva, sby_name
+    if sby_name(spec) in manifest["files"]:   # bundles made before the SVA harness have none
+        out.update(emit_sva(spec, machine, hashes, version, spec.hdl.latency_cycles, rom_file_name(spec) in out))
     if spec.hdl.input_formats and (d / "soc.json").exists():  # the raw-input design (docs/hdl.md, "Raw inputs")
         from mi_certify.generator.build.emit_quantizer import emit_raw_design
         from mi_certify.generator.build.emit_soc import emit_soc

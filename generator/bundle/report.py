@@ -354,6 +354,7 @@ def report_data(spec: Spec, d: Path, obligations: list[dict], evidence: Evidence
         "verification": ver, "distillation": dist, "box_methods": sorted(methods.items()),
         "lut": lut_json, "lut_properties": lut_props, "cosim": cosim, "lint": lint,
         "c_runtime": doc("c_runtime.json"), "c_record": summary.get("stages", {}).get("c_runtime"),
+        "sva": doc("sva.json"),
         "rtl": {"file": vfile.name, "lines": vtext.count("\n"),
                 "cells": 1 << spec.address_bits, "address_bits": spec.address_bits, "token_bits": spec.token_bits,
                 "proof_index": (d / PROOF_INDEX).exists(),

@@ -30,6 +30,7 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
                  "c_runtime": "check the C runtime (gcc, clang, MISRA, Cortex-M4) and co-simulate it",
                  "fsm_proofs": "prove the LUT-FSM invariants (Z3, k-induction)",
                  "rtl_proofs": "prove the Verilog (Yosys + Z3)",
+                 "sva": "prove the SVA harness (SymbiYosys + Yices), the second path",
                  "hdl_encoding": "pick the LUT encoding (Yosys estimate)",
                  "hdl_target": "measure the declared target (nextpnr), for the header",
                  "hdl": "synthesise + place and route (Yosys, nextpnr-ice40)",
@@ -423,6 +424,8 @@ def _import_detail(st: dict) -> str:
 _STAGE_DETAIL = {
     "lut": _lut_detail, "cosim": _cosim_detail, "lut_properties": _lut_properties_detail, "c_runtime": _c_runtime_detail,
     "fsm_proofs": _proofs_detail, "rtl_proofs": _proofs_detail, "verify": _verify_detail,
+    "sva": lambda st: (f"{st['assertions']} assertions, k-induction depth {st['depth']}: {st['detail']}"
+                       if "detail" in st else st.get("error", "")),
     "emit": lambda st: f"{st['verilog']} ({st['encoding']} LUT)", "hdl": _hdl_detail, "import": _import_detail,
     "lint": lambda st: "clean" if st.get("clean") else "; ".join(st.get("messages", [])[:3]) or st.get("error", ""),
     "soc": lambda st: st.get("error") or (

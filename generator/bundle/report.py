@@ -262,12 +262,14 @@ def _hdl_rows(summary: dict) -> dict:
     devices = [{"device": dev.upper(), "fits": p["fits"], "fmax_mhz": p["fmax_mhz"], "goal_mhz": p["goal_mhz"],
                 "meets_goal": p["meets_goal"], "lut4": p["lut4"], "dff": p["dff"], "bram": p["bram"],
                 "package": p["package"], "seed": p["seed"],
-                "meets_clock": st.get(f"meets_clock_{dev.replace('-', '_')}")}
+                "meets_clock": st.get(f"meets_clock_{dev.replace('-', '_')}"),
+                "axil": (st.get("axil") or {}).get("devices", {}).get(dev)}
                for dev, p in st["place_and_route"].items()]
     return {"status": st["status"], "measured": True, "note": st.get("error", ""),
             "alone": {"lut4": h["lut4"], "dff": h["dff"], "bram": h["bram"]},
             "goal_met": h["goal_met"], "devices": devices, "clock_mhz": st.get("clock_mhz"),
             "not_measured": st.get("not_measured", ""), "target": st.get("target"),
+            "axil": (st.get("axil") or {}).get("module"),
             "latency": summary.get("stages", {}).get("emit", {}).get("latency", 1)}
 
 

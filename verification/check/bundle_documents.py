@@ -243,7 +243,7 @@ def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes
 
 
 def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.ndarray) -> dict[str, str | bytes]:
-    """The emitted Python runtime, Verilog, C, ROM file, SLA-monitor wrapper and (with raw inputs)
+    """The emitted Python runtime, Verilog, C, ROM file, SLA-monitor wrapper, constraint files and (with raw inputs)
     the quantizer, bus wrappers, SystemRDL and PeakRDL outputs made again from the spec, lut.hex,
     the distillation boxes and the recorded hashes and version: text, or bytes for the PeakRDL
     HTML's files (an HTML file listed in the manifest that PeakRDL does not make maps to b"")."""
@@ -276,6 +276,10 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
            f"{monitor_module(spec)}.v": emit_sla_monitor(spec, hashes.spec, version)}
     if f"{spec.name}.c" in manifest["files"]:   # bundles made before the C runtime have none
         out.update(zip(c_file_names(spec), emit_c(spec, machine, hashes, version)))
+    from mi_certify.generator.build.emit_constraints import emit_constraints
+    made = emit_constraints(spec, version, hashes.spec)
+    if any(name in manifest["files"] for name in made):   # bundles made before issue 35 have none
+        out.update(made)
     if encoding in ("rom", "sliced_rom"):
         rom = emit_rom_hex(spec, machine, encoding)
         if rom:

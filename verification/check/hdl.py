@@ -158,7 +158,8 @@ def _c_runtime(c: Checker, ev: CheckContext) -> str:
 
 def check_hdl_numbers(c: Checker, ev: CheckContext) -> None:
     """Item ``hdl: synthesis and place and route made again``: the ``hdl`` stage made again
-    (YoWASP Yosys + nextpnr-ice40 / -ecp5, same seed); cell counts, Fmax per device, the declared
+    (YoWASP Yosys + nextpnr-ice40 / -ecp5 / -machxo2, same seed); cell counts, Fmax per device (bare and
+    AXI4-Lite-wrapped), the declared
     target's verdict and the stage status it gives must equal summary.json
     (``ev.spec``, ``ev.summary`` are read). Nothing when the stage measured nothing; a SKIP with
     ``--quick``, without the tools, or when the tool versions differ from the manifest's

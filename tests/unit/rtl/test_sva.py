@@ -118,8 +118,8 @@ def test_the_assertions_name_their_rules_and_the_depth_covers_the_lock(small):
                       "a_property_P1", "a_property_P2", "a_locked", "a_forced"]
     plain_spec, plain = small["plain"]
     assert [a.label for a in assertions(plain_spec, plain)] == labels[:-2]
-    # L + H + 3, and the 60 steps an override may last (an unreachable override state ends within them)
-    assert (proof_depth(spec, 3), proof_depth(plain_spec, 3), proof_depth(plain_spec, 1)) == (69, 9, 7)
+    # L + H + 3, and 63: the 6-bit override counter (an unreachable override state ends within its count)
+    assert (proof_depth(spec, 3), proof_depth(plain_spec, 3), proof_depth(plain_spec, 1)) == (72, 9, 7)
     sv = emit_sva(spec, machine, HASHES, "test", 3, False)[f"{harness_name(spec)}.sv"]
     for label in labels:
         assert re.search(rf"^\s+{label}: assert \(", sv, re.M), label

@@ -109,6 +109,21 @@ def property_label(pid: str) -> str:
     return "a_property_" + re.sub(r"[^A-Za-z0-9_]", "_", pid)
 
 
+def harness_document(spec: Spec, machine: LutFsmArtefact, latency: int) -> dict:
+    """What sva.json says of the emitted harness: ``job`` and ``harness`` file names, ``depth``
+    (:func:`proof_depth`) and ``assertions`` (label, source, claim; :func:`assertions`). The build
+    writes it, ``mi-certify check`` derives it again."""
+    return {"job": sby_name(spec), "harness": f"{harness_name(spec)}.sv", "depth": proof_depth(spec, latency),
+            "assertions": [{"label": a.label, "source": a.source, "claim": a.claim} for a in assertions(spec, machine)]}
+
+
+def job_files(spec: Spec, folder) -> list:
+    """The files the job of ``spec`` lists, in ``folder`` (a pathlib.Path): the Verilog, the harness and,
+    when it is there, the ROM file."""
+    rom = folder / rom_file_name(spec)
+    return [folder / f"{spec.module_name}.v", folder / f"{harness_name(spec)}.sv", *([rom] if rom.exists() else [])]
+
+
 def _no_yield_probe(spec: Spec) -> bool:
     return bool(spec.operator) and not spec.operator.config().yield_probe
 

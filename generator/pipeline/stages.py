@@ -51,7 +51,7 @@ from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
 from mi_certify.generator.build.emit_c import c_file_names, emit_c
 from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_python import emit_python
-from mi_certify.generator.build.emit_sva import assertions as sva_assertions, emit_sva, proof_depth, sby_name
+from mi_certify.generator.build.emit_sva import emit_sva, harness_document, job_files, sby_name
 from mi_certify.generator.build.emit_verilog import emit_verilog
 from mi_certify.generator.build.lut_rom import emit_rom_hex
 from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES, rom_file_name
@@ -515,10 +515,7 @@ def sva_stage(ctx: BuildContext) -> StageResult:
     if ctx.opts.skip_rtl_proofs:
         return StageResult.skipped("sva", STAGE_TEXT["sva.skipped"])
     spec, d = ctx.built_spec, ctx.d
-    job = d / sby_name(spec)
-    files = [ctx.v_path, d / f"{spec.module_name}_formal.sv"]
-    if (d / rom_file_name(spec)).exists():
-        files.append(d / rom_file_name(spec))
+    job, files = d / sby_name(spec), job_files(spec, d)
     res = ctx.timed("sva", lambda: sby.run_sby(job, files),
                     lambda r: Status.OK.value if r.verdict == "proved" else Status.FAILED.value)
     doc = sva_document(spec, ctx.machine, spec.hdl.latency_cycles, res.to_json())
@@ -527,12 +524,9 @@ def sva_stage(ctx: BuildContext) -> StageResult:
 
 
 def sva_document(spec: Spec, machine: LutFsmArtefact, latency: int, result: dict) -> dict:
-    """sva.json: the job, the harness, its assertions (label, source, claim), the depth, the engine, and the
+    """sva.json: the harness (:func:`mi_certify.generator.build.emit_sva.harness_document`), the engine, and the
     run's result (:meth:`mi_certify.verification.rtl.sby.SbyResult.to_json`)."""
-    return {"job": sby_name(spec), "harness": f"{spec.module_name}_formal.sv", "engine": sby.ENGINE,
-            "depth": proof_depth(spec, latency),
-            "assertions": [{"label": a.label, "source": a.source, "claim": a.claim}
-                           for a in sva_assertions(spec, machine)], **result}
+    return {**harness_document(spec, machine, latency), "engine": sby.ENGINE, **result}
 
 
 def write_proof_index(ctx: BuildContext) -> None:

@@ -39,12 +39,9 @@ def check_tools(c: Checker, ev: CheckContext) -> None:
 def _sva_records(c: Checker, ev: CheckContext) -> str:
     """sva.json names the job and harness the emitter makes, the assertions it writes into the harness
     (label, source, claim) and the depth of its job (:mod:`mi_certify.generator.build.emit_sva`)."""
-    from mi_certify.generator.build.emit_sva import assertions, harness_name, proof_depth, sby_name
+    from mi_certify.generator.build.emit_sva import harness_document
     spec, stored = ev.spec, c.read_json("sva.json")
-    want = {"job": sby_name(spec), "harness": f"{harness_name(spec)}.sv",
-            "depth": proof_depth(spec, spec.hdl.latency_cycles),
-            "assertions": [{"label": a.label, "source": a.source, "claim": a.claim}
-                           for a in assertions(spec, ev.machine())]}
+    want = harness_document(spec, ev.machine(), spec.hdl.latency_cycles)
     bad = [k for k, v in want.items() if stored.get(k) != v]
     require(not bad, f"sva.json differs from the emitter's harness in {', '.join(bad)}")
     return f"{len(want['assertions'])} assertions, depth {want['depth']}, verdict {stored['verdict']}"
@@ -53,13 +50,10 @@ def _sva_records(c: Checker, ev: CheckContext) -> str:
 def _sva(c: Checker, ev: CheckContext) -> str:
     """The bundle's SymbiYosys job run again on the bundle's files: its verdict and failed assertions
     equal sva.json's."""
+    from mi_certify.generator.build.emit_sva import job_files
     from mi_certify.verification.rtl.sby import run_sby
     spec, stored = ev.spec, c.read_json("sva.json")
-    files = [c.d / f"{spec.module_name}.v", c.d / stored["harness"]]
-    rom = c.d / f"{spec.module_name}_rom.hex"
-    if rom.exists():
-        files.append(rom)
-    again = run_sby(c.d / stored["job"], files)
+    again = run_sby(c.d / stored["job"], job_files(spec, c.d))
     require(again.verdict == stored["verdict"] and list(again.failed) == list(stored["failed"]),
             f"SymbiYosys now says {again.detail}; sva.json says {stored['detail']}")
     return again.detail

@@ -211,7 +211,10 @@ def main(argv=None) -> int:
               if c_rows else None)
 
     def row(label, t):
-        print(f"{label:58s} {t * 1e6:9.2f} us   {1 / t:12,.0f} decisions/s")
+        if t < 1e-6:   # the C step: nanoseconds, so that two digits still say something
+            print(f"{label:58s} {t * 1e9:9.1f} ns   {1 / t:12,.0f} decisions/s")
+        else:
+            print(f"{label:58s} {t * 1e6:9.2f} us   {1 / t:12,.0f} decisions/s")
 
     print(f"build: {b.dir} ({b.name}, {len(b.lut)} LUT cells); {k} steps; best of {args.rounds} interleaved rounds")
     row("LUT-FSM step (quantize + FSM), no audit", t_bare)

@@ -63,20 +63,34 @@ def emit_c(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: s
         shift -= b
         shifts.append(shift)
     thresholds: list[str] = []
-    firsts = []
+    quant = []      # per input: where its thresholds and its property rows start, the two rounds' shape
+    level_first = 0
     for i in spec.inputs:
-        firsts.append(len(thresholds))
+        low_bits = int(i.bits) // 2
+        quant.append({"first": len(thresholds), "low_bits": low_bits, "groups": 1 << (int(i.bits) - low_bits),
+                      "level_first": level_first})
         thresholds += [c_literal(t) + "," for t in level_thresholds(i.min, i.max, i.bits)]
+        level_first += 1 << int(i.bits)
     table = bytes(machine.table) + bytes(-len(machine.table) % 4)
     entries = [f"0x{int.from_bytes(table[i:i + 4], 'little'):08x}u," for i in range(0, len(table), 4)]
-    n_actions = len(spec.actions)
-    allowed_bytes = (n_actions + 7) // 8
-    allowed_rows = [[f"0x{(m.allowed >> (8 * j)) & 0xFF:02x}u" for j in range(allowed_bytes)] for m in machine.masks]
+    masks = list(machine.masks)
+    mask_words = max(1, (len(masks) + 31) // 32)
+
+    def words(bitset: int) -> list[str]:
+        return [f"0x{(bitset >> (32 * w)) & 0xFFFFFFFF:08x}u" for w in range(mask_words)]
+    in_box_rows = [{"input": inp.name, "level": q,
+                    "words": words(sum(1 << m for m, box in enumerate(masks) if box.lo[k] <= q <= box.hi[k]))}
+                   for k, inp in enumerate(spec.inputs) for q in range(1 << int(inp.bits))]
+    forbid_rows = [words(sum(1 << m for m, box in enumerate(masks) if not (box.allowed >> t) & 1))
+                   for t in range(len(spec.actions))]
     variables = dict(common_variables(spec, machine, hashes, version), p=spec.name, P=spec.name.upper(),
                      guard=f"{spec.name.upper()}_H", bits=bits, shifts=shifts,
                      mins=[c_literal(i.min) for i in spec.inputs], maxs=[c_literal(i.max) for i in spec.inputs],
-                     firsts=firsts, thresholds=thresholds, threshold_lines=_chunks(thresholds, 4),
-                     lut_lines=_chunks(entries, 6), lut_words=len(entries), allowed_bytes=allowed_bytes, allowed_rows=allowed_rows)
+                     quant=quant, thresholds=thresholds, threshold_lines=_chunks(thresholds, 4),
+                     lut_lines=_chunks(entries, 6), lut_words=len(entries), mask_words=mask_words,
+                     in_box_rows=in_box_rows, forbid_rows=forbid_rows,
+                     mask_allows=[[a.name for t, a in enumerate(spec.actions) if (box.allowed >> t) & 1] or ["none"]
+                                  for box in masks])
     env = environment()
     return (env.get_template("c/runtime.h.j2").render(**variables),
             env.get_template("c/runtime.c.j2").render(**variables))

@@ -80,17 +80,21 @@ def test_emitted_c_has_the_provenance_header_const_tables_and_no_heap_or_float_a
         "static const double tiny_ctl_min[TINY_CTL_N_INPUTS] = { -0.3, -0.6 };",
         "static const double tiny_ctl_max[TINY_CTL_N_INPUTS] = { 0.7, 1.8 };",
         "static const double tiny_ctl_thresholds[4] = {",
-        "static uint8_t tiny_ctl_level(uint32_t i, double x)",
+        "static uint32_t tiny_ctl_level(uint32_t first, uint32_t low_bits, uint32_t groups, double x)",
         "bool tiny_ctl_quantize(const double readings[], uint32_t *addr)",
-        "const double x = readings[i];",
+        "const double x = readings[0u];",
+        "const double x = readings[1u];",
         "void tiny_ctl_step(tiny_ctl_state_t *state, const double readings[], bool sla_violation, tiny_ctl_record_t *record)"]
     assert ", ".join(map(c_literal, thresholds)) + "," in c
     # x (the one double variable) is only compared: with the envelope and with the thresholds
     assert [ln.strip() for ln in c.splitlines() if re.search(r"\bx\b", ln) and "double" not in ln
                                                  and not ln.strip().startswith(("/*", "*"))] == [
-        "if (x < tiny_ctl_thresholds[(uint32_t)tiny_ctl_first[i] + mid - 1u]) {",
-        "if ((x >= tiny_ctl_min[i]) && (x <= tiny_ctl_max[i])) {",
-        "a |= (uint32_t)tiny_ctl_level(i, x) << tiny_ctl_shift[i];"]
+        "g += (x >= tiny_ctl_thresholds[first + (k * size) - 1u]) ? 1u : 0u;",
+        "level += (x >= tiny_ctl_thresholds[first + (g * size) + k]) ? 1u : 0u;",
+        "const bool in = (x >= tiny_ctl_min[0u]) && (x <= tiny_ctl_max[0u]);",
+        "a |= tiny_ctl_level(0u, 1u, 2u, x) << 1u;",
+        "const bool in = (x >= tiny_ctl_min[1u]) && (x <= tiny_ctl_max[1u]);",
+        "a |= tiny_ctl_level(3u, 0u, 2u, x) << 0u;"]
     assert "static const uint32_t tiny_ctl_lut[2]" in c       # 8 entries, four a word
     # deterministic: the same inputs give the same text
     assert emit_c(spec, machine, SourceHashes("0" * 64, "1" * 64, machine.sha256), "test") == (h, c)

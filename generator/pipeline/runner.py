@@ -337,7 +337,7 @@ def _obligation_time(o: dict, times: dict, query_times: dict) -> float | None:
     if o["group"] == "network":
         return query_times.get(o["id"])
     stage = {"rtl": "lint" if o["id"] == "rtl.lint" else "rtl_proofs", "fsm": "fsm_proofs",
-             "cosim": "cosim"}.get(o["group"])
+             "cosim": "cosim", "quantizer": "soc_proofs"}.get(o["group"])
     if o["group"] == "lut":
         stage = "lut_properties" if o["evidence"] == "lut_properties.json" else "lut"
     return times.get(stage) if stage else None

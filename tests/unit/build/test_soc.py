@@ -138,3 +138,54 @@ def test_peakrdl_outputs_are_deterministic(tmp_path):
     a, b = peakrdl_outputs(rdl, rdl_name(spec)), peakrdl_outputs(rdl, rdl_name(spec))
     assert a == b and f"{rdl_name(spec)}.xml" in a and f"{rdl_name(spec)}_html/index.html" in a
     assert not any("/fonts/" in k for k in a)
+
+
+#: The held-out 8-input spec (examples/lunarlander/sla.yaml: the VNN-COMP LunarLander controller's
+#: envelope, signed Q2.14 / Q4.12 / Q3.13 words and two 1-bit leg contacts). Its quantizer, register map
+#: and C header depend on the spec alone, so they are checked here without the (unshipped) network.
+HELD_OUT = Path(__file__).resolve().parents[3] / "examples" / "lunarlander" / "sla.yaml"
+
+
+def test_held_out_8_input_spec_quantizer_is_proved_on_every_word(tmp_path):
+    if shutil.which("yosys") is None:
+        pytest.skip("yosys not installed")
+    from mi_certify.verification.rtl.quantizer_proofs import quantizer_obligations
+    spec = load_spec(HELD_OUT)
+    assert len(spec.inputs) == 8
+    for name, text in emit_raw_design(spec, "test", "0" * 64).items():
+        (tmp_path / name).write_text(text)
+    obs, _ = quantizer_obligations(tmp_path / f"{quantizer_module(spec)}.v", spec, quantizer_module(spec))
+    assert {o.id: o.verdict for o in obs} == {**{f"quantizer.{i.name}": "proved" for i in spec.inputs},
+                                                "quantizer.address": "proved"}
+    # the legs: one unsigned bit each, 0 -> level 0, 1 -> level 1 (the cell edge at 0.5), never a fault
+    leg = next(i for i in spec.inputs if i.name == "left_leg")
+    qz = Quantizer.from_floats(leg.min, leg.max, leg.bits)
+    assert [word_level(qz, FixedPoint(False, 1, 0), w) for w in (0, 1)] == [0, 1]
+    # a signed Q2.14 position: -1.5 (word 0xA000) is the envelope's edge, one word below it a fault
+    x = spec.inputs[0]
+    qx, fx = Quantizer.from_floats(x.min, x.max, x.bits), FixedPoint(True, 2, 14)
+    assert word_level(qx, fx, 0xA000) == 0 and word_level(qx, fx, 0x9FFF) is None
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_held_out_8_input_spec_register_map_header_and_wrapper_agree(tmp_path):
+    from systemrdl import RDLCompiler
+    spec = load_spec(HELD_OUT)
+    rdl_text = emit_rdl(spec, "test", "0" * 64)
+    (tmp_path / "m.rdl").write_text(rdl_text)
+    rdlc = RDLCompiler()
+    rdlc.compile_file(str(tmp_path / "m.rdl"))
+    rdl = {r.inst_name: r.absolute_address for r in rdlc.elaborate().top.registers()}
+    core = emit_soc(spec, "test", "0" * 64)[f"{regs_module(spec)}.v"]
+    params = {m[0]: int(m[1]) * 4 for m in re.findall(r"localparam \[\d+:0\] A_(\w+)\s*= \d+'d(\d+);", core)}
+    assert params == rdl and sum(1 for n in rdl if n.startswith("RAW")) == 8
+    stem = rdl_name(spec)
+    (tmp_path / f"{stem}.h").write_bytes(peakrdl_outputs(rdl_text, stem)[f"{stem}.h"])
+    regs = register_map(spec)
+    body = "\n".join(f'    printf("{r.name} %zu\\n", offsetof({stem}_t, {r.name}));' for r in regs)
+    (tmp_path / "main.c").write_text(f'#include <stddef.h>\n#include <stdio.h>\n#include "{stem}.h"\n'
+                                     f"int main(void) {{\n{body}\n    return 0;\n}}\n")
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "main"),
+                    str(tmp_path / "main.c")], check=True, cwd=tmp_path)
+    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout
+    assert {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines()} == {r.name: r.offset for r in regs}

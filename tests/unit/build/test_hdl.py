@@ -564,7 +564,7 @@ def test_every_generated_file_parses_with_pyverilog_and_matches_header_and_spec(
     for k, (enc, lat, opt) in enumerate(combos):
         spec, v = _emit(spec0, lut, boxes, tmp_path / str(k), enc, latency=lat, **opt)
         got = check_controller(v, spec, [r.name for r in Reason], REASON_BITS)
-        assert got == {"module": spec.module_name, "ports": 11, "latency": lat, "localparams": 14}, (enc, lat, opt)
+        assert got == {"module": spec.module_name, "ports": 12, "latency": lat, "localparams": 14}, (enc, lat, opt)
         assert np.array_equal(read_lut(v, spec.address_bits).entries, lut_entries(spec, lut)), (enc, lat, opt)
     # the hand-written SLA monitor shipped in every bundle parses too
     from conftest import ROOT

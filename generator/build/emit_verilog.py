@@ -215,7 +215,7 @@ def _fsm_variables(spec: Spec, latency: int, addr: str) -> dict:
                                                                        f"sla_violation_q{k - 1}")
         pipe_rows += [("reg", spec.address_bits, f"addr_q{k}", f"addr sampled {k} cycle{'s' if k > 1 else ''} ago"),
                       ("reg", 1, f"probe_fault_q{k}", None), ("reg", 1, f"sla_violation_q{k}", None),
-                      ("reg", 1, f"valid_q{k}", "no reset in the last " + ("cycle" if k == 1 else f"{k} cycles"))]
+                      ("reg", 1, f"valid_q{k}", f"a step, sampled {k} cycle{'s' if k > 1 else ''} ago, and no reset since")]
         pipe_data += [(f"addr_q{k}", src[0]), (f"probe_fault_q{k}", src[1]), (f"sla_violation_q{k}", src[2])]
         if op:
             pipe_rows += [("reg", 2, f"op_cmd_q{k}", None), ("reg", tw, f"op_arg_q{k}", None)]

@@ -35,10 +35,11 @@ def rom_file_name(spec: Spec) -> str:
 
 def decision_inputs(latency: int) -> dict[str, str]:
     """Names of the signals the decision stage of the generated Verilog reads (docs/hdl.md,
-    "Latency"): ``addr``, ``fault``, ``viol`` and ``valid`` (None at latency 1: every cycle is
-    a decision). Latency L reads the stage L-1 pipeline registers ``addr_q<L-1>`` etc."""
+    "Latency"): ``addr``, ``fault``, ``viol`` and ``valid`` (the ``step`` port at latency 1: a
+    cycle with it low is no decision). Latency L reads the stage L-1 pipeline registers
+    ``addr_q<L-1>`` etc."""
     if latency == 1:
-        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": None}
+        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": "step"}
     k = latency - 1
     return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
 

@@ -5,7 +5,9 @@ The DUT is ``<module>_axil`` (cocotbext-axi ``AxiLiteMaster``) or ``<module>_wb`
 ``WishboneMaster``). A monitor samples, at every rising edge, the register port of the core
 (``u_regs``: ``wr_en``, ``rd_en``, addresses, data, strobes) and the SLA monitor's outputs, and steps
 a Python model of the register map whose controller is the **emitted Python runtime** fed with the
-raw words (``Controller.step_words``, delayed by the decision latency). Checked:
+raw words (``Controller.step_words``, delayed by the decision latency) in the cycles where the core's
+``step`` input is high (the cycle after CTRL.STEP, or every cycle in FREE_RUN mode); in the others the
+model holds its outputs and logs no decision. Checked:
 
 - every cycle: the controller's token, reason, audit_valid and audit_addr (the raw-word co-simulation);
 - every transaction: the core port's address (and, for a write, the enabled bytes of data) equals the
@@ -57,8 +59,9 @@ class Model:
         self.n = len(cfg["inputs"])
         self.widths = [i["width"] for i in cfg["inputs"]]
         self.pipe: deque = deque()
-        self.op_q = (0, 0)
-        self.reasons: dict = {}   # reason code -> steps seen on the audit port   # OP: the command the core sees in the next cycle (sla.yaml operator:)
+        self.op_q = (0, 0)        # OP: the command the core sees, pending until a step takes it (sla.yaml operator:)
+        self.step_q = 0           # the core's step input: the live registers were loaded (STEP or FREE_RUN)
+        self.reasons: dict = {}   # reason code -> steps seen on the audit port
         self.token, self.reason, self.audit_valid, self.audit_addr = cfg["conservative"], 0, 0, 0
         self.free_run = self.irq_en = self.irq_fb = self.proto_seen = 0
         self.sla_acc = 0
@@ -161,17 +164,21 @@ class Model:
         step = bit("CTRL", "STEP")
         # next state, from the values before the edge
         nxt_live = (list(self.raw), list(self.rawv)) if (step or self.free_run) else None
+        nxt_step = int(bool(step or self.free_run))   # the core steps on the live registers in the next cycle
         words = self.words()
-        self.pipe.append((words, s["violation"], self.op_q))
+        self.pipe.append((words, s["violation"], self.op_q, self.step_q))
         old_token, old_reason, old_valid, old_addr = self.token, self.reason, self.audit_valid, self.audit_addr
         if len(self.pipe) == self.lat:
-            w, viol, (cmd, arg) = self.pipe.popleft()
-            addr, fault = self.rt.quantize_words(w)
-            if self.cfg.get("operator"):
-                self.token, self.reason = self.ctl.step_words(w, bool(viol), cmd, arg)
+            w, viol, (cmd, arg), stepped = self.pipe.popleft()
+            if stepped:   # a controller step; otherwise the machine holds and logs nothing
+                addr, fault = self.rt.quantize_words(w)
+                if self.cfg.get("operator"):
+                    self.token, self.reason = self.ctl.step_words(w, bool(viol), cmd, arg)
+                else:
+                    self.token, self.reason = self.ctl.step_words(w, bool(viol))
+                self.audit_valid, self.audit_addr = 1, addr
             else:
-                self.token, self.reason = self.ctl.step_words(w, bool(viol))
-            self.audit_valid, self.audit_addr = 1, addr
+                self.audit_valid = 0
         seq_now = (self.seq + old_valid) & 0xFFFFFFFF
         if s["rd_en"] and raddr == self.by_name["DECISION"]:
             self.snap_seq, self.snap_addr = seq_now, old_addr
@@ -201,10 +208,13 @@ class Model:
                     self.rawv[i] = data >> 31 & 1
         if nxt_live is not None:
             self.live, self.livev = nxt_live
-        if self.cfg.get("operator"):   # OP: a one-cycle command for the core, then none
-            op = wr_ok and waddr == self.by_name["OP"]
-            self.op_q = ((data & 3) if op and strb & 1 else 0,
-                         (data >> 8 & ((1 << self.cfg["token_bits"]) - 1)) if op and strb & 2 else 0)
+        if self.cfg.get("operator"):   # OP: the command for the core, pending until a step takes it
+            if wr_ok and waddr == self.by_name["OP"]:
+                self.op_q = ((data & 3) if strb & 1 else 0,
+                             (data >> 8 & ((1 << self.cfg["token_bits"]) - 1)) if strb & 2 else 0)
+            elif self.step_q:
+                self.op_q = (0, 0)
+        self.step_q = nxt_step
 
 
 def _sample(dut) -> dict:

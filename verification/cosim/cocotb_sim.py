@@ -279,8 +279,9 @@ def expected_trace(cfg: FsmConfig, lut: bytes, stimulus: list[list[int]], runtim
 def fsm_ports(verilog: Path, toplevel: str) -> tuple[list, list, bool]:
     """(inputs, outputs, reset active low) of the generated FSM, read from its module header.
 
-    Inputs in bench order: reset, addr, probe_fault, sla_violation; outputs: token, reason and,
-    when the RTL has the audit port, audit_valid, audit_token, audit_reason, audit_addr."""
+    Inputs in bench order: reset, addr, probe_fault, sla_violation, step (when the RTL has it),
+    op_cmd, op_arg (with the operator port); outputs: token, reason and, when the RTL has the
+    audit port, audit_valid, audit_token, audit_reason, audit_addr."""
     from mi_certify.verification.cosim.vector_sim import Port
 
     text = verilog.read_text(encoding="utf-8", errors="replace")
@@ -291,7 +292,7 @@ def fsm_ports(verilog: Path, toplevel: str) -> tuple[list, list, bool]:
     for d, hi, name in re.findall(r"(input|output)\s+(?:wire|reg)?\s*(?:\[(\d+):0\])?\s*(\w+)", m.group(1)):
         ports[name] = (d, int(hi) + 1 if hi else 1)
     rst = next(n for n, (d, _) in ports.items() if d == "input" and n.startswith("rst"))
-    ins = [Port(n, ports[n][1]) for n in (rst, "addr", "probe_fault", "sla_violation", "op_cmd", "op_arg")
+    ins = [Port(n, ports[n][1]) for n in (rst, "addr", "probe_fault", "sla_violation", "step", "op_cmd", "op_arg")
            if n in ports]
     outs = [Port(n, ports[n][1]) for n in ("token", "reason", *AUDIT_PORTS) if n in ports]
     return ins, outs, rst.endswith("_n")
@@ -332,12 +333,16 @@ def fsm_job(verilog: Path, toplevel: str, stimulus: list[list[int]], trace: list
             decisions: list[list[int]] | None = None):
     """The vector job of one FSM co-simulation (inputs, expected outputs, coverage ports).
     ``trace``: the reference's (token, reason) per row of ``decisions`` (:func:`decision_stream`;
-    default ``stimulus``, latency 1), whose addr the audit port reports."""
+    default ``stimulus``, latency 1), whose addr the audit port reports. The ``step`` port, when
+    the RTL has it, is driven high in every cycle: each row is a controller step (a cycle with
+    ``step`` low, which holds the machine, is proved by ``rtl.equivalence`` and exercised over the
+    bus wrappers' STEP strobe, not here)."""
     from mi_certify.verification.cosim.vector_sim import VectorJob
 
     ins, outs, active_low = fsm_ports(verilog, toplevel)
     audit = any(p.name == "audit_valid" for p in outs)
-    rows = [[r ^ active_low, *rest] for r, *rest in stimulus]
+    step = [1] if any(p.name == "step" for p in ins) else []
+    rows = [[r ^ active_low, *rest[:3], *step, *rest[3:]] for r, *rest in stimulus]
     return VectorJob([verilog], toplevel, ins, outs, rows, expected_outputs(decisions or stimulus, trace, audit),
                      fsm={"rst": ins[0].name, "addr": "addr", "token": "token", "reason": "reason",
                           "reason_bits": outs[1].width, "token_bits": outs[0].width, "addr_bits": ins[1].width})

@@ -41,12 +41,13 @@ def prepare(verilog: Path, module: str, reset_port: str, machine: LutFsmArtefact
     adapter = f"""
 // co-simulation adapter (mi-certify): active-high rst for the test bench
 module {ADAPTER} (
-    input  wire clk, input wire rst, input wire [{ab - 1}:0] addr, input wire probe_fault, input wire sla_violation,{op_ports}
+    input  wire clk, input wire rst, input wire [{ab - 1}:0] addr, input wire probe_fault, input wire sla_violation,
+    input  wire step,{op_ports}
     output wire [{tw - 1}:0] token, output wire [{rb - 1}:0] reason, output wire audit_valid,
     output wire [{tw - 1}:0] audit_token, output wire [{rb - 1}:0] audit_reason, output wire [{ab - 1}:0] audit_addr
 );
     {module} dut (.clk(clk), .{reset_port}({rst}), .addr(addr), .probe_fault(probe_fault),
-        .sla_violation(sla_violation),{op_conn} .token(token), .reason(reason), .audit_valid(audit_valid),
+        .sla_violation(sla_violation), .step(step),{op_conn} .token(token), .reason(reason), .audit_valid(audit_valid),
         .audit_token(audit_token), .audit_reason(audit_reason), .audit_addr(audit_addr));
 endmodule
 """

@@ -12,15 +12,18 @@ expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/desi
   the proved FSM invariant (its ghost-free part), one cycle with ``rst`` low gives the
   next state and reason of the reference transition (docs/fsm.md) for **every**
   ``addr``, ``probe_fault``, ``sla_violation`` and **every** LUT output (the LUT read
-  is a cut point: the reference takes the RTL's ``lut_entry``). With ``rtl.reset``
+  is a cut point: the reference takes the RTL's ``lut_entry``) when the cycle is a step
+  (``step``, or its pipelined ``valid_q<L-1>``), and holds every register of the decision
+  stage with ``audit_valid`` 0 when it is not. With ``rtl.reset``
   this is an inductive equivalence: the RTL and the reference agree on every
   reachable state and every input sequence, so the FSM proofs hold on the RTL.
 - ``rtl.invariant`` / ``rtl.property.<id>``: the ranges and the sla.yaml properties on
   the active token, stated directly on the RTL's registers (1-inductive given the
   LUT entries the table holds).
 - ``rtl.audit``: the audit port: ``audit_token``/``audit_reason`` equal ``token``/``reason``
-  in every state; a cycle with reset asserted clears ``audit_valid``; a cycle without it
-  sets ``audit_valid`` and registers ``addr`` into ``audit_addr``.
+  in every state; a cycle with reset asserted clears ``audit_valid``, and so does a cycle
+  without a step (``step`` low when it was sampled); a step cycle sets ``audit_valid`` and
+  registers its ``addr`` into ``audit_addr``.
 - ``rtl.lut_table``: the RTL's ``lut_entry`` equals ``lut.hex`` at every address: the
   SMT-LIB function Yosys made of it is evaluated at every address (exhaustive).
 """
@@ -53,10 +56,10 @@ AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
 
 def decision_signals(latency: int) -> dict[str, str | None]:
     """The signals the decision stage of the generated RTL reads at ``latency`` (docs/hdl.md,
-    "Latency"): ``addr``, ``fault``, ``viol``, ``valid`` (None at latency 1); the stage
-    ``latency - 1`` pipeline registers ``addr_q<k>``, ``probe_fault_q<k>``, ... otherwise."""
+    "Latency"): ``addr``, ``fault``, ``viol``, ``valid`` (the ``step`` port at latency 1); the
+    stage ``latency - 1`` pipeline registers ``addr_q<k>``, ``probe_fault_q<k>``, ... otherwise."""
     if latency == 1:
-        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": None}
+        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": "step"}
     k = latency - 1
     return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
 
@@ -146,7 +149,7 @@ class RtlModel:
                  operator: OperatorConfig | None = None):
         self.design, self.top, self.cfg = design, top, cfg
         self.ab, self.tw = address_bits, token_bits
-        sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, reset_port: 1,
+        sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, "step": 1, reset_port: 1,
                 "lut_entry": token_bits + 1}
         if operator:
             sigs.update({"op_cmd": 2, "op_arg": token_bits})
@@ -274,7 +277,7 @@ class _OneCycle:
         self.nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in regs.items()}
         self.sig = sig = decision_signals(latency)
         self.addr = rtl.cur(sig["addr"])
-        self.valid = z3.BoolVal(True) if sig["valid"] is None else rtl.cur(sig["valid"]) == 1
+        self.valid = rtl.cur(sig["valid"]) == 1
         entry = rtl.cur("lut_entry")
         inp = {"p": _as_int(z3.Extract(tw - 1, 0, entry)), "c": z3.Extract(tw, tw, entry) == 1,
                "pf": rtl.cur(sig["fault"]) == 1, "sv": rtl.cur(sig["viol"]) == 1}
@@ -326,8 +329,9 @@ class _OneCycle:
 
     def reset_and_equivalence(self) -> None:
         """rtl.reset (a reset cycle gives the reference reset state and empties the pipeline) and
-        rtl.equivalence (one cycle equals the reference transition; at latency > 1 on the last
-        stage's inputs when they are valid, the reset state otherwise)."""
+        rtl.equivalence (one cycle equals the reference transition on the decision stage's inputs
+        when they are a step: the ``step`` port at latency 1, ``valid_q<L-1>`` at latency L > 1;
+        otherwise every register of the decision stage holds and audit_valid is 0)."""
         rtl, nxt, C, latency = self.rtl, self.nxt, self.cfg.conservative, self.latency
         reset_values = {"t": nxt["t"] == C, "k": nxt["k"] == C, "h": nxt["h"] == 0, "d": nxt["d"] == 0,
                         "v": nxt["v"] == 0, "f": z3.Not(nxt["f"]), "r": nxt["r"] == 0}
@@ -341,34 +345,33 @@ class _OneCycle:
                  z3.And(self.rst, z3.Not(z3.And(reset_state, empty))))
         same = z3.And([nxt[v] == self.nxt_ref[v] for v in self.nxt if v not in self.unread]
                       + [_as_int(rtl.nxt("reason")) == self.why_ref])
-        if latency == 1:
-            self.run("rtl.equivalence", "fsm", "from every state of the proved invariant, one RTL cycle (rst low) "
-                     "equals the reference transition for every input and every LUT output",
-                     z3.And(z3.Not(self.rst), self.ghost_free, z3.Not(same)))
-            return
+        held = z3.And([nxt[v] == self.cur[v] for v in self.nxt if v not in self.unread]
+                      + [rtl.nxt("reason") == rtl.cur("reason"), rtl.nxt("audit_addr") == rtl.cur("audit_addr"),
+                         rtl.nxt("audit_valid") == 0])
+        where = "for every input" if latency == 1 else f"on the stage-{latency - 1} inputs for every input"
         self.run("rtl.equivalence", "fsm", f"from every state of the proved invariant, one RTL cycle (rst low) equals "
-                 f"the reference transition on the stage-{latency - 1} inputs for every input and every LUT output "
-                 f"when {self.sig['valid']} is set, and gives the reset state (audit_valid 0) when it is not",
-                 z3.And(z3.Not(self.rst), self.ghost_free,
-                        z3.Not(z3.If(self.valid, same, z3.And(reset_state, rtl.nxt("audit_valid") == 0)))))
+                 f"the reference transition {where} and every LUT output when {self.sig['valid']} is set, and holds "
+                 "every register of the decision stage (token, reason, counters, audit_addr) with audit_valid 0 "
+                 "when it is not",
+                 z3.And(z3.Not(self.rst), self.ghost_free, z3.Not(z3.If(self.valid, same, held))))
 
     def pipeline(self) -> None:
-        """rtl.pipeline (latency > 1): stage 1 loads the ports, stage k stage k-1, valid_q1 is set."""
+        """rtl.pipeline (latency > 1): stage 1 loads the ports, stage k stage k-1, valid_q1 is step."""
         rtl, latency = self.rtl, self.latency
         loads = []
         for k in range(1, latency):
             for name in ("addr", "probe_fault", "sla_violation") + (("op_cmd", "op_arg") if self.op else ()):
                 loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
-            loads.append(rtl.nxt(f"valid_q{k}") == (1 if k == 1 else rtl.cur(f"valid_q{k - 1}")))
+            loads.append(rtl.nxt(f"valid_q{k}") == (rtl.cur("step") if k == 1 else rtl.cur(f"valid_q{k - 1}")))
         missing = [r for r in pipeline_registers(latency, sum(self.bits), rtl.tw if self.op else None)
                    if r in rtl.missing]
         if missing:
             self.record_missing("rtl.pipeline", "rtl", "the RTL has its pipeline registers", missing)
             return
         self.run("rtl.pipeline", "rtl", f"a cycle with rst low loads stage 1 of the input pipeline from addr, "
-                 f"probe_fault, sla_violation (valid_q1 set) and stage k from stage k-1, k = 2..{latency - 1}: the "
-                 f"decision reads the inputs of {latency - 1} cycle{'s' if latency > 2 else ''} before, valid when no "
-                 "reset came since", z3.And(z3.Not(self.rst), z3.Not(z3.And(loads))))
+                 f"probe_fault, sla_violation (valid_q1 from step) and stage k from stage k-1, k = 2..{latency - 1}: "
+                 f"the decision reads the inputs of {latency - 1} cycle{'s' if latency > 2 else ''} before, valid when "
+                 "they were a step and no reset came since", z3.And(z3.Not(self.rst), z3.Not(z3.And(loads))))
 
     def invariant_and_properties(self) -> None:
         """rtl.invariant (the range invariant on the RTL registers) and rtl.property.<id> per mask
@@ -393,11 +396,9 @@ class _OneCycle:
             self.record_missing("rtl.audit", "rtl", "the RTL has the audit port", absent)
             return
         self.run("rtl.audit", "rtl", "the audit port: audit_token = token and audit_reason = reason in every state; "
-                 "a reset cycle clears audit_valid; " + ("any other cycle sets it and registers addr into audit_addr"
-                                                        if self.latency == 1 else
-                                                        f"so does a cycle without a decision ({sig['valid']} low); any "
+                 "a reset cycle clears audit_valid; " + f"so does a cycle without a decision ({sig['valid']} low); any "
                                                         f"other cycle sets it and registers the address of that "
-                                                        f"decision ({sig['addr']}) into audit_addr"),
+                                                        f"decision ({sig['addr']}) into audit_addr",
                  z3.Or(rtl.cur("audit_token") != rtl.cur("token"), rtl.cur("audit_reason") != rtl.cur("reason"),
                        z3.And(rst, rtl.nxt("audit_valid") != 0),
                        z3.And(z3.Not(rst), z3.Not(valid), rtl.nxt("audit_valid") != 0),

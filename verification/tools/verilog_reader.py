@@ -586,13 +586,14 @@ def check_controller(path: Path, spec, reason_names: list[str], reason_bits: int
     ab, tw = spec.address_bits, spec.token_bits
     reset = spec.hdl.reset_port
     want = {"clk": ("input", 1), reset: ("input", 1), "addr": ("input", ab), "probe_fault": ("input", 1),
-            "sla_violation": ("input", 1), "token": ("output", tw), "reason": ("output", reason_bits),
+            "sla_violation": ("input", 1), "step": ("input", 1), "token": ("output", tw),
+            "reason": ("output", reason_bits),
             "audit_valid": ("output", 1), "audit_token": ("output", tw), "audit_reason": ("output", reason_bits),
             "audit_addr": ("output", ab)}
     op = getattr(spec, "operator", None)
-    if op is not None:   # the command port after sla_violation (docs/hdl.md, "Operator command port")
+    if op is not None:   # the command port after step (docs/hdl.md, "Operator command port")
         items = list(want.items())
-        want = dict(items[:5] + [("op_cmd", ("input", 2)), ("op_arg", ("input", tw))] + items[5:])
+        want = dict(items[:6] + [("op_cmd", ("input", 2)), ("op_arg", ("input", tw))] + items[6:])
     got = {n: (p.direction, p.width) for n, p in mod.ports.items()}
     if list(got) != list(want) or got != want:
         diff = [n for n in dict.fromkeys(list(want) + list(got)) if got.get(n) != want.get(n)]

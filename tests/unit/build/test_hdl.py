@@ -312,8 +312,9 @@ def test_place_and_route_gives_a_deterministic_fmax_on_the_registered_wrapper(sm
     strip = lambda r: {k: x for k, x in r["hx8k"].items() if k != "time_s"}  # noqa: E731
     assert strip(a) == strip(b)
     ice = synth.ice40_stats(v, spec.module_name)
-    # the wrapper adds the input shift register (address + 3 bits) and the output flip-flop
-    assert a["hx8k"]["dff"] == ice["dff"] + spec.address_bits + 3 + 1
+    # the wrapper adds the input shift register (address + 4 bits: reset, probe_fault, sla_violation,
+    # step) and the output flip-flop
+    assert a["hx8k"]["dff"] == ice["dff"] + spec.address_bits + 4 + 1
     # not optimised away (nextpnr's count after the wrapper's registered inputs: 63 against Yosys' 196 here)
     assert a["hx8k"]["lut4"] > ice["lut4"] // 4 and 20 < a["hx8k"]["fmax_mhz"] < 1000
 
@@ -563,7 +564,7 @@ def test_every_generated_file_parses_with_pyverilog_and_matches_header_and_spec(
     for k, (enc, lat, opt) in enumerate(combos):
         spec, v = _emit(spec0, lut, boxes, tmp_path / str(k), enc, latency=lat, **opt)
         got = check_controller(v, spec, [r.name for r in Reason], REASON_BITS)
-        assert got == {"module": spec.module_name, "ports": 11, "latency": lat, "localparams": 14}, (enc, lat, opt)
+        assert got == {"module": spec.module_name, "ports": 12, "latency": lat, "localparams": 14}, (enc, lat, opt)
         assert np.array_equal(read_lut(v, spec.address_bits).entries, lut_entries(spec, lut)), (enc, lat, opt)
     # the hand-written SLA monitor shipped in every bundle parses too
     from conftest import ROOT

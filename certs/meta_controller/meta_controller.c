@@ -3,7 +3,7 @@
  *
  * Sources (sha256):
  *   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
- *   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
+ *   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
  *   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
  */
 #include "meta_controller.h"
@@ -20,10 +20,9 @@ static const uint8_t meta_controller_shift[META_CONTROLLER_N_INPUTS] = { 10u, 7u
 static const double meta_controller_min[META_CONTROLLER_N_INPUTS] = { 0.0, 0.0, 0.0, 0.0, 20.0 };
 static const double meta_controller_max[META_CONTROLLER_N_INPUTS] = { 1.0, 1024.0, 64.0, 1024.0, 110.0 };
 
-/* Level thresholds: for input i, the 2^bits - 1 entries from meta_controller_first[i] on are the
- * smallest binary64 values >= each exact cell edge min + (max - min) * j / 2^bits
+/* Level thresholds, input after input: the 2^bits - 1 entries of input i (compute_util from 0, cache_chase_ns from 15, mem_bw_avail_gbs from 22, free_sram_kb from 29, temperature_c from 30)
+ * are the smallest binary64 values >= each exact cell edge min + (max - min) * j / 2^bits
  * (j = 1 .. 2^bits - 1), so x >= threshold exactly when x >= edge (docs/fsm.md). */
-static const uint16_t meta_controller_first[META_CONTROLLER_N_INPUTS] = { 0u, 15u, 22u, 29u, 30u };
 static const double meta_controller_thresholds[37] = {
     0.0625, 0.125, 0.1875, 0.25,
     0.3125, 0.375, 0.4375, 0.5,
@@ -37,21 +36,64 @@ static const double meta_controller_thresholds[37] = {
     98.75,
 };
 
-/* sla.yaml forbid/require properties (docs/fsm.md rule 3a): per box, the first and last level
- * per input (inclusive) and the allowed tokens (bit t of byte t / 8). */
+/* sla.yaml forbid/require properties (docs/fsm.md rule 3a) as bit sets: property m is bit m % 32
+ * of word m / 32. Its box, the first and last level per input (inclusive), and the tokens it allows:
+ *   P1: levels 0..15, 0..7, 0..7, 0..1, 6..7; allows keep, merge_conv, offload_cpu
+ *   P2: levels 0..1, 0..7, 0..7, 0..1, 0..7; allows keep
+ * meta_controller_in_box[r][w], rows input after input (2^bits each): the properties whose box holds that
+ * level of that input; meta_controller_forbids[t][w]: the properties that do not allow token t. A cell allows token
+ * t unless a property holds the cell in every input and does not allow t. */
 #define META_CONTROLLER_N_MASKS 2u
-#define META_CONTROLLER_ALLOWED_BYTES 1u
-static const uint8_t meta_controller_mask_lo[META_CONTROLLER_N_MASKS][META_CONTROLLER_N_INPUTS] = {
-    { 0u, 0u, 0u, 0u, 6u },  /* P1 */
-    { 0u, 0u, 0u, 0u, 0u },  /* P2 */
+#define META_CONTROLLER_MASK_WORDS 1u
+static const uint32_t meta_controller_in_box[42][META_CONTROLLER_MASK_WORDS] = {
+    { 0x00000003u },  /* compute_util level 0 */
+    { 0x00000003u },  /* compute_util level 1 */
+    { 0x00000001u },  /* compute_util level 2 */
+    { 0x00000001u },  /* compute_util level 3 */
+    { 0x00000001u },  /* compute_util level 4 */
+    { 0x00000001u },  /* compute_util level 5 */
+    { 0x00000001u },  /* compute_util level 6 */
+    { 0x00000001u },  /* compute_util level 7 */
+    { 0x00000001u },  /* compute_util level 8 */
+    { 0x00000001u },  /* compute_util level 9 */
+    { 0x00000001u },  /* compute_util level 10 */
+    { 0x00000001u },  /* compute_util level 11 */
+    { 0x00000001u },  /* compute_util level 12 */
+    { 0x00000001u },  /* compute_util level 13 */
+    { 0x00000001u },  /* compute_util level 14 */
+    { 0x00000001u },  /* compute_util level 15 */
+    { 0x00000003u },  /* cache_chase_ns level 0 */
+    { 0x00000003u },  /* cache_chase_ns level 1 */
+    { 0x00000003u },  /* cache_chase_ns level 2 */
+    { 0x00000003u },  /* cache_chase_ns level 3 */
+    { 0x00000003u },  /* cache_chase_ns level 4 */
+    { 0x00000003u },  /* cache_chase_ns level 5 */
+    { 0x00000003u },  /* cache_chase_ns level 6 */
+    { 0x00000003u },  /* cache_chase_ns level 7 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 0 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 1 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 2 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 3 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 4 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 5 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 6 */
+    { 0x00000003u },  /* mem_bw_avail_gbs level 7 */
+    { 0x00000003u },  /* free_sram_kb level 0 */
+    { 0x00000003u },  /* free_sram_kb level 1 */
+    { 0x00000002u },  /* temperature_c level 0 */
+    { 0x00000002u },  /* temperature_c level 1 */
+    { 0x00000002u },  /* temperature_c level 2 */
+    { 0x00000002u },  /* temperature_c level 3 */
+    { 0x00000002u },  /* temperature_c level 4 */
+    { 0x00000002u },  /* temperature_c level 5 */
+    { 0x00000003u },  /* temperature_c level 6 */
+    { 0x00000003u },  /* temperature_c level 7 */
 };
-static const uint8_t meta_controller_mask_hi[META_CONTROLLER_N_MASKS][META_CONTROLLER_N_INPUTS] = {
-    { 15u, 7u, 7u, 1u, 7u },  /* P1 */
-    { 1u, 7u, 7u, 1u, 7u },  /* P2 */
-};
-static const uint8_t meta_controller_mask_allowed[META_CONTROLLER_N_MASKS][META_CONTROLLER_ALLOWED_BYTES] = {
-    { 0x0bu },  /* P1 */
-    { 0x01u },  /* P2 */
+static const uint32_t meta_controller_forbids[META_CONTROLLER_N_ACTIONS][META_CONTROLLER_MASK_WORDS] = {
+    { 0x00000000u },  /* keep */
+    { 0x00000002u },  /* merge_conv */
+    { 0x00000003u },  /* int4 */
+    { 0x00000002u },  /* offload_cpu */
 };
 
 /* The LUT: one byte per address (bits 0-6 the proposed token, bit 7 the confident bit), four
@@ -753,39 +795,68 @@ void meta_controller_reset(meta_controller_state_t *state)
     state->r = 0u;
 }
 
-/* The level of x among the thresholds of input i: a binary search of bits[i] comparisons.
- * The caller has checked min <= x <= max. */
-static uint8_t meta_controller_level(uint32_t i, double x)
+/* The level of x among the thresholds of one input (from first on; 2^bits - 1 of them, sorted):
+ * the number of thresholds <= x, counted in two rounds without data-dependent branches.
+ * The levels split into groups of 2^low_bits: the first round counts the groups' lower
+ * thresholds <= x (the group g of x), the second the thresholds <= x inside group g.
+ * The caller has checked min <= x <= max or discards the level. */
+static uint32_t meta_controller_level(uint32_t first, uint32_t low_bits, uint32_t groups, double x)
 {
-    uint32_t lo = 0u;
-    uint32_t hi = ((uint32_t)1u << meta_controller_bits[i]) - 1u;
-    while (lo < hi) {
-        const uint32_t mid = (lo + hi + 1u) / 2u;
-        if (x < meta_controller_thresholds[(uint32_t)meta_controller_first[i] + mid - 1u]) {
-            hi = mid - 1u;
-        } else {
-            lo = mid;
-        }
+    const uint32_t size = (uint32_t)1u << low_bits;
+    uint32_t g = 0u;
+    uint32_t level;
+    uint32_t k;
+    for (k = 1u; k < groups; k++) {
+        g += (x >= meta_controller_thresholds[first + (k * size) - 1u]) ? 1u : 0u;
     }
-    return (uint8_t)lo;
+    level = g * size;
+    for (k = 0u; (k + 1u) < size; k++) {
+        level += (x >= meta_controller_thresholds[first + (g * size) + k]) ? 1u : 0u;
+    }
+    return level;
 }
 
 bool meta_controller_quantize(const double readings[], uint32_t *addr)
 {
-    bool fault = false;
+    bool inside = true;
     uint32_t a = 0u;
-    uint32_t i;
-    for (i = 0u; i < META_CONTROLLER_N_INPUTS; i++) {
-        const double x = readings[i];
+    {   /* compute_util: address field of 4 bit(s), levels in groups of 4 */
+        const double x = readings[0u];
         /* false for NaN: a NaN compares false with everything */
-        if ((x >= meta_controller_min[i]) && (x <= meta_controller_max[i])) {
-            a |= (uint32_t)meta_controller_level(i, x) << meta_controller_shift[i];
-        } else {
-            fault = true;
-        }
+        const bool in = (x >= meta_controller_min[0u]) && (x <= meta_controller_max[0u]);
+        inside = inside && in;
+        a |= meta_controller_level(0u, 2u, 4u, x) << 10u;
     }
-    *addr = fault ? 0u : a;
-    return fault;
+    {   /* cache_chase_ns: address field of 3 bit(s), levels in groups of 2 */
+        const double x = readings[1u];
+        /* false for NaN: a NaN compares false with everything */
+        const bool in = (x >= meta_controller_min[1u]) && (x <= meta_controller_max[1u]);
+        inside = inside && in;
+        a |= meta_controller_level(15u, 1u, 4u, x) << 7u;
+    }
+    {   /* mem_bw_avail_gbs: address field of 3 bit(s), levels in groups of 2 */
+        const double x = readings[2u];
+        /* false for NaN: a NaN compares false with everything */
+        const bool in = (x >= meta_controller_min[2u]) && (x <= meta_controller_max[2u]);
+        inside = inside && in;
+        a |= meta_controller_level(22u, 1u, 4u, x) << 4u;
+    }
+    {   /* free_sram_kb: address field of 1 bit(s), levels in groups of 1 */
+        const double x = readings[3u];
+        /* false for NaN: a NaN compares false with everything */
+        const bool in = (x >= meta_controller_min[3u]) && (x <= meta_controller_max[3u]);
+        inside = inside && in;
+        a |= meta_controller_level(29u, 0u, 2u, x) << 3u;
+    }
+    {   /* temperature_c: address field of 3 bit(s), levels in groups of 2 */
+        const double x = readings[4u];
+        /* false for NaN: a NaN compares false with everything */
+        const bool in = (x >= meta_controller_min[4u]) && (x <= meta_controller_max[4u]);
+        inside = inside && in;
+        a |= meta_controller_level(30u, 1u, 4u, x) << 0u;
+    }
+    *addr = inside ? a : 0u;
+    return !inside;
 }
 
 bool meta_controller_address(const uint8_t levels[], uint32_t *addr)
@@ -809,17 +880,15 @@ bool meta_controller_address(const uint8_t levels[], uint32_t *addr)
 static bool meta_controller_allowed(uint32_t addr, uint8_t t)
 {
     bool ok = true;
-    uint32_t m;
-    for (m = 0u; m < META_CONTROLLER_N_MASKS; m++) {
-        bool inside = true;
-        uint32_t i;
-        for (i = 0u; i < META_CONTROLLER_N_INPUTS; i++) {
-            const uint32_t q = (addr >> meta_controller_shift[i]) & (((uint32_t)1u << meta_controller_bits[i]) - 1u);
-            if ((q < (uint32_t)meta_controller_mask_lo[m][i]) || (q > (uint32_t)meta_controller_mask_hi[m][i])) {
-                inside = false;
-            }
-        }
-        if (inside && ((((uint32_t)meta_controller_mask_allowed[m][(uint32_t)t >> 3u] >> ((uint32_t)t & 7u)) & 1u) == 0u)) {
+    uint32_t w;
+    for (w = 0u; w < META_CONTROLLER_MASK_WORDS; w++) {
+        const uint32_t holds = meta_controller_forbids[t][w] &
+            meta_controller_in_box[0u + ((addr >> 10u) & 15u)][w] &
+            meta_controller_in_box[16u + ((addr >> 7u) & 7u)][w] &
+            meta_controller_in_box[24u + ((addr >> 4u) & 7u)][w] &
+            meta_controller_in_box[32u + ((addr >> 3u) & 1u)][w] &
+            meta_controller_in_box[34u + ((addr >> 0u) & 7u)][w];
+        if (holds != 0u) {
             ok = false;
         }
     }

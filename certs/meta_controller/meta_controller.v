@@ -3,11 +3,11 @@
 //
 // Sources (sha256):
 //   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
+//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
 //   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 //
 // Ports:
-//   clk            in   1   rising-edge clock; one controller step per cycle
+//   clk            in   1   rising-edge clock; at most one controller step per cycle
 //   rst            in   1   synchronous reset, active high (sampled at the rising edge)
 //   addr           in  14   quantized probe levels, input 0 most significant:
 //                              [13:10] compute_util (ratio), 4 bits over [0.0, 1.0]
@@ -17,27 +17,31 @@
 //                              [2:0] temperature_c (degC), 3 bits over [20.0, 110.0]
 //   probe_fault    in   1   a probe reading is missing, NaN or outside its envelope
 //   sla_violation  in   1   the SLA monitor judged the last request a violation
+//   step           in   1   high: addr, probe_fault, sla_violation, op_cmd, op_arg of this cycle are a controller step;
+//                           low: no step (the machine holds its state, no decision is logged). Tie it to 1'b1
+//                           for one step per clock cycle
 //   op_cmd         in   2   operator command (docs/fsm.md, "Operator interventions"): 0 none, 1 lock op_arg, 2 force the conservative action, 3 release
 //   op_arg         in  2   the token op_cmd = 1 locks (lockable: int4)
 //   token          out  2   active action (registered): 0=keep 1=merge_conv 2=int4 3=offload_cpu
 //   reason         out  4   why (registered): 0=HOLD 1=PENDING 2=SWITCH 3=COOLDOWN 4=LOW_CONFIDENCE 5=FALLBACK 6=RECOVER 7=PROBE_FAULT 8=MASKED
-//   audit_valid    out  1   registered: high in the cycle after each non-reset step (a decision to log)
+//   audit_valid    out  1   registered: high in the cycle after each step's decision (a decision to log)
 //   audit_token    out  2   the token that decision gave (= token)
 //   audit_reason   out  4   the reason code of that decision (= reason)
 //   audit_addr     out 14   registered: the addr that decision was made on
 //
 // Audit port: sample (audit_token, audit_reason, audit_addr) at every rising edge where
 // audit_valid is high; that is one record per controller step, in order.
-// Latency: 3 cycles (sla.yaml hdl.latency). addr, probe_fault and sla_violation pass together
+// Latency: 3 cycles (sla.yaml hdl.latency). addr, probe_fault, sla_violation and step pass together
 // through 2 register stages (the LUT read is registered twice): token/reason after edge t are
-// the one-cycle machine's decision on the inputs sampled at edge t-2, and audit_addr is that addr.
+// the one-cycle machine's decision on the inputs sampled at edge t-2 when step was high then, and audit_addr
+// is that addr; when it was low, every register of the decision stage but audit_valid (0) holds.
 // Reset value: token = 0 (keep), reason = 0 (HOLD), audit_valid = 0, audit_addr = 0,
 // every counter 0, not in fallback, the pipeline empty; the reset values hold until the first
 // input sampled after the reset reaches the decision (2 cycles later).
 // LUT encoding: sliced ROM: 7 distinct entries coded in 3 bits, 32 slices of 512 cells, 71 stored columns of 512 bits read synchronously from meta_controller_rom.hex ($readmemh); the read registered twice (latency 3)
-// Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target).
-// A measured Fmax below it fails the build.
-// Measured: up5k 50.52 MHz: met.
+// Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target, advisory).
+// Advisory: a measured Fmax below it is reported, the build does not fail.
+// Measured: up5k 45.88 MHz: MISSED.
 // FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
 // LUT cells: 16384 (7578 proven, 8806 resolved, 0 sampled at the cell centre, not proven).
 `default_nettype none
@@ -49,6 +53,7 @@ module meta_controller (
     input  wire [13:0]  addr,
     input  wire         probe_fault,
     input  wire         sla_violation,
+    input  wire         step,
     input  wire [1:0]   op_cmd,
     input  wire [1:0]   op_arg,
     output reg  [1:0]   token,
@@ -94,17 +99,18 @@ module meta_controller (
     reg [5:0] op_left;   // steps the override stays in force e, 0..59
 
     // ---- input pipeline (docs/hdl.md, "Latency"): stage k holds the inputs sampled k
-    // cycles ago; valid_qk: no reset since they were sampled (the data registers need none)
+    // cycles ago; valid_qk: they were a step (step high) and no reset came since (the data
+    // registers need none)
     reg [13:0] addr_q1;    // addr sampled 1 cycle ago
     reg        probe_fault_q1;
     reg        sla_violation_q1;
-    reg        valid_q1;   // no reset in the last cycle
+    reg        valid_q1;   // a step, sampled 1 cycle ago, and no reset since
     reg [1:0]  op_cmd_q1;
     reg [1:0]  op_arg_q1;
     reg [13:0] addr_q2;    // addr sampled 2 cycles ago
     reg        probe_fault_q2;
     reg        sla_violation_q2;
-    reg        valid_q2;   // no reset in the last 2 cycles
+    reg        valid_q2;   // a step, sampled 2 cycles ago, and no reset since
     reg [1:0]  op_cmd_q2;
     reg [1:0]  op_arg_q2;
 
@@ -126,7 +132,7 @@ module meta_controller (
             valid_q1 <= 1'b0;
             valid_q2 <= 1'b0;
         end else begin
-            valid_q1 <= 1'b1;
+            valid_q1 <= step;
             valid_q2 <= valid_q1;
         end
     end
@@ -388,7 +394,7 @@ module meta_controller (
 
     // ---- registers ----------------------------------------------------------------
     always @(posedge clk) begin
-        if (rst || !valid_q2) begin   // reset, or no input has reached the decision yet
+        if (rst) begin
             token       <= CONSERVATIVE;
             cand        <= CONSERVATIVE;
             hcnt        <= 2'd0;
@@ -402,6 +408,8 @@ module meta_controller (
             op_left     <= 6'd0;
             audit_valid <= 1'b0;
             audit_addr  <= 14'd0;
+        end else if (!valid_q2) begin   // no step reached the decision: hold, no decision to log
+            audit_valid <= 1'b0;
         end else begin
             token       <= x_token;
             cand        <= n_cand;

@@ -4,7 +4,7 @@
 //
 // Sources (sha256):
 //   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
+//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
 //   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 //
 // An observer harness: it instantiates meta_controller and asserts over its ports only (no
@@ -13,7 +13,9 @@
 // f_pf_d are the inputs of the decision on token/reason, f_ok_d says no reset came since. f_lut is
 // the LUT (lut.hex, {confident, token} per address) held by the harness, independent of the RTL's
 // encoding, so a changed table entry in the RTL shows on its outputs. The first cycle is a reset
-// (an assumption: the harness states nothing about an unreset design).
+// (an assumption: the harness states nothing about an unreset design), and step is high in every
+// cycle (an assumption: the harness covers one controller step per clock; a cycle with step low,
+// which holds every register, is proved by rtl.equivalence in mi-certify's own flow, not here).
 //
 // Assertions (label: rule, claim):
 //   a_token_range          docs/fsm.md, state: the active token is a declared action
@@ -39,6 +41,7 @@ module meta_controller_formal (
     input  wire [13:0]  addr,
     input  wire          probe_fault,
     input  wire          sla_violation,
+    input  wire          step,
     input  wire [1:0]    op_cmd,
     input  wire [1:0]    op_arg
 );
@@ -49,6 +52,7 @@ module meta_controller_formal (
 
     meta_controller dut (
         .clk(clk), .rst(rst), .addr(addr), .probe_fault(probe_fault), .sla_violation(sla_violation),
+        .step(step),
         .op_cmd(op_cmd), .op_arg(op_arg),
         .token(token), .reason(reason), .audit_valid(audit_valid), .audit_token(audit_token),
         .audit_reason(audit_reason), .audit_addr(audit_addr)
@@ -60,6 +64,8 @@ module meta_controller_formal (
     reg f_init = 1'b1;
     always @(posedge clk) f_init <= 1'b0;
     always @(*) if (f_init) assume (f_rst);
+    // one controller step per clock (see the header)
+    always @(*) assume (step);
 
     // the inputs of the decision on the outputs, 3 cycles back
     reg [13:0] f_addr_q1;

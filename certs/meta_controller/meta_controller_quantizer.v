@@ -2,7 +2,7 @@
 // Do not edit: regenerate with `mi-certify build`. Verilog-2001, combinational.
 //
 // Sources (sha256):
-//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
+//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
 //
 // meta_controller_quantizer (combinational) turns each input's raw word into its level and fault; meta_controller_raw
 // feeds them to meta_controller (addr, probe_fault), whose ports and timing it keeps otherwise.

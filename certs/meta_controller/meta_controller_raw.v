@@ -2,7 +2,7 @@
 // Do not edit: regenerate with `mi-certify build`. Verilog-2001, one clock domain; needs meta_controller.v and meta_controller_quantizer.v.
 //
 // Sources (sha256):
-//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
+//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
 //
 // meta_controller_quantizer (combinational) turns each input's raw word into its level and fault; meta_controller_raw
 // feeds them to meta_controller (addr, probe_fault), whose ports and timing it keeps otherwise.
@@ -35,6 +35,7 @@ module meta_controller_raw (
     input  wire [11:0]  raw_temperature_c,
     input  wire         valid_temperature_c,
     input  wire         sla_violation,
+    input  wire         step,        // high: this cycle's inputs are a controller step (meta_controller.v)
     input  wire [1:0]   op_cmd,      // operator command (docs/fsm.md, "Operator interventions")
     input  wire [1:0]   op_arg,
     output wire [4:0]   input_fault,
@@ -71,6 +72,7 @@ module meta_controller_raw (
         .addr(addr),
         .probe_fault(probe_fault),
         .sla_violation(sla_violation),
+        .step(step),
         .op_cmd(op_cmd),
         .op_arg(op_arg),
         .token(token),

@@ -3,7 +3,7 @@
 // meta_controller_quantizer.v, meta_controller.v, meta_controller_sla_monitor.v and sla_monitor.v.
 //
 // Sources (sha256):
-//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
+//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
 //
 // Register map: meta_controller_regs.rdl (SystemRDL; the same description, generator/build/regmap.py), byte
 // offsets, 32-bit registers, address bits [1:0] ignored. The bus adapters (meta_controller_axil.v,
@@ -95,7 +95,11 @@ module meta_controller_regs (
     wire sla_done = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[1];
     wire sla_unknown = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[2];
 
-    // OP: a command written in this cycle is the controller's command in the next one, then NONE again
+    // the controller's step input: the live registers were loaded in the last cycle (CTRL.STEP or
+    // FREE_RUN), so the controller steps once per STEP (every cycle in FREE_RUN mode) and holds otherwise
+    reg         step_q;
+    // OP: a command written in this cycle is the controller's command from the next one on, until a
+    // controller step takes it (then NONE again)
     reg [1:0]   op_cmd_q;
     reg [1:0]   op_arg_q;
     wire op_write = wr_ok && waddr == A_OP;
@@ -115,7 +119,7 @@ module meta_controller_regs (
         .raw_mem_bw_avail_gbs(live_mem_bw_avail_gbs), .valid_mem_bw_avail_gbs(livev_mem_bw_avail_gbs),
         .raw_free_sram_kb(live_free_sram_kb), .valid_free_sram_kb(livev_free_sram_kb),
         .raw_temperature_c(live_temperature_c), .valid_temperature_c(livev_temperature_c),
-        .sla_violation(violation), .op_cmd(op_cmd_q), .op_arg(op_arg_q), .input_fault(input_fault), .token(token), .reason(reason),
+        .sla_violation(violation), .step(step_q), .op_cmd(op_cmd_q), .op_arg(op_arg_q), .input_fault(input_fault), .token(token), .reason(reason),
         .audit_valid(audit_valid), .audit_token(audit_token), .audit_reason(audit_reason), .audit_addr(audit_addr));
 
     meta_controller_sla_monitor u_sla (
@@ -139,12 +143,18 @@ module meta_controller_regs (
             raw_mem_bw_avail_gbs <= 16'd0; rawv_mem_bw_avail_gbs <= 1'b0; live_mem_bw_avail_gbs <= 16'd0; livev_mem_bw_avail_gbs <= 1'b0;
             raw_free_sram_kb <= 12'd0; rawv_free_sram_kb <= 1'b0; live_free_sram_kb <= 12'd0; livev_free_sram_kb <= 1'b0;
             raw_temperature_c <= 12'd0; rawv_temperature_c <= 1'b0; live_temperature_c <= 12'd0; livev_temperature_c <= 1'b0;
-            seq_count <= 32'd0; snap_seq <= 32'd0; snap_addr <= 14'd0;
+            seq_count <= 32'd0; snap_seq <= 32'd0; snap_addr <= 14'd0; step_q <= 1'b0;
             sla_requests <= 32'd0; sla_violations <= 32'd0;
             op_cmd_q <= 2'd0; op_arg_q <= 2'd0;
         end else begin
-            op_cmd_q <= (op_write && wr_strb[0]) ? wr_data[1:0] : 2'd0;
-            op_arg_q <= (op_write && wr_strb[1]) ? wr_data[9:8] : 2'd0;
+            if (op_write) begin
+                op_cmd_q <= wr_strb[0] ? wr_data[1:0] : 2'd0;
+                op_arg_q <= wr_strb[1] ? wr_data[9:8] : 2'd0;
+            end else if (step_q) begin   // the controller took the command in this cycle
+                op_cmd_q <= 2'd0;
+                op_arg_q <= 2'd0;
+            end
+            step_q <= step_pulse || free_run;
             if (wr_ok && waddr == A_CTRL) begin
                 if (wr_strb[0]) free_run <= wr_data[1];
                 if (wr_strb[0]) irq_en <= wr_data[2];

@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   82b4ac253c11a3bfd3ffd687d25dc44fdaccb2143f4c9ee6a2ba11aa11d75247
+//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

@@ -7,7 +7,7 @@
                (= nxt_sla_violation_q1 cur_sla_violation)
                (= nxt_op_cmd_q1 cur_op_cmd)
                (= nxt_op_arg_q1 cur_op_arg)
-               (= nxt_valid_q1 #b1)
+               (= nxt_valid_q1 cur_step)
                (= nxt_addr_q2 cur_addr_q1)
                (= nxt_probe_fault_q2 cur_probe_fault_q1)
                (= nxt_sla_violation_q2 cur_sla_violation_q1)

@@ -272,8 +272,9 @@ def test_cosim_drives_random_commands_and_catches_a_lock_that_outlives_its_durat
 def test_the_fmax_wrapper_drives_the_command_port_from_its_input_register_only_with_an_operator():
     from mi_certify.verification.rtl.synth import fmax_wrapper
     plain, op = fmax_wrapper("m", 14, 2, 4, "rst"), fmax_wrapper("m", 14, 2, 4, "rst", operator=True)
-    assert "op_cmd" not in plain and "reg  [16:0] sh;" in plain
-    assert ".op_cmd(sh[17:16]), .op_arg(sh[15:14])," in op and "reg  [20:0] sh;" in op and ".rst(sh[20])" in op
+    assert "op_cmd" not in plain and "reg  [17:0] sh;" in plain and ".step(sh[14])" in plain
+    assert ".op_cmd(sh[17:16]), .op_arg(sh[15:14])," in op and "reg  [21:0] sh;" in op and ".rst(sh[21])" in op
+    assert ".step(sh[18])" in op
 
 
 # --- the C runtime with the operator steps (templates/c, verification/cosim/c_cosim.py) -------------

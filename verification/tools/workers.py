@@ -126,14 +126,33 @@ def _start_worker(fn):
         os.close(up_w)
     send, recv = Connection(down_w, readable=False), Connection(up_r, writable=False)
     _LIVE.add(proc)
-    try:
-        send.send(fn)
-    except BaseException:  # fn does not pickle (a local function), or Ctrl-C: this worker goes now
-        _stop(proc)
-        send.close()
-        recv.close()
-        raise
     return proc, send, recv
+
+
+def _pickled(obj) -> bytes:
+    """``obj`` as :meth:`Connection.send` frames it (the worker's ``recv`` unpickles it)."""
+    from multiprocessing.reduction import ForkingPickler
+    return bytes(ForkingPickler.dumps(obj))
+
+
+def _send_in_thread(send, payloads: list[bytes], errors: list):
+    """Write ``payloads`` (from :func:`_pickled`) to ``send`` in a daemon thread and return it.
+    A pipe write of more than its buffer (64 KiB) returns only when the worker has read it,
+    that is after the worker's interpreter has started and imported numpy (0.8 s measured
+    for the first items of an LP-leaf batch; more on a loaded machine): written from the
+    caller's thread it held the caller past its ``deadline`` (issue 38, ``verify --timeout``).
+    An OSError (the worker died) goes to ``errors``."""
+    import threading
+
+    def run():
+        try:
+            for buf in payloads:
+                send.send_bytes(buf)
+        except (OSError, ValueError) as exc:  # EPIPE: the worker is gone (killed at the deadline)
+            errors.append(exc)
+    t = threading.Thread(target=run, name="mi-certify-worker-send", daemon=True)
+    t.start()
+    return t
 
 
 def map_in_processes(fn: Callable, items: Sequence, workers: int,
@@ -157,32 +176,40 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
 
     todo = list(range(len(items)))
     done: dict = {}
-    procs, links, busy = [], [], {}
+    procs, links, busy, threads, send_errors = [], [], {}, [], []
     finished = False
     try:
+        try:
+            fn_buf = _pickled(fn)
+            first = [_pickled((k, items[k])) for k in todo[:min(workers, len(items))]]
+        except (RuntimeError, ValueError, AttributeError, TypeError, pickle.PicklingError) as exc:
+            raise WorkersLost(done) from exc   # fn does not pickle (a local function): the caller computes
         # the mask survives fork and exec: a Ctrl-C during start-up prints no traceback either
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            for _ in range(min(workers, len(items))):
+            for _ in range(len(first)):
                 proc, send, recv = _start_worker(fn)
                 procs.append(proc)
                 links.append((send, recv))
-        except (OSError, RuntimeError, ValueError, AttributeError, pickle.PicklingError) as exc:
-            # no processes here, or fn does not pickle (a local function): the caller computes
+        except (OSError, RuntimeError, ValueError) as exc:   # no processes here: the caller computes
             raise WorkersLost(done) from exc
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         failed = None
         sender = {recv: send for send, recv in links}
         try:
-            for send, recv in links:
+            # the function and each worker's first item are written by a thread per worker: the
+            # deadline below bounds the wait for the workers' start-up too
+            for (send, recv), buf in zip(links, first):
                 k = todo.pop(0)
-                send.send((k, items[k]))
+                threads.append(_send_in_thread(send, [fn_buf, buf], send_errors))
                 busy[recv] = k
             stopped = False
             while busy and failed is None and not stopped:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
                 ready = connection.wait(list(busy), timeout=wait)
+                if send_errors:
+                    raise WorkersLost(done) from send_errors[0]
                 if not ready and deadline is not None and time.monotonic() >= deadline:
                     raise WorkersTimedOut(done)
                 for c in ready:
@@ -210,17 +237,20 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
         finished = True
         return [done[k] for k in range(len(items))]
     finally:
-        for send, _ in links:
-            try:
-                send.send(None)
-            except OSError:
-                pass
+        if finished:   # every worker has read all it was sent and is idle: None lets it leave
+            for send, _ in links:
+                try:
+                    send.send(None)
+                except OSError:
+                    pass
         for proc in procs:
             try:
                 proc.wait(0.5 if finished else 0.001)   # idle workers leave at None; busy ones are killed
             except Exception:  # noqa: BLE001 - TimeoutExpired: still busy
                 pass
             _stop(proc)
+        for t in threads:   # a write still blocked ends with EPIPE once its worker is killed
+            t.join(1.0)
         for send, recv in links:
             send.close()
             recv.close()

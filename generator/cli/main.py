@@ -361,7 +361,9 @@ def _cosim_detail(st: dict) -> str:
 
 
 def _lut_properties_detail(st: dict) -> str:
-    detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
+    # not_applicable: an output-bound property (on the network's logits), which no LUT cell holds
+    detail = ", ".join(f"{k} {v}" if v != "not_applicable" else f"{k} not applicable (bounds the network's outputs)"
+                       for k, v in st["properties"].items()) or "no properties"
     if st.get("overridden_cells"):
         detail += f"; {st['overridden_cells']} cells overridden to the conservative action"
     return detail
@@ -377,7 +379,9 @@ def _proofs_detail(st: dict) -> str:
 
 
 def _verify_detail(st: dict) -> str:
-    detail = ", ".join(f"{k} {v}" for k, v in st["properties"].items()) or "no properties"
+    # not_applicable: an output-bound property (on the network's logits), which no LUT cell holds
+    detail = ", ".join(f"{k} {v}" if v != "not_applicable" else f"{k} not applicable (bounds the network's outputs)"
+                       for k, v in st["properties"].items()) or "no properties"
     detail += f"; reachable: {', '.join(st['reachable_actions']) or 'none'}"
     for key, word in (("unreachable_actions", "proved unreachable"), ("unknown_reachability", "reachability unknown")):
         if st.get(key):
@@ -394,7 +398,7 @@ def _hdl_detail(st: dict) -> str:
     w = pnr.get("hx8k")
     target = st.get("target")
     return (f"Fmax {mhz} (registered-input wrapper)"
-            + ("" if st["goal_met"] else "; below the goal: " + ", ".join(
+            + ("" if st["goal_met"] else "; below the per-device goals of docs/hdl.md (not hdl.target): " + ", ".join(
                 f"{dev.upper()} ({p['goal_mhz']:g} MHz)" for dev, p in pnr.items()
                 if p["fmax_mhz"] is None or p["fmax_mhz"] < p["goal_mhz"]))
             + (f"; controller alone {st['lut4']} LUT4, {st['dff']} DFF, {st['bram']} BRAM" if st.get("lut4") is not None

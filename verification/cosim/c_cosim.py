@@ -164,7 +164,7 @@ def cosim_c(lib: ctypes.CDLL, spec: Spec, machine: LutFsmArtefact, random_cycles
                 mismatches += 1
                 if first is None:
                     diff = [f for f, a, b in zip(RECORD_FIELDS, row, want) if a != b]
-                    first = {"cycle": i, "entry": f"{name}_{entry}",
+                    first = {"cycle": i, "entry": f"{name}_{entry}{'_op' if spec.operator is not None else ''}",
                              "inputs": dict(zip(("rst", "addr", "probe_fault", "sla_violation", "cmd", "arg"),
                                                 stimulus[i])),
                              "fields": diff, "c": dict(zip(RECORD_FIELDS, row)),
@@ -177,7 +177,8 @@ def cosim_c(lib: ctypes.CDLL, spec: Spec, machine: LutFsmArtefact, random_cycles
     a_points, a_bad = _address_sweep(lib, spec, seed)
     if first_py is not None:
         mismatches += 1
-    return {"cycles": n, "directed_cycles": directed, "seed": seed, "entries": [f"{name}_step", f"{name}_step_addr"],
+    op = "_op" if spec.operator is not None else ""   # the harness calls the _op steps with the commands
+    return {"cycles": n, "directed_cycles": directed, "seed": seed, "entries": [f"{name}_step{op}", f"{name}_step_addr{op}"],
             "compared": list(RECORD_FIELDS), "mismatches": mismatches, "first_mismatch": first,
             "python_runtime_compared": runtime_py is not None,
             "lut_entries": len(table), "lut_mismatches": len(lut_bad),

@@ -28,6 +28,7 @@ Usage:
     ctl = Controller()
     token, reason = ctl.step([compute_util, cache_chase_ns, mem_bw_avail_gbs, free_sram_kb, temperature_c], sla_violation=False)
     ACTIONS[token], REASONS[reason]
+    token, reason = ctl.step_words([...])   # the raw fixed-point words the RTL takes (quantize_words, word_value)
 
 Semantics: docs/fsm.md of mi-certify; this module is checked cycle by cycle
 against the reference runtime and the Verilog of the same build.
@@ -39,7 +40,7 @@ import numbers
 from fractions import Fraction
 
 __all__ = ["Controller", "ACTIONS", "REASONS", "INPUTS", "SLA_LIMITS", "SLA_MONITOR", "quantize", "lut_entry",
-           "allowed"]
+           "allowed", "INPUT_FORMATS", "quantize_words", "word_value"]
 
 #: (name, unit, min, max, bits), exact rationals of the sla.yaml values.
 INPUTS = (

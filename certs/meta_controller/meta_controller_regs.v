@@ -12,9 +12,13 @@
 //   wr_err                         (combinational) wr_addr names no writable register: nothing is written
 //   rd_en/rd_addr                  one read in this cycle (reading DECISION latches SEQ and AUDIT_ADDR)
 //   rd_data/rd_err                 (combinational) the register's value; rd_err: rd_addr names no register
-// The controller steps in every clock cycle (docs/hdl.md) on the quantizer's inputs, which CTRL.STEP
-// loads from the RAW_<input> registers in one cycle (or every cycle with CTRL.FREE_RUN).// OP (sla.yaml operator:): a write is the controller's command in the next cycle, then none; the bus does
-// not authenticate it (docs/operator.md).`default_nettype none
+// CTRL.STEP loads the quantizer's inputs from the RAW_<input> registers in one cycle and the controller
+// makes one step on them in the next (its step input; every cycle with CTRL.FREE_RUN); without a step it
+// holds its state (docs/hdl.md, "Steps"). The step's decision is in DECISION from the (L + 1)th cycle
+// after the one that wrote CTRL.STEP (L: the controller's decision latency, its header): compare SEQ.
+// OP (sla.yaml operator:): a write is the controller's command from the next cycle on, until a step takes
+// it (then none); the bus does not authenticate it (docs/operator.md).
+`default_nettype none
 `timescale 1ns / 1ps
 
 module meta_controller_regs (

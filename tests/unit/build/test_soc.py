@@ -117,6 +117,21 @@ def test_rdl_and_wrapper_decode_agree_address_by_address(tmp_path):
     assert [r.name for r in register_map(spec)] == list(rdl)
 
 
+def test_compiler_directives_stand_on_lines_of_their_own(tmp_path):
+    """`default_nettype none was once glued to the end of a comment in <module>_regs.v (a Jinja if ate the
+    newline), so it never applied; with and without operator:, every generated bus file opens with it
+    and closes with `default_nettype wire, each on a line of its own."""
+    reference = load_spec(Path(__file__).resolve().parents[3] / "examples" / "meta_controller" / "sla.yaml")
+    for spec, operator in ((reference, True), (_spec(tmp_path), False)):
+        assert (spec.operator is not None) == operator
+        for name, text in emit_soc(spec, "test", "0" * 64).items():
+            lines = text.splitlines()
+            directive_lines = [ln for ln in lines if "`default_nettype" in ln or "`timescale" in ln]
+            assert directive_lines and all(ln.startswith("`") for ln in directive_lines), (name, directive_lines)
+            assert [ln for ln in lines if ln.startswith("`default_nettype")] == ["`default_nettype none",
+                                                                              "`default_nettype wire"], name
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
 def test_c99_program_reads_the_offsets_the_wrapper_decodes(tmp_path):
     spec = _spec(tmp_path)

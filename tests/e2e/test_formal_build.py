@@ -33,6 +33,15 @@ MUTANTS = {
     "one flipped LUT entry": (None, None, "rtl.lut_table"),
     "audit address not registered": ("audit_addr  <= addr;", "audit_addr  <= audit_addr;", "rtl.audit"),
     "audit valid during reset": ("audit_valid <= 1'b0;", "audit_valid <= 1'b1;", "rtl.audit"),
+    # the step input (issue 34): a cycle without a step must hold every register and log nothing
+    "a cycle without a step still steps": ("end else if (!step) begin", "end else if (1'b0) begin", "rtl.equivalence"),
+    "the cooldown counts cycles without a step": (
+        "end else if (!step) begin   // no step reached the decision: hold, no decision to log\n",
+        "end else if (!step) begin   // no step reached the decision: hold, no decision to log\n"
+        "            dcnt <= n_dcnt;\n", "rtl.equivalence"),
+    "a cycle without a step logs a decision": (
+        "no decision to log\n            audit_valid <= 1'b0;", "no decision to log\n            audit_valid <= 1'b1;",
+        "rtl.audit"),
 }
 
 

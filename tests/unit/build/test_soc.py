@@ -132,19 +132,25 @@ def test_compiler_directives_stand_on_lines_of_their_own(tmp_path):
                                                                               "`default_nettype wire"], name
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
-def test_c99_program_reads_the_offsets_the_wrapper_decodes(tmp_path):
-    spec = _spec(tmp_path)
+def _header_offsets(tmp_path: Path, spec, rdl_text: str) -> dict[str, int]:
+    """{register: byte offset} as a C99 program compiled by gcc (-Wall -Wextra -Werror) against the
+    PeakRDL header of ``rdl_text`` prints them (offsetof of each register of :func:`register_map`)."""
     stem = rdl_name(spec)
-    (tmp_path / f"{stem}.h").write_bytes(peakrdl_outputs(emit_rdl(spec, "test", "0" * 64), stem)[f"{stem}.h"])
-    regs = register_map(spec)
-    body = "\n".join(f'    printf("{r.name} %zu\\n", offsetof({stem}_t, {r.name}));' for r in regs)
+    (tmp_path / f"{stem}.h").write_bytes(peakrdl_outputs(rdl_text, stem)[f"{stem}.h"])
+    body = "\n".join(f'    printf("{r.name} %zu\\n", offsetof({stem}_t, {r.name}));' for r in register_map(spec))
     (tmp_path / "main.c").write_text(f'#include <stddef.h>\n#include <stdio.h>\n#include "{stem}.h"\n'
                                      f"int main(void) {{\n{body}\n    return 0;\n}}\n")
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "main"),
                     str(tmp_path / "main.c")], check=True, cwd=tmp_path)
     out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout
-    assert {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines()} == {r.name: r.offset for r in regs}
+    return {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines()}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_c99_program_reads_the_offsets_the_wrapper_decodes(tmp_path):
+    spec = _spec(tmp_path)
+    regs = register_map(spec)
+    assert _header_offsets(tmp_path, spec, emit_rdl(spec, "test", "0" * 64)) == {r.name: r.offset for r in regs}
 
 
 def test_peakrdl_outputs_are_deterministic(tmp_path):
@@ -194,13 +200,5 @@ def test_held_out_8_input_spec_register_map_header_and_wrapper_agree(tmp_path):
     core = emit_soc(spec, "test", "0" * 64)[f"{regs_module(spec)}.v"]
     params = {m[0]: int(m[1]) * 4 for m in re.findall(r"localparam \[\d+:0\] A_(\w+)\s*= \d+'d(\d+);", core)}
     assert params == rdl and sum(1 for n in rdl if n.startswith("RAW")) == 8
-    stem = rdl_name(spec)
-    (tmp_path / f"{stem}.h").write_bytes(peakrdl_outputs(rdl_text, stem)[f"{stem}.h"])
     regs = register_map(spec)
-    body = "\n".join(f'    printf("{r.name} %zu\\n", offsetof({stem}_t, {r.name}));' for r in regs)
-    (tmp_path / "main.c").write_text(f'#include <stddef.h>\n#include <stdio.h>\n#include "{stem}.h"\n'
-                                     f"int main(void) {{\n{body}\n    return 0;\n}}\n")
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "main"),
-                    str(tmp_path / "main.c")], check=True, cwd=tmp_path)
-    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout
-    assert {ln.split()[0]: int(ln.split()[1]) for ln in out.splitlines()} == {r.name: r.offset for r in regs}
+    assert _header_offsets(tmp_path, spec, rdl_text) == {r.name: r.offset for r in regs}

@@ -187,7 +187,8 @@ def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, bef
            else _number(latency_ms))
     acc = (_dumps(accuracy_loss_pct) if type(accuracy_loss_pct) is float and -_INF < accuracy_loss_pct < _INF
            else _number(accuracy_loss_pct))
-    probes = b"" if probes_json is None else b',"probes":' + probes_json.encode("ascii")
+    probes = (b"" if probes_json is None else
+              b',"probes":' + (probes_json if type(probes_json) is bytes else probes_json.encode("ascii")))
     if addr is not None and proposal is not None:
         text = _DECISION % (
             _mono_ns(), _wall_ns(), _readings(readings), probes, addr, b"true" if probe_fault else b"false",
@@ -213,9 +214,9 @@ def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, bef
                             _JSON_BOOL[bool(verdict.accuracy)], _number(verdict.latency_ms),
                             _number(verdict.accuracy_loss_pct), verdict.samples)
     if extra_json is not None:
-        text += b',"extra":' + extra_json.encode("ascii")
+        text += b',"extra":' + (extra_json if type(extra_json) is bytes else extra_json.encode("ascii"))
     if operator_json is not None:
-        text += b',"operator":' + operator_json.encode("ascii")
+        text += b',"operator":' + (operator_json if type(operator_json) is bytes else operator_json.encode("ascii"))
     return text
 
 
@@ -232,7 +233,7 @@ def encode_decision(*, readings: Sequence, addr: int | None, probe_fault: bool, 
     value), NaN/inf as strings, None as null. ``action``/``reason`` must be ASCII
     identifiers (the spec guarantees it). ``verdict`` is a
     :class:`mi_certify.runtime.sla.SlaVerdict` or None; ``probes_json``/``extra_json``
-    are JSON texts placed as the values of ``"probes"``/``"extra"``; ``operator_json`` (a build
+    are JSON texts (str, or ASCII bytes) placed as the values of ``"probes"``/``"extra"``; ``operator_json`` (a build
     with sla.yaml ``operator:``) the value of ``"operator"``: the step's command and the override
     state around it (docs/operator.md). Times:
     ``time.monotonic_ns()`` and ``time.time_ns()``. :func:`encode_step` is the same

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from types import MappingProxyType
 
 from .audit import AuditLog, encode_decision, read_records
 from .fsm import FsmConfig, LutFsm, MaskBox, OperatorConfig, Reason
@@ -185,6 +186,12 @@ class ControlLoop:
         self.intake = intake
         #: the command records of this loop (also when there is no audit log), in order
         self.commands: list[dict] = []
+        # what a sample's readings give (feature values and errors; the record's probes JSON), kept for the
+        # last read-only readings mapping: a SampledProbe returns the same MappingProxyType until a new
+        # sample or a stale reading, so between samples a request derives nothing twice (keyed by identity;
+        # the mapping is held, so its id is not reused; a plain dict, which its probe may reuse, is never kept)
+        self._features_of: tuple = (None, None, None, None)
+        self._probes_of: tuple = (None, None)
 
     def audit_header(self) -> dict:
         """Fields of the ``open`` record for this loop."""
@@ -202,13 +209,20 @@ class ControlLoop:
         intake, the oldest pending command goes into this step or is refused (a ``command`` record)."""
         m = self.build.module
         sample = self.probe.read()
-        values, errors = self.features(sample)
+        cached = self._features_of
+        if sample.readings is cached[0]:
+            values, readings, errors = cached[1], cached[2], cached[3]
+        else:
+            values, errors = self.features(sample)
+            readings, errors = tuple(values), tuple(errors)
+            if type(sample.readings) is MappingProxyType:   # a mapping no one changes (SampledProbe's)
+                self._features_of = (sample.readings, values, readings, errors)
         sla = self.monitor.violation
         if self.policy is not None:
-            return self._decide_operator(sample, values, errors, sla)
+            return self._decide_operator(sample, list(values), errors, sla)
         if hasattr(self.ctl, "step_record"):  # one call: quantize, LUT entry, states around the step
             addr, fault, proposal, confident, before, after, token, reason = self.ctl.step_record(values, sla)
-            return Decision(sample, tuple(values), tuple(errors), addr, fault, proposal, confident, sla, before,
+            return Decision(sample, readings, errors, addr, fault, proposal, confident, sla, before,
                             after, token, m.REASONS[reason])
         addr, fault = m.quantize(values)  # a runtime generated before step_record existed
         proposal = confident = None
@@ -273,20 +287,49 @@ class ControlLoop:
         faulty input, its reading and the bound it broke)."""
         verdict = self.monitor.observe(d.token, latency_ms, accuracy_loss_pct)
         if self.audit is not None:
-            probes = d.sample.to_json()
-            if any(d.input_errors):
-                probes["_input_errors"] = {n: e for n, e in zip(self.features.inputs, d.input_errors) if e}
-            if d.probe_fault:
-                probes["_probe_fault"] = self.fault_causes(d)
             self.audit.append_fields("decision", encode_decision(
                 readings=d.readings, addr=d.addr, probe_fault=d.probe_fault, proposal=d.proposal,
                 confident=d.confident, sla_violation=d.sla_violation, before=d.before, after=d.after, token=d.token,
                 action=self.build.actions[d.token], reason=d.reason, latency_ms=latency_ms,
-                accuracy_loss_pct=accuracy_loss_pct, verdict=verdict,
-                probes_json=json.dumps(probes, sort_keys=True, separators=(",", ":"), allow_nan=False),
-                extra_json=None if extra is None else json.dumps(extra, sort_keys=True, separators=(",", ":")),
-                operator_json=None if d.operator is None else json.dumps(d.operator, separators=(",", ":"))))
+                accuracy_loss_pct=accuracy_loss_pct, verdict=verdict, probes_json=self._probes_json(d),
+                extra_json=None if extra is None else _EXTRA_JSON(extra),
+                operator_json=None if d.operator is None else _operator_json(d.operator)))
         return verdict
+
+    def _probes_json(self, d: Decision) -> bytes:
+        """The record's ``probes`` field: the sample's readings, with ``_input_errors`` (inputs the feature
+        map could not compute) and ``_probe_fault`` (each faulty input, its reading and the bound it broke)
+        when there are any. A function of the readings alone (the errors and the fault follow from them), so
+        it is made once per readings mapping (:meth:`decide`)."""
+        readings = d.sample.readings
+        if readings is self._probes_of[0]:
+            return self._probes_of[1]
+        probes = d.sample.to_json()
+        if any(d.input_errors):
+            probes["_input_errors"] = {n: e for n, e in zip(self.features.inputs, d.input_errors) if e}
+        if d.probe_fault:
+            probes["_probe_fault"] = self.fault_causes(d)
+        text = json.dumps(probes, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+        if type(readings) is MappingProxyType:
+            self._probes_of = (readings, text)
+        return text
+
+
+#: ``json.dumps(x, sort_keys=True, separators=(",", ":"))`` with its encoder made once (the same text:
+#: dumps makes this encoder per call)
+_EXTRA_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_OPERATOR_JSON = json.JSONEncoder(separators=(",", ":")).encode
+_OPERATOR = '{"cmd":%d,"arg":%d,"before":[%d,%d,%d],"after":[%d,%d,%d]}'
+
+
+def _operator_json(op: dict) -> str:
+    """``json.dumps(op, separators=(",", ":"))`` of a decision's operator fields (:class:`Decision`),
+    by one template when they are what the step gives (ints), else by the encoder."""
+    b, a = op["before"], op["after"]
+    if (len(op) == 4 and len(b) == 3 and len(a) == 3 and type(op["cmd"]) is int and type(op["arg"]) is int
+            and all(type(x) is int for x in b) and all(type(x) is int for x in a)):
+        return _OPERATOR % (op["cmd"], op["arg"], *b, *a)
+    return _OPERATOR_JSON(op)
 
 
 # ---------------------------------------------------------------------------------------

@@ -44,7 +44,8 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from types import MappingProxyType
+from typing import Mapping, Sequence
 
 __all__ = ["QUANTITIES", "FeatureMap", "HardwareProbe", "LinuxProbe", "MergedProbe", "MicrobenchProbe", "ProbeSample",
            "Reading", "SampledProbe", "TraceProbe"]
@@ -89,9 +90,10 @@ class Reading:
 
 @dataclass(frozen=True)
 class ProbeSample:
-    """All readings of one probe read, by quantity name, and the wall/monotonic time of the read."""
+    """All readings of one probe read, by quantity name, and the wall/monotonic time of the read.
+    ``readings`` is read-only for the caller (a :class:`SampledProbe` shares one mapping between reads)."""
 
-    readings: dict[str, Reading]
+    readings: Mapping[str, Reading]
     t_mono_ns: int
     t_wall_ns: int
 
@@ -432,6 +434,9 @@ class SampledProbe(HardwareProbe):
         self.period_s = float(period_s)
         self.max_age_ns = int((3 * self.period_s if max_age_s is None else max_age_s) * 1e9)
         self._latest: dict[str, Reading] = {}
+        # (readings, fresh until): the latest sample as one read-only mapping, shared by every read while
+        # all of its readings are younger than max_age (one attribute, replaced whole by the sampler)
+        self._published: tuple = (MappingProxyType({}), -1)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._first = threading.Event()   # set by the first sample, or when the sampler fails before it
@@ -447,8 +452,10 @@ class SampledProbe(HardwareProbe):
                 merged: dict[str, Reading] = {}
                 for p in self.probes:
                     merged.update(p.read().readings)
+                until = min((r.t_mono_ns for r in merged.values()), default=-1 - self.max_age_ns) + self.max_age_ns
                 with self._lock:
                     self._latest = merged
+                    self._published = (MappingProxyType(dict(merged)), until)
                     self.cost_ns.append(time.monotonic_ns() - t0)
                     del self.cost_ns[:-1000]
                 self._first.set()
@@ -462,7 +469,14 @@ class SampledProbe(HardwareProbe):
         return self._first.wait(timeout_s) and self.error is None
 
     def read(self) -> ProbeSample:
+        """The latest sample, each reading with its age checked at this read. While every reading of
+        the sample is fresh, every read returns the same read-only ``readings`` mapping (so that a
+        caller can cache what it derives from a sample by the mapping's identity); a stale or
+        failed reading gives a new dict."""
         t, wall = time.monotonic_ns(), time.time_ns()
+        readings, until = self._published
+        if t <= until and self.error is None and self._thread.is_alive():
+            return ProbeSample(readings, t, wall)
         with self._lock:
             latest = dict(self._latest)
         out: dict[str, Reading] = {}

@@ -159,19 +159,90 @@ class SlaVerdict:
                 "accuracy_loss_pct": num(self.accuracy_loss_pct), "samples": self.samples}
 
 
+class _Window:
+    """The last <= N measurements of one metric and what its statistic needs, kept as they come:
+    for ``mean`` the exact sum of the finite values (scaled by 2^1074, :func:`_scaled`) and the
+    number of +inf among them, updated per measurement instead of summed again per verdict."""
+
+    __slots__ = ("values", "mean", "p", "total", "infs")
+
+    def __init__(self, n: int, statistic: str):
+        self.values: deque[float] = deque(maxlen=n)
+        self.mean = statistic == "mean"
+        self.p = None if statistic in ("max", "mean") else int(statistic[1:])
+        self.total = 0
+        self.infs = 0
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.total = self.infs = 0
+
+    def add(self, x: float) -> None:
+        v = self.values
+        if self.mean:
+            if len(v) == v.maxlen:   # the oldest value leaves the window
+                old = v[0]
+                if old == _INF_F:
+                    self.infs -= 1
+                else:
+                    self.total -= _scaled(old)
+            if x == _INF_F:
+                self.infs += 1
+            else:
+                self.total += _scaled(x)
+        v.append(x)
+
+    def judge(self, limit, scaled_limit: int | None) -> tuple[bool, float]:
+        """(:func:`exceeds`, :func:`window_statistic`) of the window; ``scaled_limit``: ``limit`` scaled
+        by 2^1074 when that is an integer (a float or int limit), else None."""
+        v = self.values
+        n = len(v)
+        if self.mean:
+            if self.infs:   # a mean over a window holding +inf (a failed request) exceeds every limit
+                return limit is not None, _INF_F
+            total = self.total
+            if limit is None:
+                bad = False
+            elif scaled_limit is not None:
+                bad = total > scaled_limit * n
+            else:
+                bad = _sum_exceeds(total, n, limit)
+            return bad, total / (n << _EXACT_SHIFT)   # int / int is correctly rounded (= float(Fraction))
+        stat = max(v) if self.p is None else sorted(v)[max(1, -(-self.p * n // 100)) - 1]
+        return limit is not None and stat > limit, stat
+
+
+_INF_F = math.inf
+
+
+def _scaled_limit(limit) -> int | None:
+    """``limit * 2**1074`` for a float or int limit (exact), None otherwise (or for no limit)."""
+    if type(limit) is float and math.isfinite(limit):
+        return _scaled(limit)
+    if type(limit) is int:
+        return limit << _EXACT_SHIFT
+    return None
+
+
 class SlaMonitor:
     """Sliding-window SLA monitor over the actions of one controller.
 
     Args:
         limits: one :class:`SlaLimits` per action token (index = token).
         config: window length and statistics.
+
+    The verdicts are those of :func:`window_statistic` / :func:`exceeds` on the window (docs/runtime.md,
+    "SLA monitor"); a ``mean`` keeps its exact sum as measurements come and go (tests/unit/runtime/test_sla.py
+    compares both on random sequences).
     """
 
     def __init__(self, limits: Sequence[SlaLimits], config: MonitorConfig | None = None):
         self.limits = tuple(limits)
         self.config = config or MonitorConfig()
-        self._lat: deque[float] = deque(maxlen=self.config.window)
-        self._acc: deque[float] = deque(maxlen=self.config.window)
+        self._lat = _Window(self.config.window, self.config.latency_statistic)
+        self._acc = _Window(self.config.window, self.config.accuracy_statistic)
+        self._scaled = tuple((_scaled_limit(lim.latency_ms), _scaled_limit(lim.accuracy_loss_pct))
+                             for lim in self.limits)
         self._action: int | None = None
         self.violation = False
 
@@ -194,20 +265,35 @@ class SlaMonitor:
         Raises:
             ValueError if ``action`` is not a token of this controller.
         """
-        if isinstance(action, bool) or not isinstance(action, int) or not 0 <= action < len(self.limits):
+        if (type(action) is not int and (isinstance(action, bool) or not isinstance(action, int))) \
+                or not 0 <= action < len(self.limits):
             raise ValueError(f"action {action!r} is not a token 0..{len(self.limits) - 1}")
         if action != self._action:
             self._lat.clear()
             self._acc.clear()
             self._action = action
-        self._lat.append(_measure(latency_ms))
-        self._acc.append(_measure(accuracy_loss_pct))
+        self._lat.add(latency_ms if type(latency_ms) is float and -_INF_F < latency_ms < _INF_F
+                      else _measure(latency_ms))
+        self._acc.add(accuracy_loss_pct if type(accuracy_loss_pct) is float and -_INF_F < accuracy_loss_pct < _INF_F
+                      else _measure(accuracy_loss_pct))
         lim = self.limits[action]
-        cfg = self.config
-        lat_bad, lat = _judge(self._lat, cfg.latency_statistic, lim.latency_ms)
-        acc_bad, acc = _judge(self._acc, cfg.accuracy_statistic, lim.accuracy_loss_pct)
-        self.violation = lat_bad or acc_bad
-        return SlaVerdict(action, self.violation, lat_bad, acc_bad, lat, acc, len(self._lat))
+        s_lat, s_acc = self._scaled[action]
+        lat_bad, lat = self._lat.judge(lim.latency_ms, s_lat)
+        acc_bad, acc = self._acc.judge(lim.accuracy_loss_pct, s_acc)
+        self.violation = violation = lat_bad or acc_bad
+        return _verdict(action, violation, lat_bad, acc_bad, lat, acc, len(self._lat.values))
+
+
+def _verdict(action, violation, latency, accuracy, latency_ms, accuracy_loss_pct, samples) -> SlaVerdict:
+    """``SlaVerdict(...)`` without the frozen dataclass's per-field ``object.__setattr__`` (the same
+    object: its fields set once, before anyone holds it)."""
+    v = _object_new(SlaVerdict)
+    v.__dict__.update(action=action, violation=violation, latency=latency, accuracy=accuracy,
+                      latency_ms=latency_ms, accuracy_loss_pct=accuracy_loss_pct, samples=samples)
+    return v
+
+
+_object_new = object.__new__
 
 
 # --- the hardware monitor's units: cycles and fixed-point accuracy (hdl/sla_monitor.v) -----------

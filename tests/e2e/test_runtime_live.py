@@ -8,9 +8,12 @@ import subprocess
 import sys
 import time
 from fractions import Fraction
+from types import MappingProxyType
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
 from mi_certify.generator.pipeline.runner import BuildOptions, build
@@ -173,6 +176,52 @@ def test_incident_trace_switches_falls_back_and_replays_exactly(quick_build, tmp
     assert rep.per_action["int4"]["requests"] > 20 and rep.per_action["offload_cpu"]["requests"] > 20
     assert rep.switches == live.switches and rep.fallbacks == live.fallbacks and rep.recoveries == live.recoveries
     assert rep.reasons == live.reasons
+
+
+class _Repeated(TraceProbe):
+    """The incident trace, each row read ``k`` times; ``shared``: the repeats return one read-only
+    mapping (as SampledProbe does between samples), else a new dict per read."""
+
+    def __init__(self, path, k: int, shared: bool):
+        super().__init__(path)
+        self.k, self.shared, self.i, self.last = k, shared, 0, None
+
+    def read(self):
+        if self.i % self.k == 0:
+            self.last = super().read()
+        self.i += 1
+        r = self.last.readings
+        return ProbeSample(MappingProxyType(r) if self.shared else dict(r), self.last.t_mono_ns, self.last.t_wall_ns)
+
+
+def test_records_derived_once_per_shared_sample_equal_those_derived_per_read(quick_build, tmp_path):
+    """ControlLoop keeps the feature values and the probes JSON of the last read-only readings mapping:
+    the log is the one made from a fresh dict per read, record for record (times and chain aside), through
+    probe faults (the incident's dropout), SLA fallbacks and recoveries."""
+    from mi_certify.runtime.engine import run_live
+    b = load_build(quick_build)
+    logs = []
+    for shared in (False, True):
+        probe = _Repeated(INCIDENT, 2, shared)
+        loop = ControlLoop(b, probe, FeatureMap.build(b.inputs, offered=probe.columns))
+        log = tmp_path / f"shared-{shared}.log"
+        with AuditLog(log, fsync="never", header=loop.audit_header()) as a:
+            loop.audit = a
+            run_live(loop, _FakeWorkload(), 480)
+        recs = [json.loads(x) for x in log.read_text().splitlines()]
+        logs.append([{k: v for k, v in r.items() if k not in ("t_mono_ns", "t_wall_ns", "prev", "pid")} for r in recs])
+    assert len(logs[0]) == 482 and logs[0] == logs[1]
+    faults = [r for r in logs[1] if r.get("probe_fault")]
+    assert faults and all("_probe_fault" in r["probes"] for r in faults)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cmd=st.integers(0, 3), arg=st.integers(0, 300), before=st.lists(st.integers(0, 2**40), min_size=3, max_size=3),
+       after=st.lists(st.one_of(st.integers(-5, 2**40), st.booleans()), min_size=3, max_size=3))
+def test_the_operator_fields_template_writes_what_json_dumps_writes(cmd, arg, before, after):
+    from mi_certify.runtime.live import _operator_json
+    op = {"cmd": cmd, "arg": arg, "before": before, "after": after}
+    assert _operator_json(op) == json.dumps(op, separators=(",", ":"))
 
 
 def test_replay_finds_a_forged_decision_and_a_flipped_sla_input(quick_build, tmp_path):

@@ -117,3 +117,25 @@ def test_merged_probe_reads_every_probe_in_order_and_closes_them():
         fm = FeatureMap.build(["mem_bw_avail_gbs"])
         assert fm.sources == ("mem_bw_avail/1e9",) and fm(s) == ([20.0], [None])   # the reference's GB/s input
     assert a.closed and b.closed
+
+
+def test_the_sampler_shares_one_read_only_mapping_while_every_reading_is_fresh():
+    """Between samples every read returns the same read-only readings (ControlLoop derives a sample's
+    features and JSON once by that identity); a stale reading gives a new mapping that says so."""
+    inner = Counting()
+    p = SampledProbe([inner], period_s=0.01, max_age_s=0.2)
+    try:
+        assert p.wait_first(5.0)
+        inner.block.set()   # the rounds from now on take 0.5 s: the sample stays the latest, then goes stale
+        time.sleep(0.02)    # a round that began before has published
+        a, b = p.read(), p.read()
+        assert a.readings is b.readings and a.t_mono_ns <= b.t_mono_ns
+        with pytest.raises(TypeError):
+            a.readings["compute_util"] = None
+        time.sleep(0.3)
+        c = p.read()
+        assert c.readings is not a.readings and c.readings["compute_util"].error.startswith("stale: taken ")
+        assert a.readings["compute_util"].value is not None   # what was returned before is unchanged
+    finally:
+        p.close()
+    assert p.read().readings is not a.readings

@@ -6,6 +6,8 @@ import math
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import REFERENCE_SLA
 from mi_certify.generator.core.errors import SpecError
@@ -124,3 +126,46 @@ def test_the_integer_exact_mean_agrees_with_fractions_on_every_kind_of_float():
             want = exact > Fraction(limit) * len(values)
             assert exceeds(values, "mean", limit) == want, (values, limit)
         assert window_statistic(values, "mean") == float(exact / len(values))
+
+
+_measures = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.none(),
+                      st.floats(min_value=0, max_value=100), st.integers(-5, 60), st.sampled_from([0.1, 0.2, 5e-324]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(window=st.integers(1, 6), lat_stat=st.sampled_from(["max", "mean", "p50", "p90", "p1"]),
+       acc_stat=st.sampled_from(["max", "mean", "p75"]),
+       limits=st.lists(st.tuples(st.one_of(st.none(), st.floats(0, 60), st.integers(0, 60)),
+                                 st.one_of(st.none(), st.floats(0, 2), st.just(0))), min_size=1, max_size=3),
+       data=st.data())
+def test_the_running_window_gives_the_verdicts_of_the_window_definition(window, lat_stat, acc_stat, limits, data):
+    """SlaMonitor keeps its windows (and a mean's exact sum) as measurements come and go; its verdicts
+    and statistics equal docs/runtime.md's definition applied to the window from scratch (Fractions)."""
+    from fractions import Fraction
+
+    def judge(values, stat, limit):
+        if stat == "mean":
+            if any(math.isinf(v) for v in values):
+                return limit is not None, math.inf
+            mean = sum(map(Fraction, values)) / len(values)
+            return limit is not None and mean > Fraction(limit), float(mean)
+        rank = len(values) if stat == "max" else max(1, math.ceil(int(stat[1:]) * len(values) / 100))
+        x = sorted(values)[rank - 1]
+        return limit is not None and Fraction(x) > Fraction(limit) if math.isfinite(x) else limit is not None, x
+
+    def measure(x):
+        return x if isinstance(x, (int, float)) and math.isfinite(x) else math.inf
+
+    lims = [SlaLimits(a, b) for a, b in limits]
+    m = SlaMonitor(lims, MonitorConfig(window, lat_stat, acc_stat))
+    lat_w, acc_w, act = [], [], None
+    for a, lat, acc in data.draw(st.lists(st.tuples(st.integers(0, len(lims) - 1), _measures, _measures), max_size=25)):
+        if a != act:
+            lat_w, acc_w, act = [], [], a
+        lat_w, acc_w = (lat_w + [measure(lat)])[-window:], (acc_w + [measure(acc)])[-window:]
+        v = m.observe(a, lat, acc)
+        lb, ls = judge(lat_w, lat_stat, lims[a].latency_ms)
+        ab, as_ = judge(acc_w, acc_stat, lims[a].accuracy_loss_pct)
+        assert (v.latency, v.accuracy, v.violation, v.samples) == (lb, ab, lb or ab, len(lat_w))
+        assert v.latency_ms == ls and v.accuracy_loss_pct == as_
+        assert m.violation is v.violation

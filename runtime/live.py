@@ -32,6 +32,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .audit import AuditLog, encode_decision, read_records
+from .frozen import maker
 from .fsm import FsmConfig, LutFsm, MaskBox, OperatorConfig, Reason
 from .lut_file import decode_lut_hex
 from .operator import CMD_CODES, Intake, OperatorPolicy, canonical_bytes
@@ -159,6 +160,9 @@ class Decision:
     operator: dict | None = None
 
 
+_decision = maker(Decision)   # Decision(...) on the hot path (runtime/frozen.py)
+
+
 class ControlLoop:
     """Probe → controller → (caller runs the request) → SLA monitor → audit log.
 
@@ -219,11 +223,11 @@ class ControlLoop:
                 self._features_of = (sample.readings, values, readings, errors)
         sla = self.monitor.violation
         if self.policy is not None:
-            return self._decide_operator(sample, list(values), errors, sla)
+            return self._decide_operator(sample, values, readings, errors, sla)
         if hasattr(self.ctl, "step_record"):  # one call: quantize, LUT entry, states around the step
             addr, fault, proposal, confident, before, after, token, reason = self.ctl.step_record(values, sla)
-            return Decision(sample, readings, errors, addr, fault, proposal, confident, sla, before,
-                            after, token, m.REASONS[reason])
+            return _decision(sample, readings, errors, addr, fault, proposal, confident, sla, before,
+                             after, token, m.REASONS[reason])
         addr, fault = m.quantize(values)  # a runtime generated before step_record existed
         proposal = confident = None
         if not fault:
@@ -234,7 +238,7 @@ class ControlLoop:
         return Decision(sample, tuple(values), tuple(errors), None if fault else addr, fault, proposal, confident,
                         sla, before, self.ctl.state, token, m.REASONS[reason])
 
-    def _decide_operator(self, sample, values, errors, sla) -> Decision:
+    def _decide_operator(self, sample, values, readings, errors, sla) -> Decision:
         """:meth:`decide` of a build with ``operator:`` (docs/operator.md, "At the step")."""
         m, ctl = self.build.module, self.ctl
         cmd = arg = 0
@@ -259,8 +263,8 @@ class ControlLoop:
         if pending is not None:
             self._command_record(pending, "accepted", token_without=base[6], token_with=token,
                                  changed=token != base[6], reason=m.REASONS[reason], operator_after=op["after"])
-        return Decision(sample, tuple(values), tuple(errors), addr, fault, proposal, confident, sla, before,
-                        after, token, m.REASONS[reason], op)
+        return _decision(sample, readings, errors, addr, fault, proposal, confident, sla, before,
+                         after, token, m.REASONS[reason], op)
 
     def end_commands(self) -> None:
         """At the end of a run: a ``command`` record for every command that never reached a step

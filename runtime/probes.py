@@ -47,6 +47,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from .frozen import maker
+
 __all__ = ["QUANTITIES", "FeatureMap", "HardwareProbe", "LinuxProbe", "MergedProbe", "MicrobenchProbe", "ProbeSample",
            "Reading", "SampledProbe", "TraceProbe"]
 
@@ -103,6 +105,9 @@ class ProbeSample:
 
     def to_json(self) -> dict:
         return {q: r.to_json() for q, r in sorted(self.readings.items())}
+
+
+_probe_sample = maker(ProbeSample)   # ProbeSample(...) on the hot path (runtime/frozen.py)
 
 
 def unavailable(quantity: str, source: str, error: str, t_mono_ns: int | None = None) -> Reading:
@@ -476,7 +481,7 @@ class SampledProbe(HardwareProbe):
         t, wall = time.monotonic_ns(), time.time_ns()
         readings, until = self._published
         if t <= until and self.error is None and self._thread.is_alive():
-            return ProbeSample(readings, t, wall)
+            return _probe_sample(readings, t, wall)
         with self._lock:
             latest = dict(self._latest)
         out: dict[str, Reading] = {}

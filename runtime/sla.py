@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
+from .frozen import maker
+
 __all__ = ["MonitorConfig", "SlaLimits", "SlaMonitor", "SlaVerdict", "window_statistic", "STATISTIC_PATTERN"]
 
 #: Allowed statistic names: max, mean, p1 ... p99 (nearest-rank percentile).
@@ -159,6 +161,9 @@ class SlaVerdict:
                 "accuracy_loss_pct": num(self.accuracy_loss_pct), "samples": self.samples}
 
 
+_verdict = maker(SlaVerdict)   # SlaVerdict(...) on the hot path (runtime/frozen.py)
+
+
 class _Window:
     """The last <= N measurements of one metric and what its statistic needs, kept as they come:
     for ``mean`` the exact sum of the finite values (scaled by 2^1074, :func:`_scaled`) and the
@@ -284,16 +289,6 @@ class SlaMonitor:
         return _verdict(action, violation, lat_bad, acc_bad, lat, acc, len(self._lat.values))
 
 
-def _verdict(action, violation, latency, accuracy, latency_ms, accuracy_loss_pct, samples) -> SlaVerdict:
-    """``SlaVerdict(...)`` without the frozen dataclass's per-field ``object.__setattr__`` (the same
-    object: its fields set once, before anyone holds it)."""
-    v = _object_new(SlaVerdict)
-    v.__dict__.update(action=action, violation=violation, latency=latency, accuracy=accuracy,
-                      latency_ms=latency_ms, accuracy_loss_pct=accuracy_loss_pct, samples=samples)
-    return v
-
-
-_object_new = object.__new__
 
 
 # --- the hardware monitor's units: cycles and fixed-point accuracy (hdl/sla_monitor.v) -----------

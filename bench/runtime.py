@@ -353,6 +353,7 @@ def _live_loop(b, workload_path: str, requests: int, tmp: Path, controller=None,
             # an input this machine's probes cannot give (free_sram_kb; temperature_c in a VM) is mapped
             # to a constant, the middle of its envelope (mi-certify run --map INPUT=NUMBER), so that the
             # requests take the controller's ordinary step, not a probe fault every time
+            probe.read()   # LinuxProbe's utilisation needs a previous read: the second read is what a request sees
             values, errors = FeatureMap.build(b.inputs)(probe.read())
             mapped = {n: repr((float(i[2]) + float(i[3])) / 2) for n, i, e in zip(b.inputs, b.module.INPUTS, errors)
                       if e is not None}

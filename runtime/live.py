@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from types import MappingProxyType
 
 from .audit import AuditLog, encode_decision, read_records
 from .frozen import maker
@@ -191,9 +190,11 @@ class ControlLoop:
         #: the command records of this loop (also when there is no audit log), in order
         self.commands: list[dict] = []
         # what a sample's readings give (feature values and errors; the record's probes JSON), kept for the
-        # last read-only readings mapping: a SampledProbe returns the same MappingProxyType until a new
-        # sample or a stale reading, so between samples a request derives nothing twice (keyed by identity;
-        # the mapping is held, so its id is not reused; a plain dict, which its probe may reuse, is never kept)
+        # last readings mapping of a probe that shares its mappings (HardwareProbe.shares_readings: a
+        # SampledProbe returns the same read-only mapping until a new sample or a stale reading), so
+        # between samples a request derives nothing twice (keyed by identity; the mapping is held, so its
+        # id is not reused); from any other probe nothing is kept
+        self._shared = bool(getattr(probe, "shares_readings", False))
         self._features_of: tuple = (None, None, None, None)
         self._probes_of: tuple = (None, None)
 
@@ -219,7 +220,7 @@ class ControlLoop:
         else:
             values, errors = self.features(sample)
             readings, errors = tuple(values), tuple(errors)
-            if type(sample.readings) is MappingProxyType:   # a mapping no one changes (SampledProbe's)
+            if self._shared:   # a mapping that never changes (HardwareProbe.shares_readings: SampledProbe's)
                 self._features_of = (sample.readings, values, readings, errors)
         sla = self.monitor.violation
         if self.policy is not None:
@@ -314,7 +315,7 @@ class ControlLoop:
         if d.probe_fault:
             probes["_probe_fault"] = self.fault_causes(d)
         text = json.dumps(probes, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
-        if type(readings) is MappingProxyType:
+        if self._shared:
             self._probes_of = (readings, text)
         return text
 

@@ -117,6 +117,12 @@ def unavailable(quantity: str, source: str, error: str, t_mono_ns: int | None = 
 class HardwareProbe(ABC):
     """Interface of every probe. ``read()`` never raises; ``close()`` releases resources."""
 
+    #: True when a ``readings`` mapping this probe returned never changes and a read returns the same
+    #: mapping object only when every reading in it is still what the probe reports now (then a caller
+    #: may keep what it derived from a sample by the mapping's identity: ControlLoop does). Only
+    #: :class:`SampledProbe` says so; a probe that may reuse or change its mapping must leave it False.
+    shares_readings: bool = False
+
     @abstractmethod
     def read(self) -> ProbeSample:
         """One sample of every quantity the probe offers (unavailable ones with their reason)."""
@@ -429,6 +435,8 @@ class SampledProbe(HardwareProbe):
     Raises ValueError for a period or age that is not positive. :meth:`close` stops the thread
     (joined) and closes the wrapped probes.
     """
+
+    shares_readings = True   # read(): one read-only mapping per sample, while all its readings are fresh
 
     def __init__(self, probes: Sequence[HardwareProbe], period_s: float, max_age_s: float | None = None):
         import threading

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -45,6 +46,33 @@ def _check(bundle, *extra):
     proc = cli("check", bundle, *extra)
     lines = proc.stdout.splitlines()
     return proc, {ln.split("  ")[1]: ln.split("  ")[0].strip() for ln in lines if ln[:4] in ("PASS", "FAIL", "SKIP")}
+
+
+class _Checked:
+    """What :func:`_check_only` returns in place of the CLI's process: ``returncode`` by the CLI's rule
+    (1 a FAIL, else 3 a SKIP, else 0) and ``stdout``, the item lines."""
+
+    def __init__(self, items):
+        self.returncode = 1 if any(i.status == "FAIL" for i in items) else 3 if any(i.status == "SKIP" for i in items) else 0
+        self.stdout = "\n".join(i.line() for i in items) + "\n"
+
+
+def _check_only(bundle, monkeypatch, *groups, pubkey=None):
+    """``check --quick`` in this process, with only the evidence ``groups`` (names in
+    bundle_check.GROUPS) after the manifest, signature, hashes and inputs, then the certificate verdict.
+
+    A forgery test asserts the items of the group that reads the forged file; re-deriving the other
+    groups' evidence (20-50 s a check) adds nothing to it. The CLI's own path (exit codes, the summary
+    line, the items of every group) is tested by the full check and the CLI tests in this file."""
+    from mi_certify.verification.check import bundle_check
+    from mi_certify.verification.check.common import CheckOptions
+    wanted = tuple(g for g in bundle_check.GROUPS if g.__name__ in groups)
+    assert [g.__name__ for g in wanted] == [g for g in (x.__name__ for x in bundle_check.GROUPS) if g in groups] \
+        and len(wanted) == len(groups), groups
+    monkeypatch.setattr(bundle_check, "GROUPS", wanted)
+    items = bundle_check.check_bundle(bundle, CheckOptions(rerun_network=False, rerun_tools=False,
+                                                           pubkey=None if pubkey is None else str(pubkey)))
+    return _Checked(items), {i.name: i.status for i in items}
 
 
 # --- complete and bound ---------------------------------------------------------------------
@@ -128,8 +156,36 @@ def test_whole_bundle_is_byte_identical_when_built_twice(tmp_path):
 
 # --- independently checkable ----------------------------------------------------------------
 
-def test_check_passes_on_the_reference_bundle_re_running_everything(reference_build, tmp_path):
-    proc, items = _check(reference_build, "--json", tmp_path / "check.json")
+#: synth.hdl_numbers results of this module, by the bytes they depend on: the full check below and the
+#: forged-synthesis test place and route the same design once between them (3-4 minutes each time)
+_HDL_NUMBERS: dict = {}
+
+
+def _hdl_numbers_once(monkeypatch):
+    real = synth.hdl_numbers
+
+    def once(spec, v_path, known=None):
+        axil = Path(v_path).with_name(f"{spec.module_name}_axil.v")
+        key = (spec.module_name, spec.address_bits, spec.token_bits, repr(spec.hdl), Path(v_path).read_bytes(),
+               axil.read_bytes() if axil.exists() else None, repr(sorted((known or {}).items())))
+        if key not in _HDL_NUMBERS:
+            _HDL_NUMBERS[key] = real(spec, v_path, known)
+        return copy.deepcopy(_HDL_NUMBERS[key])   # a fresh copy: callers may edit what they get
+    monkeypatch.setattr(synth, "hdl_numbers", once)
+
+
+def test_check_passes_on_the_reference_bundle_re_running_everything(reference_build, tmp_path, monkeypatch, capsys):
+    """The whole check, every re-run included, through the CLI's main in this process (so that its
+    synthesis is the one the forged-synthesis test below compares against)."""
+    from mi_certify.generator.cli.main import main
+    _hdl_numbers_once(monkeypatch)
+    rc = main(["check", str(reference_build), "--json", str(tmp_path / "check.json")])
+    captured = capsys.readouterr()
+
+    class proc:
+        returncode, stdout, stderr = rc, captured.out, captured.err
+    items = {ln.split("  ")[1]: ln.split("  ")[0].strip() for ln in proc.stdout.splitlines()
+             if ln[:4] in ("PASS", "FAIL", "SKIP")}
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1].endswith("0 failed, 0 skipped: OK: every item passed; NOT CERTIFIED: the bundle "
                                                  "is unsigned (mi-certify sign, then check --pubkey)")
@@ -157,14 +213,14 @@ def test_check_catches_a_file_added_to_the_bundle(bundle_copy):
     assert proc.returncode == 1 and items["no unlisted files"] == "FAIL"
 
 
-def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_copy):
+def test_check_catches_one_flipped_lut_entry_even_with_a_forged_manifest(bundle_copy, monkeypatch):
     hexfile = bundle_copy / "lut.hex"
     lines = hexfile.read_text().splitlines()
     addr = 10000
     lines[addr] = f"{int(lines[addr], 16) ^ 0x01:02x}"
     hexfile.write_text("\n".join(lines) + "\n")
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_distillation", "check_tables")
     assert proc.returncode == 1
     assert items["lut.tables: LUT = distillation boxes"] == "FAIL"
     assert items["lut.tables: meta_controller.v table = lut.hex"] == "FAIL"
@@ -181,8 +237,7 @@ def test_check_re_derives_the_synthesis_numbers(bundle_copy, monkeypatch):
     from mi_certify.verification.check.common import CheckOptions, Checker, CheckContext
     from mi_certify.verification.check.hdl import check_hdl_numbers
     spec = load_spec(bundle_copy / "inputs" / "spec" / "sla.yaml")
-    made, real = [], synth.hdl_numbers   # synthesised and placed once, compared three times
-    monkeypatch.setattr(synth, "hdl_numbers", lambda s, v: made[0] if made else made.append(real(s, v)) or made[0])
+    _hdl_numbers_once(monkeypatch)   # synthesised and placed once (or by the full check above), compared three times
 
     def check(summary):
         items = []
@@ -216,7 +271,7 @@ def _edit_boxes(d: Path, edit) -> np.ndarray:
     return boxes
 
 
-def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agrees(bundle_copy):
+def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agrees(bundle_copy, monkeypatch):
     """The forger changes a proven box's action in the box table and in lut.hex consistently: only the
     re-computed bounds and onnxruntime can tell."""
     from mi_certify.verification.check.distillation import addresses
@@ -235,25 +290,25 @@ def test_check_catches_a_proven_box_with_a_wrong_action_even_when_everything_agr
         lines[a] = f"{(int(lines[a], 16) & 0x80) | 2:02x}"
     (bundle_copy / "lut.hex").write_text("\n".join(lines) + "\n")
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_distillation")
     assert proc.returncode == 1
     assert items["lut.tables: LUT = distillation boxes"] == "PASS"  # the forgery is self-consistent...
     assert items["lut.proven_cells: CROWN bounds re-computed per proven box"] == "FAIL"  # ...but not sound
     assert items["lut.proven_cells: onnxruntime agrees in every proven cell"] == "FAIL"
 
 
-def test_check_catches_a_forged_witness(bundle_copy):
+def test_check_catches_a_forged_witness(bundle_copy, monkeypatch):
     ver = json.loads((bundle_copy / "verification.json").read_text())
     w = ver["output_domain"]["actions"][1]["witness"]  # merge_conv reachable
     w["x_float32"] = ver["output_domain"]["actions"][0]["witness"]["x_float32"]  # a point where keep wins
     (bundle_copy / "verification.json").write_text(json.dumps(ver, indent=2, sort_keys=True) + "\n")
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_network")
     assert proc.returncode == 1
     assert items["network.reachability.merge_conv: reachability witness replays on onnxruntime"] == "FAIL"
 
 
-def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy):
+def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy, monkeypatch):
     proofs = bundle_copy / "proofs" / "fsm"
     proofs.mkdir(parents=True, exist_ok=True)
     (proofs / "cooldown_bound.smt2").write_text(
@@ -272,7 +327,7 @@ def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy)
     (bundle_copy / "obligations.json").write_text(json.dumps({"status": "none open", "obligations": obs,
                                                               "times": "timings.json (not hashed)"}))
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_proofs", "check_documents")
     assert items["fsm.cooldown_bound: proofs/fsm/cooldown_bound.smt2 re-run by z3"] == "PASS"
     assert items["fsm.wrong: proofs/fsm/wrong.smt2 re-run by z3"] == "FAIL"  # z3 says sat: not proved
     assert items["obligations.json matches the evidence"] == "PASS"
@@ -280,16 +335,16 @@ def test_smt_obligations_of_the_fsm_and_rtl_proofs_are_re_run_by_z3(bundle_copy)
     assert proc.returncode == 1
 
 
-def test_an_obligation_replaced_by_a_trivially_unsat_script_is_caught_even_with_a_forged_manifest(bundle_copy):
+def test_an_obligation_replaced_by_a_trivially_unsat_script_is_caught_even_with_a_forged_manifest(bundle_copy, monkeypatch):
     p = bundle_copy / "proofs" / "fsm" / "fsm.property.P1.smt2"
     p.write_text("(assert false)\n(check-sat)\n")
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_proofs")
     assert items["fsm.property.P1: proofs/fsm/fsm.property.P1.smt2 re-run by z3"] == "PASS"  # z3 alone is fooled
     assert items["fsm proofs: made again and compared"] == "FAIL" and proc.returncode == 1
 
 
-def test_signature_binds_the_bundle_to_its_issuer(bundle_copy, tmp_path):
+def test_signature_binds_the_bundle_to_its_issuer(bundle_copy, tmp_path, monkeypatch):
     assert cli("keygen", "--out", tmp_path / "issuer").returncode == 0
     assert cli("keygen", "--out", tmp_path / "other").returncode == 0
     assert cli("keygen", "--out", tmp_path / "issuer").returncode == 2  # never overwrites a key
@@ -297,11 +352,11 @@ def test_signature_binds_the_bundle_to_its_issuer(bundle_copy, tmp_path):
     assert proc.returncode == 0, proc.stderr
     proc, items = _check(bundle_copy, "--quick", "--pubkey", tmp_path / "issuer.pub")
     assert items["signature"] == "PASS" and proc.returncode == 3  # quick: re-runs skipped
-    _, items = _check(bundle_copy, "--quick", "--pubkey", tmp_path / "other.pub")
+    _, items = _check_only(bundle_copy, monkeypatch, pubkey=tmp_path / "other.pub")
     assert items["signature"] == "FAIL"
     m = bundle_copy / "manifest.json"
     m.write_text(m.read_text().replace('"status": "ok"', '"status": "ok" '))
-    _, items = _check(bundle_copy, "--quick", "--pubkey", tmp_path / "issuer.pub")
+    _, items = _check_only(bundle_copy, monkeypatch, pubkey=tmp_path / "issuer.pub")
     assert items["signature"] == "FAIL"
 
 
@@ -368,13 +423,13 @@ def _edit_json(path: Path, edit) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def test_check_re_derives_summary_json_from_the_evidence(bundle_copy):
+def test_check_re_derives_summary_json_from_the_evidence(bundle_copy, monkeypatch):
     def forge(s):
         s["cosim"]["mismatches"] = 7
         s["lut"]["proven"] = 65536
     _edit_json(bundle_copy / "summary.json", forge)
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_documents")
     assert proc.returncode == 1
     assert items["summary.json: every figure re-derived from the evidence"] == "FAIL"
     line = next(ln for ln in proc.stdout.splitlines() if "summary.json: every figure" in ln)
@@ -382,39 +437,39 @@ def test_check_re_derives_summary_json_from_the_evidence(bundle_copy):
     assert items["certificate verdict"] == "FAIL"
 
 
-def test_check_catches_a_stage_record_edited_in_summary_json(bundle_copy):
+def test_check_catches_a_stage_record_edited_in_summary_json(bundle_copy, monkeypatch):
     _edit_json(bundle_copy / "summary.json", lambda s: s["stages"]["verify"]["properties"].update(P1="unknown"))
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_documents")
     assert proc.returncode == 1 and items["summary.json: every figure re-derived from the evidence"] == "FAIL"
     assert "stages.verify.properties.P1: stored \"unknown\", derived \"proved\"" in proc.stdout
 
 
-def test_check_renders_the_report_again_and_catches_edited_words(bundle_copy):
+def test_check_renders_the_report_again_and_catches_edited_words(bundle_copy, monkeypatch):
     md = bundle_copy / "report.md"
     md.write_text(md.read_text().replace("proved", "xyzzy"))
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_documents")
     assert proc.returncode == 1
     assert items["report: rendered again from the evidence and compared"] == "FAIL"
     line = next(ln for ln in proc.stdout.splitlines() if "report: rendered again" in ln)
     assert "report.md line" in line and "xyzzy" in line
 
 
-def test_check_catches_an_edited_manifest_status(bundle_copy):
+def test_check_catches_an_edited_manifest_status(bundle_copy, monkeypatch):
     _edit_json(bundle_copy / "manifest.json", lambda m: m.update(status="failed"))
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_documents")
     assert proc.returncode == 1
     assert items["manifest.json: status and figures re-derived"] == "FAIL"
     assert 'status: stored "failed", derived "ok"' in proc.stdout
 
 
-def test_quick_check_ties_the_verilog_to_the_spec_and_the_proofs(bundle_copy):
+def test_quick_check_ties_the_verilog_to_the_spec_and_the_proofs(bundle_copy, monkeypatch):
     v = bundle_copy / "meta_controller.v"
     assert "COOLDOWN     = 4'd10;" in v.read_text()
     v.write_text(v.read_text().replace("COOLDOWN     = 4'd10;", "COOLDOWN     = 4'd2;"))
     _rehash(bundle_copy)
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch, "check_proofs", "check_documents")
     assert proc.returncode == 1
     assert items["generated sources: emitted again and compared"] == "FAIL"
     assert "meta_controller.v line" in proc.stdout and "4'd2" in proc.stdout
@@ -429,10 +484,10 @@ def test_check_of_a_directory_without_a_manifest_is_bad_input(tmp_path):
                                   "(mi-certify build writes one)"
 
 
-def test_a_signed_bundle_checked_without_a_key_says_the_signature_was_not_checked(bundle_copy, tmp_path):
+def test_a_signed_bundle_checked_without_a_key_says_the_signature_was_not_checked(bundle_copy, tmp_path, monkeypatch):
     assert cli("keygen", "--out", tmp_path / "issuer").returncode == 0
     assert cli("sign", bundle_copy, "--key", tmp_path / "issuer.key").returncode == 0
-    proc, items = _check(bundle_copy, "--quick")
+    proc, items = _check_only(bundle_copy, monkeypatch)
     assert items["signature"] == "SKIP" and proc.returncode == 3
     assert "manifest.json.sig is present but was not checked: pass --pubkey KEY.pub" in proc.stdout
 
@@ -496,10 +551,12 @@ def _forge_margin(d: Path) -> None:
         d / "manifest.json", lambda m: m["not_hashed"].update({"AUDITOR_NOTE.txt": "x"}))),
      "not_hashed lists only the unhashed files"),
 ])
-def test_check_catches_records_a_reader_trusts(bundle_copy, what, edit, item):
+def test_check_catches_records_a_reader_trusts(bundle_copy, monkeypatch, what, edit, item):
     edit(bundle_copy)
     _rehash(bundle_copy) if what != "a note listed as not hashed" else None
-    proc, items = _check(bundle_copy, "--quick")
+    group = {"lut.proven_cells": "check_distillation", "monitor_cosim.json": "check_tools",
+             "not_hashed": None}.get(item.split(":")[0].split(" ")[0], "check_documents")
+    proc, items = _check_only(bundle_copy, monkeypatch, *([group] if group else []))
     assert proc.returncode == 1, what
     assert items[item] == "FAIL", (what, [k for k, v in items.items() if v == "FAIL"])
 

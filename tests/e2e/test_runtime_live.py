@@ -179,38 +179,48 @@ def test_incident_trace_switches_falls_back_and_replays_exactly(quick_build, tmp
 
 
 class _Repeated(TraceProbe):
-    """The incident trace, each row read ``k`` times; ``shared``: the repeats return one read-only
-    mapping (as SampledProbe does between samples), else a new dict per read."""
+    """The incident trace, each row read ``k`` times. ``how``: "shared", the repeats return one read-only
+    mapping and the probe says so (``shares_readings``, as SampledProbe between samples); "copies", a new
+    dict per read; "one dict", the same dict object every read, changed in place (a probe that does not
+    share: nothing may be kept by its identity)."""
 
-    def __init__(self, path, k: int, shared: bool):
+    def __init__(self, path, k: int, how: str):
         super().__init__(path)
-        self.k, self.shared, self.i, self.last = k, shared, 0, None
+        self.k, self.how, self.i, self.last, self.one, self.shared = k, how, 0, None, {}, None
+        self.shares_readings = how == "shared"
 
     def read(self):
         if self.i % self.k == 0:
             self.last = super().read()
+            self.shared = MappingProxyType(dict(self.last.readings))
         self.i += 1
-        r = self.last.readings
-        return ProbeSample(MappingProxyType(r) if self.shared else dict(r), self.last.t_mono_ns, self.last.t_wall_ns)
+        if self.how == "one dict":
+            self.one.clear()
+            self.one.update(self.last.readings)
+            r = self.one
+        else:
+            r = self.shared if self.how == "shared" else dict(self.last.readings)
+        return ProbeSample(r, self.last.t_mono_ns, self.last.t_wall_ns)
 
 
 def test_records_derived_once_per_shared_sample_equal_those_derived_per_read(quick_build, tmp_path):
-    """ControlLoop keeps the feature values and the probes JSON of the last read-only readings mapping:
-    the log is the one made from a fresh dict per read, record for record (times and chain aside), through
-    probe faults (the incident's dropout), SLA fallbacks and recoveries."""
+    """ControlLoop keeps the feature values and the probes JSON of the last readings mapping of a probe
+    that shares its mappings: the log is the one made from a fresh dict per read, record for record (times
+    and chain aside), through probe faults (the incident's dropout), SLA fallbacks and recoveries; and a
+    probe that changes one dict in place is never served what was derived from its earlier contents."""
     from mi_certify.runtime.engine import run_live
     b = load_build(quick_build)
     logs = []
-    for shared in (False, True):
-        probe = _Repeated(INCIDENT, 2, shared)
+    for how in ("copies", "shared", "one dict"):
+        probe = _Repeated(INCIDENT, 2, how)
         loop = ControlLoop(b, probe, FeatureMap.build(b.inputs, offered=probe.columns))
-        log = tmp_path / f"shared-{shared}.log"
+        log = tmp_path / f"{how.replace(' ', '_')}.log"
         with AuditLog(log, fsync="never", header=loop.audit_header()) as a:
             loop.audit = a
             run_live(loop, _FakeWorkload(), 480)
         recs = [json.loads(x) for x in log.read_text().splitlines()]
         logs.append([{k: v for k, v in r.items() if k not in ("t_mono_ns", "t_wall_ns", "prev", "pid")} for r in recs])
-    assert len(logs[0]) == 482 and logs[0] == logs[1]
+    assert len(logs[0]) == 482 and logs[0] == logs[1] == logs[2]
     faults = [r for r in logs[1] if r.get("probe_fault")]
     assert faults and all("_probe_fault" in r["probes"] for r in faults)
 

@@ -6,9 +6,9 @@ records a request makes (:class:`~mi_certify.runtime.probes.ProbeSample`,
 :class:`~mi_certify.runtime.live.Decision`, :class:`~mi_certify.runtime.sla.SlaVerdict`).
 :func:`maker` returns a constructor that fills the new object's ``__dict__`` once, before any
 caller holds it: the same object (fields, equality, hash, repr, immutability afterwards), made
-in a third of the time. Fields left out keep their class default (the dataclass's default
-value is a class attribute); there is no ``__post_init__`` and no type conversion, so the
-callers pass exactly what the dataclass would store.
+in a third of the time. Fields left out take their defaults; too many or too few arguments
+raise TypeError; there is no ``__post_init__`` and no type conversion, so the callers pass
+exactly what the dataclass would store.
 """
 
 from __future__ import annotations
@@ -28,9 +28,16 @@ def maker(cls):
     if any(f.default_factory is not dataclasses.MISSING for f in fields):
         raise TypeError(f"{cls.__name__}: a field with default_factory")
     names = tuple(f.name for f in fields)
+    defaults = tuple(f.default for f in fields)
+    n = len(names)
     new = object.__new__
 
     def make(*args):
+        if len(args) != n:   # defaults for the fields left out, as the dataclass fills them
+            k = len(args)
+            if k > n or any(d is dataclasses.MISSING for d in defaults[k:]):
+                raise TypeError(f"{cls.__name__}: {k} arguments for fields {', '.join(names)}")
+            args += defaults[k:]
         obj = new(cls)
         obj.__dict__.update(zip(names, args))
         return obj

@@ -44,7 +44,6 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from .frozen import maker
@@ -108,6 +107,25 @@ class ProbeSample:
 
 
 _probe_sample = maker(ProbeSample)   # ProbeSample(...) on the hot path (runtime/frozen.py)
+
+
+class SharedReadings(dict):
+    """The readings of one :class:`SampledProbe` sample, returned by every read while they are fresh: a
+    dict that refuses changes (TypeError), since every holder shares it. Pickles, copies and deep-copies
+    as itself; ``copy()`` gives a plain dict."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("the readings of a sampled probe are shared between reads: read-only (copy() them)")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return type(self), (dict(self),)
+
+    def copy(self) -> dict:
+        return dict(self)
 
 
 def unavailable(quantity: str, source: str, error: str, t_mono_ns: int | None = None) -> Reading:
@@ -447,9 +465,9 @@ class SampledProbe(HardwareProbe):
         self.period_s = float(period_s)
         self.max_age_ns = int((3 * self.period_s if max_age_s is None else max_age_s) * 1e9)
         self._latest: dict[str, Reading] = {}
-        # (readings, fresh until): the latest sample as one read-only mapping, shared by every read while
+        # (readings, fresh until): the latest sample as one read-only dict, shared by every read while
         # all of its readings are younger than max_age (one attribute, replaced whole by the sampler)
-        self._published: tuple = (MappingProxyType({}), -1)
+        self._published: tuple = (SharedReadings(), -1)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._first = threading.Event()   # set by the first sample, or when the sampler fails before it
@@ -468,7 +486,7 @@ class SampledProbe(HardwareProbe):
                 until = min((r.t_mono_ns for r in merged.values()), default=-1 - self.max_age_ns) + self.max_age_ns
                 with self._lock:
                     self._latest = merged
-                    self._published = (MappingProxyType(dict(merged)), until)
+                    self._published = (SharedReadings(merged), until)
                     self.cost_ns.append(time.monotonic_ns() - t0)
                     del self.cost_ns[:-1000]
                 self._first.set()
@@ -483,9 +501,9 @@ class SampledProbe(HardwareProbe):
 
     def read(self) -> ProbeSample:
         """The latest sample, each reading with its age checked at this read. While every reading of
-        the sample is fresh, every read returns the same read-only ``readings`` mapping (so that a
-        caller can cache what it derives from a sample by the mapping's identity); a stale or
-        failed reading gives a new dict."""
+        the sample is fresh, every read returns the same read-only ``readings``
+        (:class:`SharedReadings`, so that a caller can keep what it derives from a sample by the
+        mapping's identity: ``shares_readings``); a stale or failed reading gives a new dict."""
         t, wall = time.monotonic_ns(), time.time_ns()
         readings, until = self._published
         if t <= until and self.error is None and self._thread.is_alive():

@@ -246,10 +246,15 @@ class SlaMonitor:
         self.config = config or MonitorConfig()
         self._lat = _Window(self.config.window, self.config.latency_statistic)
         self._acc = _Window(self.config.window, self.config.accuracy_statistic)
-        self._scaled = tuple((_scaled_limit(lim.latency_ms), _scaled_limit(lim.accuracy_loss_pct))
-                             for lim in self.limits)
+        self._rescale()
         self._action: int | None = None
         self.violation = False
+
+    def _rescale(self) -> None:
+        """The limits scaled by 2^1074 for the exact ``mean`` comparison, for the current ``limits``."""
+        self._scaled = tuple((_scaled_limit(lim.latency_ms), _scaled_limit(lim.accuracy_loss_pct))
+                             for lim in self.limits)
+        self._scaled_for = self.limits
 
     def reset(self) -> None:
         """Empty the window; the next FSM step sees no violation."""
@@ -281,6 +286,8 @@ class SlaMonitor:
                       else _measure(latency_ms))
         self._acc.add(accuracy_loss_pct if type(accuracy_loss_pct) is float and -_INF_F < accuracy_loss_pct < _INF_F
                       else _measure(accuracy_loss_pct))
+        if self._scaled_for is not self.limits:   # limits replaced since: scale them again
+            self._rescale()
         lim = self.limits[action]
         s_lat, s_acc = self._scaled[action]
         lat_bad, lat = self._lat.judge(lim.latency_ms, s_lat)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -132,8 +133,16 @@ def test_the_sampler_shares_one_read_only_mapping_while_every_reading_is_fresh()
         time.sleep(0.02)    # a round that began before has published
         a, b = p.read(), p.read()
         assert a.readings is b.readings and a.t_mono_ns <= b.t_mono_ns
-        with pytest.raises(TypeError):
-            a.readings["compute_util"] = None
+        for change in (lambda r: r.__setitem__("compute_util", None), lambda r: r.pop("compute_util"),
+                       lambda r: r.update({}), lambda r: r.clear()):
+            with pytest.raises(TypeError):
+                change(a.readings)
+        import copy
+        import pickle
+        for twin in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), copy.copy(a)):   # as a dict sample does
+            assert twin == a and type(twin.readings) is type(a.readings)
+        assert dataclasses.asdict(a)["readings"]["compute_util"]["value"] == a.readings["compute_util"].value
+        assert a.readings.copy() == dict(a.readings) and type(a.readings.copy()) is dict
         time.sleep(0.3)
         c = p.read()
         assert c.readings is not a.readings and c.readings["compute_util"].error.startswith("stale: taken ")
@@ -144,8 +153,6 @@ def test_the_sampler_shares_one_read_only_mapping_while_every_reading_is_fresh()
 
 
 def test_the_fast_record_maker_builds_the_same_frozen_records_and_refuses_what_it_cannot_serve():
-    import dataclasses
-
     from mi_certify.runtime.frozen import maker
     from mi_certify.runtime.live import Decision
     from mi_certify.runtime.sla import SlaVerdict
@@ -160,7 +167,12 @@ def test_the_fast_record_maker_builds_the_same_frozen_records_and_refuses_what_i
         assert dataclasses.astuple(fast) == dataclasses.astuple(slow)
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(fast, dataclasses.fields(cls)[0].name, None)
-    assert maker(Decision)(*args[2][1]).operator is None   # a field left out keeps its default
+    short = maker(Decision)(*args[2][1])
+    assert short.operator is None and vars(short) == vars(Decision(*args[2][1]))   # a field left out: its default
+    with pytest.raises(TypeError):
+        maker(Decision)(*args[3][1], "one too many")
+    with pytest.raises(TypeError):
+        maker(SlaVerdict)(1, True)
 
     @dataclasses.dataclass(frozen=True)
     class WithPost:

@@ -169,3 +169,12 @@ def test_the_running_window_gives_the_verdicts_of_the_window_definition(window, 
         assert (v.latency, v.accuracy, v.violation, v.samples) == (lb, ab, lb or ab, len(lat_w))
         assert v.latency_ms == ls and v.accuracy_loss_pct == as_
         assert m.violation is v.violation
+
+
+def test_limits_replaced_after_construction_are_the_ones_judged():
+    m = SlaMonitor([SlaLimits(10.0, None)], MonitorConfig(3, "mean", "max"))
+    assert not m.observe(0, 5.0, 0.0).latency
+    m.limits = (SlaLimits(1.0, None),)
+    assert m.observe(0, 5.0, 0.0).latency and m.observe(0, 5, 0.0).latency
+    m.limits = (SlaLimits(50, None),)
+    assert not m.observe(0, 5.0, 0.0).latency

@@ -180,6 +180,11 @@ def _ascii(name: str) -> bytes:
     return b
 
 
+def _as_bytes(text: str | bytes) -> bytes:
+    """A JSON text given as str or ASCII bytes, as bytes."""
+    return text if type(text) is bytes else text.encode("ascii")
+
+
 def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, before, after, token, action, reason,
             latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json, operator_json=None) -> bytes:
     """:func:`encode_decision` with positional arguments (the hot path)."""
@@ -188,7 +193,7 @@ def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, bef
     acc = (_dumps(accuracy_loss_pct) if type(accuracy_loss_pct) is float and -_INF < accuracy_loss_pct < _INF
            else _number(accuracy_loss_pct))
     probes = (b"" if probes_json is None else
-              b',"probes":' + (probes_json if type(probes_json) is bytes else probes_json.encode("ascii")))
+              b',"probes":' + _as_bytes(probes_json))
     if addr is not None and proposal is not None:
         text = _DECISION % (
             _mono_ns(), _wall_ns(), _readings(readings), probes, addr, b"true" if probe_fault else b"false",
@@ -214,9 +219,9 @@ def _encode(readings, addr, probe_fault, proposal, confident, sla_violation, bef
                             _JSON_BOOL[bool(verdict.accuracy)], _number(verdict.latency_ms),
                             _number(verdict.accuracy_loss_pct), verdict.samples)
     if extra_json is not None:
-        text += b',"extra":' + (extra_json if type(extra_json) is bytes else extra_json.encode("ascii"))
+        text += b',"extra":' + _as_bytes(extra_json)
     if operator_json is not None:
-        text += b',"operator":' + (operator_json if type(operator_json) is bytes else operator_json.encode("ascii"))
+        text += b',"operator":' + _as_bytes(operator_json)
     return text
 
 

@@ -169,12 +169,12 @@ class _Window:
     for ``mean`` the exact sum of the finite values (scaled by 2^1074, :func:`_scaled`) and the
     number of +inf among them, updated per measurement instead of summed again per verdict."""
 
-    __slots__ = ("values", "mean", "p", "total", "infs")
+    __slots__ = ("values", "statistic", "mean", "total", "infs")
 
     def __init__(self, n: int, statistic: str):
         self.values: deque[float] = deque(maxlen=n)
+        self.statistic = statistic
         self.mean = statistic == "mean"
-        self.p = None if statistic in ("max", "mean") else int(statistic[1:])
         self.total = 0
         self.infs = 0
 
@@ -213,7 +213,7 @@ class _Window:
             else:
                 bad = _sum_exceeds(total, n, limit)
             return bad, total / (n << _EXACT_SHIFT)   # int / int is correctly rounded (= float(Fraction))
-        stat = max(v) if self.p is None else sorted(v)[max(1, -(-self.p * n // 100)) - 1]
+        stat = window_statistic(v, self.statistic)
         return limit is not None and stat > limit, stat
 
 

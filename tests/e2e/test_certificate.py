@@ -42,10 +42,14 @@ def bundle_copy(reference_build, tmp_path):
     return out
 
 
+def _items(stdout: str) -> dict:
+    """{item name: PASS/FAIL/SKIP} of the check's item lines."""
+    return {ln.split("  ")[1]: ln.split("  ")[0].strip() for ln in stdout.splitlines() if ln[:4] in ("PASS", "FAIL", "SKIP")}
+
+
 def _check(bundle, *extra):
     proc = cli("check", bundle, *extra)
-    lines = proc.stdout.splitlines()
-    return proc, {ln.split("  ")[1]: ln.split("  ")[0].strip() for ln in lines if ln[:4] in ("PASS", "FAIL", "SKIP")}
+    return proc, _items(proc.stdout)
 
 
 class _Checked:
@@ -184,8 +188,7 @@ def test_check_passes_on_the_reference_bundle_re_running_everything(reference_bu
 
     class proc:
         returncode, stdout, stderr = rc, captured.out, captured.err
-    items = {ln.split("  ")[1]: ln.split("  ")[0].strip() for ln in proc.stdout.splitlines()
-             if ln[:4] in ("PASS", "FAIL", "SKIP")}
+    items = _items(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1].endswith("0 failed, 0 skipped: OK: every item passed; NOT CERTIFIED: the bundle "
                                                  "is unsigned (mi-certify sign, then check --pubkey)")

@@ -627,7 +627,8 @@ def fidelity(spec: Spec, model: LoadedModel, lut: Lut, n_points: int = 100_000,
              seed: int = 0) -> tuple[dict, dict]:
     """Agreement of the LUT with the network (``model``) on ``n_points`` uniform random points.
 
-    Points are quantized exactly (runtime quantizer); the network's action is the IR's
+    Points are quantized exactly (the runtime quantizer's levels, vectorised:
+    :func:`~mi_certify.generator.core.lut.point_addresses`); the network's action is the IR's
     argmax/argmin in float64, fixed-order arithmetic (lowest index on ties), so the
     figures are the same on every machine. onnxruntime (float32, whose kernels differ
     by CPU) decides the same points for the diagnostics.
@@ -637,17 +638,14 @@ def fidelity(spec: Spec, model: LoadedModel, lut: Lut, n_points: int = 100_000,
         "disagreements_in_proven_cells" (first 10)}; machine-dependent diagnostics:
         {"points", "lut_agree_onnxruntime", "ir_vs_onnxruntime_decisions_differ"}).
     """
-    from mi_certify.runtime.quantize import quantize
-
-    from mi_certify.generator.core.lut import quantizers
+    from mi_certify.generator.core.lut import point_addresses
 
     lo = np.array([i.min for i in spec.inputs])
     hi = np.array([i.max for i in spec.inputs])
     rng = np.random.default_rng(seed)
     pts = (lo + (hi - lo) * rng.random((n_points, lo.size))).astype(np.float32).astype(np.float64)
     pts = np.clip(pts, lo, hi)
-    qs = quantizers(spec)
-    addrs = np.array([quantize(list(map(float, p)), qs)[0] for p in pts])
+    addrs = point_addresses(spec, pts)[0]
     ys = model.ir.evaluate(pts)
     net = np.argmin(ys, axis=1) if spec.decode == "argmin" else np.argmax(ys, axis=1)
     ys_ort = model.evaluate_onnxruntime(pts)

@@ -234,6 +234,59 @@ def quantizers(spec: Spec) -> list[Quantizer]:
     return [Quantizer.from_floats(i.min, i.max, i.bits) for i in spec.inputs]
 
 
+#: Half-width, in units of the level count, of the band around a cell face inside which
+#: :func:`levels_of` hands a value to the exact quantizer. The float64 estimate of
+#: ``(x - lo) * 2^b / (hi - lo)`` (one subtraction, an exact scaling, one subtraction and one
+#: division, each rounded to nearest) is within ``3.0001 * 2^-53 * 2^b`` of the exact ratio, and
+#: rounding ``t -+ FACE_BAND * 2^b`` adds at most ``2^-53 * 2^b``: with ``2^-48`` both floors agree
+#: only where the exact ratio lies strictly between the same two integers (Higham, "Accuracy and
+#: Stability of Numerical Algorithms", 2nd ed., section 2.2, the standard model of rounding).
+FACE_BAND = 2.0 ** -48
+
+
+def levels_of(qz: Quantizer, x: np.ndarray) -> np.ndarray:
+    """:meth:`Quantizer.level` of every value of ``x`` (float64, any shape), vectorised: int64 of
+    ``x``'s shape, the level in [0, 2^bits - 1] or -1 for a probe fault (NaN, infinite, outside the
+    envelope). Exactly the runtime quantizer's answer: the envelope test compares binary64 values
+    (exact), a float64 estimate decides the level where it is at least :data:`FACE_BAND` * 2^bits
+    from a cell face, and every other value (on or next to a face) goes to
+    :meth:`Quantizer.level` (exact rationals). An envelope whose ends are not binary64 values, or
+    whose width overflows binary64, is quantized by :meth:`Quantizer.level` throughout."""
+    x = np.asarray(x, dtype=np.float64)
+    lo, hi, n = float(qz.lo), float(qz.hi), qz.levels
+    if Fraction(lo) != qz.lo or Fraction(hi) != qz.hi or not np.isfinite(hi - lo):
+        return np.array([-1 if (q := qz.level(float(v))) is None else q for v in x.ravel()],
+                        dtype=np.int64).reshape(x.shape)
+    with np.errstate(all="ignore"):
+        inside = (x >= lo) & (x <= hi)   # False for NaN
+        t = (x - lo) * float(n) / (hi - lo)
+        below, above = np.floor(t - FACE_BAND * n), np.floor(t + FACE_BAND * n)
+    sure = inside & (below == above)
+    out = np.where(sure, np.minimum(above, n - 1), -1).astype(np.int64)
+    flat, xs = out.reshape(-1), x.reshape(-1)
+    for i in np.flatnonzero(inside & ~sure):
+        flat[i] = qz.level(float(xs[i]))
+    return out
+
+
+def point_addresses(spec: Spec, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LUT addresses of ``points`` ((n, n_inputs) float64, physical units) as the runtime's
+    :func:`~mi_certify.runtime.quantize.quantize` gives them, vectorised with :func:`levels_of`.
+    Returns (addresses int64 (n,), 0 where a reading is a probe fault; fault bool (n,)).
+    Raises ValueError when the columns do not match the spec's inputs."""
+    points = np.asarray(points, dtype=np.float64)
+    if points.ndim != 2 or points.shape[1] != len(spec.inputs):
+        raise ValueError(f"expected points of shape (n, {len(spec.inputs)}), got {points.shape}")
+    addr = np.zeros(len(points), dtype=np.int64)
+    fault = np.zeros(len(points), dtype=bool)
+    for j, qz in enumerate(quantizers(spec)):
+        level = levels_of(qz, points[:, j])
+        fault |= level < 0
+        addr = (addr << qz.bits) | np.maximum(level, 0)
+    addr[fault] = 0
+    return addr, fault
+
+
 def cell_centres(spec: Spec, start: int, stop: int) -> np.ndarray:
     """Centres (float64, physical units) of cells [start, stop): (stop - start, n_inputs)."""
     addr = np.arange(start, stop, dtype=np.int64)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -79,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--slices", type=int, default=None, help="low bits of an alternative sliced_rom layout")
     args = ap.parse_args(argv)
 
-    from mi_certify.generator.build import lut_rom, lut_sliced_rom
+    from mi_certify.generator.build import lut_sliced_rom
     from mi_certify.generator.core.spec import load_spec
     from mi_certify.runtime.fsm import REASON_BITS
     from mi_certify.verification.rtl import synth
@@ -87,12 +86,11 @@ def main(argv=None) -> int:
     build = Path(args.build)
     spec = load_spec(build / "inputs" / "spec" / "sla.yaml")
     src = (build / f"{spec.module_name}.v").read_text(encoding="utf-8")
-    variants = {"shipped": (src, None), "table read alone": (table_only(src), None), "FSM alone": (fsm_only(src), None)}
+    variants = {"shipped": src, "table read alone": table_only(src), "FSM alone": fsm_only(src)}
     if args.slices is not None:
         import numpy as np
         from mi_certify.generator.build.emit_common import SourceHashes
         from mi_certify.generator.build.emit_verilog import emit_verilog
-        from mi_certify.generator.build.verilog_parts import rom_file_name
         from mi_certify.generator.core.lut import Lut, LutFsmArtefact, property_masks
         from mi_certify.generator.core.lut import split_table
         from mi_certify.runtime.lut_file import decode_lut_hex
@@ -103,24 +101,16 @@ def main(argv=None) -> int:
         try:
             alt = emit_verilog(spec, LutFsmArtefact.from_lut(spec, lut, property_masks(spec)),
                                SourceHashes("0" * 64, "0" * 64, "0" * 64), "bench", encoding="sliced_rom")
-            hexes = lut_rom.emit_rom_hex(spec, lut, "sliced_rom")
         finally:
             lut_sliced_rom.sliced_rom = real
-        variants[f"table read alone, {args.slices} low bits"] = (table_only(alt), {rom_file_name(spec): hexes})
+        variants[f"table read alone, {args.slices} low bits"] = table_only(alt)
 
     rows = {}
     with tempfile.TemporaryDirectory(prefix="mi-certify-fmax-") as work:
-        for k, (name, (text, files)) in enumerate(variants.items()):
+        for k, (name, text) in enumerate(variants.items()):
             d = Path(work) / str(k)
             d.mkdir()
             (d / f"{spec.module_name}.v").write_text(text, encoding="utf-8")
-            if files is None:
-                for f in build.glob("*.hex"):
-                    if f.name != "lut.hex":
-                        shutil.copy(f, d / f.name)
-            else:
-                for fname, body in files.items():
-                    (d / fname).write_text(body, encoding="ascii")
             res = [synth.place_and_route(d / f"{spec.module_name}.v", spec.module_name, spec.address_bits,
                                          spec.token_bits, REASON_BITS, spec.hdl.reset_port, seed=s)
                    for s in range(1, args.seeds + 1)]

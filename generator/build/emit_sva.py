@@ -26,7 +26,7 @@ from mi_certify.runtime.fsm import OperatorReason, Reason
 from mi_certify.templates import environment
 
 from mi_certify.generator.build.emit_common import SourceHashes
-from mi_certify.generator.build.verilog_parts import address_fields, lut_entries, rom_file_name
+from mi_certify.generator.build.verilog_parts import address_fields, lut_entries
 from mi_certify.generator.core.lut import LutFsmArtefact
 from mi_certify.generator.core.spec import Spec
 
@@ -118,21 +118,19 @@ def harness_document(spec: Spec, machine: LutFsmArtefact, latency: int) -> dict:
 
 
 def job_files(spec: Spec, folder) -> list:
-    """The files the job of ``spec`` lists, in ``folder`` (a pathlib.Path): the Verilog, the harness and,
-    when it is there, the ROM file."""
-    rom = folder / rom_file_name(spec)
-    return [folder / f"{spec.module_name}.v", folder / f"{harness_name(spec)}.sv", *([rom] if rom.exists() else [])]
+    """The files the job of ``spec`` lists, in ``folder`` (a pathlib.Path): the Verilog (a ROM's
+    contents inline) and the harness."""
+    return [folder / f"{spec.module_name}.v", folder / f"{harness_name(spec)}.sv"]
 
 
 def _no_yield_probe(spec: Spec) -> bool:
     return bool(spec.operator) and not spec.operator.config().yield_probe
 
 
-def emit_sva(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str, latency: int,
-             rom: bool) -> dict[str, str]:
+def emit_sva(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version: str, latency: int
+             ) -> dict[str, str]:
     """``{<module>_formal.sv: text, <module>.sby: text}`` for the controller of ``spec`` and
-    ``machine`` at decision latency ``latency`` (1-3; the emitted Verilog's). ``rom``: the Verilog
-    reads :func:`rom_file_name` with ``$readmemh`` (the job then lists it among its files).
+    ``machine`` at decision latency ``latency`` (1-3; the emitted Verilog's).
     A pure function of its inputs (byte-identical output)."""
     fields = address_fields(spec)
     entries = lut_entries(spec, machine)
@@ -165,7 +163,7 @@ def emit_sva(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, version:
         locked_expr=" || ".join(f"(token == {tw}'d{a})" for a in range(len(spec.actions))
                                 if op and (op.lockable >> a) & 1) or "1'b0",
         no_yield_probe=_no_yield_probe(spec), assertions=assertions(spec, machine),
-        depth=proof_depth(spec, latency), rom_file=rom_file_name(spec) if rom else None,
+        depth=proof_depth(spec, latency),
         sby=sby_name(spec))
     env = environment()
     return {f"{harness_name(spec)}.sv": env.get_template("formal/harness.sv.j2").render(**variables),

@@ -34,10 +34,10 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
 
     encoding: "case" | "rom" | "boxtree" | "sliced_rom" (default ``spec.hdl.encoding``; "auto"
     must be resolved by the caller). case: only entries that differ from the most common
-    entry are listed, the ``default`` arm holds that one. rom, sliced_rom: the design reads
-    :func:`~mi_certify.generator.build.verilog_parts.rom_file_name` (write
-    :func:`~mi_certify.generator.build.lut_rom.emit_rom_hex` beside it; sliced_rom: see
-    :func:`~mi_certify.generator.build.lut_sliced_rom.sliced_rom`). boxtree: comparators
+    entry are listed, the ``default`` arm holds that one. rom, sliced_rom: the ROM's contents are
+    initial values in the Verilog itself, in blocks of
+    :data:`~mi_certify.generator.build.verilog_parts.ROM_BLOCK` words (no file to read; sliced_rom:
+    see :func:`~mi_certify.generator.build.lut_sliced_rom.sliced_rom`). boxtree: comparators
     on the quantized fields, built from ``boxes`` (the distillation partition: inclusive
     level ranges) by :func:`mi_certify.generator.core.boxtree.build_tree`. A LUT of one entry is a
     continuous assignment with every encoding but rom.

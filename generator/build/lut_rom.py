@@ -1,6 +1,6 @@
 """The ``rom`` LUT encoding of the generated Verilog (docs/hdl.md): a flat ROM of one word
-``{confident, token}`` per address, loaded by ``$readmemh`` from :func:`rom_file_name`; and the
-ROM file of both ROM encodings (:func:`emit_rom_hex`)."""
+``{confident, token}`` per address, its contents inline in the Verilog (initial values); and the
+ROM words of both ROM encodings as hex text (:func:`emit_rom_hex`, the text their sha256 covers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import hashlib
 import numpy as np
 
 from mi_certify.generator.build import lut_sliced_rom
-from mi_certify.generator.build.verilog_parts import LutContext, LutLogic, lut_entries, rom_file_name
+from mi_certify.generator.build.verilog_parts import LutContext, LutLogic, lut_entries, rom_words
 from mi_certify.generator.core.lut import Lut, LutFsmArtefact
 from mi_certify.generator.core.spec import Spec
 
@@ -21,7 +21,8 @@ def rom_hex(entries: np.ndarray, token_bits: int) -> str:
 
 
 def emit_rom_hex(spec: Spec, lut: Lut | LutFsmArtefact, encoding: str = "rom") -> str:
-    """Contents of :func:`rom_file_name`: one hex word per line (line number = ROM address).
+    """A ROM encoding's words, one hex word per line (line number = ROM address): the Verilog holds
+    them as initial values, and its header comment gives the sha256 of this text.
     ``rom``: the entry ``{confident, token}`` of :func:`lut_entries` at every address;
     ``sliced_rom``: the stored columns of :func:`lut_sliced_rom.sliced_rom` (bit i = column i),
     empty when no column is stored (no ROM then)."""
@@ -34,10 +35,11 @@ def lut_logic(c: LutContext) -> LutLogic:
     """The flat ROM of ``c``'s table, read combinationally at latency 1 and synchronously at 2
     and 3 (at 3 into ``lut_word``, stage 1)."""
     tw, n = c.tw, len(c.entries)
-    sha = hashlib.sha256(rom_hex(c.entries, tw).encode("ascii")).hexdigest()
+    text = rom_hex(c.entries, tw)
+    sha = hashlib.sha256(text.encode("ascii")).hexdigest()
     note = (f"flat ROM of {n} x {tw + 1} bits read "
-            f"{'combinationally' if c.latency == 1 else 'synchronously'} from {rom_file_name(c.spec)} ($readmemh)")
+            f"{'combinationally' if c.latency == 1 else 'synchronously'}, its contents inline (initial values)")
     rows = [("reg", tw + 1, f"lut_rom [0:{n - 1}]", "the table, one word per address")]
     if c.latency == 3:
         rows.append(("reg", tw + 1, "lut_word", "the ROM word read at addr (stage 1)"))
-    return LutLogic(note, "lut_entry", rows, {"rom_sha256": sha})
+    return LutLogic(note, "lut_entry", rows, {"rom_sha256": sha, "rom_words": rom_words(text)})

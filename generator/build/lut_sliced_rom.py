@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mi_certify.generator.build.verilog_parts import LutContext, LutLogic, rom_file_name
+from mi_certify.generator.build.verilog_parts import LutContext, LutLogic, rom_words
 
 #: Most slice-select bits the ``sliced_rom`` encoding uses (at most 32 slices: a short multiplexer).
 SLICE_SELECT_MAX = 5
@@ -144,7 +144,8 @@ def split_select(sr: SlicedRom) -> dict:
 
 
 def columns_hex(sr: SlicedRom) -> str:
-    """The ROM file of a sliced ROM: one word per ROM address, bit i = column i ("" without columns)."""
+    """The words of a sliced ROM as hex text: one word per line (line number = ROM address), bit i =
+    column i ("" without columns)."""
     if not sr.columns:
         return ""
     digits = (len(sr.columns) + 3) // 4
@@ -155,7 +156,7 @@ def columns_hex(sr: SlicedRom) -> str:
 
 
 def rom_hex(entries: np.ndarray, address_bits: int) -> str:
-    """The ROM file of ``entries`` (one per address) in this encoding: :func:`columns_hex` of
+    """The ROM words of ``entries`` (one per address) in this encoding: :func:`columns_hex` of
     :func:`sliced_rom` with the default slicing."""
     return columns_hex(sliced_rom(entries, address_bits))
 
@@ -171,8 +172,9 @@ def lut_logic(c: LutContext) -> LutLogic:
     register stages (:func:`split_select`)."""
     sr = sliced_rom(c.entries, c.spec.address_bits)
     split = split_select(sr) if c.latency == 3 and sr.high_bits else None
+    text = columns_hex(sr)
     variables = {
-        "rom_sha256": hashlib.sha256(columns_hex(sr).encode("ascii")).hexdigest(),
+        "rom_sha256": hashlib.sha256(text.encode("ascii")).hexdigest(), "rom_words": rom_words(text),
         "sliced": {"dictionary": [(k, c.entry(e)) for k, e in enumerate(sr.dictionary)], "cw": sr.code_bits,
                    "lb": sr.low_bits, "hb": sr.high_bits, "ncols": len(sr.columns),
                    "slices": [(s, _code(bits)) for s, bits in enumerate(sr.select)],
@@ -181,8 +183,8 @@ def lut_logic(c: LutContext) -> LutLogic:
     note = (f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bit"
             f"{'s' if sr.code_bits > 1 else ''}, {1 << sr.high_bits} slice{'s' if sr.high_bits else ''} of "
             f"{1 << sr.low_bits} cells, {len(sr.columns)} stored column{'s' if len(sr.columns) != 1 else ''} of "
-            f"{1 << sr.low_bits} bits" + (f" read {'combinationally' if c.latency < 3 else 'synchronously'} from "
-                                           f"{rom_file_name(c.spec)} ($readmemh)" if sr.columns else ""))
+            f"{1 << sr.low_bits} bits" + (f" read {'combinationally' if c.latency < 3 else 'synchronously'}, "
+                                           "their words inline (initial values)" if sr.columns else ""))
     rows: list[tuple] = []
     if sr.columns:
         rows.append(("reg", len(sr.columns), f"lut_cols [0:{(1 << sr.low_bits) - 1}]",

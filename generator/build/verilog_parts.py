@@ -28,9 +28,14 @@ def lut_entries(spec: Spec, lut: Lut | LutFsmArtefact) -> np.ndarray:
     return lut.tokens.astype(np.int64) | (lut.confident.astype(np.int64) << spec.token_bits)
 
 
-def rom_file_name(spec: Spec) -> str:
-    """File the ``rom`` and ``sliced_rom`` encodings read with ``$readmemh``: ``<module>_rom.hex``, beside the ``.v``."""
-    return f"{spec.module_name}_rom.hex"
+#: Words per ``initial`` block of a ROM's inline contents (``verilog/fsm.v.j2``, macro ``rom_init``).
+ROM_BLOCK = 256
+
+
+def rom_words(hex_text: str) -> list[tuple[int, str]]:
+    """(address, hex word) of a ROM's contents written one hex word per line (line number = address):
+    the ``rom_words`` template variable of the ``rom`` and ``sliced_rom`` encodings."""
+    return list(enumerate(hex_text.split()))
 
 
 def decision_inputs(latency: int) -> dict[str, str]:
@@ -130,6 +135,6 @@ class LutLogic:
 
 def template_defaults(spec: Spec) -> dict:
     """The encoding-specific variables of ``verilog/fsm.v.j2`` as no encoding sets them."""
-    return {"rom_file": rom_file_name(spec), "rom_sha256": "", "tree_lines": [], "tree_comparators": 0,
+    return {"rom_words": [], "rom_block": ROM_BLOCK, "rom_sha256": "", "tree_lines": [], "tree_comparators": 0,
             "tree_leaves": 0, "sliced": None, "tree_field_decls": [], "col_sync": False, "split": None,
             "lut_cases": []}

@@ -153,19 +153,18 @@ def latency_trials(trials: dict) -> dict:
     return {str(lat): {dev: p["fmax_mhz"] for dev, p in pnr.items()} for lat, pnr in trials.items()}
 
 
-def emit_record(spec, encoding: str, has_rom: bool, target_header: dict | None,
+def emit_record(spec, encoding: str, target_header: dict | None,
                 encoding_estimates: dict | None = None, trials: dict | None = None) -> dict:
     """The ``emit`` record of the sources emitted for ``spec`` (its latency resolved): the file and
-    module names, the Verilog ``encoding``, the ROM file when ``has_rom``, the latency, the target
+    module names, the Verilog ``encoding`` (a ROM's contents are inline in the Verilog), the latency, the target
     verdict the Verilog header states. Measurements, kept only where the spec asks for them:
     ``encoding_estimates`` ({encoding: estimate}, ``hdl.encoding: auto``) and ``trials``
     (:func:`latency_trials`, ``hdl.latency: auto``)."""
-    from mi_certify.generator.build.verilog_parts import rom_file_name
     from mi_certify.generator.build.emit_monitor import module_name as monitor_module
     auto_encoding = spec.hdl.encoding == "auto" and encoding_estimates is not None
     auto_latency = spec.hdl.latency == "auto" and trials is not None
     return {"status": Status.OK.value, "python_runtime": f"{spec.name}.py", "verilog": f"{spec.module_name}.v",
-            "module": spec.module_name, "encoding": encoding, **({"rom": rom_file_name(spec)} if has_rom else {}),
+            "module": spec.module_name, "encoding": encoding,
             **({"encoding_estimates": encoding_estimates} if auto_encoding else {}),
             "latency": spec.hdl.latency_cycles, "target_header": target_header,
             **({"latency_trials": trials} if auto_latency else {}),

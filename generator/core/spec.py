@@ -178,11 +178,11 @@ SCHEMA: dict = {
                            "description": "prepended to the Verilog module name (default none: the module "
                                           "is controller.name)"},
                 "encoding": {"enum": ["case", "rom", "boxtree", "sliced_rom", "auto"],
-                             "description": "LUT encoding: case statement (default), flat ROM read from "
-                                            "<module>_rom.hex with $readmemh (block RAM behind a registered address), compressed "
+                             "description": "LUT encoding: case statement (default), flat ROM with its "
+                                            "contents inline (block RAM behind a registered address), compressed "
                                             "box tree of comparators on the quantized inputs, sliced ROM (entries "
                                             "dictionary-coded, constant and duplicate slice columns removed, the rest "
-                                            "in <module>_rom.hex), or auto: the smallest by Yosys estimate (docs/hdl.md)"},
+                                            "a ROM inline), or auto: the smallest by Yosys estimate (docs/hdl.md)"},
                 "latency": {"enum": [1, 2, 3, "auto"],
                             "description": "decision latency in clock cycles: 1 (default), 2 or 3 register the "
                                            "LUT read and delay every input together (outputs at cycle t = the "

@@ -53,8 +53,7 @@ from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_python import emit_python
 from mi_certify.generator.build.emit_sva import emit_sva, harness_document, job_files, sby_name
 from mi_certify.generator.build.emit_verilog import emit_verilog
-from mi_certify.generator.build.lut_rom import emit_rom_hex
-from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES, rom_file_name
+from mi_certify.generator.build.verilog_parts import ENCODINGS, LATENCIES
 from mi_certify.generator.build.emit_constraints import emit_constraints
 from mi_certify.generator.build.emit_monitor import copy_monitor_core, emit_sla_monitor, module_name as monitor_module
 from mi_certify.generator.core.errors import BuildError
@@ -357,9 +356,6 @@ def auto_encoding(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, box
             sub.mkdir()
             v = sub / f"{spec.module_name}.v"
             v.write_text(emit_verilog(spec, machine, hashes, version, encoding=enc, boxes=boxes), encoding="utf-8")
-            rom_text = emit_rom_hex(spec, machine, enc) if enc in ("rom", "sliced_rom") else ""
-            if rom_text:
-                (sub / rom_file_name(spec)).write_text(rom_text, encoding="ascii")
             try:
                 est[enc] = synth.estimate(v, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
                                           spec.hdl.reset_port)
@@ -370,13 +366,10 @@ def auto_encoding(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, box
 
 def _emit_candidate(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, boxes, version: str, encoding: str,
                     latency: int, work: Path) -> Path:
-    """The Verilog (and ROM file) of one candidate design written into ``work``; returns the .v path."""
+    """The Verilog of one candidate design written into ``work``; returns the .v path."""
     v = work / f"{spec.module_name}.v"
     v.write_text(emit_verilog(spec, machine, hashes, version, encoding=encoding, boxes=boxes, latency=latency),
                  encoding="utf-8")
-    rom_text = emit_rom_hex(spec, machine, encoding) if encoding in ("rom", "sliced_rom") else ""
-    if rom_text:
-        (work / rom_file_name(spec)).write_text(rom_text, encoding="ascii")
     return v
 
 
@@ -414,7 +407,7 @@ def measure_target(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, bo
 
 
 def emit_stage(ctx: BuildContext) -> StageResult:
-    """The Python runtime, the Verilog (encoding from sla.yaml, or ``auto``), its ROM file,
+    """The Python runtime, the Verilog (encoding from sla.yaml, or ``auto``; a ROM's contents inline),
     the SLA-monitor wrapper and core, the C runtime and, with a declared clock, the constraint files
     (``<module>.sdc`` / ``.pcf`` / ``.lpf``). Headers name the model, spec and LUT hashes."""
     spec, d = ctx.spec, ctx.d
@@ -440,16 +433,12 @@ def emit_stage(ctx: BuildContext) -> StageResult:
         ctx.target_pnr = trials[ctx.hdl_latency]
     spec = ctx.built_spec
     latency = spec.hdl.latency_cycles
-    rom_text = emit_rom_hex(spec, ctx.machine, encoding) if encoding in ("rom", "sliced_rom") else ""
-    rom_file = rom_file_name(spec) if rom_text else None
     constraints = emit_constraints(spec, ctx.version, ctx.hashes.spec)  # SDC, PCF, LPF: with a declared clock
 
     def run():
         ctx.py_path.write_text(emit_python(spec, ctx.machine, ctx.hashes, ctx.version), encoding="utf-8")
         ctx.v_path.write_text(emit_verilog(spec, ctx.machine, ctx.hashes, ctx.version, encoding=encoding,
                                            boxes=boxes, latency=latency, target_measured=header), encoding="utf-8")
-        if rom_file:
-            (d / rom_file).write_text(rom_text, encoding="ascii")
         ctx.mon_path.write_text(emit_sla_monitor(spec, ctx.hashes.spec, ctx.version), encoding="utf-8")
         copy_monitor_core(d)
         for fname, text in zip(c_file_names(spec), emit_c(spec, ctx.machine, ctx.hashes, ctx.version)):
@@ -458,11 +447,11 @@ def emit_stage(ctx: BuildContext) -> StageResult:
             (d / fname).write_text(text, encoding="utf-8")
         for fname, text in sva.items():
             (d / fname).write_text(text, encoding="utf-8")
-    sva = emit_sva(spec, ctx.machine, ctx.hashes, ctx.version, latency, rom_file is not None)
+    sva = emit_sva(spec, ctx.machine, ctx.hashes, ctx.version, latency)
     ctx.timed("emit", run)
-    files = (ctx.py_path.name, ctx.v_path.name, *((rom_file,) if rom_file else ()), ctx.mon_path.name, "sla_monitor.v",
+    files = (ctx.py_path.name, ctx.v_path.name, ctx.mon_path.name, "sla_monitor.v",
              *c_file_names(spec), *constraints, *sva)
-    return StageResult("emit", emit_record(spec, encoding, rom_file is not None, header, estimates,
+    return StageResult("emit", emit_record(spec, encoding, header, estimates,
                                            latency_trials(trials) if trials is not None else None), evidence=files)
 
 
@@ -551,8 +540,7 @@ def _cosim(ctx: BuildContext) -> dict:
     spec, opts, machine, d = ctx.built_spec, ctx.opts, ctx.machine, ctx.d
     with tempfile.TemporaryDirectory(prefix="mi-certify-cosim-") as work:
         work = Path(work)
-        # options (reset port, polarity, prefix) adapted to the test bench's active-high rst; the
-        # ROM encodings' $readmemh file copied where the simulator runs
+        # options (reset port, polarity, prefix) adapted to the test bench's active-high rst
         operator = spec.operator.config() if spec.operator else None   # the command port driven too
         sims = {sim: hdl_adapter.prepare(ctx.v_path, spec.module_name, spec.hdl.reset_port, machine, work / sim,
                                          operator is not None) for sim in ("icarus", "verilator")}

@@ -237,12 +237,8 @@ def _masks():
 
 
 def _sim(reference_build, verilog, tmp_path):
-    """(Verilog, top) for run_cosim: the build's ROM file ($readmemh) beside ``verilog`` (unless a
-    mutant is already there) and copied where the simulators run."""
+    """(Verilog, top) for run_cosim (the ROM's contents are inline in ``verilog``)."""
     from mi_certify.verification.rtl import hdl_adapter
-    rom = reference_build / "meta_controller_rom.hex"
-    if rom.exists() and not (verilog.parent / rom.name).exists():
-        shutil.copyfile(rom, verilog.parent / rom.name)
     return hdl_adapter.prepare(verilog, "meta_controller", "rst", _machine(reference_build), tmp_path / "work")
 
 
@@ -264,8 +260,8 @@ def test_mutated_rtl_is_caught_by_cosimulation(reference_build, tmp_path, mutati
 
 
 def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
-    """The sliced ROM file's words at the addresses the directed sequence visits, every stored
-    column bit flipped: the co-simulation against the Python reference must see a mismatch.
+    """The sliced ROM's words (initial values in the Verilog) at the addresses the directed sequence
+    visits, every stored column bit flipped: the co-simulation against the Python reference must see a mismatch.
     (One flipped select bit at latency 3 is caught by rtl.lut_table and the reader: test_hdl.)"""
     import re
     from mi_certify.verification.cosim.cocotb_sim import make_stimulus
@@ -274,12 +270,16 @@ def test_flipped_lut_entry_in_the_rtl_is_caught(reference_build, tmp_path):
     src = (reference_build / "meta_controller.v").read_text()
     assert "LUT encoding: sliced ROM" in src  # examples/meta_controller/sla.yaml: hdl.encoding sliced_rom
     low = int(re.search(r"lut_cols\[addr\[(\d+):0\]\]", src).group(1)) + 1
-    (tmp_path / "meta_controller.v").write_text(src)
-    words = (reference_build / "meta_controller_rom.hex").read_text().split()
     width = int(re.search(r"reg\s+\[(\d+):0\]\s+lut_cols", src).group(1)) + 1
-    for a in {row[1] & ((1 << low) - 1) for row in stim[:directed]}:
-        words[a] = format(int(words[a], 16) ^ ((1 << width) - 1), f"0{len(words[a])}x")
-    (tmp_path / "meta_controller_rom.hex").write_text("\n".join(words) + "\n")
+    flipped = {row[1] & ((1 << low) - 1) for row in stim[:directed]}
+
+    def flip(m):
+        a, word = int(m.group(2)), m.group(4)
+        return m.group(0) if a not in flipped else \
+            f"{m.group(1)}{format(int(word, 16) ^ ((1 << width) - 1), f'0{len(word)}x')};"
+    mutant, n = re.subn(r"^(\s*lut_cols\[(\d+)\] = (\d+)'h)([0-9a-f]+);$", flip, src, flags=re.M)
+    assert n == 1 << low and mutant != src
+    (tmp_path / "meta_controller.v").write_text(mutant)
     res = run_cosim(*_sim(reference_build, tmp_path / "meta_controller.v", tmp_path), _machine(reference_build, lut),
                     tmp_path / "work", latency=REF_LATENCY)
     assert not res.passed and res.mismatches > 0

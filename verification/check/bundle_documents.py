@@ -65,13 +65,12 @@ def lut_counts(lut_json: dict) -> dict:
     return status_run_counts(lut_json["cell_status"])
 
 
-def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.ndarray, has_rom: bool) -> dict:
+def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.ndarray) -> dict:
     """Every stage record of summary.json derived from the evidence files in ``d``.
 
     ``stored`` is summary.json's ``stages``: only the ``hdl`` record (tool measurements,
     re-made by the full check) and, for a failed stage, its ``error`` text are taken from it.
-    ``has_rom``: the emitter, run again, writes a ``$readmemh`` file for this LUT. Each record is
-    built by the pipeline's own builder (:mod:`mi_certify.generator.bundle.stage_records`) from
+    Each record is built by the pipeline's own builder (:mod:`mi_certify.generator.bundle.stage_records`) from
     inputs read here out of the evidence files.
     """
     from mi_certify.generator.bundle.stage_records import (STAGE_TEXT, cosim_record, import_record,
@@ -88,7 +87,7 @@ def expected_stages(d: Path, spec, ir, manifest: dict, stored: dict, lut: np.nda
                                                   len(lp["overridden_cells"]))
     index = _read(d, "proofs/index.json") or {"obligations": []}
     out["fsm_proofs"] = _fsm_stage(d, spec, index, lut)
-    out["emit"] = _emit_stage(spec, stored, has_rom)
+    out["emit"] = _emit_stage(spec, stored)
     lint = _read(d, "lint.json")
     out["lint"] = _skipped("lint") if lint is None else lint_record(lint)
     out["rtl_proofs"] = _rtl_stage(index, command)
@@ -169,13 +168,13 @@ def _fsm_stage(d: Path, spec, index: dict, lut: np.ndarray) -> dict:
     return fsm_proofs_record(fsm, len(entry_alphabet(machine)), len(traces))
 
 
-def _emit_stage(spec, stored: dict, has_rom: bool) -> dict:
+def _emit_stage(spec, stored: dict) -> dict:
     """The ``emit`` record; the measurements (the ``auto`` encoding and its estimates, the latency
     trials) are taken from summary.json."""
     from mi_certify.generator.bundle.stage_records import emit_record
     emit = stored.get("emit", {})
     encoding = emit.get("encoding") if spec.hdl.encoding == "auto" else spec.hdl.encoding
-    return emit_record(spec, encoding, has_rom, _target_header(spec, stored), emit.get("encoding_estimates"),
+    return emit_record(spec, encoding, _target_header(spec, stored), emit.get("encoding_estimates"),
                        emit.get("latency_trials"))
 
 
@@ -252,8 +251,6 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     from mi_certify.generator.build.emit_c import c_file_names, emit_c
     from mi_certify.generator.build.emit_python import emit_python
     from mi_certify.generator.build.emit_verilog import emit_verilog
-    from mi_certify.generator.build.lut_rom import emit_rom_hex
-    from mi_certify.generator.build.verilog_parts import rom_file_name
     from mi_certify.generator.build.emit_monitor import emit_sla_monitor, module_name as monitor_module
     from mi_certify.generator.core.lut import Lut, LutFsmArtefact, decode_status_runs, property_masks, split_table
 
@@ -280,13 +277,9 @@ def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.nda
     made = emit_constraints(spec, version, hashes.spec)
     if any(name in manifest["files"] for name in made):   # bundles made before issue 35 have none
         out.update(made)
-    if encoding in ("rom", "sliced_rom"):
-        rom = emit_rom_hex(spec, machine, encoding)
-        if rom:
-            out[rom_file_name(spec)] = rom
     from mi_certify.generator.build.emit_sva import emit_sva, sby_name
     if sby_name(spec) in manifest["files"]:   # bundles made before the SVA harness have none
-        out.update(emit_sva(spec, machine, hashes, version, spec.hdl.latency_cycles, rom_file_name(spec) in out))
+        out.update(emit_sva(spec, machine, hashes, version, spec.hdl.latency_cycles))
     if spec.hdl.input_formats and (d / "soc.json").exists():  # the raw-input design (docs/hdl.md, "Raw inputs")
         from mi_certify.generator.build.emit_quantizer import emit_raw_design
         from mi_certify.generator.build.emit_soc import emit_soc

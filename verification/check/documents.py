@@ -68,8 +68,7 @@ def _summary(c: Checker, ev: CheckContext, sources: dict, derived: dict) -> str:
     """Fills ``derived`` with summary.json as the evidence gives it, then compares."""
     from mi_certify.generator.bundle.summary import summarize
     summary = ev.summary
-    stages = docs.expected_stages(c.d, ev.spec, ev.ir, c.manifest, summary.get("stages", {}), ev.lut,
-                                  has_rom=any(rel.endswith("_rom.hex") for rel in sources))
+    stages = docs.expected_stages(c.d, ev.spec, ev.ir, c.manifest, summary.get("stages", {}), ev.lut)
     lut_json = c.read_json("lut.json")
     counts = docs.lut_counts(lut_json)
     derived.update(summarize(ev.spec, stages, counts, c.manifest.get("mi_certify", {}).get("version", "?")))

@@ -50,9 +50,6 @@ def run_bus_cosim(spec: Spec, bundle: Path, runtime_py: Path, bus: str, transact
     top = axil_module(spec) if bus == "axil" else wb_module(spec)
     names = [top, regs_module(spec), f"{spec.module_name}_raw", f"{spec.module_name}_quantizer", spec.module_name,
              f"{spec.module_name}_sla_monitor", "sla_monitor"]
-    for rom in bundle.glob("*_rom.hex"):  # $readmemh reads it where the simulator runs (the build directory)
-        (workdir / "sim_build").mkdir(parents=True, exist_ok=True)
-        (workdir / "sim_build" / rom.name).write_bytes(rom.read_bytes())
     report = workdir / "bus_report.json"
     report.unlink(missing_ok=True)
     cfg = {**bench_config(spec), "bus": bus, "transactions": transactions, "seed": seed,

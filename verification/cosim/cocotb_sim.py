@@ -20,7 +20,6 @@ import importlib.util
 import json
 import random
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -394,21 +393,6 @@ def functional_coverage(cfg: FsmConfig, lut: bytes, rep, masks: tuple[MaskBox, .
                             else 1.0, "missing": [list(p) for p in possible if not seen.get(p)]}}
 
 
-def copy_memory_files(verilog: Path, workdir: Path) -> list[str]:
-    """Copy every ``$readmemh`` file the design names (the ``rom`` / ``sliced_rom`` encodings
-    keep it beside the ``.v``) to ``workdir`` and ``workdir/sim_build``, the working
-    directories of the vector bench and of the per-cycle cocotb bench (Icarus reads the file
-    relative to them). Returns the names; a missing file is left for the simulator to report."""
-    names = re.findall(r'\$readmemh\("([A-Za-z0-9_.-]+)"', verilog.read_text(encoding="utf-8"))
-    for name in names:
-        src = verilog.parent / name
-        for where in (workdir, workdir / "sim_build"):
-            where.mkdir(parents=True, exist_ok=True)
-            if src.is_file() and src.resolve() != (where / name).resolve():
-                shutil.copyfile(src, where / name)
-    return names
-
-
 def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Path,
               runtime_py: Path | None = None, random_cycles: int = 10_000, seed: int = 1,
               timeout_s: float = 3600.0, traces: tuple[list[dict], ...] = (), reference=None,
@@ -449,7 +433,6 @@ def run_cosim(verilog: Path, toplevel: str, machine: LutFsmArtefact, workdir: Pa
     except ToolMissingError as exc:
         return CosimResult(False, 0, 0, None, seed, sim, error=str(exc))
     workdir.mkdir(parents=True, exist_ok=True)
-    copy_memory_files(verilog, workdir)
     stimulus, directed = make_stimulus(cfg, lut, random_cycles, seed, masks, tuple(traces))
     if operator is not None:
         stimulus, directed = with_commands(cfg, operator, lut, stimulus, directed, seed, masks)

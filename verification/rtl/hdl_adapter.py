@@ -4,8 +4,7 @@ The cocotb test bench (:mod:`mi_certify.verification.cosim.cocotb_tb`) drives ``
 high) of module ``toplevel``. With the sla.yaml ``hdl`` options the module may be called
 ``<prefix><name>`` and its reset may be ``rst_n`` (active low); :func:`prepare` then
 writes an adapter module ``mi_certify_cosim_top`` (the generated module plus a thin
-wrapper that inverts the reset and passes every other port straight through) and
-copies a ``$readmemh`` ROM file to where the simulator runs.
+wrapper that inverts the reset and passes every other port straight through).
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from pathlib import Path
 from mi_certify.generator.core.lut import LutFsmArtefact
 from mi_certify.runtime.fsm import REASON_BITS
 
-from mi_certify.verification.cosim.cocotb_sim import copy_memory_files
-
 ADAPTER = "mi_certify_cosim_top"
 
 
@@ -25,13 +22,10 @@ def prepare(verilog: Path, module: str, reset_port: str, machine: LutFsmArtefact
     """(Verilog file, top module) to co-simulate; ``workdir`` is run_cosim's scratch directory;
     ``machine`` gives the port widths (address and token bits).
 
-    Every ``$readmemh`` file the design names (the ``rom`` / ``sliced_rom`` encodings keep it
-    beside ``verilog``) is copied where the simulators run (:func:`.cocotb_sim.copy_memory_files`).
     ``operator``: the design has the command port (sla.yaml ``operator:``), passed through too.
     """
     operator = operator or machine.operator is not None   # the machine's own command port, by default
     workdir.mkdir(parents=True, exist_ok=True)
-    copy_memory_files(verilog, workdir)
     if reset_port == "rst":
         return verilog, module
     rst = "!rst" if reset_port == "rst_n" else "rst"

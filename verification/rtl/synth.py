@@ -252,7 +252,7 @@ endmodule
 
 
 def max_rom_kbit() -> int | None:
-    """The largest ``$readmemh`` ROM (Kbit, words x width) that Yosys is asked to synthesise:
+    """The largest ROM (Kbit, words x width) that Yosys is asked to synthesise:
     :data:`MAX_ROM_ENV` when set (``0`` / ``none``: None, no limit), else :data:`MAX_ROM_KBIT`.
     Raises ValueError on another value."""
     from mi_certify.verification.tools.registry import env_limit
@@ -260,10 +260,10 @@ def max_rom_kbit() -> int | None:
 
 
 def rom_shapes(verilog: Path) -> list[tuple[str, int, int]]:
-    """The ``$readmemh`` ROMs of ``verilog``: (name, words, width) per ``reg [W-1:0] name [0:N-1]``
-    that an ``initial $readmemh(..., name)`` fills (the ``rom`` / ``sliced_rom`` encodings)."""
+    """The ROMs of ``verilog``: (name, words, width) per ``reg [W-1:0] name [0:N-1]`` that initial
+    values fill (``name[a] = W'h...;``: the ``rom`` / ``sliced_rom`` encodings)."""
     text = verilog.read_text(encoding="utf-8", errors="replace")
-    filled = set(re.findall(r"\$readmemh\s*\(\s*\"[^\"]*\"\s*,\s*(\w+)", text))
+    filled = set(re.findall(r"^\s*(\w+)\[\d+\]\s*=\s*\d+'h[0-9a-fA-F]+;", text, re.M))
     return [(name, int(last) + 1, int(hi) + 1)
             for hi, name, last in re.findall(r"\breg\s*\[(\d+):0\]\s*(\w+)\s*\[0:(\d+)\]", text) if name in filled]
 
@@ -338,9 +338,9 @@ def ice40_stats(verilog: Path, top: str, timeout_s: float = 900.0) -> dict:
 
 
 def _copy_design(verilog: Path, work: Path) -> None:
-    """The design and any ``$readmemh`` file beside it, copied to ``work``."""
+    """The design (every ``.v`` beside it), copied to ``work``."""
     for f in verilog.resolve().parent.iterdir():
-        if f.is_file() and f.suffix in (".v", ".hex"):
+        if f.is_file() and f.suffix == ".v":
             shutil.copy(f, work / f.name)
 
 

@@ -11,8 +11,8 @@ controller (:func:`check_controller`), confirms
   spec;
 - the decision latency: the pipeline registers between the ports and the decision stage,
   read from the data flow (the stage of the signal registered into ``audit_addr``);
-- the LUT (:func:`read_lut`): whatever the encoding (case items, the ``$readmemh`` ROM with
-  its ``.hex`` file, the sliced ROM's columns, slices and dictionary, the box tree's
+- the LUT (:func:`read_lut`): whatever the encoding (case items, the ROM with its initial
+  values, the sliced ROM's columns, slices and dictionary, the box tree's
   comparators), the syntax tree's data flow from ``addr`` to ``lut_entry`` is evaluated at
   every address at once (NumPy), and every path must cross the same number of registers.
 
@@ -212,7 +212,7 @@ class _Flow:
         self.n = 1 << address_bits
         self.widths: dict[str, int] = {n: p.width for n, p in mod.ports.items()}
         self.memories: dict[str, tuple[int, int]] = {}   # name -> (width, depth)
-        self.mem_files: dict[str, str] = {}
+        self.mem_inits: dict[str, dict[int, tuple[int, int | None, int]]] = {}
         self.rom_words: dict[str, np.ndarray] = {}
         self.drivers: dict[str, object] = {}
         self.values: dict[str, tuple[np.ndarray, int | None]] = {}
@@ -272,14 +272,20 @@ class _Flow:
         return []
 
     def _initial(self, stmt) -> None:
+        """Record a ROM's initial values: ``initial begin <memory>[<address>] = <constant>; ... end``,
+        the only initial blocks the emitter writes."""
         A = self.A
         stmts = stmt.statements if isinstance(stmt, A.Block) else [stmt]
         for s in stmts:
-            call = s.statement if isinstance(s, A.SingleStatement) else s
-            if not (isinstance(call, A.SystemCall) and call.syscall == "readmemh" and len(call.args) == 2
-                    and isinstance(call.args[0], A.StringConst) and isinstance(call.args[1], A.Identifier)):
-                self.fail(s, "the only initial block allowed loads a ROM: initial $readmemh(\"<file>\", <memory>)")
-            self.mem_files[call.args[1].name] = call.args[0].value
+            left = s.left.var if isinstance(s, A.BlockingSubstitution) else None
+            if not (isinstance(left, A.Pointer) and isinstance(left.var, A.Identifier)
+                    and isinstance(left.ptr, A.IntConst) and isinstance(s.right.var, A.IntConst)):
+                self.fail(s, "the only initial blocks allowed give a ROM its contents: <memory>[<address>] = <constant>;")
+            inits = self.mem_inits.setdefault(left.var.name, {})
+            addr = _const(left.ptr.value)[0]
+            if addr in inits:
+                self.fail(s, f"{left.var.name}[{addr}] is given a second initial value")
+            inits[addr] = (*_const(s.right.var.value), s.lineno)
 
     # -- values --
     def value(self, name: str, node=None) -> tuple[np.ndarray, int | None]:
@@ -472,23 +478,24 @@ class _Flow:
         self.fail(e, f"width of {type(e).__name__} unknown")
 
     def words(self, name: str) -> np.ndarray:
-        """The contents of ROM ``name`` from its ``$readmemh`` file (beside the ``.v``)."""
+        """The contents of ROM ``name`` from its initial values: one per address, each a constant of
+        the memory's width (an unsized constant must fit it)."""
         if name in self.rom_words:
             return self.rom_words[name]
         width, depth = self.memories[name]
-        if name not in self.mem_files:
-            raise VerilogReadError(f"ROM {name} has no $readmemh file", file=self.file.name)
-        fname = self.mem_files[name]
-        path = self.file.parent / fname
-        if not path.is_file():
-            raise VerilogReadError(f"ROM file {fname} of {name} is missing", file=self.file.name)
-        text = path.read_text(encoding="ascii").split()
-        if len(text) != depth or any(not re.fullmatch(r"[0-9a-fA-F]+", w) for w in text):
-            raise VerilogReadError(f"{fname} holds {len(text)} words (hex digits only), {name} has {depth}",
+        inits = self.mem_inits.get(name)
+        if not inits:
+            raise VerilogReadError(f"ROM {name} has no initial values", file=self.file.name)
+        if sorted(inits) != list(range(depth)):
+            outside = sorted(a for a in inits if a >= depth)
+            raise VerilogReadError(f"ROM {name} has initial values for {len(inits)} addresses, not one for each of "
+                                   f"its {depth} words" + (f" (address {outside[0]} is beyond it)" if outside else ""),
                                    file=self.file.name)
-        words = narrow(np.array([int(w, 16) for w in text], dtype=object), width)
-        if int(words.max(initial=0)) >> width:
-            raise VerilogReadError(f"{fname} holds a word wider than {width} bits", file=self.file.name)
+        for a, (value, bits, line) in inits.items():
+            if (bits is not None and bits != width) or value >> width:
+                raise VerilogReadError(f"{name}[{a}] = a {bits or 'unsized'}-bit constant {value:#x}; the ROM's words "
+                                       f"are {width} bits", file=self.file.name, where=f"line {line}")
+        words = narrow(np.array([inits[a][0] for a in range(depth)], dtype=object), width)
         self.rom_words[name] = words
         return words
 
@@ -512,7 +519,7 @@ class LutReading:
 
 def _how(mod: RtlModule, flow: _Flow) -> str:
     A = flow.A
-    roms = [f"{flow.mem_files.get(m, '?')} ({d} words of {w} bits into {m})" for m, (w, d) in flow.memories.items()]
+    roms = [f"initial values ({d} words of {w} bits in {m})" for m, (w, d) in flow.memories.items()]
     kinds = set()
 
     def walk(node):

@@ -14,9 +14,8 @@ import pytest
 from mi_certify.generator.core.boxtree import Leaf, build_tree, evaluate, tree_size
 from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_verilog import emit_verilog
-from mi_certify.generator.build.lut_rom import emit_rom_hex
 from mi_certify.generator.build.lut_sliced_rom import sliced_rom, split_select
-from mi_certify.generator.build.verilog_parts import lut_entries, rom_file_name
+from mi_certify.generator.build.verilog_parts import lut_entries
 from mi_certify.generator.core.errors import SpecError
 from mi_certify.generator.core.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
 from mi_certify.generator.frontend.onnx_import import import_onnx
@@ -56,9 +55,16 @@ def _emit(spec, lut, boxes, out, encoding, **hdl):
     v = out / f"{spec.module_name}.v"
     machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
     v.write_text(emit_verilog(spec, machine, HASHES, "test", encoding=encoding, boxes=boxes))
-    if encoding in ("rom", "sliced_rom") and emit_rom_hex(spec, lut, encoding):
-        (out / rom_file_name(spec)).write_text(emit_rom_hex(spec, lut, encoding))
     return spec, v
+
+
+def _flip_rom_word(v, memory: str, address: int, mask: int) -> None:
+    """XOR ``mask`` into the initial value of ``memory[address]`` in the Verilog ``v``."""
+    text = v.read_text()
+    m = re.search(rf"^(\s*{memory}\[{address}\] = (\d+)'h)([0-9a-f]+);$", text, re.M)
+    assert m, f"{memory}[{address}] has no initial value in {v.name}"
+    word = format(int(m.group(3), 16) ^ mask, f"0{len(m.group(3))}x")
+    v.write_text(text[:m.start()] + m.group(1) + word + ";" + text[m.end():])
 
 
 def _proofs(spec, v, lut):
@@ -114,13 +120,11 @@ def test_every_encoding_is_proved_equal_to_the_table_and_read_back_independently
     assert f"LUT encoding: {title[encoding]}" in v.read_text()
 
 
-def test_a_mutated_rom_file_is_caught(small, tmp_path):
+def test_a_mutated_rom_word_is_caught(small, tmp_path):
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "rom")
-    rom = tmp_path / rom_file_name(spec)
-    words = rom.read_text().split()
-    words[77] = format(int(words[77], 16) ^ 0b001, "x")
-    rom.write_text("\n".join(words) + "\n")
+    assert list(tmp_path.iterdir()) == [v]   # the ROM's contents are in the Verilog: no file to read
+    _flip_rom_word(v, "lut_rom", 77, 0b001)
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
     assert ob.verdict == "violated" and ob.detail == "1 entries differ, first at address 77"
     table, _ = verilog_table(tmp_path, spec)
@@ -165,13 +169,10 @@ def test_a_constant_lut_is_proved_read_back_and_co_simulated(small, tmp_path, en
     assert res.passed and res.mismatches == 0, res.to_json()
 
 
-def test_a_mutated_sliced_rom_file_is_caught(small, tmp_path):
+def test_a_mutated_sliced_rom_word_is_caught(small, tmp_path):
     spec, lut, boxes = small
     spec, v = _emit(spec, lut, boxes, tmp_path, "sliced_rom")
-    rom = tmp_path / rom_file_name(spec)
-    words = rom.read_text().split()
-    words[5] = format(int(words[5], 16) ^ 0b1, "x")  # column 0 at ROM address 5: every slice that reads it
-    rom.write_text("\n".join(words) + "\n")
+    _flip_rom_word(v, "lut_cols", 5, 0b1)   # column 0 at ROM address 5: every slice that reads it
     ob = _proofs(spec, v, lut)["rtl.lut_table"]
     table, _ = verilog_table(tmp_path, spec)
     bad = np.nonzero(table != lut_entries(spec, lut))[0]
@@ -223,7 +224,8 @@ def test_every_option_combination_is_lint_clean(small, tmp_path, encoding):
         edge = {"sync": "always @(posedge clk) begin",
                 "async": f"always @(posedge clk or {'posedge rst' if port == 'rst' else 'negedge rst_n'}) begin"}
         assert edge[opt["reset"]] in src
-        assert "initial" not in src.replace("initial $readmemh", "")
+        inits = [ln.strip() for ln in src.splitlines() if ln.strip().startswith("initial")]
+        assert set(inits) <= {"initial begin   // ROM contents, not logic"} and bool(inits) == (encoding in ("rom", "sliced_rom"))
         assert src.count("`default_nettype none") == 1 and src.rstrip().endswith("endmodule\n`default_nettype wire")
         assert "HYST_LAST == " not in src and "'d0) begin" in src
 

@@ -115,8 +115,7 @@ def test_every_stage_record_of_the_shipped_bundle_is_rebuilt_by_the_one_builder_
     spec = load_spec(CERTS / "inputs" / "spec" / "sla.yaml")
     ir = import_onnx(CERTS / "inputs" / "model" / "controller.onnx")
     lut = np.frombuffer(decode_lut_hex((CERTS / "lut.hex").read_text(encoding="ascii")), dtype=np.uint8)
-    has_rom = (CERTS / f"{spec.module_name}_rom.hex").is_file()
-    again = expected_stages(CERTS, spec, ir, manifest, summary["stages"], lut, has_rom)
+    again = expected_stages(CERTS, spec, ir, manifest, summary["stages"], lut)
     assert sorted(again) == sorted(summary["stages"])
     differ = [k for k in again if json.loads(json.dumps(again[k])) != summary["stages"][k]]
     assert differ == []

@@ -15,8 +15,6 @@ import pytest
 from mi_certify.generator.build.emit_common import SourceHashes
 from mi_certify.generator.build.emit_sva import assertions, emit_sva, harness_name, proof_depth, sby_name
 from mi_certify.generator.build.emit_verilog import emit_verilog
-from mi_certify.generator.build.lut_rom import emit_rom_hex
-from mi_certify.generator.build.verilog_parts import rom_file_name
 from mi_certify.generator.core.lut import LutFsmArtefact, apply_masks, property_masks, sample_lut
 from mi_certify.generator.core.spec import load_spec
 from mi_certify.generator.frontend.onnx_import import import_onnx
@@ -49,17 +47,13 @@ def small(tmp_path_factory):
 
 
 def _write(spec, machine, out, encoding, latency, **hdl):
-    """The Verilog, its ROM file, the harness and the job of ``spec`` in ``out``: (spec, job, files)."""
+    """The Verilog (a ROM's contents inline), the harness and the job of ``spec`` in ``out``: (spec, job, files)."""
     spec = dataclasses.replace(spec, hdl=dataclasses.replace(spec.hdl, latency=latency, **hdl))
     out.mkdir(parents=True, exist_ok=True)
     v = out / f"{spec.module_name}.v"
     v.write_text(emit_verilog(spec, machine, HASHES, "test", encoding=encoding, latency=latency))
     files = [v]
-    rom = emit_rom_hex(spec, machine, encoding) if encoding in ("rom", "sliced_rom") else ""
-    if rom:
-        files.append(out / rom_file_name(spec))
-        files[-1].write_text(rom)
-    for name, text in emit_sva(spec, machine, HASHES, "test", latency, bool(rom)).items():
+    for name, text in emit_sva(spec, machine, HASHES, "test", latency).items():
         (out / name).write_text(text)
     files.append(out / f"{harness_name(spec)}.sv")
     return spec, out / sby_name(spec), files
@@ -79,7 +73,8 @@ def test_the_harness_is_proved_on_every_encoding_and_latency(small, tmp_path, ki
     assert res.failed == () and res.detail.startswith("PASS")
     text = job.read_text()
     assert f"depth {proof_depth(spec, latency)}\n" in text and "smtbmc yices\n" in text
-    assert (rom_file_name(spec) in text) == (encoding != "case")
+    assert text.split("[files]\n")[1] == f"{spec.module_name}.v\n{harness_name(spec)}.sv\n"   # no ROM file
+    assert ("initial begin   // ROM contents" in files[0].read_text()) == (encoding != "case")
 
 
 def test_a_flipped_lut_entry_gives_a_counterexample_from_reset(small, tmp_path):
@@ -101,10 +96,11 @@ def test_a_flipped_lut_entry_gives_a_counterexample_from_reset(small, tmp_path):
 def test_a_flipped_rom_bit_fails_the_job(small, tmp_path):
     spec, machine = small["op"]
     spec, job, files = _write(spec, machine, tmp_path, "rom", 2)
-    rom = files[1]
-    words = rom.read_text().split()
-    words[5] = format(int(words[5], 16) ^ 0b100, f"0{len(words[5])}x")   # the confident bit of entry 5
-    rom.write_text("\n".join(words) + "\n")
+    v = files[0]
+    text = v.read_text()
+    m = re.search(r"^(\s*lut_rom\[5\] = \d+'h)([0-9a-f]+);$", text, re.M)
+    word = format(int(m.group(2), 16) ^ 0b100, f"0{len(m.group(2))}x")   # the confident bit of entry 5
+    v.write_text(text[:m.start()] + m.group(1) + word + ";" + text[m.end():])
     res = run_sby(job, files)
     assert res.verdict == "failed" and res.steps.get("basecase") == "fail"
     assert "a_low_confidence" in res.failed or "a_switch" in res.failed
@@ -120,7 +116,7 @@ def test_the_assertions_name_their_rules_and_the_depth_covers_the_lock(small):
     assert [a.label for a in assertions(plain_spec, plain)] == labels[:-2]
     # L + H + 3, and 63: the 6-bit override counter (an unreachable override state ends within its count)
     assert (proof_depth(spec, 3), proof_depth(plain_spec, 3), proof_depth(plain_spec, 1)) == (72, 9, 7)
-    sv = emit_sva(spec, machine, HASHES, "test", 3, False)[f"{harness_name(spec)}.sv"]
+    sv = emit_sva(spec, machine, HASHES, "test", 3)[f"{harness_name(spec)}.sv"]
     for label in labels:
         assert re.search(rf"^\s+{label}: assert \(", sv, re.M), label
 

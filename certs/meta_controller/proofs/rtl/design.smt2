@@ -187,17 +187,17 @@
 ; yosys-smt2-topmod meta_controller
 ; end of yosys output
 (define-fun |meta_controller#3| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#2| state)) #b110)) ; \in_0
-(define-fun |meta_controller#4| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#3| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$1252 [2:0]
+(define-fun |meta_controller#4| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#3| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$2788 [2:0]
 (define-fun |meta_controller#5| ((state |meta_controller_s|)) Bool (bvule ((_ extract 13 10) (|meta_controller#2| state)) #b0001)) ; \in_1
-(define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#5| state) #b0001 #b1111)) ; $ternary$meta_controller.v:263$151_Y
+(define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#5| state) #b0001 #b1111)) ; $ternary$meta_controller.v:779$663_Y
 (define-fun |meta_controller#7| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (concat #b1 (|meta_controller#4| state)) (|meta_controller#6| state))) ; \allowed
-(define-fun |meta_controller#14| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b11)) ; $eq$meta_controller.v:372$174_Y
+(define-fun |meta_controller#14| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b11)) ; $eq$meta_controller.v:888$686_Y
 (define-fun |meta_controller#15| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#14| state) #b00 (|meta_controller#12| state))) ; $3\c_act[1:0]
-(define-fun |meta_controller#16| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b10)) ; $eq$meta_controller.v:368$173_Y
+(define-fun |meta_controller#16| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b10)) ; $eq$meta_controller.v:884$685_Y
 (define-fun |meta_controller#17| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#16| state) #b00 (|meta_controller#15| state))) ; $2\c_act[1:0]
-(define-fun |meta_controller#19| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b01)) ; $eq$meta_controller.v:364$170_Y
-(define-fun |meta_controller#20| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr #b0100 (concat #b00 (|meta_controller#18| state))))) ; $shiftx$meta_controller.v:0$171_Y
-(define-fun |meta_controller#21| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#19| state) false) (or  (= ((_ extract 0 0) (|meta_controller#20| state)) #b1) false))) ; $logic_and$meta_controller.v:364$172_Y
+(define-fun |meta_controller#19| ((state |meta_controller_s|)) Bool (= (|meta_controller#13| state) #b01)) ; $eq$meta_controller.v:880$682_Y
+(define-fun |meta_controller#20| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr #b0100 (concat #b00 (|meta_controller#18| state))))) ; $shiftx$meta_controller.v:0$683_Y
+(define-fun |meta_controller#21| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#19| state) false) (or  (= ((_ extract 0 0) (|meta_controller#20| state)) #b1) false))) ; $logic_and$meta_controller.v:880$684_Y
 (define-fun |meta_controller#22| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#21| state) (|meta_controller#18| state) (|meta_controller#17| state))) ; \c_act
 (define-fun |meta_controller#24| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#14| state) #b000000 (|meta_controller#23| state))) ; $3\c_left[5:0]
 (define-fun |meta_controller#25| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#16| state) #b111100 (|meta_controller#24| state))) ; $2\c_left[5:0]
@@ -205,68 +205,68 @@
 (define-fun |meta_controller#28| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#14| state) #b00 (|meta_controller#27| state))) ; $3\c_mode[1:0]
 (define-fun |meta_controller#29| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#16| state) #b10 (|meta_controller#28| state))) ; $2\c_mode[1:0]
 (define-fun |meta_controller#30| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#21| state) #b01 (|meta_controller#29| state))) ; \c_mode
-(define-fun |meta_controller#37| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 0 0) (|meta_controller#36| state)) ((_ extract 1 1) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$113_Y
-(define-fun |meta_controller#38| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#37| state) ((_ extract 2 2) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$114_Y
-(define-fun |meta_controller#39| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#38| state) ((_ extract 3 3) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$115_Y
-(define-fun |meta_controller#40| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#39| state) ((_ extract 4 4) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$116_Y
-(define-fun |meta_controller#41| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#40| state) ((_ extract 5 5) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$117_Y
-(define-fun |meta_controller#42| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#41| state) ((_ extract 6 6) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$118_Y
-(define-fun |meta_controller#43| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#42| state) ((_ extract 7 7) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$119_Y
-(define-fun |meta_controller#44| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#43| state) ((_ extract 8 8) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$120_Y
-(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#44| state) ((_ extract 9 9) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$121_Y
-(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#45| state) ((_ extract 10 10) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$122_Y
-(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#46| state) ((_ extract 11 11) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$123_Y
+(define-fun |meta_controller#37| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 0 0) (|meta_controller#36| state)) ((_ extract 1 1) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$625_Y
+(define-fun |meta_controller#38| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#37| state) ((_ extract 2 2) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$626_Y
+(define-fun |meta_controller#39| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#38| state) ((_ extract 3 3) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$627_Y
+(define-fun |meta_controller#40| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#39| state) ((_ extract 4 4) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$628_Y
+(define-fun |meta_controller#41| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#40| state) ((_ extract 5 5) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$629_Y
+(define-fun |meta_controller#42| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#41| state) ((_ extract 6 6) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$630_Y
+(define-fun |meta_controller#43| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#42| state) ((_ extract 7 7) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$631_Y
+(define-fun |meta_controller#44| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#43| state) ((_ extract 8 8) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$632_Y
+(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#44| state) ((_ extract 9 9) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$633_Y
+(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#45| state) ((_ extract 10 10) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$634_Y
+(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#46| state) ((_ extract 11 11) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$635_Y
 (define-fun |meta_controller#48| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#47| state) ((_ extract 12 12) (|meta_controller#36| state)))) ; \lut_code [0]
-(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 13 13) (|meta_controller#36| state)) ((_ extract 14 14) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$125_Y
-(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#49| state) ((_ extract 15 15) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$126_Y
-(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#50| state) ((_ extract 16 16) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$127_Y
-(define-fun |meta_controller#52| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#51| state) ((_ extract 17 17) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$128_Y
-(define-fun |meta_controller#53| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#52| state) ((_ extract 18 18) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$129_Y
-(define-fun |meta_controller#54| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#53| state) ((_ extract 19 19) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$130_Y
-(define-fun |meta_controller#55| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#54| state) ((_ extract 20 20) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$131_Y
+(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 13 13) (|meta_controller#36| state)) ((_ extract 14 14) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$637_Y
+(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#49| state) ((_ extract 15 15) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$638_Y
+(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#50| state) ((_ extract 16 16) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$639_Y
+(define-fun |meta_controller#52| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#51| state) ((_ extract 17 17) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$640_Y
+(define-fun |meta_controller#53| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#52| state) ((_ extract 18 18) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$641_Y
+(define-fun |meta_controller#54| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#53| state) ((_ extract 19 19) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$642_Y
+(define-fun |meta_controller#55| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#54| state) ((_ extract 20 20) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$643_Y
 (define-fun |meta_controller#56| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#55| state) ((_ extract 21 21) (|meta_controller#36| state)))) ; \lut_code [1]
-(define-fun |meta_controller#57| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 22 22) (|meta_controller#36| state)) ((_ extract 23 23) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$133_Y
-(define-fun |meta_controller#58| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#57| state) ((_ extract 24 24) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$134_Y
-(define-fun |meta_controller#59| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#58| state) ((_ extract 25 25) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$135_Y
-(define-fun |meta_controller#60| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#59| state) ((_ extract 26 26) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$136_Y
-(define-fun |meta_controller#61| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#60| state) ((_ extract 27 27) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$137_Y
-(define-fun |meta_controller#62| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#61| state) ((_ extract 28 28) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$138_Y
-(define-fun |meta_controller#63| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#62| state) ((_ extract 29 29) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$139_Y
-(define-fun |meta_controller#64| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#63| state) ((_ extract 30 30) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$140_Y
-(define-fun |meta_controller#65| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#64| state) ((_ extract 31 31) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$141_Y
-(define-fun |meta_controller#66| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#65| state) ((_ extract 32 32) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$142_Y
-(define-fun |meta_controller#67| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#66| state) ((_ extract 33 33) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$143_Y
-(define-fun |meta_controller#68| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#67| state) ((_ extract 34 34) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$144_Y
-(define-fun |meta_controller#69| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#68| state) ((_ extract 35 35) (|meta_controller#36| state)))) ; $or$meta_controller.v:242$145_Y
+(define-fun |meta_controller#57| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 22 22) (|meta_controller#36| state)) ((_ extract 23 23) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$645_Y
+(define-fun |meta_controller#58| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#57| state) ((_ extract 24 24) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$646_Y
+(define-fun |meta_controller#59| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#58| state) ((_ extract 25 25) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$647_Y
+(define-fun |meta_controller#60| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#59| state) ((_ extract 26 26) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$648_Y
+(define-fun |meta_controller#61| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#60| state) ((_ extract 27 27) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$649_Y
+(define-fun |meta_controller#62| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#61| state) ((_ extract 28 28) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$650_Y
+(define-fun |meta_controller#63| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#62| state) ((_ extract 29 29) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$651_Y
+(define-fun |meta_controller#64| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#63| state) ((_ extract 30 30) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$652_Y
+(define-fun |meta_controller#65| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#64| state) ((_ extract 31 31) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$653_Y
+(define-fun |meta_controller#66| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#65| state) ((_ extract 32 32) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$654_Y
+(define-fun |meta_controller#67| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#66| state) ((_ extract 33 33) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$655_Y
+(define-fun |meta_controller#68| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#67| state) ((_ extract 34 34) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$656_Y
+(define-fun |meta_controller#69| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#68| state) ((_ extract 35 35) (|meta_controller#36| state)))) ; $or$meta_controller.v:758$657_Y
 (define-fun |meta_controller#70| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#69| state) ((_ extract 36 36) (|meta_controller#36| state)))) ; \lut_code [2]
-(define-fun |meta_controller#114| ((state |meta_controller_s|)) Bool (bvugt (|meta_controller#26| state) #b000001)) ; $gt$meta_controller.v:387$187_Y
+(define-fun |meta_controller#114| ((state |meta_controller_s|)) Bool (bvugt (|meta_controller#26| state) #b000001)) ; $gt$meta_controller.v:903$699_Y
 (define-fun |meta_controller#115| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#114| state) (|meta_controller#22| state) #b00)) ; $2\n_act[1:0]
-(define-fun |meta_controller#116| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#30| state)) #b1) (= ((_ extract 1 1) (|meta_controller#30| state)) #b1))) ; $ne$meta_controller.v:382$175_Y
+(define-fun |meta_controller#116| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#30| state)) #b1) (= ((_ extract 1 1) (|meta_controller#30| state)) #b1))) ; $ne$meta_controller.v:898$687_Y
 (define-fun |meta_controller#117| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#116| state) (|meta_controller#115| state) #b00)) ; \n_act
-(define-fun |meta_controller#118| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#31| state))) ; $ne$meta_controller.v:342$166_Y
+(define-fun |meta_controller#118| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#31| state))) ; $ne$meta_controller.v:858$678_Y
 (define-fun |meta_controller#119| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#118| state) ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#31| state))) ; $8\n_cand[1:0]
-(define-fun |meta_controller#120| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#10| state))) ; $eq$meta_controller.v:339$165_Y
+(define-fun |meta_controller#120| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#77| state)) (|meta_controller#10| state))) ; $eq$meta_controller.v:855$677_Y
 (define-fun |meta_controller#121| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#120| state) (|meta_controller#31| state) (|meta_controller#119| state))) ; $7\n_cand[1:0]
 (define-fun |meta_controller#122| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#77| state)) #b1) (|meta_controller#121| state) (|meta_controller#31| state))) ; $6\n_cand[1:0]
-(define-fun |meta_controller#123| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#33| state) #b0000)) ; $ne$meta_controller.v:333$162_Y
+(define-fun |meta_controller#123| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#33| state) #b0000)) ; $ne$meta_controller.v:849$674_Y
 (define-fun |meta_controller#124| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#123| state) (|meta_controller#31| state) (|meta_controller#122| state))) ; $5\n_cand[1:0]
-(define-fun |meta_controller#125| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#10| state))))) ; $shiftx$meta_controller.v:0$160_Y
+(define-fun |meta_controller#125| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#10| state))))) ; $shiftx$meta_controller.v:0$672_Y
 (define-fun |meta_controller#126| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#124| state) #b00)) ; $4\n_cand[1:0]
-(define-fun |meta_controller#129| ((state |meta_controller_s|)) Bool (= (|meta_controller#128| state) #b10)) ; $eq$meta_controller.v:315$156_Y
-(define-fun |meta_controller#130| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) false) (or  (|meta_controller#129| state) false))) ; $logic_and$meta_controller.v:315$157_Y
+(define-fun |meta_controller#129| ((state |meta_controller_s|)) Bool (= (|meta_controller#128| state) #b10)) ; $eq$meta_controller.v:831$668_Y
+(define-fun |meta_controller#130| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) false) (or  (|meta_controller#129| state) false))) ; $logic_and$meta_controller.v:831$669_Y
 (define-fun |meta_controller#131| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#126| state))) ; $3\n_cand[1:0]
 (define-fun |meta_controller#132| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#31| state) (|meta_controller#131| state))) ; $2\n_cand[1:0]
 (define-fun |meta_controller#134| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#132| state))) ; \n_cand
-(define-fun |meta_controller#135| ((state |meta_controller_s|)) Bool (= (|meta_controller#35| state) #b10)) ; $eq$meta_controller.v:346$167_Y
+(define-fun |meta_controller#135| ((state |meta_controller_s|)) Bool (= (|meta_controller#35| state) #b10)) ; $eq$meta_controller.v:862$679_Y
 (define-fun |meta_controller#136| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#135| state) #b1010 (|meta_controller#33| state))) ; $11\n_dcnt[3:0]
 (define-fun |meta_controller#137| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#118| state) (|meta_controller#33| state) (|meta_controller#136| state))) ; $10\n_dcnt[3:0]
 (define-fun |meta_controller#138| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#120| state) (|meta_controller#33| state) (|meta_controller#137| state))) ; $9\n_dcnt[3:0]
 (define-fun |meta_controller#139| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#77| state)) #b1) (|meta_controller#138| state) (|meta_controller#33| state))) ; $8\n_dcnt[3:0]
-(define-fun |meta_controller#140| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#33| state) #b0001)) ; $sub$meta_controller.v:334$163_Y
+(define-fun |meta_controller#140| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#33| state) #b0001)) ; $sub$meta_controller.v:850$675_Y
 (define-fun |meta_controller#141| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#123| state) (|meta_controller#140| state) (|meta_controller#139| state))) ; $7\n_dcnt[3:0]
 (define-fun |meta_controller#142| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#141| state) #b1010)) ; $6\n_dcnt[3:0]
 (define-fun |meta_controller#143| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#130| state) #b0000 (|meta_controller#142| state))) ; $5\n_dcnt[3:0]
-(define-fun |meta_controller#145| ((state |meta_controller_s|)) Bool (= (|meta_controller#144| state) #b111)) ; $eq$meta_controller.v:306$154_Y
+(define-fun |meta_controller#145| ((state |meta_controller_s|)) Bool (= (|meta_controller#144| state) #b111)) ; $eq$meta_controller.v:822$666_Y
 (define-fun |meta_controller#146| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#145| state) #b1010 (|meta_controller#33| state))) ; $4\n_dcnt[3:0]
 (define-fun |meta_controller#147| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) (|meta_controller#33| state) (|meta_controller#146| state))) ; $3\n_dcnt[3:0]
 (define-fun |meta_controller#148| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#147| state) (|meta_controller#143| state))) ; $2\n_dcnt[3:0]
@@ -276,7 +276,7 @@
 (define-fun |meta_controller#152| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) #b1 (|meta_controller#151| state))) ; $3\n_fb[0:0]
 (define-fun |meta_controller#153| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#152| state) (|meta_controller#150| state))) ; $2\n_fb[0:0]
 (define-fun |meta_controller#154| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b1 (|meta_controller#153| state))) ; \n_fb
-(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#35| state) #b01)) ; $add$meta_controller.v:352$168_Y
+(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#35| state) #b01)) ; $add$meta_controller.v:868$680_Y
 (define-fun |meta_controller#156| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#135| state) #b00 (|meta_controller#155| state))) ; $9\n_hcnt[1:0]
 (define-fun |meta_controller#157| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#118| state) #b01 (|meta_controller#156| state))) ; $8\n_hcnt[1:0]
 (define-fun |meta_controller#158| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#120| state) #b00 (|meta_controller#157| state))) ; $7\n_hcnt[1:0]
@@ -286,14 +286,14 @@
 (define-fun |meta_controller#162| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#161| state))) ; $3\n_hcnt[1:0]
 (define-fun |meta_controller#163| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#35| state) (|meta_controller#162| state))) ; $2\n_hcnt[1:0]
 (define-fun |meta_controller#164| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#163| state))) ; \n_hcnt
-(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 6) (bvsub (|meta_controller#26| state) #b000001)) ; $sub$meta_controller.v:390$188_Y
+(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 6) (bvsub (|meta_controller#26| state) #b000001)) ; $sub$meta_controller.v:906$700_Y
 (define-fun |meta_controller#166| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#114| state) (|meta_controller#165| state) #b000000)) ; $2\n_left[5:0]
 (define-fun |meta_controller#167| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#116| state) (|meta_controller#166| state) #b000000)) ; \n_left
 (define-fun |meta_controller#168| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#114| state) (|meta_controller#30| state) #b00)) ; $2\n_mode[1:0]
 (define-fun |meta_controller#169| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#116| state) (|meta_controller#168| state) #b00)) ; \n_mode
 (define-fun |meta_controller#170| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#125| state)) #b1) (|meta_controller#144| state) #b000)) ; $6\n_rcnt[2:0]
 (define-fun |meta_controller#171| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#130| state) #b000 (|meta_controller#170| state))) ; $5\n_rcnt[2:0]
-(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#144| state) #b001)) ; $add$meta_controller.v:312$155_Y
+(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#144| state) #b001)) ; $add$meta_controller.v:828$667_Y
 (define-fun |meta_controller#173| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#145| state) #b000 (|meta_controller#172| state))) ; $4\n_rcnt[2:0]
 (define-fun |meta_controller#174| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) #b000 (|meta_controller#173| state))) ; $3\n_rcnt[2:0]
 (define-fun |meta_controller#175| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#174| state) (|meta_controller#171| state))) ; $2\n_rcnt[2:0]
@@ -318,156 +318,156 @@
 (define-fun |meta_controller#194| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#193| state))) ; $3\n_token[1:0]
 (define-fun |meta_controller#195| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) #b00 (|meta_controller#194| state))) ; $2\n_token[1:0]
 (define-fun |meta_controller#196| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#195| state))) ; \n_token
-(define-fun |meta_controller#197| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#128| state) #b01)) ; $add$meta_controller.v:325$158_Y
-(define-fun |meta_controller#198| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) (|meta_controller#197| state) #b00)) ; $ternary$meta_controller.v:325$159_Y
+(define-fun |meta_controller#197| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#128| state) #b01)) ; $add$meta_controller.v:841$670_Y
+(define-fun |meta_controller#198| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#127| state)) #b1) (|meta_controller#197| state) #b00)) ; $ternary$meta_controller.v:841$671_Y
 (define-fun |meta_controller#199| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) #b00 (|meta_controller#198| state))) ; $3\n_vcnt[1:0]
 (define-fun |meta_controller#200| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) (|meta_controller#128| state) (|meta_controller#199| state))) ; $2\n_vcnt[1:0]
 (define-fun |meta_controller#201| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b00 (|meta_controller#200| state))) ; \n_vcnt
-(define-fun |meta_controller#214| ((state |meta_controller_s|)) Bool (= (|meta_controller#30| state) #b01)) ; $eq$meta_controller.v:385$185_Y
-(define-fun |meta_controller#215| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#214| state) #b01 #b10)) ; $auto$wreduce.cc:455:run$1253 [1:0]
-(define-fun |meta_controller#216| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) false))) ; $logic_not$meta_controller.v:383$176_Y
-(define-fun |meta_controller#217| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) false  (|meta_controller#130| state) false)) ; $logic_or$meta_controller.v:383$179_Y
-(define-fun |meta_controller#218| ((state |meta_controller_s|)) Bool (not (or  (|meta_controller#217| state) false))) ; $logic_not$meta_controller.v:383$180_Y
-(define-fun |meta_controller#219| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#216| state) false) (or  (|meta_controller#218| state) false))) ; $logic_and$meta_controller.v:383$181_Y
-(define-fun |meta_controller#220| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#22| state))))) ; $shiftx$meta_controller.v:0$182_Y
-(define-fun |meta_controller#221| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) false  (= ((_ extract 0 0) (|meta_controller#220| state)) #b1) false)) ; $logic_or$meta_controller.v:383$183_Y
-(define-fun |meta_controller#222| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#219| state) false) (or  (|meta_controller#221| state) false))) ; $logic_and$meta_controller.v:383$184_Y
+(define-fun |meta_controller#214| ((state |meta_controller_s|)) Bool (= (|meta_controller#30| state) #b01)) ; $eq$meta_controller.v:901$697_Y
+(define-fun |meta_controller#215| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#214| state) #b01 #b10)) ; $auto$wreduce.cc:455:run$2789 [1:0]
+(define-fun |meta_controller#216| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) false))) ; $logic_not$meta_controller.v:899$688_Y
+(define-fun |meta_controller#217| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#34| state)) #b1) false  (|meta_controller#130| state) false)) ; $logic_or$meta_controller.v:899$691_Y
+(define-fun |meta_controller#218| ((state |meta_controller_s|)) Bool (not (or  (|meta_controller#217| state) false))) ; $logic_not$meta_controller.v:899$692_Y
+(define-fun |meta_controller#219| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#216| state) false) (or  (|meta_controller#218| state) false))) ; $logic_and$meta_controller.v:899$693_Y
+(define-fun |meta_controller#220| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#7| state) (concat #b00 (|meta_controller#22| state))))) ; $shiftx$meta_controller.v:0$694_Y
+(define-fun |meta_controller#221| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) false  (= ((_ extract 0 0) (|meta_controller#220| state)) #b1) false)) ; $logic_or$meta_controller.v:899$695_Y
+(define-fun |meta_controller#222| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#219| state) false) (or  (|meta_controller#221| state) false))) ; $logic_and$meta_controller.v:899$696_Y
 (define-fun |meta_controller#223| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#222| state) (concat #b10 (|meta_controller#215| state)) (|meta_controller#187| state))) ; $2\x_reason[3:0]
 (define-fun |meta_controller#224| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#116| state) (|meta_controller#223| state) (|meta_controller#187| state))) ; \x_reason
 (define-fun |meta_controller#225| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#222| state) (|meta_controller#22| state) (|meta_controller#196| state))) ; $2\x_token[1:0]
 (define-fun |meta_controller#226| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#116| state) (|meta_controller#225| state) (|meta_controller#196| state))) ; \x_token
 (define-fun |meta_controller#227| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#208| state) #b0 (|meta_controller#212| state))) ; $0\valid_q2[0:0]
 (define-fun |meta_controller#228| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#208| state) #b0 (ite (|meta_controller#211| state) #b1 #b0))) ; $0\valid_q1[0:0]
-(define-fun |meta_controller#229| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#176| state) (|meta_controller#144| state))) ; $procmux$218_Y
+(define-fun |meta_controller#229| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#176| state) (|meta_controller#144| state))) ; $procmux$1754_Y
 (define-fun |meta_controller#230| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#208| state) #b000 (|meta_controller#229| state))) ; $0\rcnt[2:0]
-(define-fun |meta_controller#231| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#201| state) (|meta_controller#128| state))) ; $procmux$230_Y
+(define-fun |meta_controller#231| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#201| state) (|meta_controller#128| state))) ; $procmux$1766_Y
 (define-fun |meta_controller#232| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#208| state) #b00 (|meta_controller#231| state))) ; $0\vcnt[1:0]
-(define-fun |meta_controller#740| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 0 0) (|meta_controller#79| state)) ((_ extract 2 2) (|meta_controller#78| state)))) ; $and$meta_controller.v:239$7_Y
-(define-fun |meta_controller#741| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 1 1) (|meta_controller#79| state)) ((_ extract 5 5) (|meta_controller#78| state)))) ; $and$meta_controller.v:239$8_Y
+(define-fun |meta_controller#740| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 0 0) (|meta_controller#79| state)) ((_ extract 2 2) (|meta_controller#78| state)))) ; $and$meta_controller.v:755$519_Y
+(define-fun |meta_controller#741| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 1 1) (|meta_controller#79| state)) ((_ extract 5 5) (|meta_controller#78| state)))) ; $and$meta_controller.v:755$520_Y
 (define-fun |meta_controller#742| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#740| state) (|meta_controller#741| state))) ; $0\lut_or[36:0] [0]
-(define-fun |meta_controller#743| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 2 2) (|meta_controller#79| state)) ((_ extract 7 7) (|meta_controller#78| state)))) ; $and$meta_controller.v:238$10_Y
-(define-fun |meta_controller#744| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 3 3) (|meta_controller#79| state)) ((_ extract 9 9) (|meta_controller#78| state)))) ; $and$meta_controller.v:238$11_Y
+(define-fun |meta_controller#743| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 2 2) (|meta_controller#79| state)) ((_ extract 7 7) (|meta_controller#78| state)))) ; $and$meta_controller.v:754$522_Y
+(define-fun |meta_controller#744| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 3 3) (|meta_controller#79| state)) ((_ extract 9 9) (|meta_controller#78| state)))) ; $and$meta_controller.v:754$523_Y
 (define-fun |meta_controller#745| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#743| state) (|meta_controller#744| state))) ; $0\lut_or[36:0] [1]
-(define-fun |meta_controller#746| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 4 4) (|meta_controller#79| state)) ((_ extract 12 12) (|meta_controller#78| state)))) ; $and$meta_controller.v:237$13_Y
-(define-fun |meta_controller#747| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 5 5) (|meta_controller#79| state)) ((_ extract 14 14) (|meta_controller#78| state)))) ; $and$meta_controller.v:237$14_Y
+(define-fun |meta_controller#746| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 4 4) (|meta_controller#79| state)) ((_ extract 12 12) (|meta_controller#78| state)))) ; $and$meta_controller.v:753$525_Y
+(define-fun |meta_controller#747| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 5 5) (|meta_controller#79| state)) ((_ extract 14 14) (|meta_controller#78| state)))) ; $and$meta_controller.v:753$526_Y
 (define-fun |meta_controller#748| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#746| state) (|meta_controller#747| state))) ; $0\lut_or[36:0] [2]
-(define-fun |meta_controller#749| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 6 6) (|meta_controller#79| state)) ((_ extract 17 17) (|meta_controller#78| state)))) ; $and$meta_controller.v:236$16_Y
-(define-fun |meta_controller#750| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 7 7) (|meta_controller#79| state)) ((_ extract 19 19) (|meta_controller#78| state)))) ; $and$meta_controller.v:236$17_Y
+(define-fun |meta_controller#749| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 6 6) (|meta_controller#79| state)) ((_ extract 17 17) (|meta_controller#78| state)))) ; $and$meta_controller.v:752$528_Y
+(define-fun |meta_controller#750| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 7 7) (|meta_controller#79| state)) ((_ extract 19 19) (|meta_controller#78| state)))) ; $and$meta_controller.v:752$529_Y
 (define-fun |meta_controller#751| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#749| state) (|meta_controller#750| state))) ; $0\lut_or[36:0] [3]
-(define-fun |meta_controller#752| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 8 8) (|meta_controller#79| state)) ((_ extract 22 22) (|meta_controller#78| state)))) ; $and$meta_controller.v:235$19_Y
-(define-fun |meta_controller#753| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 9 9) (|meta_controller#79| state)) ((_ extract 24 24) (|meta_controller#78| state)))) ; $and$meta_controller.v:235$20_Y
+(define-fun |meta_controller#752| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 8 8) (|meta_controller#79| state)) ((_ extract 22 22) (|meta_controller#78| state)))) ; $and$meta_controller.v:751$531_Y
+(define-fun |meta_controller#753| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 9 9) (|meta_controller#79| state)) ((_ extract 24 24) (|meta_controller#78| state)))) ; $and$meta_controller.v:751$532_Y
 (define-fun |meta_controller#754| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#752| state) (|meta_controller#753| state))) ; $0\lut_or[36:0] [4]
-(define-fun |meta_controller#755| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 10 10) (|meta_controller#79| state)) ((_ extract 27 27) (|meta_controller#78| state)))) ; $and$meta_controller.v:234$22_Y
-(define-fun |meta_controller#756| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 11 11) (|meta_controller#79| state)) ((_ extract 30 30) (|meta_controller#78| state)))) ; $and$meta_controller.v:234$23_Y
+(define-fun |meta_controller#755| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 10 10) (|meta_controller#79| state)) ((_ extract 27 27) (|meta_controller#78| state)))) ; $and$meta_controller.v:750$534_Y
+(define-fun |meta_controller#756| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 11 11) (|meta_controller#79| state)) ((_ extract 30 30) (|meta_controller#78| state)))) ; $and$meta_controller.v:750$535_Y
 (define-fun |meta_controller#757| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#755| state) (|meta_controller#756| state))) ; $0\lut_or[36:0] [5]
-(define-fun |meta_controller#758| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 12 12) (|meta_controller#79| state)) ((_ extract 33 33) (|meta_controller#78| state)))) ; $and$meta_controller.v:233$25_Y
-(define-fun |meta_controller#759| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 13 13) (|meta_controller#79| state)) ((_ extract 36 36) (|meta_controller#78| state)))) ; $and$meta_controller.v:233$26_Y
+(define-fun |meta_controller#758| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 12 12) (|meta_controller#79| state)) ((_ extract 33 33) (|meta_controller#78| state)))) ; $and$meta_controller.v:749$537_Y
+(define-fun |meta_controller#759| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 13 13) (|meta_controller#79| state)) ((_ extract 36 36) (|meta_controller#78| state)))) ; $and$meta_controller.v:749$538_Y
 (define-fun |meta_controller#760| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#758| state) (|meta_controller#759| state))) ; $0\lut_or[36:0] [6]
-(define-fun |meta_controller#761| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 14 14) (|meta_controller#79| state)) ((_ extract 39 39) (|meta_controller#78| state)))) ; $and$meta_controller.v:232$28_Y
-(define-fun |meta_controller#762| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 15 15) (|meta_controller#79| state)) ((_ extract 42 42) (|meta_controller#78| state)))) ; $and$meta_controller.v:232$29_Y
+(define-fun |meta_controller#761| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 14 14) (|meta_controller#79| state)) ((_ extract 39 39) (|meta_controller#78| state)))) ; $and$meta_controller.v:748$540_Y
+(define-fun |meta_controller#762| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 15 15) (|meta_controller#79| state)) ((_ extract 42 42) (|meta_controller#78| state)))) ; $and$meta_controller.v:748$541_Y
 (define-fun |meta_controller#763| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#761| state) (|meta_controller#762| state))) ; $0\lut_or[36:0] [7]
-(define-fun |meta_controller#764| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 16 16) (|meta_controller#79| state)) ((_ extract 45 45) (|meta_controller#78| state)))) ; $and$meta_controller.v:231$31_Y
-(define-fun |meta_controller#765| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 17 17) (|meta_controller#79| state)) ((_ extract 48 48) (|meta_controller#78| state)))) ; $and$meta_controller.v:231$32_Y
+(define-fun |meta_controller#764| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 16 16) (|meta_controller#79| state)) ((_ extract 45 45) (|meta_controller#78| state)))) ; $and$meta_controller.v:747$543_Y
+(define-fun |meta_controller#765| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 17 17) (|meta_controller#79| state)) ((_ extract 48 48) (|meta_controller#78| state)))) ; $and$meta_controller.v:747$544_Y
 (define-fun |meta_controller#766| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#764| state) (|meta_controller#765| state))) ; $0\lut_or[36:0] [8]
-(define-fun |meta_controller#767| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 18 18) (|meta_controller#79| state)) ((_ extract 51 51) (|meta_controller#78| state)))) ; $and$meta_controller.v:230$34_Y
-(define-fun |meta_controller#768| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 19 19) (|meta_controller#79| state)) ((_ extract 54 54) (|meta_controller#78| state)))) ; $and$meta_controller.v:230$35_Y
+(define-fun |meta_controller#767| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 18 18) (|meta_controller#79| state)) ((_ extract 51 51) (|meta_controller#78| state)))) ; $and$meta_controller.v:746$546_Y
+(define-fun |meta_controller#768| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 19 19) (|meta_controller#79| state)) ((_ extract 54 54) (|meta_controller#78| state)))) ; $and$meta_controller.v:746$547_Y
 (define-fun |meta_controller#769| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#767| state) (|meta_controller#768| state))) ; $0\lut_or[36:0] [9]
-(define-fun |meta_controller#770| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 20 20) (|meta_controller#79| state)) ((_ extract 57 57) (|meta_controller#78| state)))) ; $and$meta_controller.v:229$37_Y
-(define-fun |meta_controller#771| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 21 21) (|meta_controller#79| state)) ((_ extract 60 60) (|meta_controller#78| state)))) ; $and$meta_controller.v:229$38_Y
+(define-fun |meta_controller#770| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 20 20) (|meta_controller#79| state)) ((_ extract 57 57) (|meta_controller#78| state)))) ; $and$meta_controller.v:745$549_Y
+(define-fun |meta_controller#771| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 21 21) (|meta_controller#79| state)) ((_ extract 60 60) (|meta_controller#78| state)))) ; $and$meta_controller.v:745$550_Y
 (define-fun |meta_controller#772| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#770| state) (|meta_controller#771| state))) ; $0\lut_or[36:0] [10]
-(define-fun |meta_controller#773| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 22 22) (|meta_controller#79| state)) ((_ extract 63 63) (|meta_controller#78| state)))) ; $and$meta_controller.v:228$40_Y
-(define-fun |meta_controller#774| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 23 23) (|meta_controller#79| state)) ((_ extract 66 66) (|meta_controller#78| state)))) ; $and$meta_controller.v:228$41_Y
+(define-fun |meta_controller#773| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 22 22) (|meta_controller#79| state)) ((_ extract 63 63) (|meta_controller#78| state)))) ; $and$meta_controller.v:744$552_Y
+(define-fun |meta_controller#774| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 23 23) (|meta_controller#79| state)) ((_ extract 66 66) (|meta_controller#78| state)))) ; $and$meta_controller.v:744$553_Y
 (define-fun |meta_controller#775| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#773| state) (|meta_controller#774| state))) ; $0\lut_or[36:0] [11]
 (define-fun |meta_controller#776| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 24 24) (|meta_controller#79| state)) ((_ extract 68 68) (|meta_controller#78| state)))) ; $0\lut_or[36:0] [12]
-(define-fun |meta_controller#777| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 25 25) (|meta_controller#79| state)) ((_ extract 10 10) (|meta_controller#78| state)))) ; $and$meta_controller.v:226$44_Y
-(define-fun |meta_controller#778| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 26 26) (|meta_controller#79| state)) ((_ extract 15 15) (|meta_controller#78| state)))) ; $and$meta_controller.v:226$45_Y
+(define-fun |meta_controller#777| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 25 25) (|meta_controller#79| state)) ((_ extract 10 10) (|meta_controller#78| state)))) ; $and$meta_controller.v:742$556_Y
+(define-fun |meta_controller#778| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 26 26) (|meta_controller#79| state)) ((_ extract 15 15) (|meta_controller#78| state)))) ; $and$meta_controller.v:742$557_Y
 (define-fun |meta_controller#779| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#777| state) (|meta_controller#778| state))) ; $0\lut_or[36:0] [13]
-(define-fun |meta_controller#780| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 27 27) (|meta_controller#79| state)) ((_ extract 20 20) (|meta_controller#78| state)))) ; $and$meta_controller.v:225$47_Y
-(define-fun |meta_controller#781| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 28 28) (|meta_controller#79| state)) ((_ extract 25 25) (|meta_controller#78| state)))) ; $and$meta_controller.v:225$48_Y
+(define-fun |meta_controller#780| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 27 27) (|meta_controller#79| state)) ((_ extract 20 20) (|meta_controller#78| state)))) ; $and$meta_controller.v:741$559_Y
+(define-fun |meta_controller#781| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 28 28) (|meta_controller#79| state)) ((_ extract 25 25) (|meta_controller#78| state)))) ; $and$meta_controller.v:741$560_Y
 (define-fun |meta_controller#782| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#780| state) (|meta_controller#781| state))) ; $0\lut_or[36:0] [14]
-(define-fun |meta_controller#783| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 29 29) (|meta_controller#79| state)) ((_ extract 28 28) (|meta_controller#78| state)))) ; $and$meta_controller.v:224$50_Y
-(define-fun |meta_controller#784| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 30 30) (|meta_controller#79| state)) ((_ extract 31 31) (|meta_controller#78| state)))) ; $and$meta_controller.v:224$51_Y
+(define-fun |meta_controller#783| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 29 29) (|meta_controller#79| state)) ((_ extract 28 28) (|meta_controller#78| state)))) ; $and$meta_controller.v:740$562_Y
+(define-fun |meta_controller#784| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 30 30) (|meta_controller#79| state)) ((_ extract 31 31) (|meta_controller#78| state)))) ; $and$meta_controller.v:740$563_Y
 (define-fun |meta_controller#785| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#783| state) (|meta_controller#784| state))) ; $0\lut_or[36:0] [15]
-(define-fun |meta_controller#786| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 31 31) (|meta_controller#79| state)) ((_ extract 34 34) (|meta_controller#78| state)))) ; $and$meta_controller.v:223$53_Y
-(define-fun |meta_controller#787| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 32 32) (|meta_controller#79| state)) ((_ extract 37 37) (|meta_controller#78| state)))) ; $and$meta_controller.v:223$54_Y
+(define-fun |meta_controller#786| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 31 31) (|meta_controller#79| state)) ((_ extract 34 34) (|meta_controller#78| state)))) ; $and$meta_controller.v:739$565_Y
+(define-fun |meta_controller#787| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 32 32) (|meta_controller#79| state)) ((_ extract 37 37) (|meta_controller#78| state)))) ; $and$meta_controller.v:739$566_Y
 (define-fun |meta_controller#788| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#786| state) (|meta_controller#787| state))) ; $0\lut_or[36:0] [16]
-(define-fun |meta_controller#789| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 33 33) (|meta_controller#79| state)) ((_ extract 40 40) (|meta_controller#78| state)))) ; $and$meta_controller.v:222$56_Y
-(define-fun |meta_controller#790| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 34 34) (|meta_controller#79| state)) ((_ extract 43 43) (|meta_controller#78| state)))) ; $and$meta_controller.v:222$57_Y
+(define-fun |meta_controller#789| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 33 33) (|meta_controller#79| state)) ((_ extract 40 40) (|meta_controller#78| state)))) ; $and$meta_controller.v:738$568_Y
+(define-fun |meta_controller#790| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 34 34) (|meta_controller#79| state)) ((_ extract 43 43) (|meta_controller#78| state)))) ; $and$meta_controller.v:738$569_Y
 (define-fun |meta_controller#791| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#789| state) (|meta_controller#790| state))) ; $0\lut_or[36:0] [17]
-(define-fun |meta_controller#792| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 35 35) (|meta_controller#79| state)) ((_ extract 46 46) (|meta_controller#78| state)))) ; $and$meta_controller.v:221$59_Y
-(define-fun |meta_controller#793| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 36 36) (|meta_controller#79| state)) ((_ extract 49 49) (|meta_controller#78| state)))) ; $and$meta_controller.v:221$60_Y
+(define-fun |meta_controller#792| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 35 35) (|meta_controller#79| state)) ((_ extract 46 46) (|meta_controller#78| state)))) ; $and$meta_controller.v:737$571_Y
+(define-fun |meta_controller#793| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 36 36) (|meta_controller#79| state)) ((_ extract 49 49) (|meta_controller#78| state)))) ; $and$meta_controller.v:737$572_Y
 (define-fun |meta_controller#794| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#792| state) (|meta_controller#793| state))) ; $0\lut_or[36:0] [18]
-(define-fun |meta_controller#795| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 37 37) (|meta_controller#79| state)) ((_ extract 52 52) (|meta_controller#78| state)))) ; $and$meta_controller.v:220$62_Y
-(define-fun |meta_controller#796| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 38 38) (|meta_controller#79| state)) ((_ extract 55 55) (|meta_controller#78| state)))) ; $and$meta_controller.v:220$63_Y
+(define-fun |meta_controller#795| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 37 37) (|meta_controller#79| state)) ((_ extract 52 52) (|meta_controller#78| state)))) ; $and$meta_controller.v:736$574_Y
+(define-fun |meta_controller#796| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 38 38) (|meta_controller#79| state)) ((_ extract 55 55) (|meta_controller#78| state)))) ; $and$meta_controller.v:736$575_Y
 (define-fun |meta_controller#797| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#795| state) (|meta_controller#796| state))) ; $0\lut_or[36:0] [19]
-(define-fun |meta_controller#798| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 39 39) (|meta_controller#79| state)) ((_ extract 58 58) (|meta_controller#78| state)))) ; $and$meta_controller.v:219$65_Y
-(define-fun |meta_controller#799| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 40 40) (|meta_controller#79| state)) ((_ extract 61 61) (|meta_controller#78| state)))) ; $and$meta_controller.v:219$66_Y
+(define-fun |meta_controller#798| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 39 39) (|meta_controller#79| state)) ((_ extract 58 58) (|meta_controller#78| state)))) ; $and$meta_controller.v:735$577_Y
+(define-fun |meta_controller#799| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 40 40) (|meta_controller#79| state)) ((_ extract 61 61) (|meta_controller#78| state)))) ; $and$meta_controller.v:735$578_Y
 (define-fun |meta_controller#800| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#798| state) (|meta_controller#799| state))) ; $0\lut_or[36:0] [20]
-(define-fun |meta_controller#801| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 41 41) (|meta_controller#79| state)) ((_ extract 64 64) (|meta_controller#78| state)))) ; $and$meta_controller.v:218$68_Y
-(define-fun |meta_controller#802| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 42 42) (|meta_controller#79| state)) ((_ extract 69 69) (|meta_controller#78| state)))) ; $and$meta_controller.v:218$69_Y
+(define-fun |meta_controller#801| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 41 41) (|meta_controller#79| state)) ((_ extract 64 64) (|meta_controller#78| state)))) ; $and$meta_controller.v:734$580_Y
+(define-fun |meta_controller#802| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 42 42) (|meta_controller#79| state)) ((_ extract 69 69) (|meta_controller#78| state)))) ; $and$meta_controller.v:734$581_Y
 (define-fun |meta_controller#803| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#801| state) (|meta_controller#802| state))) ; $0\lut_or[36:0] [21]
-(define-fun |meta_controller#804| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 44 44) (|meta_controller#79| state)) ((_ extract 0 0) (|meta_controller#78| state)))) ; $and$meta_controller.v:217$71_Y
+(define-fun |meta_controller#804| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 44 44) (|meta_controller#79| state)) ((_ extract 0 0) (|meta_controller#78| state)))) ; $and$meta_controller.v:733$583_Y
 (define-fun |meta_controller#805| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 43 43) (|meta_controller#79| state)) (|meta_controller#804| state))) ; $0\lut_or[36:0] [22]
-(define-fun |meta_controller#806| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 45 45) (|meta_controller#79| state)) ((_ extract 1 1) (|meta_controller#78| state)))) ; $and$meta_controller.v:216$73_Y
-(define-fun |meta_controller#807| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 46 46) (|meta_controller#79| state)) ((_ extract 3 3) (|meta_controller#78| state)))) ; $and$meta_controller.v:216$74_Y
+(define-fun |meta_controller#806| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 45 45) (|meta_controller#79| state)) ((_ extract 1 1) (|meta_controller#78| state)))) ; $and$meta_controller.v:732$585_Y
+(define-fun |meta_controller#807| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 46 46) (|meta_controller#79| state)) ((_ extract 3 3) (|meta_controller#78| state)))) ; $and$meta_controller.v:732$586_Y
 (define-fun |meta_controller#808| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#806| state) (|meta_controller#807| state))) ; $0\lut_or[36:0] [23]
-(define-fun |meta_controller#809| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 47 47) (|meta_controller#79| state)) ((_ extract 4 4) (|meta_controller#78| state)))) ; $and$meta_controller.v:215$76_Y
-(define-fun |meta_controller#810| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 48 48) (|meta_controller#79| state)) ((_ extract 6 6) (|meta_controller#78| state)))) ; $and$meta_controller.v:215$77_Y
+(define-fun |meta_controller#809| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 47 47) (|meta_controller#79| state)) ((_ extract 4 4) (|meta_controller#78| state)))) ; $and$meta_controller.v:731$588_Y
+(define-fun |meta_controller#810| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 48 48) (|meta_controller#79| state)) ((_ extract 6 6) (|meta_controller#78| state)))) ; $and$meta_controller.v:731$589_Y
 (define-fun |meta_controller#811| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#809| state) (|meta_controller#810| state))) ; $0\lut_or[36:0] [24]
-(define-fun |meta_controller#812| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 49 49) (|meta_controller#79| state)) ((_ extract 8 8) (|meta_controller#78| state)))) ; $and$meta_controller.v:214$79_Y
-(define-fun |meta_controller#813| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 50 50) (|meta_controller#79| state)) ((_ extract 11 11) (|meta_controller#78| state)))) ; $and$meta_controller.v:214$80_Y
+(define-fun |meta_controller#812| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 49 49) (|meta_controller#79| state)) ((_ extract 8 8) (|meta_controller#78| state)))) ; $and$meta_controller.v:730$591_Y
+(define-fun |meta_controller#813| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 50 50) (|meta_controller#79| state)) ((_ extract 11 11) (|meta_controller#78| state)))) ; $and$meta_controller.v:730$592_Y
 (define-fun |meta_controller#814| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#812| state) (|meta_controller#813| state))) ; $0\lut_or[36:0] [25]
-(define-fun |meta_controller#815| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 51 51) (|meta_controller#79| state)) ((_ extract 13 13) (|meta_controller#78| state)))) ; $and$meta_controller.v:213$82_Y
-(define-fun |meta_controller#816| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 52 52) (|meta_controller#79| state)) ((_ extract 16 16) (|meta_controller#78| state)))) ; $and$meta_controller.v:213$83_Y
+(define-fun |meta_controller#815| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 51 51) (|meta_controller#79| state)) ((_ extract 13 13) (|meta_controller#78| state)))) ; $and$meta_controller.v:729$594_Y
+(define-fun |meta_controller#816| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 52 52) (|meta_controller#79| state)) ((_ extract 16 16) (|meta_controller#78| state)))) ; $and$meta_controller.v:729$595_Y
 (define-fun |meta_controller#817| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#815| state) (|meta_controller#816| state))) ; $0\lut_or[36:0] [26]
-(define-fun |meta_controller#818| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 53 53) (|meta_controller#79| state)) ((_ extract 18 18) (|meta_controller#78| state)))) ; $and$meta_controller.v:212$85_Y
-(define-fun |meta_controller#819| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 54 54) (|meta_controller#79| state)) ((_ extract 21 21) (|meta_controller#78| state)))) ; $and$meta_controller.v:212$86_Y
+(define-fun |meta_controller#818| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 53 53) (|meta_controller#79| state)) ((_ extract 18 18) (|meta_controller#78| state)))) ; $and$meta_controller.v:728$597_Y
+(define-fun |meta_controller#819| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 54 54) (|meta_controller#79| state)) ((_ extract 21 21) (|meta_controller#78| state)))) ; $and$meta_controller.v:728$598_Y
 (define-fun |meta_controller#820| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#818| state) (|meta_controller#819| state))) ; $0\lut_or[36:0] [27]
-(define-fun |meta_controller#821| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 55 55) (|meta_controller#79| state)) ((_ extract 23 23) (|meta_controller#78| state)))) ; $and$meta_controller.v:211$88_Y
-(define-fun |meta_controller#822| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 56 56) (|meta_controller#79| state)) ((_ extract 26 26) (|meta_controller#78| state)))) ; $and$meta_controller.v:211$89_Y
+(define-fun |meta_controller#821| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 55 55) (|meta_controller#79| state)) ((_ extract 23 23) (|meta_controller#78| state)))) ; $and$meta_controller.v:727$600_Y
+(define-fun |meta_controller#822| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 56 56) (|meta_controller#79| state)) ((_ extract 26 26) (|meta_controller#78| state)))) ; $and$meta_controller.v:727$601_Y
 (define-fun |meta_controller#823| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#821| state) (|meta_controller#822| state))) ; $0\lut_or[36:0] [28]
-(define-fun |meta_controller#824| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 57 57) (|meta_controller#79| state)) ((_ extract 29 29) (|meta_controller#78| state)))) ; $and$meta_controller.v:210$91_Y
-(define-fun |meta_controller#825| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 58 58) (|meta_controller#79| state)) ((_ extract 32 32) (|meta_controller#78| state)))) ; $and$meta_controller.v:210$92_Y
+(define-fun |meta_controller#824| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 57 57) (|meta_controller#79| state)) ((_ extract 29 29) (|meta_controller#78| state)))) ; $and$meta_controller.v:726$603_Y
+(define-fun |meta_controller#825| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 58 58) (|meta_controller#79| state)) ((_ extract 32 32) (|meta_controller#78| state)))) ; $and$meta_controller.v:726$604_Y
 (define-fun |meta_controller#826| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#824| state) (|meta_controller#825| state))) ; $0\lut_or[36:0] [29]
-(define-fun |meta_controller#827| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 59 59) (|meta_controller#79| state)) ((_ extract 35 35) (|meta_controller#78| state)))) ; $and$meta_controller.v:209$94_Y
-(define-fun |meta_controller#828| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 60 60) (|meta_controller#79| state)) ((_ extract 38 38) (|meta_controller#78| state)))) ; $and$meta_controller.v:209$95_Y
+(define-fun |meta_controller#827| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 59 59) (|meta_controller#79| state)) ((_ extract 35 35) (|meta_controller#78| state)))) ; $and$meta_controller.v:725$606_Y
+(define-fun |meta_controller#828| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 60 60) (|meta_controller#79| state)) ((_ extract 38 38) (|meta_controller#78| state)))) ; $and$meta_controller.v:725$607_Y
 (define-fun |meta_controller#829| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#827| state) (|meta_controller#828| state))) ; $0\lut_or[36:0] [30]
-(define-fun |meta_controller#830| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 61 61) (|meta_controller#79| state)) ((_ extract 41 41) (|meta_controller#78| state)))) ; $and$meta_controller.v:208$97_Y
-(define-fun |meta_controller#831| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 62 62) (|meta_controller#79| state)) ((_ extract 44 44) (|meta_controller#78| state)))) ; $and$meta_controller.v:208$98_Y
+(define-fun |meta_controller#830| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 61 61) (|meta_controller#79| state)) ((_ extract 41 41) (|meta_controller#78| state)))) ; $and$meta_controller.v:724$609_Y
+(define-fun |meta_controller#831| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 62 62) (|meta_controller#79| state)) ((_ extract 44 44) (|meta_controller#78| state)))) ; $and$meta_controller.v:724$610_Y
 (define-fun |meta_controller#832| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#830| state) (|meta_controller#831| state))) ; $0\lut_or[36:0] [31]
-(define-fun |meta_controller#833| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 63 63) (|meta_controller#79| state)) ((_ extract 47 47) (|meta_controller#78| state)))) ; $and$meta_controller.v:207$100_Y
-(define-fun |meta_controller#834| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 64 64) (|meta_controller#79| state)) ((_ extract 50 50) (|meta_controller#78| state)))) ; $and$meta_controller.v:207$101_Y
+(define-fun |meta_controller#833| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 63 63) (|meta_controller#79| state)) ((_ extract 47 47) (|meta_controller#78| state)))) ; $and$meta_controller.v:723$612_Y
+(define-fun |meta_controller#834| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 64 64) (|meta_controller#79| state)) ((_ extract 50 50) (|meta_controller#78| state)))) ; $and$meta_controller.v:723$613_Y
 (define-fun |meta_controller#835| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#833| state) (|meta_controller#834| state))) ; $0\lut_or[36:0] [32]
-(define-fun |meta_controller#836| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 65 65) (|meta_controller#79| state)) ((_ extract 53 53) (|meta_controller#78| state)))) ; $and$meta_controller.v:206$103_Y
-(define-fun |meta_controller#837| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 66 66) (|meta_controller#79| state)) ((_ extract 56 56) (|meta_controller#78| state)))) ; $and$meta_controller.v:206$104_Y
+(define-fun |meta_controller#836| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 65 65) (|meta_controller#79| state)) ((_ extract 53 53) (|meta_controller#78| state)))) ; $and$meta_controller.v:722$615_Y
+(define-fun |meta_controller#837| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 66 66) (|meta_controller#79| state)) ((_ extract 56 56) (|meta_controller#78| state)))) ; $and$meta_controller.v:722$616_Y
 (define-fun |meta_controller#838| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#836| state) (|meta_controller#837| state))) ; $0\lut_or[36:0] [33]
-(define-fun |meta_controller#839| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 67 67) (|meta_controller#79| state)) ((_ extract 59 59) (|meta_controller#78| state)))) ; $and$meta_controller.v:205$106_Y
-(define-fun |meta_controller#840| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 68 68) (|meta_controller#79| state)) ((_ extract 62 62) (|meta_controller#78| state)))) ; $and$meta_controller.v:205$107_Y
+(define-fun |meta_controller#839| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 67 67) (|meta_controller#79| state)) ((_ extract 59 59) (|meta_controller#78| state)))) ; $and$meta_controller.v:721$618_Y
+(define-fun |meta_controller#840| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 68 68) (|meta_controller#79| state)) ((_ extract 62 62) (|meta_controller#78| state)))) ; $and$meta_controller.v:721$619_Y
 (define-fun |meta_controller#841| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#839| state) (|meta_controller#840| state))) ; $0\lut_or[36:0] [34]
-(define-fun |meta_controller#842| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 69 69) (|meta_controller#79| state)) ((_ extract 65 65) (|meta_controller#78| state)))) ; $and$meta_controller.v:204$109_Y
-(define-fun |meta_controller#843| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 70 70) (|meta_controller#79| state)) ((_ extract 67 67) (|meta_controller#78| state)))) ; $and$meta_controller.v:204$110_Y
+(define-fun |meta_controller#842| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 69 69) (|meta_controller#79| state)) ((_ extract 65 65) (|meta_controller#78| state)))) ; $and$meta_controller.v:720$621_Y
+(define-fun |meta_controller#843| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 70 70) (|meta_controller#79| state)) ((_ extract 67 67) (|meta_controller#78| state)))) ; $and$meta_controller.v:720$622_Y
 (define-fun |meta_controller#844| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#842| state) (|meta_controller#843| state))) ; $0\lut_or[36:0] [35]
-(define-fun |meta_controller#846| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#164| state) (|meta_controller#35| state))) ; $procmux$242_Y
+(define-fun |meta_controller#846| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#164| state) (|meta_controller#35| state))) ; $procmux$1778_Y
 (define-fun |meta_controller#847| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#208| state) #b00 (|meta_controller#846| state))) ; $0\hcnt[1:0]
-(define-fun |meta_controller#848| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#154| state) (|meta_controller#34| state))) ; $procmux$224_Y
+(define-fun |meta_controller#848| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#154| state) (|meta_controller#34| state))) ; $procmux$1760_Y
 (define-fun |meta_controller#849| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#208| state) #b0 (|meta_controller#848| state))) ; $0\fb[0:0]
-(define-fun |meta_controller#850| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#149| state) (|meta_controller#33| state))) ; $procmux$236_Y
+(define-fun |meta_controller#850| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#149| state) (|meta_controller#33| state))) ; $procmux$1772_Y
 (define-fun |meta_controller#851| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#208| state) #b0000 (|meta_controller#850| state))) ; $0\dcnt[3:0]
-(define-fun |meta_controller#852| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#134| state) (|meta_controller#31| state))) ; $procmux$248_Y
+(define-fun |meta_controller#852| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#134| state) (|meta_controller#31| state))) ; $procmux$1784_Y
 (define-fun |meta_controller#853| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#208| state) #b00 (|meta_controller#852| state))) ; $0\cand[1:0]
-(define-fun |meta_controller#854| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#169| state) (|meta_controller#27| state))) ; $procmux$212_Y
+(define-fun |meta_controller#854| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#169| state) (|meta_controller#27| state))) ; $procmux$1748_Y
 (define-fun |meta_controller#855| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#208| state) #b00 (|meta_controller#854| state))) ; $0\op_mode[1:0]
-(define-fun |meta_controller#856| ((state |meta_controller_s|)) (_ BitVec 6) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#167| state) (|meta_controller#23| state))) ; $procmux$200_Y
+(define-fun |meta_controller#856| ((state |meta_controller_s|)) (_ BitVec 6) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#167| state) (|meta_controller#23| state))) ; $procmux$1736_Y
 (define-fun |meta_controller#857| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#208| state) #b000000 (|meta_controller#856| state))) ; $0\op_left[5:0]
-(define-fun |meta_controller#858| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#117| state) (|meta_controller#12| state))) ; $procmux$206_Y
+(define-fun |meta_controller#858| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#117| state) (|meta_controller#12| state))) ; $procmux$1742_Y
 (define-fun |meta_controller#859| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#208| state) #b00 (|meta_controller#858| state))) ; $0\op_act[1:0]
-(define-fun |meta_controller#860| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) #b1 #b0)) ; $procmux$194_Y
+(define-fun |meta_controller#860| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) #b1 #b0)) ; $procmux$1730_Y
 (define-fun |meta_controller#861| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#208| state) #b0 (|meta_controller#860| state))) ; $0\audit_valid[0:0]
-(define-fun |meta_controller#862| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#226| state) (|meta_controller#10| state))) ; $procmux$266_Y
+(define-fun |meta_controller#862| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#226| state) (|meta_controller#10| state))) ; $procmux$1802_Y
 (define-fun |meta_controller#863| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#208| state) #b00 (|meta_controller#862| state))) ; $0\token[1:0]
-(define-fun |meta_controller#864| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#224| state) (|meta_controller#9| state))) ; $procmux$260_Y
+(define-fun |meta_controller#864| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#224| state) (|meta_controller#9| state))) ; $procmux$1796_Y
 (define-fun |meta_controller#865| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#208| state) #b0000 (|meta_controller#864| state))) ; $0\reason[3:0]
-(define-fun |meta_controller#866| ((state |meta_controller_s|)) (_ BitVec 14) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#2| state) (|meta_controller#8| state))) ; $procmux$254_Y
+(define-fun |meta_controller#866| ((state |meta_controller_s|)) (_ BitVec 14) (ite (= ((_ extract 0 0) (|meta_controller#213| state)) #b1) (|meta_controller#2| state) (|meta_controller#8| state))) ; $procmux$1790_Y
 (define-fun |meta_controller#867| ((state |meta_controller_s|)) (_ BitVec 14) (ite (|meta_controller#208| state) #b00000000000000 (|meta_controller#866| state))) ; $0\audit_addr[13:0]
 (define-fun |meta_controller_n addr| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#0| state))
 (define-fun |meta_controller_n addr_q1| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#1| state))
@@ -536,34 +536,34 @@
 (define-fun |meta_controller_i| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_h| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_t| ((state |meta_controller_s|) (next_state |meta_controller_s|)) Bool (and
-  (= (|meta_controller#227| state) (|meta_controller#213| next_state)) ; $procdff$1232 \valid_q2
-  (= (|meta_controller#228| state) (|meta_controller#212| next_state)) ; $procdff$1231 \valid_q1
-  (= (ite (|meta_controller#209| state) #b1 #b0) (|meta_controller#210| next_state)) ; $procdff$1235 \sla_violation_q1
-  (= (ite (|meta_controller#206| state) #b1 #b0) (|meta_controller#207| next_state)) ; $procdff$1234 \probe_fault_q1
-  (= (|meta_controller#204| state) (|meta_controller#205| next_state)) ; $procdff$1236 \op_cmd_q1
-  (= (|meta_controller#202| state) (|meta_controller#203| next_state)) ; $procdff$1237 \op_arg_q1
-  (= (|meta_controller#230| state) (|meta_controller#144| next_state)) ; $procdff$1224 \rcnt
-  (= (|meta_controller#207| state) (|meta_controller#133| next_state)) ; $procdff$1239 \probe_fault_q2
-  (= (|meta_controller#232| state) (|meta_controller#128| next_state)) ; $procdff$1222 \vcnt
-  (= (|meta_controller#210| state) (|meta_controller#127| next_state)) ; $procdff$1240 \sla_violation_q2
-  (= (|meta_controller#113| state) (|meta_controller#79| next_state)) ; $procdff$1228 \lut_sel
-  (= (|meta_controller#739| state) (|meta_controller#78| next_state)) ; $procdff$1230 \lut_col
-  (= (concat (|meta_controller#845| state) (concat (|meta_controller#844| state) (concat (|meta_controller#841| state) (concat (|meta_controller#838| state) (concat (|meta_controller#835| state) (concat (|meta_controller#832| state) (concat (|meta_controller#829| state) (concat (|meta_controller#826| state) (concat (|meta_controller#823| state) (concat (|meta_controller#820| state) (concat (|meta_controller#817| state) (concat (|meta_controller#814| state) (concat (|meta_controller#811| state) (concat (|meta_controller#808| state) (concat (|meta_controller#805| state) (concat (|meta_controller#803| state) (concat (|meta_controller#800| state) (concat (|meta_controller#797| state) (concat (|meta_controller#794| state) (concat (|meta_controller#791| state) (concat (|meta_controller#788| state) (concat (|meta_controller#785| state) (concat (|meta_controller#782| state) (concat (|meta_controller#779| state) (concat (|meta_controller#776| state) (concat (|meta_controller#775| state) (concat (|meta_controller#772| state) (concat (|meta_controller#769| state) (concat (|meta_controller#766| state) (concat (|meta_controller#763| state) (concat (|meta_controller#760| state) (concat (|meta_controller#757| state) (concat (|meta_controller#754| state) (concat (|meta_controller#751| state) (concat (|meta_controller#748| state) (concat (|meta_controller#745| state) (|meta_controller#742| state))))))))))))))))))))))))))))))))))))) (|meta_controller#36| next_state)) ; $procdff$1229 \lut_or
-  (= (|meta_controller#847| state) (|meta_controller#35| next_state)) ; $procdff$1220 \hcnt
-  (= (|meta_controller#849| state) (|meta_controller#34| next_state)) ; $procdff$1223 \fb
-  (= (|meta_controller#851| state) (|meta_controller#33| next_state)) ; $procdff$1221 \dcnt
-  (= (|meta_controller#853| state) (|meta_controller#31| next_state)) ; $procdff$1219 \cand
-  (= (|meta_controller#855| state) (|meta_controller#27| next_state)) ; $procdff$1225 \op_mode
-  (= (|meta_controller#857| state) (|meta_controller#23| next_state)) ; $procdff$1227 \op_left
-  (= (|meta_controller#203| state) (|meta_controller#18| next_state)) ; $procdff$1242 \op_arg_q2
-  (= (|meta_controller#205| state) (|meta_controller#13| next_state)) ; $procdff$1241 \op_cmd_q2
-  (= (|meta_controller#859| state) (|meta_controller#12| next_state)) ; $procdff$1226 \op_act
-  (= (|meta_controller#861| state) (|meta_controller#11| next_state)) ; $procdff$1217 \audit_valid
-  (= (|meta_controller#863| state) (|meta_controller#10| next_state)) ; $procdff$1215 \token
-  (= (|meta_controller#865| state) (|meta_controller#9| next_state)) ; $procdff$1216 \reason
-  (= (|meta_controller#867| state) (|meta_controller#8| next_state)) ; $procdff$1218 \audit_addr
-  (= (|meta_controller#1| state) (|meta_controller#2| next_state)) ; $procdff$1238 \addr_q2
-  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$1233 \addr_q1
+  (= (|meta_controller#227| state) (|meta_controller#213| next_state)) ; $procdff$2768 \valid_q2
+  (= (|meta_controller#228| state) (|meta_controller#212| next_state)) ; $procdff$2767 \valid_q1
+  (= (ite (|meta_controller#209| state) #b1 #b0) (|meta_controller#210| next_state)) ; $procdff$2771 \sla_violation_q1
+  (= (ite (|meta_controller#206| state) #b1 #b0) (|meta_controller#207| next_state)) ; $procdff$2770 \probe_fault_q1
+  (= (|meta_controller#204| state) (|meta_controller#205| next_state)) ; $procdff$2772 \op_cmd_q1
+  (= (|meta_controller#202| state) (|meta_controller#203| next_state)) ; $procdff$2773 \op_arg_q1
+  (= (|meta_controller#230| state) (|meta_controller#144| next_state)) ; $procdff$2760 \rcnt
+  (= (|meta_controller#207| state) (|meta_controller#133| next_state)) ; $procdff$2775 \probe_fault_q2
+  (= (|meta_controller#232| state) (|meta_controller#128| next_state)) ; $procdff$2758 \vcnt
+  (= (|meta_controller#210| state) (|meta_controller#127| next_state)) ; $procdff$2776 \sla_violation_q2
+  (= (|meta_controller#113| state) (|meta_controller#79| next_state)) ; $procdff$2764 \lut_sel
+  (= (|meta_controller#739| state) (|meta_controller#78| next_state)) ; $procdff$2766 \lut_col
+  (= (concat (|meta_controller#845| state) (concat (|meta_controller#844| state) (concat (|meta_controller#841| state) (concat (|meta_controller#838| state) (concat (|meta_controller#835| state) (concat (|meta_controller#832| state) (concat (|meta_controller#829| state) (concat (|meta_controller#826| state) (concat (|meta_controller#823| state) (concat (|meta_controller#820| state) (concat (|meta_controller#817| state) (concat (|meta_controller#814| state) (concat (|meta_controller#811| state) (concat (|meta_controller#808| state) (concat (|meta_controller#805| state) (concat (|meta_controller#803| state) (concat (|meta_controller#800| state) (concat (|meta_controller#797| state) (concat (|meta_controller#794| state) (concat (|meta_controller#791| state) (concat (|meta_controller#788| state) (concat (|meta_controller#785| state) (concat (|meta_controller#782| state) (concat (|meta_controller#779| state) (concat (|meta_controller#776| state) (concat (|meta_controller#775| state) (concat (|meta_controller#772| state) (concat (|meta_controller#769| state) (concat (|meta_controller#766| state) (concat (|meta_controller#763| state) (concat (|meta_controller#760| state) (concat (|meta_controller#757| state) (concat (|meta_controller#754| state) (concat (|meta_controller#751| state) (concat (|meta_controller#748| state) (concat (|meta_controller#745| state) (|meta_controller#742| state))))))))))))))))))))))))))))))))))))) (|meta_controller#36| next_state)) ; $procdff$2765 \lut_or
+  (= (|meta_controller#847| state) (|meta_controller#35| next_state)) ; $procdff$2756 \hcnt
+  (= (|meta_controller#849| state) (|meta_controller#34| next_state)) ; $procdff$2759 \fb
+  (= (|meta_controller#851| state) (|meta_controller#33| next_state)) ; $procdff$2757 \dcnt
+  (= (|meta_controller#853| state) (|meta_controller#31| next_state)) ; $procdff$2755 \cand
+  (= (|meta_controller#855| state) (|meta_controller#27| next_state)) ; $procdff$2761 \op_mode
+  (= (|meta_controller#857| state) (|meta_controller#23| next_state)) ; $procdff$2763 \op_left
+  (= (|meta_controller#203| state) (|meta_controller#18| next_state)) ; $procdff$2778 \op_arg_q2
+  (= (|meta_controller#205| state) (|meta_controller#13| next_state)) ; $procdff$2777 \op_cmd_q2
+  (= (|meta_controller#859| state) (|meta_controller#12| next_state)) ; $procdff$2762 \op_act
+  (= (|meta_controller#861| state) (|meta_controller#11| next_state)) ; $procdff$2753 \audit_valid
+  (= (|meta_controller#863| state) (|meta_controller#10| next_state)) ; $procdff$2751 \token
+  (= (|meta_controller#865| state) (|meta_controller#9| next_state)) ; $procdff$2752 \reason
+  (= (|meta_controller#867| state) (|meta_controller#8| next_state)) ; $procdff$2754 \audit_addr
+  (= (|meta_controller#1| state) (|meta_controller#2| next_state)) ; $procdff$2774 \addr_q2
+  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$2769 \addr_q1
 )) ; end of module meta_controller
 
 (declare-const rtl_s |meta_controller_s|)

@@ -172,9 +172,23 @@ def test_monitor_cosimulation_fails_when_the_expectation_is_altered(tmp_path):
                for c in res.configs)
 
 
+@pytest.mark.parametrize("window", [1, 2, 7])
+def test_monitor_rtl_with_the_mean_on_both_metrics_agrees_with_the_python_monitor(tmp_path, window):
+    """The mean's running difference (sum - limit * n, no multiplier) on the latency counter's width as
+    well as the accuracy's: the windows the reference does not use, filling up, full, and emptied by
+    another action (the stimulus switches actions)."""
+    from mi_certify.runtime.sla import MonitorConfig
+    res = monitor_cosim.run_monitor_cosim(REF_LIMITS, MonitorConfig(window, "mean", "mean"), tmp_path / "w",
+                                          random_requests=400, seed=window)
+    assert res.passed and [c["mismatches"] for c in res.configs] == [0, 0], res.to_json()
+    assert res.configs[0]["accuracy_statistic"] == res.configs[0]["latency_statistic"] == "mean"
+    assert all(0 < c["violations"] < c["verdicts"] for c in res.configs), res.to_json()   # both verdicts seen
+
+
 @pytest.mark.parametrize("mutation", [
     ("violate_next = judged & ({{(32 - NW){1'b0}}, c1} >= thr);", "violate_next = judged & ({{(32 - NW){1'b0}}, c1} > thr);"),
-    ("(sum1 > lim_ext * n_ext)", "(sum1 >= lim_ext * n_ext)"),
+    ("(~ex1[EX_W-1] & (ex1 != {EX_W{1'b0}}))", "(~ex1[EX_W-1])"),                  # mean: equality a violation
+    ("? {EX_W{1'b0}} : lim_ext)", "? lim_ext : lim_ext)"),                              # mean: n counted when full
     ("wire clear     = ~win_any | (act != win_act);", "wire clear     = ~win_any;"),
     ("wire lat_inf   = abandoned | (cnt == CYC_INF);", "wire lat_inf   = (cnt == CYC_INF);"),
 ])

@@ -20,8 +20,10 @@
 // (LAT_STAT / ACC_STAT): 0 = mean, 1..99 = nearest-rank percentile pNN, 100 = max
 // (max is the p100 nearest rank). max/pNN keep a shift register of exceed bits
 // (value > limit) and their count c: violation <=> c >= n - ceil(NN*n/100) + 1.
-// mean keeps a running sum: violation <=> sum > limit * n (exact integers), or any
-// +infinity in the window. Equality is compliant. An action whose JUDGED bit is 0 is
+// mean keeps ex = sum - limit * n of the window, a running signed difference: violation <=>
+// ex > 0 (sum > limit * n, exact integers), or any +infinity in the window. The limit is the
+// same for every measurement of a window (a measurement of another action empties it), so ex
+// moves by additions only: no multiplier on the verdict path. Equality is compliant. An action whose JUDGED bit is 0 is
 // never in violation on that metric.
 //
 // Timing (docs/runtime.md 5): the verdict of the request completed at edge t is on
@@ -223,21 +225,22 @@ module sla_monitor_window #(
 
     generate
         if (STAT == 0) begin : g_mean
-            localparam integer SUM_W = VAL_W + NW;
-            localparam integer QW    = NW + WINDOW * VAL_W + WINDOW + NW + SUM_W + 1;
+            // |sum - limit * n| <= WINDOW * (2^VAL_W - 1) < 2^(VAL_W + NW): EX_W bits, two's complement
+            localparam integer EX_W = VAL_W + NW + 1;
+            localparam integer QW   = NW + WINDOW * VAL_W + WINDOW + NW + EX_W + 1;
             wire [QW-1:0]           q;
             wire [NW-1:0]           n_q;
             wire [WINDOW*VAL_W-1:0] vals_q;
             wire [WINDOW-1:0]       infs_q;
             wire [NW-1:0]           ninf_q;
-            wire [SUM_W-1:0]        sum_q;
+            wire [EX_W-1:0]         ex_q;
             wire                    v_q;
-            assign {n_q, vals_q, infs_q, ninf_q, sum_q, v_q} = q;
+            assign {n_q, vals_q, infs_q, ninf_q, ex_q, v_q} = q;
 
             reg [WINDOW*VAL_W-1:0] vals0, vals1, val_ext;
             reg [WINDOW-1:0]       infs0, infs1, inf_ext;
             reg [NW-1:0]           ninf0, ninf1, old_inf, new_inf;
-            reg [SUM_W-1:0]        sum0, sum1, old_val, new_val, lim_ext, n_ext;
+            reg [EX_W-1:0]         ex0, ex1, old_val, new_val, lim_ext;
 
             always @(*) begin
                 one = {NW{1'b0}};
@@ -246,13 +249,13 @@ module sla_monitor_window #(
                 vals0 = clear ? {WINDOW*VAL_W{1'b0}} : vals_q;
                 infs0 = clear ? {WINDOW{1'b0}} : infs_q;
                 ninf0 = clear ? {NW{1'b0}} : ninf_q;
-                sum0 = clear ? {SUM_W{1'b0}} : sum_q;
+                ex0 = clear ? {EX_W{1'b0}} : ex_q;
                 // the oldest entry leaves when the window is full; entries beyond n are zero
-                old_val = {SUM_W{1'b0}};
+                old_val = {EX_W{1'b0}};
                 old_val[VAL_W-1:0] = vals0[WINDOW*VAL_W-1 -: VAL_W];
                 old_inf = {NW{1'b0}};
                 old_inf[0] = infs0[WINDOW-1];
-                new_val = {SUM_W{1'b0}};
+                new_val = {EX_W{1'b0}};
                 new_val[VAL_W-1:0] = inf ? {VAL_W{1'b0}} : val;
                 new_inf = {NW{1'b0}};
                 new_inf[0] = inf;
@@ -262,20 +265,19 @@ module sla_monitor_window #(
                 inf_ext[0] = inf;
                 vals1 = (vals0 << VAL_W) | val_ext;
                 infs1 = (infs0 << 1) | inf_ext;
-                sum1 = sum0 - old_val + new_val;
                 ninf1 = ninf0 - old_inf + new_inf;
                 n1 = (n0 == WINDOW[NW-1:0]) ? n0 : n0 + one;
-                lim_ext = {SUM_W{1'b0}};
+                lim_ext = {EX_W{1'b0}};
                 lim_ext[VAL_W-1:0] = limit;
-                n_ext = {SUM_W{1'b0}};
-                n_ext[NW-1:0] = n1;
-                // limit * n < 2^SUM_W: no overflow
-                violate_next = judged & ((ninf1 != {NW{1'b0}}) | (sum1 > lim_ext * n_ext));
+                // a full window keeps n (the oldest value leaves), else n grows by one: - limit
+                ex1 = ex0 - old_val + new_val - ((n0 == WINDOW[NW-1:0]) ? {EX_W{1'b0}} : lim_ext);
+                // ex1 > 0, signed
+                violate_next = judged & ((ninf1 != {NW{1'b0}}) | (~ex1[EX_W-1] & (ex1 != {EX_W{1'b0}})));
             end
 
             sla_monitor_reg #(.W(QW), .RST_ASYNC(RST_ASYNC)) u_q (
                 .clk(clk), .rst_hi(rst_hi),
-                .d(push ? {n1, vals1, infs1, ninf1, sum1, violate_next} : q), .q(q));
+                .d(push ? {n1, vals1, infs1, ninf1, ex1, violate_next} : q), .q(q));
             assign violate = v_q;
             assign samples = n_q;
         end else begin : g_rank

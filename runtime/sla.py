@@ -438,10 +438,14 @@ def stat_code(statistic: str) -> int:
 def monitor_parameters(cfg: CycleMonitorConfig, n_actions: int, nw: int | None = None) -> dict:
     """Parameter values of ``hdl/sla_monitor.v`` for ``cfg``: {name: int, or (width, value) for the
     packed limit vectors, action 0 least significant}. Used by the emitter of the monitor wrapper and
-    by its co-simulation, so both instantiate the core with the same values."""
+    by its co-simulation, so both instantiate the core with the same values. Raises ValueError for a
+    limit that does not fit its field (0 .. 2^width - 1): packed anyway it would change its neighbour's."""
     def pack(limits, width):
         word = 0
         for i, lim in reversed(list(enumerate(limits))):
+            if lim is not None and not 0 <= lim < 1 << width:
+                raise ValueError(f"SLA monitor limit {lim} of action {i} does not fit {width} bits "
+                                 f"(0 .. {(1 << width) - 1})")
             word = word << width | (lim or 0)
         return word
     judged = lambda limits: sum(1 << i for i, lim in enumerate(limits) if lim is not None)  # noqa: E731

@@ -242,7 +242,7 @@ def regenerate_report(d: Path, spec, obligations: list[dict]) -> dict[str, bytes
 
 
 def regenerate_sources(d: Path, spec, manifest: dict, summary: dict, lut: np.ndarray) -> dict[str, str | bytes]:
-    """The emitted Python runtime, Verilog, C, ROM file, SLA-monitor wrapper, constraint files and (with raw inputs)
+    """The emitted Python runtime, Verilog, C, SLA-monitor wrapper, constraint files and (with raw inputs)
     the quantizer, bus wrappers, SystemRDL and PeakRDL outputs made again from the spec, lut.hex,
     the distillation boxes and the recorded hashes and version: text, or bytes for the PeakRDL
     HTML's files (an HTML file listed in the manifest that PeakRDL does not make maps to b"")."""

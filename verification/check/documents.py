@@ -1,7 +1,7 @@
 """Documents group of ``mi-certify check``: what a person reads, re-derived from the evidence.
 
 Re-derives (with :mod:`.bundle_documents`, which says how and what it cannot):
-the generated sources (Python runtime, Verilog, ROM file, SLA monitor) emitted again
+the generated sources (Python runtime, Verilog with its ROM contents, SLA monitor) emitted again
 from sla.yaml and lut.hex, byte for byte; every figure of summary.json from the
 evidence files; obligations.json; the small records (import.json, lut.json's header,
 lut_properties.json's masks) and the witnesses' IR outputs in verification.json;

@@ -2,8 +2,8 @@
 
 Re-derives from lut.hex: lut.json's sha256, token histogram, confident-cell count and
 cell status (against the distillation boxes'); the table the Verilog holds, read back
-without Yosys from whichever encoding the emitter chose (case items, ``$readmemh``
-ROM, sliced ROM, box tree: :func:`verilog_table`, pyverilog's syntax tree), and every
+without Yosys from whichever encoding the emitter chose (case items, the ROM's initial
+values, sliced ROM, box tree: :func:`verilog_table`, pyverilog's syntax tree), and every
 ``.v`` parsed with the controller's interface and latency confirmed
 (:func:`check_rtl_reading`); the Python runtime's ``_LUT``
 literal, parsed and not executed (all independent). Then the sla.yaml properties are
@@ -86,11 +86,11 @@ def check_properties(c: Checker, ev: CheckContext) -> None:
 
 def verilog_table(d: Path, spec) -> tuple[np.ndarray, str]:
     """The LUT entries ``<module>.v`` in ``d`` holds, read without Yosys: pyverilog's syntax tree,
-    its data flow from ``addr`` to ``lut_entry`` evaluated at every address, ROM files from ``d``
+    its data flow from ``addr`` to ``lut_entry`` evaluated at every address, a ROM's initial values included
     (:func:`.verilog_reader.read_lut`; every encoding and latency).
 
     Returns (entries, how): entries (2**address_bits,) int64, each ``{confident, token}``
-    (token in the low ``token_bits``); how says what was read (ROM files, case statements, box
+    (token in the low ``token_bits``); how says what was read (ROM initial values, case statements, box
     tree) and the latency. Raises CheckFailed when the file cannot be read (file, line, construct).
     """
     from mi_certify.verification.tools.verilog_reader import VerilogReadError, read_lut

@@ -282,10 +282,13 @@ class _Flow:
                     and isinstance(left.ptr, A.IntConst) and isinstance(s.right.var, A.IntConst)):
                 self.fail(s, "the only initial blocks allowed give a ROM its contents: <memory>[<address>] = <constant>;")
             inits = self.mem_inits.setdefault(left.var.name, {})
-            addr = _const(left.ptr.value)[0]
+            try:
+                addr, value = _const(left.ptr.value)[0], _const(s.right.var.value)
+            except ValueError as exc:   # x / z digits, or a literal the reader does not know
+                self.fail(s, f"an initial value of {left.var.name}: {exc}")
             if addr in inits:
                 self.fail(s, f"{left.var.name}[{addr}] is given a second initial value")
-            inits[addr] = (*_const(s.right.var.value), s.lineno)
+            inits[addr] = (*value, s.lineno)
 
     # -- values --
     def value(self, name: str, node=None) -> tuple[np.ndarray, int | None]:
@@ -540,8 +543,8 @@ def _how(mod: RtlModule, flow: _Flow) -> str:
 
 def read_lut(path: Path, address_bits: int, module: str | None = None) -> LutReading:
     """The LUT of the generated controller in ``path`` (module ``module``, default the only one),
-    read from the syntax tree at every address: the data flow into ``lut_entry``, ROM files
-    included. Raises VerilogReadError (unparsable, missing or malformed ROM file, a LUT path
+    read from the syntax tree at every address: the data flow into ``lut_entry``, a ROM's initial
+    values included. Raises VerilogReadError (unparsable, missing or malformed ROM word, a LUT path
     that mixes cycles or leaves an address without an entry)."""
     mods = read_modules(path)
     mod = mods[module] if module else next(iter(mods.values()))

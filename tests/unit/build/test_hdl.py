@@ -454,6 +454,44 @@ def test_every_latency_is_proved_with_the_delay_and_read_back(small, tmp_path, e
         assert f"// Latency: {latency} cycles (sla.yaml hdl.latency)" in v.read_text()
 
 
+@pytest.mark.parametrize("encoding", ["rom", "sliced_rom"])
+def test_the_rom_contents_are_inline_in_blocks_and_every_malformed_initial_value_is_refused(small, tmp_path, encoding):
+    """The ROM's words are initial values of the .v (no file: any tool, any working directory); the
+    independent reader requires exactly one constant of the memory's width per address."""
+    from mi_certify.generator.build.verilog_parts import ROM_BLOCK
+    from mi_certify.verification.tools.verilog_reader import VerilogReadError, read_lut
+    spec, lut, boxes = small
+    spec, v = _emit(spec, lut, boxes, tmp_path, encoding)
+    src = v.read_text()
+    mem = "lut_rom" if encoding == "rom" else "lut_cols"
+    words = re.findall(rf"^\s*{mem}\[(\d+)\] = (\d+)'h([0-9a-f]+);$", src, re.M)
+    depth = int(re.search(rf"\b{mem}\s*\[0:(\d+)\]", src).group(1)) + 1
+    assert [int(a) for a, _, _ in words] == list(range(depth)) and "$readmemh" not in src
+    assert src.count("initial begin   // ROM contents, not logic") == -(-depth // ROM_BLOCK)
+    width = int(words[0][1])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sim = subprocess.run(["iverilog", "-g2001", "-o", "a.vvp", str(v)], cwd=elsewhere, capture_output=True, text=True)
+    assert sim.returncode == 0, sim.stderr                      # from another working directory, no file beside
+    line = rf"^(\s*){mem}\[5\] = {width}'h[0-9a-f]+;\n"
+    for mutant, why in [
+        (re.sub(line, "", src, count=1, flags=re.M),
+         rf"ROM {mem} has initial values for {depth - 1} addresses, not one for each of its {depth} words"),
+        (re.sub(line, lambda m: m.group(0) + f"{m.group(1)}{mem}[5] = {width}'h0;\n", src, count=1, flags=re.M),
+         rf"{mem}\[5\] is given a second initial value"),
+        (re.sub(rf"^(\s*{mem}\[5\] = ){width}'h", rf"\g<1>{width - 1}'h", src, count=1, flags=re.M),
+         rf"{mem}\[5\] = a {width - 1}-bit constant"),
+        (src.replace("initial begin   // ROM contents, not logic", "initial begin\n        token = 2'd1;", 1),
+         "the only initial blocks allowed give a ROM its contents"),
+        (re.sub(rf"^(\s*{mem}\[5\] = {width}'h)[0-9a-f]+;", r"\g<1>x;", src, count=1, flags=re.M),
+         rf"{re.escape(v.name)}: line \d+: an initial value of {mem}: not an integer constant: {width}'hx"),
+    ]:
+        assert mutant != src
+        v.write_text(mutant)
+        with pytest.raises(VerilogReadError, match=why):
+            read_lut(v, spec.address_bits)
+
+
 def test_a_pipeline_that_mixes_cycles_or_reports_the_wrong_address_is_caught(small, tmp_path):
     from mi_certify.verification.tools.verilog_reader import VerilogReadError, read_lut
     spec, lut, boxes = small

@@ -172,6 +172,21 @@ def test_monitor_cosimulation_fails_when_the_expectation_is_altered(tmp_path):
                for c in res.configs)
 
 
+def test_a_limit_wider_than_its_field_is_refused_not_packed_into_the_neighbours():
+    """A helper's find: 131,072 in a 17-bit accuracy field wrapped to 0 and moved a bit into action 1's
+    limit (3,324 cycles of wrong verdicts); sla.yaml's range never reaches it, a direct caller could."""
+    from mi_certify.runtime.sla import monitor_parameters
+    ok = CycleMonitorConfig((5, 9), (131_071, 500), MonitorConfig(3, "mean", "mean"), cyc_width=4, acc_width=17,
+                            action_width=1)
+    assert monitor_parameters(ok, 2)["ACC_LIMIT"] == (34, 500 << 17 | 131_071)
+    for lat, acc, why in [((5, 9), (131_072, 500), "limit 131072 of action 0 does not fit 17 bits (0 .. 131071)"),
+                          ((16, 9), (1, 500), "limit 16 of action 0 does not fit 4 bits (0 .. 15)"),
+                          ((5, -1), (1, 500), "limit -1 of action 1 does not fit 4 bits")]:
+        with pytest.raises(ValueError, match=why.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+            monitor_parameters(CycleMonitorConfig(lat, acc, MonitorConfig(3, "mean", "mean"), cyc_width=4,
+                                                  acc_width=17, action_width=1), 2)
+
+
 @pytest.mark.parametrize("window", [1, 2, 7])
 def test_monitor_rtl_with_the_mean_on_both_metrics_agrees_with_the_python_monitor(tmp_path, window):
     """The mean's running difference (sum - limit * n, no multiplier) on the latency counter's width as

@@ -483,6 +483,10 @@ BYTES_PER_CELL = 160
 #: Seconds of distillation per cell and per network weight on 2 cores (the reference: 400
 #: weights, 53 s at 2^20 cells); the time class is this times 4 (boundaries differ).
 SECONDS_PER_CELL_WEIGHT = 1.3e-7
+#: Below this :func:`estimate` (seconds), :func:`distill` decides every slice in this process: starting
+#: two worker interpreters (imports of numpy, onnx, onnxruntime) took 2.8 s more than the whole
+#: distillation of an 8-cell grid inline (0.68 s against 3.44 s, this machine, idle).
+INLINE_BELOW_S = 0.5
 TIME_CLASSES = ((60, "under a minute"), (900, "minutes"), (3600, "tens of minutes"), (float("inf"), "hours"))
 
 
@@ -544,8 +548,10 @@ def distill(spec: Spec, model: LoadedModel, opts: DistillOptions | None = None,
     slices = [(spec, model, lo, hi, opts) for lo, hi in slices_of(spec)]
     per = n // len(slices)
     own = backend is None
-    if own:  # opts.workers processes of our own (this process when 1): no Dask
-        backend = open_backend(BackendSpec(workers=opts.workers))
+    if own:  # opts.workers processes of our own (this process when 1, or when the work is below
+        # what starting them costs: INLINE_BELOW_S of :func:`estimate`): no Dask
+        workers = opts.workers if estimate(spec, model.ir, opts.workers)["seconds"] >= INLINE_BELOW_S else 1
+        backend = open_backend(BackendSpec(workers=workers))
     try:  # results come back in slice order, whatever the workers' number and order
         results = map_ordered(_distill_slice, slices, backend,
                               on_result=(lambda k, done, _: progress(done * per, n)) if progress else None)

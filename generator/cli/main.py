@@ -33,7 +33,7 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
                  "sva": "prove the SVA harness (SymbiYosys + Yices), the second path",
                  "hdl_encoding": "pick the LUT encoding (Yosys estimate)",
                  "hdl_target": "measure the declared target (nextpnr), for the header",
-                 "hdl": "synthesise + place and route (Yosys, nextpnr-ice40)",
+                 "hdl": "synthesise + place and route every device (Yosys, nextpnr)",
                  "report": "write report.html, report.md, heatmaps",
                  "report_screenshot": "screenshot report.html (headless Chromium)",
                  "soc_emit": "emit the raw-input quantizer, bus wrappers, SystemRDL + PeakRDL",

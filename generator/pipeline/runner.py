@@ -94,7 +94,8 @@ def tool_versions() -> dict:
 STAGES: tuple[Callable[[BuildContext], StageResult | None], ...] = (
     stages.start_verify, stages.lut_stage, stages.lut_properties_stage, stages.write_table,
     stages.fsm_proofs_stage, stages.emit_stage, stages.lint_stage, stages.rtl_proofs_stage, stages.sva_stage, soc_stage,
-    stages.write_proof_index, stages.cosim_stage, stages.c_runtime_stage, stages.finish_verify, stages.hdl_stage)
+    stages.write_proof_index, stages.cosim_stage, stages.c_runtime_stage, stages.finish_verify, stages.hdl_stage,
+    stages.finish_sva)
 
 
 def _is_previous_build(out: Path) -> bool:

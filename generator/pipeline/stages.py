@@ -71,7 +71,7 @@ class Background:
     """Run ``fn`` in a daemon thread (Ctrl-C / SIGTERM of the build does not wait for it);
     ``result()`` waits and returns its value or raises its exception."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, name: str = "mi-certify-verify"):
         self._value, self._error = None, None
 
         def run():
@@ -79,7 +79,7 @@ class Background:
                 self._value = fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
                 self._error = exc
-        self._thread = threading.Thread(target=run, name="mi-certify-verify", daemon=True)
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
         self._thread.start()
 
     def result(self):
@@ -151,6 +151,7 @@ class BuildContext:
     evidence: Evidence | None = None
     # products of the stages, in the order they appear
     verify_job: Background | None = None
+    sva_job: Background | None = None
     boxes: list | None = None
     lut: Lut | None = None
     masks: list = field(default_factory=list)
@@ -498,15 +499,27 @@ def rtl_proofs_stage(ctx: BuildContext) -> StageResult:
 
 
 def sva_stage(ctx: BuildContext) -> StageResult:
-    """The second proof path (docs/hdl.md, "SVA and SymbiYosys"): the emitted SymbiYosys job
-    ``<module>.sby`` proves the SVA harness ``<module>_formal.sv`` on the emitted Verilog (YoWASP
-    SymbiYosys, k-induction, Yices); sva.json. Anything but PASS fails the stage (fails closed)."""
+    """The second proof path (docs/hdl.md, "SVA and SymbiYosys"): starts the emitted SymbiYosys job
+    ``<module>.sby`` on the SVA harness ``<module>_formal.sv`` and the emitted Verilog (YoWASP
+    SymbiYosys, k-induction, Yices) in a background thread, beside the stages that follow (it reads
+    copies of files they do not change); :func:`finish_sva` joins it."""
     if ctx.opts.skip_rtl_proofs:
         return StageResult.skipped("sva", STAGE_TEXT["sva.skipped"])
     spec, d = ctx.built_spec, ctx.d
     job, files = d / sby_name(spec), job_files(spec, d)
-    res = ctx.timed("sva", lambda: sby.run_sby(job, files),
-                    lambda r: Status.OK.value if r.verdict == "proved" else Status.FAILED.value)
+    ctx.sva_job = Background(lambda: ctx.timed(
+        "sva", lambda: sby.run_sby(job, files),
+        lambda r: Status.OK.value if r.verdict == "proved" else Status.FAILED.value), name="mi-certify-sva")
+    return StageResult("sva", {"status": Status.RUNNING.value})
+
+
+def finish_sva(ctx: BuildContext) -> StageResult | None:
+    """Join :func:`sva_stage`'s job; sva.json. Anything but PASS fails the stage (fails closed).
+    None when the stage was skipped."""
+    if ctx.sva_job is None:
+        return None
+    res = ctx.sva_job.result()
+    spec = ctx.built_spec
     doc = sva_document(spec, ctx.machine, spec.hdl.latency_cycles, res.to_json())
     ctx.evidence.write("sva.json", doc)
     return StageResult("sva", sva_record(doc), evidence=("sva.json",))

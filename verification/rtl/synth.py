@@ -47,6 +47,7 @@ docs/hdl.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -59,7 +60,8 @@ from pathlib import Path
 
 from mi_certify.verification.tools import yosys
 from mi_certify.verification.tools.registry import (
-    TOOLS, ToolMissingError, ToolRunError, find_tool, memory_error, memory_limit_mb, memory_rlimit, require_tool, run)
+    TOOLS, ToolMissingError, ToolRunError, find_tool, memory_error, memory_limit_mb, memory_rlimit, require_tool, run,
+    run_parallel)
 
 #: The Yosys that makes every synthesis figure (a key of :data:`.tools.TOOLS`: the YoWASP build
 #: pinned in constraints.txt; docs/hdl.md, "Tools"). The RTL proofs' ``write_smt2`` keeps the
@@ -374,7 +376,7 @@ def estimate(verilog: Path, top: str, address_bits: int, token_bits: int, reason
 
 def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int,
                     reset_port: str, devices: tuple[str, ...] | None = None, timeout_s: float = 1800.0,
-                    seed: int = SEED) -> dict:
+                    seed: int = SEED, jobs: int | None = None) -> dict:
     """Fmax per device on the wrapper (:func:`fmax_wrapper`): one ``synth_<family>`` per family of
     ``devices`` (keys of :data:`DEVICES`; None: all), then its nextpnr per device, ``--seed seed``, ``--freq`` =
     the device's goal, and the family's clock constraint file at the goal (:data:`Family.constraint`:
@@ -388,13 +390,34 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
     ``detail``: when the wrapper's counts exceed :data:`CAPACITY` (:func:`fit_problem`),
     nextpnr is not run for that device. A ROM above :func:`max_rom_kbit` is not
     synthesised (:func:`rom_refusal`): the counts are then None but ``bram``, the block RAMs
-    it needs (:func:`rom_brams`), and ``synthesised`` is False. Raises SynthError on any other
-    tool failure.
+    it needs (:func:`rom_brams`), and ``synthesised`` is False. The families run side by side
+    (:func:`.tools.run_parallel`, ``jobs`` at a time; None: one per CPU); the figures do not depend
+    on it. Raises SynthError on any other tool failure.
     """
-    out: dict = {}
     devices = tuple(DEVICES) if devices is None else devices
+    return _gathered(devices, *_pnr_tasks(verilog, top, address_bits, token_bits, reason_bits, reset_port, devices,
+                                          timeout_s, seed), jobs)
+
+
+def _gathered(devices: tuple[str, ...], fixed: dict, tasks: list, jobs: int | None = None) -> dict:
+    """{device: record} in the order of ``devices``: ``fixed`` and the results of ``tasks`` (run by
+    :func:`.tools.run_parallel`; each returns {device: record} for its family)."""
+    return _merged(devices, fixed, run_parallel(tasks, jobs))
+
+
+def _merged(devices: tuple[str, ...], fixed: dict, parts: list[dict]) -> dict:
+    found = dict(fixed)
+    for part in parts:
+        found.update(part)
+    return {dev: found[dev] for dev in devices}
+
+
+def _pnr_tasks(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int, reset_port: str,
+               devices: tuple[str, ...], timeout_s: float, seed: int) -> tuple[dict, list]:
+    """:func:`place_and_route` as ({device: record known without a tool}, [one task per family])."""
     refused = rom_refusal(verilog)
     if refused:
+        out: dict = {}
         for dev in devices:
             d = DEVICES[dev]
             counts = {"lut4": None, "dff": None, "bram": rom_brams(verilog, d.family), "carry": None}
@@ -405,35 +428,42 @@ def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int,
                         "detail": f"{problem or 'not measured'} (block RAMs from the ROM's shape; the wrapper was "
                                   f"not synthesised: the ROM is above {MAX_ROM_ENV})",
                         "time_s": 0.0}
-        return out
+        return out, []
     # a controller with the operator command port (sla.yaml operator:) gets it driven from the register too
     operator = re.search(r"input\s+wire\s+\[1:0\]\s+op_cmd\s*,", verilog.read_text(encoding="utf-8")) is not None
     wrapper = fmax_wrapper(top, address_bits, token_bits, reason_bits, reset_port, operator)
-    return _place_wrapped(verilog, [verilog.name], wrapper, devices, timeout_s, seed)
+    return {}, _family_tasks(verilog, [verilog.name], wrapper, devices, timeout_s, seed)
 
 
-def _place_wrapped(verilog: Path, sources: list[str], wrapper: str, devices: tuple[str, ...], timeout_s: float,
-                   seed: int) -> dict:
+def _family_tasks(verilog: Path, sources: list[str], wrapper: str, devices: tuple[str, ...], timeout_s: float,
+                  seed: int) -> list:
+    """One task per family of ``devices`` (:func:`_place_family`), in the order the families first occur."""
+    by_family: dict[str, list[str]] = {}
+    for dev in devices:
+        by_family.setdefault(DEVICES[dev].family, []).append(dev)
+    return [functools.partial(_place_family, verilog, sources, wrapper, fam, tuple(devs), timeout_s, seed)
+            for fam, devs in by_family.items()]
+
+
+def _place_family(verilog: Path, sources: list[str], wrapper: str, family: str, devices: tuple[str, ...],
+                  timeout_s: float, seed: int) -> dict:
     """:func:`place_and_route`'s measurement of ``wrapper`` (Verilog text of module :data:`WRAPPER`)
-    over ``sources`` (file names in the folder of ``verilog``, copied with it)."""
+    over ``sources`` (file names in the folder of ``verilog``, copied with it) on ``devices``, all of
+    ``family``: one ``synth_<family>``, then nextpnr per device, in a folder of its own."""
     from mi_certify.generator.build.emit_constraints import render_constraint
     out: dict = {}
+    fam = FAMILIES[family]
     with tempfile.TemporaryDirectory(prefix="mi-certify-pnr-") as work:
         w = Path(work)
         _copy_design(verilog, w)
         (w / "wrapper.v").write_text(wrapper)
-        by_family: dict = {}
+        t0 = time.monotonic()
+        st = _yosys_cells([*sources, "wrapper.v"], WRAPPER, w, timeout_s, target=family,
+                          nodffe=fam.nodffe, json_out=f"wrapper_{family}.json")
+        counts = family_counts(family, st["by_type"])
+        synth_s = time.monotonic() - t0  # the first device of the family pays for its synthesis
         for dev in devices:
             d = DEVICES[dev]
-            fam = FAMILIES[d.family]
-            synth_s = 0.0
-            if d.family not in by_family:  # the first device of a family pays for its synthesis
-                t0 = time.monotonic()
-                st = _yosys_cells([*sources, "wrapper.v"], WRAPPER, w, timeout_s, target=d.family,
-                                  nodffe=fam.nodffe, json_out=f"wrapper_{d.family}.json")
-                by_family[d.family] = family_counts(d.family, st["by_type"])
-                synth_s = time.monotonic() - t0
-            counts = by_family[d.family]
             goal, package = d.goal_mhz, d.package
             where = {"seed": seed, "family": d.family, "part": d.part, "package": package}
             t1 = time.monotonic()
@@ -441,11 +471,12 @@ def _place_wrapped(verilog: Path, sources: list[str], wrapper: str, devices: tup
             if problem:  # known from the synthesis: nextpnr would only fail on it
                 out[dev] = {"fits": False, "fmax_mhz": None, "goal_mhz": goal, "meets_goal": False, **counts,
                             **where, "detail": problem, "time_s": round(time.monotonic() - t1 + synth_s, 1)}
+                synth_s = 0.0
                 continue
             clock_file = f"clock_{dev}.{fam.constraint}"
             (w / clock_file).write_text(render_constraint(fam.constraint, goal, "clk"), encoding="utf-8")
             try:
-                _nextpnr([*d.args, "--json", f"wrapper_{d.family}.json", "--seed", str(seed),
+                _nextpnr([*d.args, "--json", f"wrapper_{family}.json", "--seed", str(seed),
                           "--freq", f"{goal:g}", fam.constraint_flag, clock_file, "--timing-allow-fail",
                           fam.unconstrained, "--report", f"report_{dev}.json", "--quiet"], w, timeout_s,
                          tool=fam.nextpnr)
@@ -459,6 +490,7 @@ def _place_wrapped(verilog: Path, sources: list[str], wrapper: str, devices: tup
                             **where, "detail": f"does not fit: not enough {full.group(1)} "
                             f"for {counts['bram']} block RAMs / {counts['lut4']} LUT4",
                             "time_s": round(time.monotonic() - t1 + synth_s, 1)}
+                synth_s = 0.0
                 continue
             try:
                 rep = json.loads((w / f"report_{dev}.json").read_text())
@@ -469,6 +501,7 @@ def _place_wrapped(verilog: Path, sources: list[str], wrapper: str, devices: tup
                 raise SynthError(f"{fam.nextpnr} ({dev}): no clock in the timing report")
             out[dev] = {"fits": True, "fmax_mhz": round(min(fmax), 2), "goal_mhz": goal, "meets_goal": min(fmax) >= goal,
                         **counts, **where, "time_s": round(time.monotonic() - t1 + synth_s, 1)}
+            synth_s = 0.0
     return out
 
 
@@ -532,11 +565,18 @@ def soc_sources(spec) -> tuple[str, list[str]] | None:
 
 
 def place_and_route_axil(spec, v_path: Path, devices: tuple[str, ...] | None = None, timeout_s: float = 1800.0,
-                         seed: int = SEED) -> dict | None:
+                         seed: int = SEED, jobs: int | None = None) -> dict | None:
     """:func:`place_and_route` of the AXI4-Lite-wrapped core (``<module>_axil.v`` and what it instantiates,
     beside ``v_path``) in :func:`port_wrapper`: the same devices, seed, goals and record per device.
     None when the spec has no bus wrappers or ``<module>_axil.v`` is not there (the soc stage did not
     write it). Raises SynthError."""
+    devices = tuple(DEVICES) if devices is None else devices
+    tasks = _axil_tasks(spec, v_path, devices, timeout_s, seed)
+    return None if tasks is None else _gathered(devices, {}, tasks, jobs)
+
+
+def _axil_tasks(spec, v_path: Path, devices: tuple[str, ...], timeout_s: float, seed: int) -> list | None:
+    """:func:`place_and_route_axil` as one task per family (None: nothing to place)."""
     found = soc_sources(spec)
     if found is None or not (v_path.parent / found[1][0]).exists():
         return None
@@ -544,8 +584,7 @@ def place_and_route_axil(spec, v_path: Path, devices: tuple[str, ...] | None = N
     if rom_refusal(v_path):
         return None
     wrapper = port_wrapper(top, module_ports((v_path.parent / sources[0]).read_text(encoding="utf-8"), top))
-    return _place_wrapped(v_path.parent / sources[0], sources, wrapper,
-                          tuple(DEVICES) if devices is None else devices, timeout_s, seed)
+    return _family_tasks(v_path.parent / sources[0], sources, wrapper, devices, timeout_s, seed)
 
 
 def target_verdict(target, pnr: dict) -> dict | None:
@@ -578,7 +617,7 @@ def target_verdict(target, pnr: dict) -> dict | None:
             "advisory": target.advisory, "fmax_mhz": fmax, "met": not missed, "missed": missed, "detail": detail}
 
 
-def hdl_numbers(spec, v_path: Path, known: dict | None = None) -> dict:
+def hdl_numbers(spec, v_path: Path, known: dict | None = None, jobs: int | None = None) -> dict:
     """The build's ``hdl`` stage record for ``v_path`` (the controller of ``spec``, a
     :class:`mi_certify.generator.core.spec.Spec`): generic and iCE40 cell counts of the controller
     alone, Fmax and cells per device on the wrapper (every device of :data:`DEVICES`), the goals, and
@@ -590,21 +629,31 @@ def hdl_numbers(spec, v_path: Path, known: dict | None = None) -> dict:
     ``generic``, ``ice40_by_type``, ``place_and_route``, ``target`` (None without a declared clock)
     and, with a clock, ``clock_mhz`` and ``meets_clock_<device>``. ``known``: devices already placed
     (:func:`place_and_route` records of the same design, e.g. the build's emit-time measurement of the
-    declared target): not placed again. Raises SynthError."""
+    declared target): not placed again. Every Yosys and nextpnr run of the record runs side by side,
+    ``jobs`` at a time (:func:`.tools.run_parallel`; None: one per CPU); the record does not depend on
+    it. Raises SynthError."""
     from mi_certify.runtime.fsm import REASON_BITS
     refused = rom_refusal(v_path)
+    known = known or {}
+    rest = tuple(d for d in DEVICES if d not in known)
+    fixed, bare = _pnr_tasks(v_path, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
+                             spec.hdl.reset_port, rest, 1800.0, SEED) if rest else ({}, [])
+    axil_tasks = _axil_tasks(spec, v_path, tuple(DEVICES), 1800.0, SEED)
+    stats = [] if refused else [functools.partial(generic_stats, v_path, spec.module_name),
+                                functools.partial(ice40_stats, v_path, spec.module_name)]
+    # every synthesis and place-and-route of the stage side by side (jobs: one per CPU), the
+    # bus-wrapped core's first: its iCE40 family is the longest task (measured 34 s of 122 s)
+    axil_tasks = axil_tasks or []
+    results = run_parallel([*axil_tasks, *bare, *stats], jobs)
+    n_axil, n_bare = len(axil_tasks), len(bare)
     if refused:  # the two measurements of the ROM read as logic: not run, said so
         generic = {"cells": None, "by_type": {}, "detail": refused}
         ice = {"lut4": None, "dff": None, "bram": None, "carry": None, "by_type": {}}
     else:
-        generic = generic_stats(v_path, spec.module_name)
-        ice = ice40_stats(v_path, spec.module_name)
-    known = known or {}
-    rest = tuple(d for d in DEVICES if d not in known)
-    done = place_and_route(v_path, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
-                           spec.hdl.reset_port, devices=rest) if rest else {}
+        generic, ice = results[n_axil + n_bare:]
+    done = _merged(rest, fixed, results[n_axil:n_axil + n_bare])
     pnr = {d: known[d] if d in known else done[d] for d in DEVICES}
-    axil = place_and_route_axil(spec, v_path)
+    axil = _merged(tuple(DEVICES), {}, results[:n_axil]) if n_axil else None
     clock = spec.hdl.clock_mhz
     return {**{fmax_key(dev): p["fmax_mhz"] for dev, p in pnr.items()},
             "lut4": ice["lut4"], "dff": ice["dff"], "bram": ice["bram"], "carry": ice["carry"],

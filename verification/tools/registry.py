@@ -76,8 +76,9 @@ class ToolRunError(RuntimeError):
 
 __all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolRunError",
            "ToolUnavailable",
-           "apt_commands", "apt_packages", "available", "die_with_parent", "find_tool", "kill_group",
-           "manifest_tools", "memory_error", "memory_limit_mb", "memory_rlimit", "require_tool", "run", "start",
+           "apt_commands", "apt_packages", "available", "die_with_parent", "find_tool", "kill_group", "kill_live",
+           "manifest_tools", "memory_error", "memory_limit_mb", "memory_rlimit", "require_tool", "run", "run_parallel",
+           "start",
            "tool_env", "tool_version"]
 
 
@@ -605,6 +606,69 @@ def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None
     finally:
         _guard(proc.pid, False)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def kill_live() -> None:
+    """SIGKILL the process group of every tool this process runs now (:func:`start`'s children)."""
+    with _LIVE_LOCK:
+        groups = list(_LIVE)
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_parallel(tasks: Sequence[Callable[[], object]], jobs: int | None = None) -> list:
+    """Call every function of ``tasks`` (each runs its tools through :func:`run`, with their own
+    timeouts), at most ``jobs`` at a time, each in a daemon thread; their results in the order of
+    ``tasks``. ``jobs``: None is the number of CPUs this process may run on
+    (``os.sched_getaffinity``); 1 calls them one after the other in this thread.
+
+    A tool run is a subprocess that waits outside the GIL, so threads are enough, and a task's
+    result does not depend on what runs beside it (a fixed seed, a folder of its own).
+
+    Raises:
+        the exception of the first task, in the order of ``tasks``, that raised, once every
+        started task has ended; a task not started when one fails is not started. Any exception
+        while waiting (KeyboardInterrupt, the CLI's SIGTERM) SIGKILLs every running tool of this
+        process (:func:`kill_live`) before it propagates, so no tool outlives the call. Wall time:
+        at most the sum of the tasks' limits.
+    """
+    tasks = list(tasks)
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0))
+    jobs = max(1, min(jobs, len(tasks)))
+    if jobs == 1:
+        return [t() for t in tasks]
+    results: list = [None] * len(tasks)
+    errors: dict[int, BaseException] = {}
+    lock = threading.Lock()
+    pending = iter(range(len(tasks)))
+
+    def worker():
+        while True:
+            with lock:
+                i = None if errors else next(pending, None)
+            if i is None:
+                return
+            try:
+                results[i] = tasks[i]()
+            except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread below
+                with lock:
+                    errors[i] = exc
+    threads = [threading.Thread(target=worker, name=f"mi-certify-tools-{k}", daemon=True) for k in range(jobs)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        kill_live()
+        raise
+    if errors:
+        raise errors[min(errors)]
+    return results
 
 
 @atexit.register

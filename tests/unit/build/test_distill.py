@@ -15,7 +15,14 @@ from mi_certify.generator.frontend.model import load_model
 def test_cells_are_proven_where_one_action_wins_and_resolved_where_the_boundary_cuts(tmp_path, workers):
     model = two_action_model(tmp_path)
     spec = two_action_spec(tmp_path)
-    res = distill(spec, load_model(model), DistillOptions(workers=workers))
+    # an explicit backend: distill itself decides an 8-cell grid in this process (INLINE_BELOW_S)
+    from mi_certify.verification.tools.backends import BackendSpec, open_backend
+    backend = open_backend(BackendSpec(workers=workers))
+    try:
+        res = distill(spec, load_model(model), DistillOptions(workers=workers), backend=backend)
+    finally:
+        backend.close()
+    assert backend.name == ("inline" if workers == 1 else "processes")
     # address = x level (2 bits) << 1 | z level; x cells [-1,-.5) [-.5,0) [0,.5) [.5,1]
     assert res.lut.tokens.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
     assert res.lut.status.tolist() == [PROVEN] * 4 + [RESOLVED] * 2 + [PROVEN] * 2

@@ -71,6 +71,42 @@ def test_ctrl_c_while_a_tool_runs_kills_its_process_group_and_propagates(tmp_pat
     assert _gone(map(int, pids.read_text().split()), 3)
 
 
+def test_run_parallel_runs_side_by_side_keeps_the_order_and_raises_the_first_failure_in_task_order():
+    both = threading.Barrier(2, timeout=20)   # passes only when two tasks run at once
+
+    def meet(v):
+        both.wait()
+        return tools.run(["sh", "-c", f"echo {v}"], timeout=30, capture=True, text=True).stdout.strip()
+    assert tools.run_parallel([lambda: meet("a"), lambda: meet("b")], jobs=2) == ["a", "b"]
+    assert tools.run_parallel([lambda: 1, lambda: 2, lambda: 3], jobs=1) == [1, 2, 3]
+    started = []
+
+    def fail(name, wait):
+        started.append(name)
+        time.sleep(wait)
+        raise ValueError(name)
+    # the second task fails first; the first task's exception is the one raised; nothing starts after
+    with pytest.raises(ValueError, match="^first$"):
+        tools.run_parallel([lambda: fail("first", 0.3), lambda: fail("second", 0.0), lambda: started.append("third")],
+                           jobs=2)
+    assert sorted(started) == ["first", "second"]
+
+
+def test_ctrl_c_while_tools_run_in_parallel_kills_every_one_and_propagates(tmp_path):
+    pids = [tmp_path / f"pids{k}" for k in range(2)]
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tools.run_parallel([lambda p=p: tools.run(["sh", "-c", f"sleep 60 & echo $$ $! > {p}; wait"], timeout=60)
+                                for p in pids], jobs=2)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, old)
+    assert _gone([int(x) for p in pids for x in p.read_text().split()], 3)
+
+
 def test_run_returns_like_subprocess_run(tmp_path):
     proc = tools.run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper()); sys.exit(3)"],
                      timeout=30, capture=True, text=True, input="abc")

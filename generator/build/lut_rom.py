@@ -1,6 +1,6 @@
 """The ``rom`` LUT encoding of the generated Verilog (docs/hdl.md): a flat ROM of one word
-``{confident, token}`` per address, its contents inline in the Verilog (initial values); and the
-ROM words of both ROM encodings as hex text (:func:`emit_rom_hex`, the text their sha256 covers)."""
+``{confident, token}`` per address, its contents inline in the Verilog (initial values); the
+header comment gives the sha256 of the words as hex text (:func:`rom_hex`)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,13 @@ import hashlib
 
 import numpy as np
 
-from mi_certify.generator.build import lut_sliced_rom
-from mi_certify.generator.build.verilog_parts import LutContext, LutLogic, lut_entries, rom_words
-from mi_certify.generator.core.lut import Lut, LutFsmArtefact
-from mi_certify.generator.core.spec import Spec
+from mi_certify.generator.build.verilog_parts import LutContext, LutLogic, rom_words
 
 
 def rom_hex(entries: np.ndarray, token_bits: int) -> str:
-    """One hex word per line (line number = address): the entries of :func:`lut_entries`."""
+    """One hex word per line (line number = address): the entries of :func:`.verilog_parts.lut_entries`."""
     digits = (token_bits + 1 + 3) // 4
     return "".join(f"{int(e):0{digits}x}\n" for e in entries)
-
-
-def emit_rom_hex(spec: Spec, lut: Lut | LutFsmArtefact, encoding: str = "rom") -> str:
-    """A ROM encoding's words, one hex word per line (line number = ROM address): the Verilog holds
-    them as initial values, and its header comment gives the sha256 of this text.
-    ``rom``: the entry ``{confident, token}`` of :func:`lut_entries` at every address;
-    ``sliced_rom``: the stored columns of :func:`lut_sliced_rom.sliced_rom` (bit i = column i),
-    empty when no column is stored (no ROM then)."""
-    if encoding == "sliced_rom":
-        return lut_sliced_rom.rom_hex(lut_entries(spec, lut), spec.address_bits)
-    return rom_hex(lut_entries(spec, lut), spec.token_bits)
 
 
 def lut_logic(c: LutContext) -> LutLogic:

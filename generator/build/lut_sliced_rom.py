@@ -155,12 +155,6 @@ def columns_hex(sr: SlicedRom) -> str:
     return "".join(f"{int(w):0{digits}x}\n" for w in words)
 
 
-def rom_hex(entries: np.ndarray, address_bits: int) -> str:
-    """The ROM words of ``entries`` (one per address) in this encoding: :func:`columns_hex` of
-    :func:`sliced_rom` with the default slicing."""
-    return columns_hex(sliced_rom(entries, address_bits))
-
-
 def _code(bits) -> str:
     """The Verilog expression of an entry's code in a slice: its constant bits and stored columns, MSB first."""
     terms = [f"1'b{x}" if kind == "c" else f"lut_col[{x}]" for kind, x in reversed(bits)]

@@ -92,7 +92,11 @@ def _reads_shared(item) -> bool:
 #: The files whose tests take minutes (``--durations``: the kernel variants' builds, hypothesis
 #: builds, the reference bundle's checks), started first: with two workers and ``--dist loadfile``
 #: a long file started last ran alone for minutes at the end of the run.
-HEAVY_FIRST = ("e2e/test_reproducibility.py", "e2e/test_space.py", "e2e/test_certificate.py", "e2e/test_build.py")
+#: The two files that need the reference bundle come after three that do not: the bundle is built in
+#: the background meanwhile (:func:`pytest_xdist_node_collection_finished`). test_faults.py last started
+#: last and ran alone for minutes (2026-12-06).
+HEAVY_FIRST = ("e2e/test_faults.py", "e2e/test_reproducibility.py", "e2e/test_space.py", "e2e/test_certificate.py",
+               "e2e/test_build.py")
 
 
 def pytest_collection_modifyitems(config, items):

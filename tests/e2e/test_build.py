@@ -322,8 +322,9 @@ def test_a_cosimulation_mismatch_fails_the_build(tmp_path, monkeypatch):
     real = stages_mod.emit_verilog
     monkeypatch.setattr(stages_mod, "emit_verilog", lambda *a, **k: real(*a, **k).replace("n_reason = R_HOLD;\n            end else if (lut_p != cand)",
                                                                                "n_reason = R_PENDING;\n            end else if (lut_p != cand)"))
+    # 10,000 random cycles (the reference declares 100,000): the wrong reason shows within the first hundred
     res = build(REFERENCE_MODEL, REFERENCE_SLA, tmp_path / "out", BuildOptions(skip_lint=True, verify=False, skip_rtl_proofs=True, skip_synth=True,
-                                                                               distill=False))
+                                                                               distill=False, cosim_cycles=10_000))
     # the reference declares operator:, so its bus bench compares the core every cycle too and also fails
     assert res.status == "failed" and res.summary["failed_stages"] == ["soc", "cosim"]
     assert res.summary["cosim"]["mismatches"] > 0

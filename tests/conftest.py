@@ -117,6 +117,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("shared")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``MI_CERTIFY_TEST_CPU=<file>``: one line per test appended to it, ``nodeid<TAB>CPU s<TAB>wall s``,
+    the CPU of this process and of the children it waited for, fixtures included (where the suite's
+    time goes: the suite is CPU-bound on two cores, so its wall time is about its CPU time over two)."""
+    path = os.environ.get("MI_CERTIFY_TEST_CPU")
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+    c0, t0 = cpu(), time.monotonic()
+    yield
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"{item.nodeid}\t{cpu() - c0:.2f}\t{time.monotonic() - t0:.2f}\n")
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("shared") and not SHARED.is_dir():
         msg = (f"the shared inputs are missing: {SHARED} (this test reads the public networks or cases that "

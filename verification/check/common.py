@@ -120,6 +120,8 @@ class CheckContext:
     summary: dict | None = None
     lut: np.ndarray | None = None
     box_status: np.ndarray | None = None
+    #: the hdl stage being made again in the background (:func:`.hdl.start_hdl_numbers`), None otherwise
+    hdl_job: Any = None
 
     def machine(self):
         """The bundle's LUT-FSM (:class:`~mi_certify.generator.core.lut.LutFsmArtefact`) from sla.yaml and

@@ -162,27 +162,75 @@ def check_hdl_numbers(c: Checker, ev: CheckContext) -> None:
     stage = ev.summary.get("stages", {}).get("hdl", {})
     if "place_and_route" not in stage:  # skipped, or failed before measuring (a missed target has figures)
         return
-    if not c.opts.rerun_tools:
-        c.add(name, SKIP, "same code", "--quick")
+    skip = _why_not_again(c)
+    if skip:
+        c.add(name, SKIP, "same code", skip)
         return
+    from mi_certify.verification.rtl import synth
+    c.run(name, "same code", lambda: _hdl_again(c, ev, stage, synth))
+
+
+def _why_not_again(c: Checker) -> str | None:
+    """Why the hdl stage is not made again (a SKIP's detail), or None: it is."""
+    if not c.opts.rerun_tools:
+        return "--quick"
     from mi_certify.verification.rtl import synth
     from mi_certify.verification.tools.registry import tool_version
     if synth.tools_missing():
-        c.add(name, SKIP, "same code", f"not installed: {', '.join(synth.tools_missing())}")
-        return
+        return f"not installed: {', '.join(synth.tools_missing())}"
     recorded = c.read_json("manifest.json").get("versions", {}).get("tools", {})
     changed = [t for t in synth.REQUIRED_TOOLS if recorded.get(t) != tool_version(t)]
     if changed:
-        c.add(name, SKIP, "same code", f"{', '.join(changed)} differ from the build's (manifest.json versions.tools)")
-        return
-    c.run(name, "same code", lambda: _hdl_again(c, ev, stage, synth))
+        return f"{', '.join(changed)} differ from the build's (manifest.json versions.tools)"
+    return None
+
+
+class _Job:
+    """``fn()`` in a daemon thread; ``result()`` waits and returns its value or raises its exception."""
+
+    def __init__(self, fn):
+        import threading
+        self._out: tuple = (None, None)
+
+        def run():
+            try:
+                self._out = (fn(), None)
+            except BaseException as exc:  # noqa: BLE001 - raised by result(), inside the item
+                self._out = (None, exc)
+        self._thread = threading.Thread(target=run, name="mi-certify-check-hdl", daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        value, exc = self._out
+        if exc is not None:
+            raise exc
+        return value
+
+
+def start_hdl_numbers(c: Checker, ev: CheckContext) -> None:
+    """Start :func:`check_hdl_numbers`'s synthesis and place and route in the background when that
+    item will make them (``ev.hdl_job``), so that they run beside the groups between (distillation,
+    tables, proofs, co-simulations). Started after the network group: its queries have wall-clock
+    budgets, and Yosys and nextpnr would take cores from them. Never raises: anything that stops it
+    here happens again, inside the item."""
+    try:
+        if "place_and_route" not in ev.summary.get("stages", {}).get("hdl", {}) or _why_not_again(c):
+            return
+        from mi_certify.verification.rtl import synth
+        spec, v = ev.spec, c.d / f"{ev.spec.module_name}.v"
+        ev.hdl_job = _Job(lambda: synth.hdl_numbers(spec, v))
+    except Exception:  # noqa: BLE001 - the item runs it again and reports it
+        ev.hdl_job = None
 
 
 def _hdl_again(c: Checker, ev: CheckContext, stage: dict, synth) -> str:
     from mi_certify.generator.bundle.stage_records import hdl_record
     from mi_certify.generator.bundle.summary import HDL_SUMMARY_KEYS
     spec = ev.spec
-    fresh = hdl_record(synth.hdl_numbers(spec, c.d / f"{spec.module_name}.v"), synth.SEED,
+    job, ev.hdl_job = ev.hdl_job, None
+    numbers = job.result() if job is not None else synth.hdl_numbers(spec, c.d / f"{spec.module_name}.v")
+    fresh = hdl_record(numbers, synth.SEED,
                        header=ev.summary.get("stages", {}).get("emit", {}).get("target_header"))
     stored = {k: ev.summary["hdl"].get(k) for k in HDL_SUMMARY_KEYS}
     mine = {k: fresh.get(k) for k in stored}

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -284,6 +285,10 @@ def _run_build(args, console: Console) -> int:
 PLAIN_PROGRESS_STEP = 0.1
 
 
+#: Set once the command is interrupted: the build's background jobs (verify, sva) print nothing more.
+_INTERRUPTED = threading.Event()
+
+
 def _progress_events(progress: Progress, console: Console):
     """The build's on_event: a progress bar per running stage (on a terminal; elsewhere a plain line
     ``  <stage>: 40%`` at every :data:`PLAIN_PROGRESS_STEP`), one line per finished stage."""
@@ -293,6 +298,8 @@ def _progress_events(progress: Progress, console: Console):
     plain = not console.is_terminal
 
     def on_event(kind, name, value):
+        if _INTERRUPTED.is_set():  # a background stage's tool killed at exit: no verdict line after "interrupted"
+            return
         if kind == "start":
             tasks[name] = progress.add_task(_STAGE_TITLES.get(name, name), total=1.0)
             shown[name] = 0
@@ -751,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     started = time.monotonic()  # verify --total-timeout counts from here
+    _INTERRUPTED.clear()
     args = _parser().parse_args(argv)
     args.started = started
     console = Console(stderr=True, soft_wrap=True)
@@ -763,6 +771,7 @@ def _main(argv: list[str] | None) -> int:
         console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
+        _INTERRUPTED.set()
         console.print("[red]interrupted[/]" + (": nothing was published" if args.command == "build" else ""))
         return 130
 

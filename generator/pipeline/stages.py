@@ -40,6 +40,7 @@ from mi_certify.verification.nn.network import verify_spec
 from mi_certify.verification.nn.nn_verify import VerifyOptions
 from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 from mi_certify.verification.rtl import sby
+from mi_certify.verification.tools.registry import join_interruptibly
 
 from mi_certify.generator.bundle.distillation_file import DISTILLATION_TABLES, write_distillation
 from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
@@ -83,7 +84,7 @@ class Background:
         self._thread.start()
 
     def result(self):
-        self._thread.join()
+        join_interruptibly(self._thread)   # a Ctrl-C gets through while it waits (registry.join_interruptibly)
         if self._error is not None:
             raise self._error
         return self._value

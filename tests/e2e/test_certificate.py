@@ -254,6 +254,8 @@ def test_check_re_derives_the_synthesis_numbers(bundle_copy, monkeypatch):
     forged["stages"]["hdl"]["place_and_route"]["hx8k"]["fmax_mhz"] = 131.0
     item = check(forged)
     assert item.status == "FAIL" and "131.0" in item.detail and str(honest["hdl"]["fmax_mhz_hx8k"]) in item.detail
+    assert item.detail.startswith("summary.json hdl differs from the numbers made again in fmax_mhz_hx8k: stored 131.0, "
+                                  f"made again {honest['hdl']['fmax_mhz_hx8k']!r}")   # the field named, not two dicts
     forged = json.loads(json.dumps(honest))  # only verdicts and a generic count in the stage record
     forged["stages"]["hdl"]["meets_clock_up5k"] = not honest["stages"]["hdl"]["meets_clock_up5k"]
     forged["stages"]["hdl"]["generic"]["cells"] = 1

@@ -201,7 +201,8 @@ class _Job:
         self._thread.start()
 
     def result(self):
-        self._thread.join()
+        from mi_certify.verification.tools.registry import join_interruptibly
+        join_interruptibly(self._thread)
         value, exc = self._out
         if exc is not None:
             raise exc
@@ -234,7 +235,9 @@ def _hdl_again(c: Checker, ev: CheckContext, stage: dict, synth) -> str:
                        header=ev.summary.get("stages", {}).get("emit", {}).get("target_header"))
     stored = {k: ev.summary["hdl"].get(k) for k in HDL_SUMMARY_KEYS}
     mine = {k: fresh.get(k) for k in stored}
-    require(mine == stored, f"made again: {mine}; summary.json hdl: {stored}")
+    differ = sorted(k for k in stored if mine[k] != stored[k])
+    require(not differ, "summary.json hdl differs from the numbers made again in "
+            + "; ".join(f"{k}: stored {stored[k]!r}, made again {mine[k]!r}" for k in differ))
     # the whole stage record: counts, Fmax, goals, the declared target's verdict and the status it gives
     differ = sorted(k for k in set(fresh) | set(stage) if fresh.get(k) != stage.get(k))
     require(not differ, f"summary.json stages.hdl differs from the numbers made again in: {', '.join(differ)}")

@@ -77,7 +77,7 @@ class ToolRunError(RuntimeError):
 __all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolRunError",
            "ToolUnavailable",
            "apt_commands", "apt_packages", "available", "die_with_parent", "find_tool", "kill_group", "kill_live",
-           "manifest_tools", "memory_error", "memory_limit_mb", "memory_rlimit", "require_tool", "run", "run_parallel",
+           "manifest_tools", "memory_error", "memory_limit_mb", "memory_rlimit", "join_interruptibly", "require_tool", "run", "run_parallel",
            "start",
            "tool_env", "tool_version"]
 
@@ -366,6 +366,7 @@ def _load_prctl():
 _PRCTL = _load_prctl()
 
 _LIVE: set[int] = set()          # process groups of running children (killed at interpreter exit)
+_OWNER: dict[int, int] = {}      # process group -> the thread (threading.get_ident) that started it
 _LIVE_LOCK = threading.Lock()
 
 #: The guardian: a small process that holds the read end of a pipe from this process, keeps
@@ -398,6 +399,10 @@ def _guard(pgid: int, live: bool) -> None:
     guardian on first use (one per process: a forked or spawned child starts its own)."""
     with _LIVE_LOCK:
         (_LIVE.add if live else _LIVE.discard)(pgid)
+        if live:
+            _OWNER[pgid] = threading.get_ident()
+        else:
+            _OWNER.pop(pgid, None)
         if _GUARDIAN and _GUARDIAN[2] != os.getpid():
             _GUARDIAN.clear()
         if not _GUARDIAN:
@@ -608,15 +613,25 @@ def run(cmd: Sequence[str], *, timeout: float | None, cwd=None, env: dict | None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def kill_live() -> None:
-    """SIGKILL the process group of every tool this process runs now (:func:`start`'s children)."""
+def kill_live(threads: set[int] | None = None) -> None:
+    """SIGKILL the process group of every tool this process runs now (:func:`start`'s children), or
+    only of those started by ``threads`` (``threading.get_ident`` values)."""
     with _LIVE_LOCK:
-        groups = list(_LIVE)
+        groups = [g for g in _LIVE if threads is None or _OWNER.get(g) in threads]
     for pgid in groups:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def join_interruptibly(*threads: threading.Thread) -> None:
+    """Join ``threads`` in short waits, so that a Ctrl-C reaches this thread within a quarter second:
+    a plain ``join()`` was not interrupted once Z3 had installed its SIGINT handler with SA_RESTART
+    (the build went on for the 70 s of its hdl stage after a Ctrl-C, 2026-12-06)."""
+    for t in threads:
+        while t.is_alive():
+            t.join(0.25)
 
 
 def run_parallel(tasks: Sequence[Callable[[], object]], jobs: int | None = None) -> list:
@@ -661,10 +676,9 @@ def run_parallel(tasks: Sequence[Callable[[], object]], jobs: int | None = None)
     for t in threads:
         t.start()
     try:
-        for t in threads:
-            t.join()
+        join_interruptibly(*threads)
     except BaseException:
-        kill_live()
+        kill_live({t.ident for t in threads})   # a background job's tools (another thread's) go on
         raise
     if errors:
         raise errors[min(errors)]

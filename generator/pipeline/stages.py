@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-import threading
 import time
 import dataclasses
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from mi_certify.verification.nn.network import verify_spec
 from mi_certify.verification.nn.nn_verify import VerifyOptions
 from mi_certify.verification.rtl.rtl_formal import rtl_obligations
 from mi_certify.verification.rtl import sby
-from mi_certify.verification.tools.registry import join_interruptibly
+from mi_certify.verification.tools.registry import Background
 
 from mi_certify.generator.bundle.distillation_file import DISTILLATION_TABLES, write_distillation
 from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
@@ -66,28 +65,6 @@ from mi_certify.generator.core.spec import Spec
 
 #: Random points of the fidelity check against the network.
 FIDELITY_POINTS = 100_000
-
-
-class Background:
-    """Run ``fn`` in a daemon thread (Ctrl-C / SIGTERM of the build does not wait for it);
-    ``result()`` waits and returns its value or raises its exception."""
-
-    def __init__(self, fn: Callable, name: str = "mi-certify-verify"):
-        self._value, self._error = None, None
-
-        def run():
-            try:
-                self._value = fn()
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
-                self._error = exc
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
-        self._thread.start()
-
-    def result(self):
-        join_interruptibly(self._thread)   # a Ctrl-C gets through while it waits (registry.join_interruptibly)
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def run_timed(on_event: Callable, times: dict, name: str, fn: Callable, status_of: Callable = lambda res: Status.OK.value):
@@ -224,7 +201,7 @@ def start_verify(ctx: BuildContext) -> StageResult:
     vopts = VerifyOptions(timeout=ctx.opts.verify_timeout, confirm_timeout=ctx.opts.verify_timeout)
     ctx.verify_job = Background(lambda: ctx.timed(
         "verify", lambda: verify_spec(ctx.model, ctx.spec, vopts, progress=ctx.progress("verify")),
-        lambda r: _status(r.status == Verdict.PROVED.value)))
+        lambda r: _status(r.status == Verdict.PROVED.value)), name="mi-certify-verify")
     return StageResult("verify", {"status": Status.RUNNING.value})
 
 

@@ -185,30 +185,6 @@ def _why_not_again(c: Checker) -> str | None:
     return None
 
 
-class _Job:
-    """``fn()`` in a daemon thread; ``result()`` waits and returns its value or raises its exception."""
-
-    def __init__(self, fn):
-        import threading
-        self._out: tuple = (None, None)
-
-        def run():
-            try:
-                self._out = (fn(), None)
-            except BaseException as exc:  # noqa: BLE001 - raised by result(), inside the item
-                self._out = (None, exc)
-        self._thread = threading.Thread(target=run, name="mi-certify-check-hdl", daemon=True)
-        self._thread.start()
-
-    def result(self):
-        from mi_certify.verification.tools.registry import join_interruptibly
-        join_interruptibly(self._thread)
-        value, exc = self._out
-        if exc is not None:
-            raise exc
-        return value
-
-
 def start_hdl_numbers(c: Checker, ev: CheckContext) -> None:
     """Start :func:`check_hdl_numbers`'s synthesis and place and route in the background when that
     item will make them (``ev.hdl_job``), so that they run beside the groups between (distillation,
@@ -220,7 +196,8 @@ def start_hdl_numbers(c: Checker, ev: CheckContext) -> None:
             return
         from mi_certify.verification.rtl import synth
         spec, v = ev.spec, c.d / f"{ev.spec.module_name}.v"
-        ev.hdl_job = _Job(lambda: synth.hdl_numbers(spec, v))
+        from mi_certify.verification.tools.registry import Background
+        ev.hdl_job = Background(lambda: synth.hdl_numbers(spec, v), name="mi-certify-check-hdl")
     except Exception:  # noqa: BLE001 - the item runs it again and reports it
         ev.hdl_job = None
 

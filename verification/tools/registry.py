@@ -74,7 +74,7 @@ class ToolRunError(RuntimeError):
         super().__init__(message)
         self.log, self.timed_out = log, timed_out
 
-__all__ = ["COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolRunError",
+__all__ = ["Background", "COCOTB_VERILATOR_MIN", "MANIFEST_TOOLS", "TOOLS", "Tool", "ToolMissingError", "ToolRunError",
            "ToolUnavailable",
            "apt_commands", "apt_packages", "available", "die_with_parent", "find_tool", "kill_group", "kill_live",
            "manifest_tools", "memory_error", "memory_limit_mb", "memory_rlimit", "join_interruptibly", "require_tool", "run", "run_parallel",
@@ -632,6 +632,29 @@ def join_interruptibly(*threads: threading.Thread) -> None:
     for t in threads:
         while t.is_alive():
             t.join(0.25)
+
+
+class Background:
+    """``fn()`` in a daemon thread, started now: a Ctrl-C or SIGTERM of the caller does not wait for
+    it, and the tools it runs die at exit (:func:`run`). ``result()`` waits
+    (:func:`join_interruptibly`) and returns its value or raises its exception."""
+
+    def __init__(self, fn: Callable[[], object], name: str = "mi-certify-background"):
+        self._value, self._error = None, None
+
+        def body():
+            try:
+                self._value = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+                self._error = exc
+        self._thread = threading.Thread(target=body, name=name, daemon=True)
+        self._thread.start()
+
+    def result(self):
+        join_interruptibly(self._thread)
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def run_parallel(tasks: Sequence[Callable[[], object]], jobs: int | None = None) -> list:

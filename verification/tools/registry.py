@@ -669,9 +669,9 @@ def run_parallel(tasks: Sequence[Callable[[], object]], jobs: int | None = None)
     Raises:
         the exception of the first task, in the order of ``tasks``, that raised, once every
         started task has ended; a task not started when one fails is not started. Any exception
-        while waiting (KeyboardInterrupt, the CLI's SIGTERM) SIGKILLs every running tool of this
-        process (:func:`kill_live`) before it propagates, so no tool outlives the call. Wall time:
-        at most the sum of the tasks' limits.
+        while waiting (KeyboardInterrupt, the CLI's SIGTERM) SIGKILLs the running tools of this
+        call's threads (:func:`kill_live`; another thread's, a background job's, go on) before it
+        propagates, so no tool of the call outlives it. Wall time: at most the sum of the tasks' limits.
     """
     tasks = list(tasks)
     if jobs is None:
@@ -710,14 +710,9 @@ def run_parallel(tasks: Sequence[Callable[[], object]], jobs: int | None = None)
 
 @atexit.register
 def _kill_at_exit() -> None:
+    kill_live()
     with _LIVE_LOCK:
-        groups = list(_LIVE)
         _LIVE.clear()
-    for pgid in groups:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # --- command line (the Makefile's) ------------------------------------------------------------

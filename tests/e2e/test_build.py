@@ -95,7 +95,7 @@ def test_reference_controller_builds_end_to_end(reference_build):
     # finds a replayed witness for each
     assert s["stages"]["verify"]["reachable_actions"] == ["keep", "merge_conv", "int4", "offload_cpu"]
     log = json.loads((reference_build / "verification_log.json").read_text())
-    assert all("confirmed by z3" in r["method"] and r["errors"] == [] for r in log["properties"])
+    assert all(r["method"].endswith("; confirmed by exact bounds") and r["errors"] == [] for r in log["properties"])
     assert s["stages"]["lut_properties"]["properties"] == {"P1": "holds", "P2": "holds", "P3": "not_applicable"}
     assert s["stages"]["import"]["onnxruntime_check"] == {"points": 256, "tolerance": 1e-5, "passed": True}
     diag = json.loads((reference_build / "diagnostics.json").read_text())

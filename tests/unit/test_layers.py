@@ -183,9 +183,8 @@ def test_importing_the_ir_loads_no_solver_no_onnx_and_no_template_engine():
 
 
 def test_the_cli_main_runs_verify_from_python_c(tmp_path):
-    """As a notebook would: main() called from ``python -c``; the Z3 confirmation of each PROVED
-    (the reference network has <= 64 ReLUs) runs in spawned worker processes, which import their
-    module alone (the import cycle broke them)."""
+    """As a notebook would: main() called from ``python -c``; then the Z3 confirmation's spawned
+    worker processes, which import their module alone (the import cycle broke them)."""
     from conftest import REFERENCE_MODEL, REFERENCE_SLA
     code = ("import sys; from mi_certify.generator.cli.main import main; "
             f"sys.exit(main(['verify', {str(REFERENCE_MODEL)!r}, '--sla', {str(REFERENCE_SLA)!r}]))")
@@ -194,7 +193,17 @@ def test_the_cli_main_runs_verify_from_python_c(tmp_path):
     assert "Traceback" not in proc.stderr and "circular import" not in proc.stderr, proc.stderr
     assert proc.returncode == 0 and "status: proved" in proc.stderr, proc.stdout + proc.stderr
     import re
-    shown = re.findall(r"\[\d/7\] (P\d): proved in [\d.]+ s \(CPU [\d.]+ s; bounds(?:\+lp)?; confirmed by z3\)",
+    shown = re.findall(r"\[\d/7\] (P\d): proved in [\d.]+ s \(CPU [\d.]+ s; bounds(?:\+lp)?; confirmed by exact bounds\)",
                        proc.stderr)
-    assert shown == ["P1", "P2", "P3"], proc.stderr  # one progress line per query, the Z3 confirmation said
+    assert shown == ["P1", "P2", "P3"], proc.stderr  # one progress line per query, the confirmation said
+    # the reference's proofs no longer need Z3: its worker processes are started here directly
+    code = ("import sys, numpy as np; from mi_certify.generator.cli.main import main; "
+            "from mi_certify.generator.frontend.onnx_import import import_onnx; "
+            "from mi_certify.verification.nn.z3_exact import confirm_boxes; "
+            f"ir = import_onnx({str(REFERENCE_MODEL)!r}); C = np.zeros((1, ir.n_outputs)); C[0, 0] = 1.0; "
+            "lo, hi = np.zeros(ir.n_inputs), np.ones(ir.n_inputs); "
+            "print([r for r, _ in confirm_boxes(ir, [(C, np.array([d]), lo, hi) for d in (1e9, -1e9, 1e9)], 120, workers=2)])")
+    spawned = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert "Traceback" not in spawned.stderr, spawned.stderr
+    assert spawned.stdout.strip() == "['sat', 'unsat', 'sat']", spawned.stdout + spawned.stderr
     assert all(f"reach:{a}: reachable" in proc.stderr for a in ("keep", "merge_conv", "int4", "offload_cpu"))

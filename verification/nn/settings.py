@@ -106,9 +106,12 @@ class SearchSettings:
     z3_confirm_max_relus: int = 64
     #: Processes for the Z3 confirmation (both cores of the reference machine).
     z3_workers: int = 2
-    #: Share of the confirmation budget exact rational interval arithmetic may take to close boxes
-    #: before Z3 is called (chosen).
-    z3_interval_share: float = 0.25
+    #: Share of the confirmation budget exact symbolic bounds (exact_bounds.py) may take to close
+    #: boxes before Z3 is called (chosen; the reference's 28 P2 boxes take 0.2 s of it).
+    exact_bound_share: float = 0.5
+    #: Bound evaluations (bisections included) per box of the partition before Z3 takes what is
+    #: open (chosen; about 5 ms each on the reference's 32 ReLUs).
+    exact_max_boxes: int = 256
     #: Boxes are bisected until there are this many tasks per Z3 worker (chosen).
     z3_tasks_per_worker: int = 4
 

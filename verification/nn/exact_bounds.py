@@ -15,7 +15,7 @@ Domain for Certifying Neural Networks", POPL 2019):
   ``2**-SLOPE_BITS``: any such ``s`` keeps the line above the ReLU on ``[l, u]``).
 
 Each node's bounds ``l, u`` come from the same back-substitution and are then rounded outward
-to float64 (``l`` down, ``u`` up): looser, still sound, and the integers stay short. Nothing
+to a multiple of ``2**-NODE_BITS`` (``l`` down, ``u`` up): looser, still sound, and the integers stay short. Nothing
 is rounded towards the answer anywhere, so a bound this module returns holds for the
 network over the rationals (the semantics Z3 decides in :mod:`z3_exact`).
 
@@ -32,6 +32,10 @@ import numpy as np
 
 if TYPE_CHECKING:  # imported where used (see z3_exact: a spawned worker imports this module first)
     from mi_certify.generator.core.ir import ControllerIR
+
+#: Each node's bounds are rounded outward to a multiple of 2**-NODE_BITS (chosen: the integers
+#: stay short, and 2**-64 is far below any margin a proof relies on).
+NODE_BITS = 64
 
 #: The upper relaxation's slope is rounded up to a multiple of 2**-SLOPE_BITS (chosen: 40 bits
 #: keeps the lines within 1e-12 of the tightest ones and the integers short).
@@ -57,14 +61,10 @@ def _rescale(m: np.ndarray, e: int, to: int) -> np.ndarray:
     return m if to == e else m * (1 << (to - e))
 
 
-def _outward(f: Fraction, down: bool) -> Fraction:
-    """The nearest float64 at or below (down) / at or above ``f``, as an exact Fraction."""
-    v = float(f)
-    if down and Fraction(v) > f:
-        v = float(np.nextafter(v, -np.inf))
-    elif not down and Fraction(v) < f:
-        v = float(np.nextafter(v, np.inf))
-    return Fraction(v)
+def _round_out(f: Fraction, down: bool) -> Fraction:
+    """``f`` rounded down (or up) to a multiple of ``2**-NODE_BITS``: looser, still a bound."""
+    scaled = f.numerator << NODE_BITS
+    return Fraction(scaled // f.denominator if down else -((-scaled) // f.denominator), 1 << NODE_BITS)
 
 
 class ExactBounds:
@@ -159,7 +159,7 @@ class ExactBounds:
         return const, coef
 
     def node_bounds(self, lo: np.ndarray, hi: np.ndarray) -> tuple[tuple, dict]:
-        """Bounds ``(l, u)`` (Fractions of float64 values) of every ReLU's input over ``[lo, hi]``.
+        """Bounds ``(l, u)`` (Fractions, multiples of ``2**-NODE_BITS``) of every ReLU's input over ``[lo, hi]``.
 
         Returns:
             (box, bounds): the box as exact integers (for :meth:`_minimum`) and a dict
@@ -178,8 +178,8 @@ class ExactBounds:
                 for j in range(n):
                     eye[j, j], eye[n + j, j] = 1, -1
                 mins, _ = self._minimum({node.src: (eye, 0)}, box, bounds)
-                bounds[node.src] = ([_outward(v, down=True) for v in mins[:n]],
-                                    [_outward(-v, down=False) for v in mins[n:]])
+                bounds[node.src] = ([_round_out(v, down=True) for v in mins[:n]],
+                                    [_round_out(-v, down=False) for v in mins[n:]])
         return box, bounds
 
     def lower_bounds(self, C: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[list[Fraction], np.ndarray]:

@@ -3,7 +3,7 @@ tllverifybench instances (two-level-lattice networks), beside plain Marabou (sam
 published VNN-COMP 2022 times of nnenum and α,β-CROWN (other hardware).
 
 Each query runs with ``verify --timeout`` semantics (VerifyOptions.whole_query: the timeout bounds
-the whole query, search and Z3 confirmation); the table gives its wall time and its CPU time
+the whole query, search and exact confirmation); the table gives its wall time and its CPU time
 (this process and its reaped worker processes). ``--busy`` keeps one core busy with another
 process (``yes > /dev/null``) for the whole run, as issue 38 asks ("robust under load").
 

@@ -9,8 +9,9 @@ from mi_certify.generator.core.results import GOOD_VERDICTS, Status
 from mi_certify.generator.bundle.evidence import PROOF_INDEX, Evidence
 
 
-NETWORK_METHOD = ("branch and bound over the input box with CROWN bounds, Marabou on boxes left open, exact Z3 "
-                  "confirmation of PROVED on networks with <= 64 ReLUs; witnesses replayed on onnxruntime and the IR")
+NETWORK_METHOD = ("branch and bound over the input box with CROWN bounds, Marabou on boxes left open, exact "
+                  "confirmation of PROVED on networks with <= 64 ReLUs (symbolic bounds in integer arithmetic, then "
+                  "Z3 over the rationals on what they leave open); witnesses replayed on onnxruntime and the IR")
 
 
 def collect_obligations(spec, d: Path | Evidence, stages: dict) -> list[dict]:

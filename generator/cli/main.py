@@ -103,7 +103,7 @@ def _add_build_parser(sub, cosim_random_cycles: int, cosim_seed: int) -> None:
                         "level), resolved cells marked")
     b.add_argument("--verify-timeout", type=_seconds, default=60.0, metavar="S",
                    help="wall-clock seconds per verification query for its search, and as many for its exact "
-                        "Z3 confirmation (default 60: a query ends within 2 x 60 s); a timeout is UNKNOWN and "
+                        "confirmation (default 60: a query ends within 2 x 60 s); a timeout is UNKNOWN and "
                         "fails the build")
     b.add_argument("--json", action="store_true", help="print summary.json to stdout instead of a table")
     _add_backend_options(b, "the distillation's slices")
@@ -173,15 +173,15 @@ def _add_verify_parsers(sub) -> None:
     v.add_argument("--category", metavar="NAME", help="with --campaign: the results' first column (default: "
                    "the name of LIST's folder)")
     v.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
-                   help="wall-clock seconds per query, its search and its Z3 confirmation together (default 60); "
+                   help="wall-clock seconds per query, its search and its exact confirmation together (default 60); "
                         "a query that runs out is unknown")
     v.add_argument("--confirm-timeout", type=_seconds, default=300.0, metavar="S",
-                   help="at most this many of a query's --timeout seconds for the exact Z3 confirmation of a "
+                   help="at most this many of a query's --timeout seconds for the exact confirmation of a "
                         "PROVED on networks with <= 64 ReLUs (default 300); the search then takes the share "
                         "timeout / (timeout + min(confirm, timeout)) of the query; an unconfirmed proof is unknown")
     v.add_argument("--total-timeout", type=_seconds, default=None, metavar="S",
                    help="with --sla or --vnnlib: wall-clock seconds for the whole run; each query must end "
-                        "within what is left (its search takes its --timeout share of it, all of it when no Z3 "
+                        "within what is left (its search takes its --timeout share of it, all of it when no exact "
                         "confirmation runs, and the confirmation the rest) and a query for which nothing is "
                         "left is not started (unknown). Default: no bound beyond the per-query ones")
     v.add_argument("--witness", metavar="FILE", help="with --vnnlib: write the counterexample in VNN-COMP format")
@@ -487,7 +487,7 @@ def _run_verify(args, console: Console) -> int:
 
     from mi_certify.generator.frontend.model import load_model
 
-    # --timeout bounds each query as a whole (search and Z3 confirmation); the confirmation takes
+    # --timeout bounds each query as a whole (search and exact confirmation); the confirmation takes
     # at most --confirm-timeout of it (decide: the search's share is timeout / (timeout + confirm))
     opts = VerifyOptions(timeout=args.timeout, confirm_timeout=min(args.confirm_timeout, args.timeout),
                          use_marabou=not args.no_marabou, workers=args.workers, whole_query=True)
@@ -525,7 +525,7 @@ def _verify_campaign(args, opts, console: Console) -> int:
     spec = _backend_spec(args)
     with open_backend(spec) as backend:
         console.print(f"campaign {args.campaign}: {len(instances)} instances on {backend.describe()}; each at most "
-                      f"{opts.timeout:g} s (or its own timeout), search and Z3 confirmation together",
+                      f"{opts.timeout:g} s (or its own timeout), search and exact confirmation together",
                       highlight=False)
 
         # each answer is appended to FILE.partial as it arrives (arrival order, flushed), so Ctrl-C,
@@ -625,7 +625,7 @@ def _verify_sla(args, model, opts, console: Console) -> int:
     model.cross_check(np.array([i.min for i in spec.inputs]), np.array([i.max for i in spec.inputs]))
     n_queries = len(spec.properties) + len(spec.actions)
     console.print(f"verifying {n_queries} queries ({len(spec.properties)} properties, {len(spec.actions)} actions); "
-                  f"each at most {opts.timeout:g} s, search and Z3 confirmation together"
+                  f"each at most {opts.timeout:g} s, search and exact confirmation together"
                   + (f"; the whole run at most {args.total_timeout:g} s (--total-timeout)"
                      if args.total_timeout is not None else ""), highlight=False)
 

@@ -105,7 +105,7 @@ def verify_spec(model: LoadedModel, spec: Spec, opts: VerifyOptions | None = Non
     replays each counterexample).
 
     There are ``len(properties) + len(actions)`` queries; each takes at most ``opts.timeout``
-    seconds of search plus ``opts.confirm_timeout`` of Z3 confirmation (and a fixed slack).
+    seconds of search plus ``opts.confirm_timeout`` of exact confirmation (and a fixed slack).
 
     Args:
         progress: optional callable(done, total).

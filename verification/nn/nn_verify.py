@@ -89,7 +89,7 @@ class QueryResult:
 @dataclass(frozen=True)
 class VerifyOptions:
     """timeout: wall-clock seconds per query (search). confirm_timeout: seconds for the
-    exact Z3 confirmation of a PROVED (<= ``search.z3_confirm_max_relus`` ReLUs). bound_share:
+    exact confirmation of a PROVED (<= ``search.z3_confirm_max_relus`` ReLUs). bound_share:
     share of the timeout for branch and bound before Marabou takes the open boxes. max_boxes:
     branch-and-bound box budget. lp_hints: the triangle LP proposes CROWN's multipliers
     (:mod:`.lp_relax`). lp_leaves: open boxes ``search.leaf_depth`` halvings deep are decided by
@@ -97,7 +97,7 @@ class VerifyOptions:
     search: every tuning knob of the search (:class:`~.settings.SearchSettings`). end: a
     ``time.monotonic()`` by which the whole query (search and confirmation) ends (``verify
     --total-timeout``): the search then takes at most its share of what is left (all of it when no
-    Z3 confirmation will run) and the confirmation the rest, up to ``end``; None: no such bound.
+    confirmation will run) and the confirmation the rest, up to ``end``; None: no such bound.
     whole_query: ``timeout`` bounds the whole query, search and confirmation together (``verify
     --timeout``): the query ends by its start + ``timeout`` (and by ``end``), its search taking the
     share ``timeout / (timeout + confirm_timeout)`` of that when a confirmation will run; False:
@@ -712,7 +712,7 @@ def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], 
         tasks.extend((C, d, a, b) for a, b in halves)
     left = deadline - time.monotonic()
     if left <= 0:
-        return "Z3 confirmation ran out of time"
+        return "exact confirmation ran out of time before Z3 could start"
     stats["z3_calls"] += len(tasks)
     results = confirm_boxes(ir, tasks, left, workers=s.z3_workers, first_failure=True)
     # a box Z3 found a point in (sat) names the failure first, then the first unknown one

@@ -100,8 +100,8 @@ class SearchSettings:
     #: Seconds Marabou gets per open box at least (chosen).
     marabou_min_box_time: float = 1.0
 
-    # -- exact Z3 confirmation of a PROVED (nn_verify._confirm_partitions) --
-    #: Networks up to this many ReLUs get an exact Z3 confirmation of every PROVED (docs/verification.md,
+    # -- exact confirmation of a PROVED (nn_verify._confirm_partitions) --
+    #: Networks up to this many ReLUs get an exact confirmation of every PROVED (docs/verification.md,
     #: Procedure 5; the reference controller's P1–P3 confirm in ≈ 15–40 s, measured).
     z3_confirm_max_relus: int = 64
     #: Processes for the Z3 confirmation (both cores of the reference machine).

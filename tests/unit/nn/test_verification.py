@@ -481,7 +481,7 @@ def test_cli_verify_16_actions_shows_progress_and_keeps_within_its_timeouts(tmp_
     assert proc.returncode in (0, 1, 3), proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if re.match(r"\s+\[\d+/17\] ", ln)]
     assert len(lines) == 17 and "[17/17] reach:a15:" in lines[-1], proc.stderr
-    assert "each at most 2 s, search and Z3 confirmation together" in proc.stderr
+    assert "each at most 2 s, search and exact confirmation together" in proc.stderr
     assert took <= 17 * (2 + 2) + 30, took  # --timeout bounds each query as a whole (+2 s slack each)
 
 

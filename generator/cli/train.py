@@ -102,6 +102,13 @@ def add_parsers(sub) -> dict:
                    help="weight of the cell term against the data term (default 1.0)")
     t.add_argument("--certify-iter", type=int, default=150, metavar="N",
                    help="L-BFGS iterations per stage of the epsilon ramp (default 150)")
+    t.add_argument("--property-rounds", type=int, default=3, metavar="K",
+                   help="counterexample rounds: while the seeded falsifiers (random points, PGD) find a "
+                        "forbid/require property violated, retrain with labelled rows in each counterexample's "
+                        "LUT cell, at most K times (default 3; 0: none)")
+    t.add_argument("--no-verify", action="store_true",
+                   help="skip the final verification of the properties as build does it (network, CROWN, "
+                        "exact confirmation; exit 1 when one is violated, 3 when one is unknown)")
     return {"profile": profile_command, "train": train_command}
 
 
@@ -202,6 +209,79 @@ def lut_preview(model_path, spec) -> dict:
             "agreement": round(float(fig["agreement"]), 4), "points": int(fig["points"])}
 
 
+def _counterexamples(model_bytes: bytes, spec) -> list[tuple[str, list[float]]]:
+    """(property id, x) per forbid/require property the seeded falsifiers find violated
+    (:func:`mi_certify.verification.nn.nn_verify.falsify`: the same on every machine)."""
+    import tempfile
+
+    from mi_certify.generator.frontend.model import load_model
+    from mi_certify.verification.nn.nn_verify import falsify
+    from mi_certify.verification.nn.properties import spec_queries
+
+    with tempfile.TemporaryDirectory(prefix="mi-certify-train-") as tmp:
+        path = Path(tmp) / "round.onnx"
+        path.write_bytes(model_bytes)
+        model = load_model(path)
+    out = []
+    for q in spec_queries(spec):
+        if q.kind in ("forbid", "require"):
+            found = falsify(model, q)
+            if found is not None:
+                out.append((q.id, [float(v) for v in found[1]["x"]]))
+    return out
+
+
+def _property_rounds(data, spec, opts, res, rounds: int, console: Console):
+    """Counterexample-guided rounds (docs/training.md, "Property rounds"): returns the last
+    TrainResult with ``report["property_rounds"]`` set."""
+    from mi_certify.generator.frontend.train import train_controller
+
+    used: list = []
+    done = 0
+    while True:
+        new = _counterexamples(res.model_bytes, spec)
+        if not new or done == rounds:
+            break
+        done += 1
+        used += new
+        console.print(f"round {done}: the falsifiers found {', '.join(p for p, _ in new)} violated; retraining with "
+                      f"labelled rows in the counterexamples' LUT cells", highlight=False)
+        res = train_controller(data, spec, opts, counterexamples=used)
+    res.report["property_rounds"] = {"limit": rounds, "rounds": done, "counterexamples": len(used),
+                                     "still_falsified": sorted({p for p, _ in new})}
+    return res
+
+
+def _verify_properties(path, spec, console: Console) -> int:
+    """The build's network verification of the properties (its default timeouts); one line; the
+    exit code of ``verify --sla`` for the properties (0 all proved, 1 one violated, 3 one unknown)."""
+    import time
+
+    from mi_certify.generator.frontend.model import load_model
+    from mi_certify.generator.pipeline.stages import BuildOptions
+    from mi_certify.verification.nn.network import verify_spec
+    from mi_certify.verification.nn.nn_verify import VerifyOptions
+
+    t0 = time.monotonic()
+    budget = BuildOptions().verify_timeout
+    res = verify_spec(load_model(path), spec, VerifyOptions(timeout=budget, confirm_timeout=budget))
+    words = []
+    for r in res.properties:
+        said = r.verdict.value
+        if said == "violated" and r.witness:
+            said += f" at x={[round(float(v), 6) for v in r.witness['x']]}"
+        elif said == "unknown":
+            said += f" ({r.errors[-1] if r.errors else r.detail})"
+        words.append(f"{r.id} {said}")
+    verdicts = {r.verdict.value for r in res.properties}
+    code = 1 if "violated" in verdicts else 3 if "unknown" in verdicts else 0
+    tail = {0: "", 1: ": build will fail (its verify stage)",
+            3: ": build may fail (a verdict within this machine's time budget is unknown)"}[code]
+    console.print(f"properties, verified as build verifies them ({time.monotonic() - t0:.1f} s): "
+                  + ("; ".join(words) or "none declared") + tail, highlight=False, markup=False)
+    return code
+
+
 def train_command(args, console: Console) -> int:
     from mi_certify.generator.core.spec import load_spec
     from mi_certify.generator.frontend.train import (
@@ -216,10 +296,13 @@ def train_command(args, console: Console) -> int:
                         augment=args.augment, tie_ms=args.tie_ms, seed=args.seed, certify=args.certify,
                         certify_weight=args.certify_weight, certify_iter=args.certify_iter)
     opts.check()
+    if args.property_rounds < 0:
+        raise TrainError("--property-rounds must be >= 0")
     if not Path(args.out).resolve().parent.is_dir():
         raise TrainError("the folder of this output file does not exist", file=args.out)
     data = read_profile(args.data, spec)
     res = train_controller(data, spec, opts)
+    res = _property_rounds(data, spec, opts, res, args.property_rounds, console)
     js, md = write_outputs(res, args.out)
     if opts.certify != "none":
         res.report["lut_preview"] = lut_preview(args.out, spec)
@@ -242,6 +325,12 @@ def train_command(args, console: Console) -> int:
                       f"given up (a neighbour decides another action); build will report: {lp['proven']} of "
                       f"{lp['cells']} cells proven ({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement of "
                       f"the LUT with the network {lp['agreement']:.1%} on {lp['points']} points", highlight=False)
+    pr = r["property_rounds"]
+    if pr["rounds"] or pr["still_falsified"]:
+        console.print(f"property rounds: {pr['rounds']} of at most {pr['limit']}, {pr['counterexamples']} "
+                      f"counterexamples used; still falsified: {', '.join(pr['still_falsified']) or 'none'}",
+                      highlight=False)
     console.print(f"wrote {args.out} (sha256 {r['export']['onnx_sha256'][:16]}…), {js}, {md}", highlight=False)
+    code = 0 if args.no_verify else _verify_properties(args.out, spec, console)
     console.print(f"next: mi-certify build {args.out} --sla {args.sla}", highlight=False)
-    return 0
+    return code

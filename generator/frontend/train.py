@@ -48,6 +48,9 @@ __all__ = ["ABSENT_MARGIN", "ProfileData", "TrainError", "TrainOptions", "TrainR
 
 #: Logit gap below the conservative action given to an action that no label names.
 ABSENT_MARGIN = 16.0
+#: Training rows added per counterexample of a ``train`` round, inside its LUT cell (chosen: a
+#: quarter of the reference's training rows per guard box).
+COUNTEREXAMPLE_ROWS = 64
 
 
 class TrainError(MiCertifyError):
@@ -611,6 +614,38 @@ def _augment(data: ProfileData, spec: Spec, boxes: list, train_rows: np.ndarray,
     return _Augmented(ax, ay, aug_report)
 
 
+def _counterexample_rows(data: ProfileData, spec: Spec, boxes: list, train_rows: np.ndarray,
+                         counterexamples, opts: TrainOptions) -> _Augmented:
+    """Rows at the verifier's counterexamples (``train`` rounds, docs/training.md): per (property id,
+    x), ``COUNTEREXAMPLE_ROWS`` training rows drawn with ``numpy.random.default_rng(opts.seed + 3)``,
+    their inputs redrawn uniformly in the LUT cell of x (inside the property's guard box, whose edges
+    are cell edges), measurements kept, labelled by :func:`label_rows` (so with an allowed action)."""
+    actions = [a.name for a in spec.actions]
+    rng = np.random.default_rng(opts.seed + 3)
+    xs_all, lat, acc, rep = [], [], [], []
+    for pid, x in counterexamples:
+        x = np.asarray(x, dtype=np.float64)
+        clo, chi = np.empty_like(x), np.empty_like(x)
+        for k, inp in enumerate(spec.inputs):
+            step = (inp.max - inp.min) / (1 << inp.bits)
+            q = min(max(math.floor((x[k] - inp.min) / step), 0), (1 << inp.bits) - 1)
+            clo[k] = inp.min + q * step
+            chi[k] = inp.max if q == (1 << inp.bits) - 1 else inp.min + (q + 1) * step
+        src = rng.choice(train_rows, size=COUNTEREXAMPLE_ROWS, replace=True)
+        xs_all.append(clo + (chi - clo) * rng.random((COUNTEREXAMPLE_ROWS, len(x))))
+        lat.append(data.latency_ms[src])
+        acc.append(data.accuracy_loss_pct[src])
+        rep.append({"property": pid, "x": [float(v) for v in x], "rows": COUNTEREXAMPLE_ROWS})
+    if not xs_all:
+        return _Augmented(np.zeros((0, data.x.shape[1])), np.zeros(0, dtype=np.int64), rep)
+    ax = np.vstack(xs_all)
+    ay, _ = label_rows(ax, np.vstack(lat), np.vstack(acc), spec, opts.tie_ms, boxes)
+    for k, r in enumerate(rep):
+        part = ay[k * COUNTEREXAMPLE_ROWS:(k + 1) * COUNTEREXAMPLE_ROWS]
+        r["labels"] = {actions[a]: int(c) for a, c in enumerate(np.bincount(part, minlength=len(actions))) if c}
+    return _Augmented(ax, ay, rep)
+
+
 def _check_export(model_bytes: bytes, clf, predict, data: ProfileData, aug: _Augmented, spec: Spec,
                   opts: TrainOptions) -> int:
     """Step 4 (module docstring): onnxruntime must decide like the trainer on every profile row, every
@@ -706,10 +741,13 @@ def _report(clf, predict, data: ProfileData, spec: Spec, opts: TrainOptions, lab
     }
 
 
-def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOptions()) -> TrainResult:
+def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOptions(),
+                     counterexamples=()) -> TrainResult:
     """Label, augment, train, export and check (module docstring, steps 1-5). Deterministic in
-    (data, spec, opts) on one machine. Raises TrainError if an option is unusable, every training row
-    has one label, or the checks fail."""
+    (data, spec, opts, counterexamples) on every machine. ``counterexamples``: (property id, x in
+    physical units) pairs of earlier rounds; each adds ``COUNTEREXAMPLE_ROWS`` labelled rows in its
+    LUT cell (:func:`_counterexample_rows`), recorded as the report's ``counterexample_rows``. Raises
+    TrainError if an option is unusable, every training row has one label, or the checks fail."""
     opts.check()
     actions = [a.name for a in spec.actions]
     lo = np.array([i.min for i in spec.inputs])
@@ -718,6 +756,9 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
     y, why, cand = label_rows(data.x, data.latency_ms, data.accuracy_loss_pct, spec, opts.tie_ms, boxes, True)
     split = _split_rows(y, len(actions), opts)
     aug = _augment(data, spec, boxes, split.train, opts)
+    cex = _counterexample_rows(data, spec, boxes, split.train, counterexamples, opts) if counterexamples else None
+    if cex is not None:
+        aug = _Augmented(np.vstack([aug.x, cex.x]), np.concatenate([aug.y, cex.y]), aug.report)
     x_fit = np.vstack([data.x[split.train], aug.x])
     y_fit = np.concatenate([y[split.train], aug.y])
     if len(np.unique(y_fit)) < 2:
@@ -740,6 +781,8 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
     report = _report(clf, predict, data, spec, opts, (y, why, cand), split, aug, model_bytes, n_checked)
     if cert_record is not None:
         report["certified_training"] = cert_record
+    if cex is not None:
+        report["counterexample_rows"] = cex.report
     return TrainResult(model_bytes, report, clf)
 
 
@@ -787,6 +830,14 @@ def report_markdown(rep: dict) -> str:
         lines[at + bool(ct):at + bool(ct)] = [f"- LUT as build will distil it: {lp['proven']} of {lp['cells']} cells proven "
                         f"({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement with the network "
                         f"{lp['agreement']:.1%} on {lp['points']} points"]
+    pr = rep.get("property_rounds")
+    if pr:
+        lines.append(f"- property rounds (seeded falsifiers, then retraining): {pr['rounds']} of at most {pr['limit']}, "
+                     f"{pr['counterexamples']} counterexamples used; still falsified: "
+                     f"{', '.join(pr['still_falsified']) or 'none'} (the properties themselves are verified by build)")
+    for cx in rep.get("counterexample_rows", []):
+        lines.append(f"- counterexample of {cx['property']} at {cx['x']}: {cx['rows']} rows in its LUT cell, "
+                     f"labels {cx['labels']}")
     for aug in rep["augmentation"]:
         lines.append("")
         lines.append(f"Augmentation {aug['property']}: {aug['rows']} rows in {aug['guard_box']}, allowed "

@@ -292,6 +292,9 @@ def test_shipped_controller_is_the_one_trained_from_the_shipped_profile(tmp_path
     proc = cli("train", PROFILE, "--sla", REFERENCE_SLA, "--out", out, "--alpha", "2", "--seed", "1")
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == REFERENCE_MODEL.read_bytes()
+    # it verifies the properties as build does, and says so in one line
+    assert "properties, verified as build verifies them (" in proc.stderr
+    assert "s): P1 proved; P2 proved; P3 proved\n" in proc.stderr, proc.stderr
     shipped = json.loads((EXAMPLES / "meta_controller" / "controller.train.json").read_text())
     assert json.loads((tmp_path / "controller.train.json").read_text()) == shipped
     side = json.loads(PROFILE.with_suffix(".json").read_text())
@@ -396,6 +399,35 @@ def test_cli_train_certify_prints_what_build_will_report(tmp_path):
     assert "LUT as build will distil it" in (tmp_path / "c.train.md").read_text()
     bad = cli("train", csv_path, "--sla", spec_dir / "sla.yaml", "--out", tmp_path / "d.onnx", "--certify-weight", "0")
     assert bad.returncode == 2 and "--certify-weight" in bad.stderr + bad.stdout
+
+
+def test_property_rounds_retrain_at_the_falsifiers_counterexamples(tmp_path):
+    """``--augment 0`` leaves the guard boxes of P1 and P2 without rows of their own: the seeded
+    falsifiers find both violated. One round adds 64 rows in each counterexample's LUT cell, labelled
+    with allowed actions only, and the retrained network decides an allowed action at both
+    counterexamples. The same command gives the same bytes again."""
+    from mi_certify.generator.frontend.model import load_model
+    args = ["train", PROFILE, "--sla", REFERENCE_SLA, "--out", tmp_path / "c.onnx", "--augment", "0",
+            "--property-rounds", "1", "--no-verify"]
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr
+    assert "round 1: the falsifiers found P1, P2 violated" in text, text
+    rep = json.loads((tmp_path / "c.train.json").read_text())
+    pr = rep["property_rounds"]
+    assert pr["rounds"] == 1 and pr["limit"] == 1 and pr["counterexamples"] == 2
+    assert f"still falsified: {', '.join(pr['still_falsified']) or 'none'}" in text
+    p1, p2 = rep["counterexample_rows"]
+    assert (p1["property"], p2["property"]) == ("P1", "P2") and p1["rows"] == p2["rows"] == 64
+    assert p2["labels"] == {"keep": 64}                                    # P2 requires keep
+    assert "int4" not in p1["labels"] and sum(p1["labels"].values()) == 64  # P1 forbids int4
+    assert 95 <= p1["x"][4] <= 110 and 0 <= p2["x"][0] <= 0.1              # inside the when boxes
+    y = load_model(tmp_path / "c.onnx").ir.evaluate(np.array([p1["x"], p2["x"]]))
+    assert int(y[0].argmax()) != 2 and int(y[1].argmax()) == 0
+    assert "counterexample of P2 at" in (tmp_path / "c.train.md").read_text()
+    args[4] = tmp_path / "d.onnx"
+    assert cli(*args).returncode == 0
+    assert (tmp_path / "d.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
 
 
 _VARIANT_SCRIPT = """

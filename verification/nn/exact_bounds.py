@@ -61,10 +61,10 @@ def _rescale(m: np.ndarray, e: int, to: int) -> np.ndarray:
     return m if to == e else m * (1 << (to - e))
 
 
-def _round_out(f: Fraction, down: bool) -> Fraction:
-    """``f`` rounded down (or up) to a multiple of ``2**-NODE_BITS``: looser, still a bound."""
-    scaled = f.numerator << NODE_BITS
-    return Fraction(scaled // f.denominator if down else -((-scaled) // f.denominator), 1 << NODE_BITS)
+def _floor_scaled(v: int, e: int) -> int:
+    """floor(v * 2**-e * 2**NODE_BITS): ``v * 2**-e`` rounded down to a multiple of ``2**-NODE_BITS``,
+    as an integer scaled by ``2**NODE_BITS`` (looser, still a lower bound)."""
+    return v >> (e - NODE_BITS) if e >= NODE_BITS else v << (NODE_BITS - e)
 
 
 class ExactBounds:
@@ -80,6 +80,7 @@ class ExactBounds:
     def __init__(self, ir: ControllerIR):
         from mi_certify.generator.core.ir import AffineNode, InputNode
         self.ir = ir
+        self._rows: dict = {}
         self._affine: dict[int, tuple[list[tuple[int, np.ndarray]], np.ndarray, int]] = {}
         for nid, node in enumerate(ir.nodes):
             if isinstance(node, InputNode):
@@ -92,21 +93,23 @@ class ExactBounds:
                                      _rescale(bias, eb, e), e)
 
     def _minimum(self, seeds: dict[int, tuple[np.ndarray, int]], box: tuple[np.ndarray, int, np.ndarray],
-                 bounds: dict[int, tuple[list[Fraction], list[Fraction]]]) -> tuple[list[Fraction], np.ndarray]:
+                 bounds: dict[int, tuple[list[int], list[int]]]) -> tuple[np.ndarray, int, np.ndarray]:
         """Lower bound, per row, of ``sum_n m_n @ v_n * 2**-e_n`` over the box (back-substitution).
 
         Args:
             seeds: node id -> (integer matrix (rows, node size), scale exponent e).
             box: the input box as exact integers (lo, e, hi).
-            bounds: the ReLU sources' bounds found so far (node id -> (l, u)).
+            bounds: the ReLU sources' bounds found so far: node id -> (l, u), integers scaled by
+                ``2**NODE_BITS``.
         Returns:
-            (one Fraction per row, the input coefficients (rows, n_inputs) as float64).
+            (c, e, (m, em)): the bounds ``c * 2**-e`` (object array of ints, one per row), and the
+            rows' input coefficients ``m * 2**-em`` (object array (rows, n_inputs)).
         """
         from mi_certify.generator.core.ir import ReluNode
         rows = next(iter(seeds.values()))[0].shape[0]
-        const = [Fraction(0)] * rows
+        const, ec = np.zeros(rows, dtype=object), 0
         pending = dict(seeds)
-        coef = np.zeros((rows, self.ir.nodes[self._input].size))
+        coef = (np.zeros((rows, self.ir.nodes[self._input].size), dtype=object), 0)
 
         def add(nid: int, m: np.ndarray, em: int) -> None:
             if nid in pending:
@@ -116,6 +119,11 @@ class ExactBounds:
             else:
                 pending[nid] = (m, em)
 
+        def add_const(v: np.ndarray, ev: int) -> None:
+            nonlocal const, ec
+            top = max(ec, ev)
+            const, ec = _rescale(const, ec, top) + _rescale(v, ev, top), top
+
         for nid in range(max(seeds), -1, -1):
             if nid not in pending:
                 continue
@@ -123,43 +131,41 @@ class ExactBounds:
             node = self.ir.nodes[nid]
             if nid in self._affine:
                 terms, bias, eb = self._affine[nid]
-                const = [c + Fraction(int(v), 1 << (em + eb)) for c, v in zip(const, m.dot(bias))]
+                add_const(m.dot(bias), em + eb)
                 for src, w in terms:
                     add(src, m.dot(w), em + eb)
             elif isinstance(node, ReluNode):
                 low, up = bounds[node.src]
                 out = np.zeros_like(m)
-                corr = [0] * rows   # -lambda * s * l of the rows' upper lines, scale em + SLOPE_BITS + el
-                el = max((f.denominator.bit_length() - 1 for f in low), default=0)
+                corr = np.zeros(rows, dtype=object)  # -lambda * s * l of the upper lines, scale em + SLOPE + NODE
                 for j in range(m.shape[1]):
-                    col = m[:, j]
                     lj, uj = low[j], up[j]
                     if lj >= 0:
-                        out[:, j] = col * (1 << SLOPE_BITS)
+                        out[:, j] = m[:, j] << SLOPE_BITS
                     elif uj > 0:
-                        q = uj * (1 << SLOPE_BITS) / (uj - lj)
-                        s = -((-q.numerator) // q.denominator)   # ceil: s * 2**-SLOPE_BITS >= u / (u - l)
-                        alpha = (1 << SLOPE_BITS) if uj >= -lj else 0
-                        lint = lj.numerator << (el - (lj.denominator.bit_length() - 1))
-                        for r in range(rows):
-                            c = col[r]
-                            if c >= 0:
-                                out[r, j] = c * alpha
-                            else:
-                                out[r, j] = c * s
-                                corr[r] -= c * s * lint
+                        # s = ceil(u / (u - l) * 2**SLOPE_BITS): s * 2**-SLOPE_BITS >= u / (u - l)
+                        s_up = -((-(uj << SLOPE_BITS)) // (uj - lj))
+                        col = m[:, j]
+                        neg = col < 0
+                        if neg.any():
+                            upper = col * s_up
+                            out[:, j] = np.where(neg, upper, (col << SLOPE_BITS) if uj >= -lj else 0)
+                            corr -= np.where(neg, upper * lj, 0)
+                        elif uj >= -lj:
+                            out[:, j] = col << SLOPE_BITS
                     # u <= 0: y = 0, the column stays 0
-                const = [c + Fraction(k, 1 << (em + SLOPE_BITS + el)) for c, k in zip(const, corr)]
+                add_const(corr, em + SLOPE_BITS + NODE_BITS)
                 add(node.src, out, em + SLOPE_BITS)
             else:  # the input: each coefficient takes the box corner that minimises it
                 lo, ex, hi = box
                 best = np.where(m >= 0, np.broadcast_to(lo, m.shape), np.broadcast_to(hi, m.shape))
-                const = [c + Fraction(int(v), 1 << (em + ex)) for c, v in zip(const, (m * best).sum(axis=1))]
-                coef = np.array([[float(Fraction(int(v), 1 << em)) for v in row] for row in m], dtype=np.float64)
-        return const, coef
+                add_const((m * best).sum(axis=1), em + ex)
+                coef = (m, em)
+        return const, ec, coef
 
     def node_bounds(self, lo: np.ndarray, hi: np.ndarray) -> tuple[tuple, dict]:
-        """Bounds ``(l, u)`` (Fractions, multiples of ``2**-NODE_BITS``) of every ReLU's input over ``[lo, hi]``.
+        """Bounds ``(l, u)`` of every ReLU's input over ``[lo, hi]``, as integers scaled by
+        ``2**NODE_BITS`` (``l`` rounded down, ``u`` up).
 
         Returns:
             (box, bounds): the box as exact integers (for :meth:`_minimum`) and a dict
@@ -170,16 +176,16 @@ class ExactBounds:
         from mi_certify.generator.core.ir import ReluNode
         both, ex = _dyadic(np.stack([np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)]))
         box = (both[0], ex, both[1])
-        bounds: dict[int, tuple[list[Fraction], list[Fraction]]] = {}
+        bounds: dict[int, tuple[list[int], list[int]]] = {}
         for node in self.ir.nodes:
             if isinstance(node, ReluNode) and node.src not in bounds:
                 n = node.size
                 eye = np.zeros((2 * n, n), dtype=object)
                 for j in range(n):
                     eye[j, j], eye[n + j, j] = 1, -1
-                mins, _ = self._minimum({node.src: (eye, 0)}, box, bounds)
-                bounds[node.src] = ([_round_out(v, down=True) for v in mins[:n]],
-                                    [_round_out(-v, down=False) for v in mins[n:]])
+                mins, e, _ = self._minimum({node.src: (eye, 0)}, box, bounds)
+                down = [_floor_scaled(int(v), e) for v in mins]
+                bounds[node.src] = (down[:n], [-v for v in down[n:]])
         return box, bounds
 
     def lower_bounds(self, C: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[list[Fraction], np.ndarray]:
@@ -200,7 +206,24 @@ class ExactBounds:
             m = ci[:, col:col + size]
             seeds[nid] = (seeds[nid][0] + m, ec) if nid in seeds else (m, ec)
             col += size
-        return self._minimum(seeds, box, bounds)
+        c, e, (m, em) = self._minimum(seeds, box, bounds)
+        scale = 1 << em
+        return ([Fraction(int(v), 1 << e) for v in c],
+                np.array([[int(v) / scale for v in row] for row in m], dtype=np.float64))
+
+    def _combinations(self, C: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, list[Fraction]]:
+        """The rows of ``C y <= d`` and the sums of two rows that float64 adds exactly, with their
+        exact right-hand sides (cached per (C, d): a confirmation asks for the same rows box after box)."""
+        key = (C.shape, C.tobytes(), d.tobytes())
+        if key not in self._rows:
+            m = C.shape[0]
+            pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
+                     if all(Fraction(float(C[i, k] + C[j, k])) == Fraction(float(C[i, k])) + Fraction(float(C[j, k]))
+                            for k in range(C.shape[1]))]
+            rows = np.vstack([C] + [(C[i] + C[j])[None, :] for i, j in pairs])
+            rhs = [Fraction(float(v)) for v in d] + [Fraction(float(d[i])) + Fraction(float(d[j])) for i, j in pairs]
+            self._rows[key] = (rows, rhs)
+        return self._rows[key]
 
     def closes(self, C: np.ndarray, d: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[bool, np.ndarray]:
         """Whether exact bounds show ``{x in [lo, hi]: C y(x) <= d}`` is empty.
@@ -212,14 +235,7 @@ class ExactBounds:
             ``|coefficient| * width`` in the linear form of the combination that came nearest
             (the smear heuristic of input-splitting verifiers).
         """
-        C = np.asarray(C, dtype=np.float64)
-        d = np.asarray(d, dtype=np.float64)
-        m = C.shape[0]
-        pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
-                 if all(Fraction(float(C[i, k] + C[j, k])) == Fraction(float(C[i, k])) + Fraction(float(C[j, k]))
-                        for k in range(C.shape[1]))]
-        rows = np.vstack([C] + [(C[i] + C[j])[None, :] for i, j in pairs])
-        rhs = [Fraction(float(v)) for v in d] + [Fraction(float(d[i])) + Fraction(float(d[j])) for i, j in pairs]
+        rows, rhs = self._combinations(np.asarray(C, dtype=np.float64), np.asarray(d, dtype=np.float64))
         lows, coef = self.lower_bounds(rows, lo, hi)
         gaps = [lw - r for lw, r in zip(lows, rhs)]
         k = max(range(len(gaps)), key=lambda i: gaps[i])

@@ -535,6 +535,14 @@ def _pgd_witness(model: LoadedModel, query: Query, deadline: float,
     return None
 
 
+def falsify(model: LoadedModel, query: Query, s: SearchSettings = DEFAULT_SEARCH) -> tuple[int, dict] | None:
+    """The deterministic part of :func:`decide`'s counterexample search, with no deadline: seeded
+    random points, then projected gradient descent from fixed starts; the same answer on every
+    machine. Returns (disjunct index, witness replayed on onnxruntime and the IR) or None (which
+    proves nothing)."""
+    return _sample_witness(model, query, math.inf, s) or _pgd_witness(model, query, math.inf, s)
+
+
 def _interrupted(exc: BaseException) -> bool:
     """True for Ctrl-C that a compiled kernel turned into another exception (numba reports a
     KeyboardInterrupt raised inside it as SystemError with the interrupt as its context)."""

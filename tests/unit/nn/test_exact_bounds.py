@@ -94,3 +94,13 @@ def test_a_box_that_holds_a_point_of_the_region_is_left_to_z3_and_reported():
     x = float(msg.split("sat at x=[")[1].rstrip("]"))
     assert 0.0 <= x <= 0.5
     assert stats["z3_calls"] >= 1 and stats["exact_closed"] == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(v=st.integers(-(1 << 200), 1 << 200), e=st.integers(0, 300))
+def test_node_bounds_are_rounded_down_to_their_grid(v, e):
+    """A node's lower bound ``v * 2**-e`` becomes floor(v * 2**-e * 2**NODE_BITS): never above
+    the exact value (upper bounds are rounded through the same floor of their negation)."""
+    import math
+    from mi_certify.verification.nn.exact_bounds import NODE_BITS, _floor_scaled
+    assert _floor_scaled(v, e) == math.floor(Fraction(v, 1 << e) * (1 << NODE_BITS))

@@ -831,13 +831,15 @@ def report_markdown(rep: dict) -> str:
                         f"({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement with the network "
                         f"{lp['agreement']:.1%} on {lp['points']} points"]
     pr = rep.get("property_rounds")
+    extra = []
     if pr:
-        lines.append(f"- property rounds (seeded falsifiers, then retraining): {pr['rounds']} of at most {pr['limit']}, "
+        extra.append(f"- property rounds (seeded falsifiers, then retraining): {pr['rounds']} of at most {pr['limit']}, "
                      f"{pr['counterexamples']} counterexamples used; still falsified: "
                      f"{', '.join(pr['still_falsified']) or 'none'} (the properties themselves are verified by build)")
-    for cx in rep.get("counterexample_rows", []):
-        lines.append(f"- counterexample of {cx['property']} at {cx['x']}: {cx['rows']} rows in its LUT cell, "
-                     f"labels {cx['labels']}")
+    extra += [f"- counterexample of {cx['property']} at {cx['x']}: {cx['rows']} rows in its LUT cell, labels "
+              f"{cx['labels']}" for cx in rep.get("counterexample_rows", [])]
+    at += bool(ct) + bool(lp)
+    lines[at:at] = extra
     for aug in rep["augmentation"]:
         lines.append("")
         lines.append(f"Augmentation {aug['property']}: {aug['rows']} rows in {aug['guard_box']}, allowed "

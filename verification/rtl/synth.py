@@ -132,6 +132,10 @@ DEVICES = {
 #: Placement seed (fixed: the same inputs give the same placement and the same Fmax).
 SEED = 1
 
+#: Wall-clock seconds one place-and-route family chain may take (chosen: a bound for a hung tool;
+#: the reference build's whole hdl stage, all eight chains, takes about 62 s).
+PNR_TIMEOUT_S = 1800.0
+
 #: LUT4-equivalents charged per block RAM by :func:`estimate` (HX8K: 7680 LUT4, 32 BRAM → 240;
 #: UP5K: 5280 LUT4, 30 BRAM → 176; the smaller share is used so a BRAM is never "free").
 BRAM_LUT4_COST = 176
@@ -375,7 +379,7 @@ def estimate(verilog: Path, top: str, address_bits: int, token_bits: int, reason
 
 
 def place_and_route(verilog: Path, top: str, address_bits: int, token_bits: int, reason_bits: int,
-                    reset_port: str, devices: tuple[str, ...] | None = None, timeout_s: float = 1800.0,
+                    reset_port: str, devices: tuple[str, ...] | None = None, timeout_s: float = PNR_TIMEOUT_S,
                     seed: int = SEED, jobs: int | None = None) -> dict:
     """Fmax per device on the wrapper (:func:`fmax_wrapper`): one ``synth_<family>`` per family of
     ``devices`` (keys of :data:`DEVICES`; None: all), then its nextpnr per device, ``--seed seed``, ``--freq`` =
@@ -564,7 +568,7 @@ def soc_sources(spec) -> tuple[str, list[str]] | None:
                                     spec.module_name, monitor_module(spec), "sla_monitor")]
 
 
-def place_and_route_axil(spec, v_path: Path, devices: tuple[str, ...] | None = None, timeout_s: float = 1800.0,
+def place_and_route_axil(spec, v_path: Path, devices: tuple[str, ...] | None = None, timeout_s: float = PNR_TIMEOUT_S,
                          seed: int = SEED, jobs: int | None = None) -> dict | None:
     """:func:`place_and_route` of the AXI4-Lite-wrapped core (``<module>_axil.v`` and what it instantiates,
     beside ``v_path``) in :func:`port_wrapper`: the same devices, seed, goals and record per device.
@@ -637,8 +641,8 @@ def hdl_numbers(spec, v_path: Path, known: dict | None = None, jobs: int | None 
     known = known or {}
     rest = tuple(d for d in DEVICES if d not in known)
     fixed, bare = _pnr_tasks(v_path, spec.module_name, spec.address_bits, spec.token_bits, REASON_BITS,
-                             spec.hdl.reset_port, rest, 1800.0, SEED) if rest else ({}, [])
-    axil_tasks = _axil_tasks(spec, v_path, tuple(DEVICES), 1800.0, SEED)
+                             spec.hdl.reset_port, rest, PNR_TIMEOUT_S, SEED) if rest else ({}, [])
+    axil_tasks = _axil_tasks(spec, v_path, tuple(DEVICES), PNR_TIMEOUT_S, SEED)
     stats = [] if refused else [functools.partial(generic_stats, v_path, spec.module_name),
                                 functools.partial(ice40_stats, v_path, spec.module_name)]
     # every synthesis and place-and-route of the stage side by side (jobs: one per CPU), the

@@ -461,6 +461,7 @@ def _forget_in_child() -> None:
     global _LIVE_LOCK
     _LIVE_LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
     _LIVE.clear()
+    _OWNER.clear()
     if _GUARDIAN:
         try:
             os.close(_GUARDIAN[1])

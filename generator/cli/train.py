@@ -332,5 +332,10 @@ def train_command(args, console: Console) -> int:
                       highlight=False)
     console.print(f"wrote {args.out} (sha256 {r['export']['onnx_sha256'][:16]}…), {js}, {md}", highlight=False)
     code = 0 if args.no_verify else _verify_properties(args.out, spec, console)
-    console.print(f"next: mi-certify build {args.out} --sla {args.sla}", highlight=False)
+    if code == 0:
+        console.print(f"next: mi-certify build {args.out} --sla {args.sla}", highlight=False)
+    else:
+        console.print("next: more data or rows where the property applies (--augment), more --property-rounds, or "
+                      "another --seed / --alpha; docs/training.md, \"Property rounds and the final verification\"",
+                      highlight=False)
     return code

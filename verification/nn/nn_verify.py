@@ -644,70 +644,78 @@ def _decide(model: LoadedModel, query: Query, opts: VerifyOptions) -> QueryResul
     return QueryResult(query.id, verdict, time.monotonic() - t0, method, None, "; ".join(details), errors, stats)
 
 
-def _exact_bound_pass(ir: ControllerIR, tasks: list, deadline: float, max_boxes: int, stats: dict) -> list:
-    """Close tasks (C, d, lo, hi) by exact symbolic bounds (:mod:`exact_bounds`), bisecting each
-    box on the input of largest smear, at most ``max_boxes`` bound evaluations per task and
-    until ``deadline``. Returns the open pieces as tasks (C, d, lo, hi) for Z3: the closed
-    pieces and the open ones partition each task's box. Counts in ``stats``: ``exact_closed``
-    (tasks closed whole), ``exact_bound_boxes`` (bound evaluations)."""
+def _exact_bound_pass(ir: ControllerIR, regions: list, deadline: float, max_depth: int, stats: dict) -> list:
+    """Exact symbolic bounds (:mod:`exact_bounds`) on a partition of each region that this function
+    makes itself, by bisection from the region: so the pieces cover the region by construction,
+    whatever the search's boxes are.
+
+    ``regions``: (C, d, lo, hi, boxes) per disjunct, ``boxes`` the search's proof partition, used
+    only as a hint of where to cut: a piece whose lower corner is the lower corner of a smaller
+    search box is bisected, without a bound evaluation, on the input that box is narrowest in
+    (relative to the piece); a piece that is a search box, or that no search box starts at, gets a
+    bound evaluation and, when that does not close it, is bisected on the input of largest
+    smear, at most ``max_depth`` times down its line. Until ``deadline``. Returns the open pieces
+    as tasks (C, d, lo, hi) for Z3. Counts in ``stats``: ``exact_closed`` (pieces closed),
+    ``exact_bound_boxes`` (bound evaluations)."""
     bounds = ExactBounds(ir)
     left: list = []
-    evaluations = closed_tasks = 0
-    for k, (C, d, lo, hi) in enumerate(tasks):
-        if time.monotonic() > deadline:
-            left.extend(tasks[k:])
-            break
-        stack, used, before = [(lo, hi)], 0, len(left)
+    evaluations = closed = 0
+    for C, d, lo, hi, boxes in regions:
+        corner = {}
+        for blo, bhi in boxes:
+            corner.setdefault(np.asarray(blo, dtype=np.float64).tobytes(), np.asarray(bhi, dtype=np.float64))
+        stack = [(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64), None)]
         while stack:
-            a, b = stack.pop()
-            if used >= max_boxes or time.monotonic() > deadline:
+            a, b, depth = stack.pop()
+            if time.monotonic() > deadline:
                 left.append((C, d, a, b))
                 continue
-            used += 1
-            closed, score = bounds.closes(C, d, a, b)
-            if closed:
+            if depth is None:   # follow the search's cuts while a smaller search box starts here
+                bhi = corner.get(a.tobytes())
+                if bhi is not None and np.all(bhi <= b) and np.any(bhi < b):
+                    narrow = np.where(bhi < b, (b - a) / np.where(bhi > a, bhi - a, np.inf), 0.0)
+                    j = int(np.argmax(narrow))
+                    mid = (a[j] + b[j]) / 2
+                    if a[j] < mid < b[j]:
+                        upper_lo, lower_hi = a.copy(), b.copy()
+                        upper_lo[j], lower_hi[j] = mid, mid
+                        stack.extend([(upper_lo, b, None), (a, lower_hi, None)])
+                        continue
+                depth = 0
+            evaluations += 1
+            shut, score = bounds.closes(C, d, a, b)
+            if shut:
+                closed += 1
                 continue
             j = int(np.argmax(score))
             mid = (a[j] + b[j]) / 2
-            if not a[j] < mid < b[j]:   # no room to bisect: Z3 takes the box
+            if depth >= max_depth or not a[j] < mid < b[j]:   # Z3 takes the piece
                 left.append((C, d, a, b))
                 continue
             upper_lo, lower_hi = a.copy(), b.copy()
             upper_lo[j], lower_hi[j] = mid, mid
-            stack.extend([(upper_lo, b), (a, lower_hi)])
-        evaluations += used
-        closed_tasks += len(left) == before
-    stats["exact_closed"] = stats.get("exact_closed", 0) + closed_tasks
+            stack.extend([(upper_lo, b, depth + 1), (a, lower_hi, depth + 1)])
+    stats["exact_closed"] = stats.get("exact_closed", 0) + closed
     stats["exact_bound_boxes"] = stats.get("exact_bound_boxes", 0) + evaluations
     return left
 
 
 def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], deadline: float,
                         stats: dict, s: SearchSettings = DEFAULT_SEARCH) -> str | None:
-    """Exact check of every box of every disjunct's proof partition; None when all are empty.
+    """Exact check of every disjunct's region; None when all are empty.
 
-    Each partition must cover its region: every box inside it and the volumes (relative
-    to the region's widths) summing to 1. Exact symbolic bounds (:func:`_exact_bound_pass`)
-    close what they can; Z3 over the rationals decides the pieces they leave open, bisected
-    (exact-interval rule) until there are enough independent tasks for the worker processes.
+    The confirmation partitions each region itself (:func:`_exact_bound_pass`, by bisection from
+    the region), so it covers the region whatever the search's boxes (``partitions``, one list of
+    (lo, hi) per disjunct) are: they only guide where to cut. Exact symbolic bounds close what they
+    can; Z3 over the rationals decides the pieces they leave open, bisected (exact-interval rule)
+    until there are enough independent tasks for the worker processes.
     """
-    tasks = []
-    for dj, boxes in zip(query.disjuncts, partitions):
-        if dj.empty_input():
-            continue
-        width = np.where(dj.hi > dj.lo, dj.hi - dj.lo, 1.0)
-        vol = 0.0
-        for lo, hi in boxes:
-            if np.any(lo < dj.lo) or np.any(hi > dj.hi):
-                return "partition box outside the region"
-            vol += float(np.prod(np.where(dj.hi > dj.lo, (hi - lo) / width, 1.0)))
-        if abs(vol - 1.0) > 1e-9:
-            return f"partition covers {vol:.12f} of the region, not all of it"
-        tasks.extend((dj.C, dj.d, lo, hi) for lo, hi in boxes)
-    # exact symbolic bounds (integer arithmetic, bisecting) close most boxes in milliseconds; what
+    regions = [(dj.C, dj.d, dj.lo, dj.hi, boxes) for dj, boxes in zip(query.disjuncts, partitions)
+               if not dj.empty_input()]
+    # exact symbolic bounds (integer arithmetic, bisecting) close most pieces in milliseconds; what
     # they leave open within their share of the budget goes to Z3
-    tasks = _exact_bound_pass(ir, tasks, time.monotonic() + s.exact_bound_share * max(0.0, deadline - time.monotonic()),
-                              s.exact_max_boxes, stats)
+    tasks = _exact_bound_pass(ir, regions, time.monotonic() + s.exact_bound_share * max(0.0, deadline - time.monotonic()),
+                              s.exact_max_depth, stats)
     if not tasks:
         return None
     while 0 < len(tasks) < s.z3_tasks_per_worker * s.z3_workers and time.monotonic() < deadline:

@@ -109,9 +109,10 @@ class SearchSettings:
     #: Share of the confirmation budget exact symbolic bounds (exact_bounds.py) may take to close
     #: boxes before Z3 is called (chosen; the reference's 28 P2 boxes take 0.2 s of it).
     exact_bound_share: float = 0.5
-    #: Bound evaluations (bisections included) per box of the partition before Z3 takes what is
-    #: open (chosen; about 5 ms each on the reference's 32 ReLUs).
-    exact_max_boxes: int = 256
+    #: Bisections by exact bounds below a search box (or a piece no search box starts at) before Z3
+    #: takes what is open (chosen: at most 2**9 - 1 bound evaluations per such piece; about 2 ms each
+    #: on the reference's 32 ReLUs).
+    exact_max_depth: int = 8
     #: Boxes are bisected until there are this many tasks per Z3 worker (chosen).
     z3_tasks_per_worker: int = 4
 

@@ -25,6 +25,7 @@ the search would have to coincide with a wrong bound here.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,14 @@ def _dyadic(values) -> tuple[np.ndarray, int]:
 
 def _rescale(m: np.ndarray, e: int, to: int) -> np.ndarray:
     return m if to == e else m * (1 << (to - e))
+
+
+def _to_float(v: int, e: int) -> float:
+    """``v * 2**-e`` as the nearest float64; +-inf beyond its range (a ranking value only)."""
+    try:
+        return v / (1 << e)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
 
 
 def _floor_scaled(v: int, e: int) -> int:
@@ -207,9 +216,8 @@ class ExactBounds:
             seeds[nid] = (seeds[nid][0] + m, ec) if nid in seeds else (m, ec)
             col += size
         c, e, (m, em) = self._minimum(seeds, box, bounds)
-        scale = 1 << em
         return ([Fraction(int(v), 1 << e) for v in c],
-                np.array([[int(v) / scale for v in row] for row in m], dtype=np.float64))
+                np.array([[_to_float(int(v), em) for v in row] for row in m], dtype=np.float64))
 
     def _combinations(self, C: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, list[Fraction]]:
         """The rows of ``C y <= d`` and the sums of two rows that float64 adds exactly, with their
@@ -241,4 +249,7 @@ class ExactBounds:
         k = max(range(len(gaps)), key=lambda i: gaps[i])
         if gaps[k] > 0:
             return True, np.zeros(np.size(lo))
-        return False, np.abs(coef[k]) * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
+        width = np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            score = np.abs(coef[k]) * width
+        return False, np.where(width > 0, np.nan_to_num(score, nan=0.0, posinf=np.inf), 0.0)

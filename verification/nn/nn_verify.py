@@ -633,8 +633,14 @@ def _decide(model: LoadedModel, query: Query, opts: VerifyOptions) -> QueryResul
     if verdict == Verdict.PROVED and confirms:
         confirm_end = time.monotonic() + opts.confirm_timeout
         z3_before = stats["z3_calls"]
-        msg = _confirm_partitions(ir, query, partitions, confirm_end if end is None else min(confirm_end, end),
-                                  stats, opts.search)
+        try:
+            msg = _confirm_partitions(ir, query, partitions, confirm_end if end is None else min(confirm_end, end),
+                                      stats, opts.search)
+        except Exception as exc:  # noqa: BLE001 - a confirmation that fails is no confirmation: UNKNOWN
+            if _interrupted(exc):
+                raise KeyboardInterrupt from exc
+            log.exception("query %s: the confirmation failed", query.id)
+            msg = f"confirmation failed: {type(exc).__name__}: {exc}"
         if msg:
             errors.append(msg)
             log.error("%s: %s", query.id, msg)
@@ -710,8 +716,9 @@ def _confirm_partitions(ir: ControllerIR, query: Query, partitions: list[list], 
     can; Z3 over the rationals decides the pieces they leave open, bisected (exact-interval rule)
     until there are enough independent tasks for the worker processes.
     """
-    regions = [(dj.C, dj.d, dj.lo, dj.hi, boxes) for dj, boxes in zip(query.disjuncts, partitions)
-               if not dj.empty_input()]
+    # every disjunct is checked, with or without hints (a missing hint list is no hint, never a pass)
+    regions = [(dj.C, dj.d, dj.lo, dj.hi, partitions[k] if k < len(partitions) else [])
+               for k, dj in enumerate(query.disjuncts) if not dj.empty_input()]
     # exact symbolic bounds (integer arithmetic, bisecting) close most pieces in milliseconds; what
     # they leave open within their share of the budget goes to Z3
     tasks = _exact_bound_pass(ir, regions, time.monotonic() + s.exact_bound_share * max(0.0, deadline - time.monotonic()),

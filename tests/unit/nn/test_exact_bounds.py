@@ -125,3 +125,44 @@ def test_node_bounds_are_rounded_down_to_their_grid(v, e):
     import math
     from mi_certify.verification.nn.exact_bounds import NODE_BITS, _floor_scaled
     assert _floor_scaled(v, e) == math.floor(Fraction(v, 1 << e) * (1 << NODE_BITS))
+
+
+def test_a_disjunct_without_hints_is_still_checked():
+    """The search's boxes are hints only: a query whose hint lists are missing (none at all, or
+    one for the first of two disjuncts) is not confirmed when a disjunct's region holds a point
+    (relu(x) <= 0.5 on [0, 1]); zip() over the hints used to skip that disjunct."""
+    from mi_certify.verification.nn import nn_verify
+    ir = ControllerIR((InputNode(1), AffineNode(((0, np.array([[1.0]])),), np.array([0.0])), ReluNode(1, 1),
+                       AffineNode(((2, np.array([[1.0]])),), np.array([0.0]))), (3,))
+    bad = Disjunct(np.array([0.0]), np.array([1.0]), np.array([[1.0]]), np.array([0.5]))
+    empty = Disjunct(np.array([0.0]), np.array([1.0]), np.array([[1.0]]), np.array([-1.0]))
+    for query, hints in ((Query("Q", "property", (bad,)), []),
+                         (Query("Q2", "property", (empty, bad)), [[(np.array([0.0]), np.array([1.0]))]])):
+        msg = nn_verify._confirm_partitions(ir, query, hints, time.monotonic() + 60.0, {"z3_calls": 0})
+        assert msg is not None and "sat at x=[" in msg, (query.id, msg)
+
+
+@pytest.mark.parametrize("d", [-1.0, 1.0])
+def test_coefficients_beyond_float64_range_still_rank_and_bound(d):
+    """y = 1e200 relu(1e200 x) on [-1e-250, 1e-250]: every value is a finite float64, but the input
+    coefficient 1e400 is not (converting it for the bisection's ranking raised OverflowError). y <= 1
+    holds at x = 0, so that region is never closed; y <= -1 is empty, but the ReLU's bounds on their
+    2**-64 grid are symmetric, so the relaxation may not show it: then Z3 takes the piece."""
+    ir = ControllerIR((InputNode(1), AffineNode(((0, np.array([[1e200]])),), np.array([0.0])), ReluNode(1, 1),
+                       AffineNode(((2, np.array([[1e200]])),), np.array([0.0]))), (3,))
+    shut, score = ExactBounds(ir).closes(np.array([[1.0]]), np.array([d]), np.array([-1e-250]), np.array([1e-250]))
+    assert (shut and d < 0) or (not shut and score[0] == np.inf)
+
+
+def test_a_confirmation_that_raises_makes_the_verdict_unknown(monkeypatch):
+    """An exception inside the confirmation (inputs beyond float64's range raised OverflowError
+    there) is no confirmation: the query is UNKNOWN, naming the error, never PROVED."""
+    from mi_certify.verification.nn import nn_verify
+
+    def boom(*args, **kwargs):
+        raise OverflowError("int too large to convert to float")
+    monkeypatch.setattr(nn_verify, "_confirm_partitions", boom)
+    query = next(q for q in spec_queries(load_spec(REFERENCE_SLA)) if q.id == "P3")
+    r = decide(load_model(REFERENCE_MODEL), query, VerifyOptions(timeout=60.0))
+    assert r.verdict == Verdict.UNKNOWN
+    assert r.errors == ["confirmation failed: OverflowError: int too large to convert to float"], r.errors

@@ -218,6 +218,14 @@ def read_profile(path: str | Path, spec: Spec) -> ProfileData:
 # ---------------------------------------------------------------------------------------
 # labels
 
+def _cell_edges(inp, value: float) -> tuple[float, float]:
+    """The edges (physical units) of the quantization cell of input ``inp`` that holds ``value``
+    (clamped to the envelope's first and last cells)."""
+    step = (inp.max - inp.min) / (1 << inp.bits)
+    q = min(max(math.floor((value - inp.min) / step), 0), (1 << inp.bits) - 1)
+    return inp.min + q * step, inp.max if q == (1 << inp.bits) - 1 else inp.min + (q + 1) * step
+
+
 def guard_boxes(spec: Spec) -> list[tuple[str, np.ndarray, np.ndarray, frozenset]]:
     """Per forbid/require property: (id, lo, hi, allowed tokens), the ``when`` box widened to the
     edges of the quantization cells it touches (inputs not named span the envelope)."""
@@ -229,12 +237,7 @@ def guard_boxes(spec: Spec) -> list[tuple[str, np.ndarray, np.ndarray, frozenset
         lo = np.array([i.min for i in spec.inputs], dtype=float)
         hi = np.array([i.max for i in spec.inputs], dtype=float)
         for k, a, b in prop.when:
-            inp = spec.inputs[k]
-            step = (inp.max - inp.min) / (1 << inp.bits)
-            qa = min(max(math.floor((a - inp.min) / step), 0), (1 << inp.bits) - 1)
-            qb = min(max(math.floor((b - inp.min) / step), 0), (1 << inp.bits) - 1)
-            lo[k] = inp.min + qa * step
-            hi[k] = inp.max if qb == (1 << inp.bits) - 1 else inp.min + (qb + 1) * step
+            lo[k], hi[k] = _cell_edges(spec.inputs[k], a)[0], _cell_edges(spec.inputs[k], b)[1]
         allowed = (frozenset(range(n_act)) - set(prop.forbid)) if prop.kind == "forbid" else frozenset(prop.require)
         out.append((prop.id, lo, hi, allowed))
     return out
@@ -625,12 +628,7 @@ def _counterexample_rows(data: ProfileData, spec: Spec, boxes: list, train_rows:
     xs_all, lat, acc, rep = [], [], [], []
     for pid, x in counterexamples:
         x = np.asarray(x, dtype=np.float64)
-        clo, chi = np.empty_like(x), np.empty_like(x)
-        for k, inp in enumerate(spec.inputs):
-            step = (inp.max - inp.min) / (1 << inp.bits)
-            q = min(max(math.floor((x[k] - inp.min) / step), 0), (1 << inp.bits) - 1)
-            clo[k] = inp.min + q * step
-            chi[k] = inp.max if q == (1 << inp.bits) - 1 else inp.min + (q + 1) * step
+        clo, chi = (np.array(e) for e in zip(*(_cell_edges(inp, x[k]) for k, inp in enumerate(spec.inputs))))
         src = rng.choice(train_rows, size=COUNTEREXAMPLE_ROWS, replace=True)
         xs_all.append(clo + (chi - clo) * rng.random((COUNTEREXAMPLE_ROWS, len(x))))
         lat.append(data.latency_ms[src])

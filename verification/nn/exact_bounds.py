@@ -62,6 +62,12 @@ def _rescale(m: np.ndarray, e: int, to: int) -> np.ndarray:
     return m if to == e else m * (1 << (to - e))
 
 
+def _add_scaled(a: np.ndarray, ea: int, b: np.ndarray, eb: int) -> tuple[np.ndarray, int]:
+    """``a * 2**-ea + b * 2**-eb`` as ``(ints, e)``, at the finer of the two scales (exact)."""
+    top = max(ea, eb)
+    return _rescale(a, ea, top) + _rescale(b, eb, top), top
+
+
 def _to_float(v: int, e: int) -> float:
     """``v * 2**-e`` as the nearest float64; +-inf beyond its range (a ranking value only)."""
     try:
@@ -121,17 +127,11 @@ class ExactBounds:
         coef = (np.zeros((rows, self.ir.nodes[self._input].size), dtype=object), 0)
 
         def add(nid: int, m: np.ndarray, em: int) -> None:
-            if nid in pending:
-                old, eo = pending[nid]
-                top = max(eo, em)
-                pending[nid] = (_rescale(old, eo, top) + _rescale(m, em, top), top)
-            else:
-                pending[nid] = (m, em)
+            pending[nid] = _add_scaled(*pending[nid], m, em) if nid in pending else (m, em)
 
         def add_const(v: np.ndarray, ev: int) -> None:
             nonlocal const, ec
-            top = max(ec, ev)
-            const, ec = _rescale(const, ec, top) + _rescale(v, ev, top), top
+            const, ec = _add_scaled(const, ec, v, ev)
 
         for nid in range(max(seeds), -1, -1):
             if nid not in pending:

@@ -650,6 +650,17 @@ def _decide(model: LoadedModel, query: Query, opts: VerifyOptions) -> QueryResul
     return QueryResult(query.id, verdict, time.monotonic() - t0, method, None, "; ".join(details), errors, stats)
 
 
+def _bisect(a: np.ndarray, b: np.ndarray, j: int) -> tuple | None:
+    """The two halves of box [a, b] cut at the float midpoint of input ``j``, upper half first
+    (the stack then takes the lower one next); None when no float lies strictly between."""
+    mid = (a[j] + b[j]) / 2
+    if not a[j] < mid < b[j]:
+        return None
+    upper_lo, lower_hi = a.copy(), b.copy()
+    upper_lo[j], lower_hi[j] = mid, mid
+    return (upper_lo, b), (a, lower_hi)
+
+
 def _exact_bound_pass(ir: ControllerIR, regions: list, deadline: float, max_depth: int, stats: dict) -> list:
     """Exact symbolic bounds (:mod:`exact_bounds`) on a partition of each region that this function
     makes itself, by bisection from the region: so the pieces cover the region by construction,
@@ -680,12 +691,9 @@ def _exact_bound_pass(ir: ControllerIR, regions: list, deadline: float, max_dept
                 bhi = corner.get(a.tobytes())
                 if bhi is not None and np.all(bhi <= b) and np.any(bhi < b):
                     narrow = np.where(bhi < b, (b - a) / np.where(bhi > a, bhi - a, np.inf), 0.0)
-                    j = int(np.argmax(narrow))
-                    mid = (a[j] + b[j]) / 2
-                    if a[j] < mid < b[j]:
-                        upper_lo, lower_hi = a.copy(), b.copy()
-                        upper_lo[j], lower_hi[j] = mid, mid
-                        stack.extend([(upper_lo, b, None), (a, lower_hi, None)])
+                    halves = _bisect(a, b, int(np.argmax(narrow)))
+                    if halves:
+                        stack.extend((lo_, hi_, None) for lo_, hi_ in halves)
                         continue
                 depth = 0
             evaluations += 1
@@ -693,14 +701,11 @@ def _exact_bound_pass(ir: ControllerIR, regions: list, deadline: float, max_dept
             if shut:
                 closed += 1
                 continue
-            j = int(np.argmax(score))
-            mid = (a[j] + b[j]) / 2
-            if depth >= max_depth or not a[j] < mid < b[j]:   # Z3 takes the piece
+            halves = _bisect(a, b, int(np.argmax(score))) if depth < max_depth else None
+            if not halves:   # Z3 takes the piece
                 left.append((C, d, a, b))
                 continue
-            upper_lo, lower_hi = a.copy(), b.copy()
-            upper_lo[j], lower_hi[j] = mid, mid
-            stack.extend([(upper_lo, b, depth + 1), (a, lower_hi, depth + 1)])
+            stack.extend((lo_, hi_, depth + 1) for lo_, hi_ in halves)
     stats["exact_closed"] = stats.get("exact_closed", 0) + closed
     stats["exact_bound_boxes"] = stats.get("exact_bound_boxes", 0) + evaluations
     return left

@@ -137,22 +137,6 @@ class ExactChecker:
             return "sat", np.array([float(m.eval(v, model_completion=True).as_fraction()) for v in xs])
         return "unknown", None
 
-    def interval_unsat(self, lo, hi) -> bool:
-        """True when exact rational interval arithmetic alone shows some row of ``C y <= d``
-        fails everywhere in the box (its lower bound over the output intervals exceeds d_r):
-        ``unsat`` without a solver call. Exact (Fractions, no rounding), like the Z3 encoding."""
-        iv = exact_intervals(self.ir, lo, hi)
-        ys = [b for nid in self.ir.outputs for b in iv[nid]]
-        for r in range(self.C.shape[0]):
-            low = Fraction(0)
-            for j in np.nonzero(self.C[r])[0]:
-                c = Fraction(float(self.C[r, j]))
-                a, b = ys[int(j)]
-                low += c * (a if c > 0 else b)
-            if low > Fraction(float(self.d[r])):
-                return True
-        return False
-
     def _unstable(self, lo, hi) -> int:
         from mi_certify.generator.core.ir import AffineNode, InputNode
         iv = exact_intervals(self.ir, lo, hi)

@@ -195,8 +195,14 @@ def lut_preview(model_path, spec) -> dict:
     """What ``build`` will report of the LUT of ``model_path``: the same distillation and fidelity
     (:func:`mi_certify.generator.build.distill.distill`, ``fidelity`` with the build's points):
     {"cells", "proven", "resolved", "proven_share", "agreement", "points"}."""
+    return _distilled(model_path, spec)[0]
+
+
+def _distilled(model_path, spec):
+    """(:func:`lut_preview`'s figures, the LUT as ``build`` deploys it: distilled, then the property
+    masks of its ``lut_properties`` stage)."""
     from mi_certify.generator.build.distill import DistillOptions, distill, fidelity
-    from mi_certify.generator.core.lut import PROVEN
+    from mi_certify.generator.core.lut import PROVEN, apply_masks, property_masks
     from mi_certify.generator.frontend.model import load_model
     from mi_certify.generator.pipeline.stages import FIDELITY_POINTS
 
@@ -205,8 +211,30 @@ def lut_preview(model_path, spec) -> dict:
     fig, _ = fidelity(spec, model, r.lut, n_points=FIDELITY_POINTS)
     proven = int((r.lut.status == PROVEN).sum())
     n = int(len(r.lut.status))
-    return {"cells": n, "proven": proven, "resolved": n - proven, "proven_share": round(proven / n, 4),
-            "agreement": round(float(fig["agreement"]), 4), "points": int(fig["points"])}
+    return ({"cells": n, "proven": proven, "resolved": n - proven, "proven_share": round(proven / n, 4),
+             "agreement": round(float(fig["agreement"]), 4), "points": int(fig["points"])},
+            apply_masks(spec, r.lut, property_masks(spec))[0])
+
+
+def _lut_figures(res, spec) -> None:
+    """Adds ``lut_preview`` and ``lut_fsm_held_out`` (docs/training.md, "What build will report") to
+    ``res.report``: the model is distilled as ``build`` distils it, from a temporary copy."""
+    import tempfile
+
+    import numpy as np
+
+    from mi_certify.generator.core.lut import point_addresses
+    from mi_certify.generator.frontend.train import lut_fsm_report
+
+    with tempfile.TemporaryDirectory(prefix="mi-certify-train-") as tmp:
+        path = Path(tmp) / "preview.onnx"
+        path.write_bytes(res.model_bytes)
+        preview, lut = _distilled(path, spec)
+    res.report["lut_preview"] = preview
+    if res.held_out is not None and len(res.held_out.labels):
+        addrs, fault = point_addresses(spec, res.held_out.x)  # a probe fault: the FSM decides the conservative action
+        tokens = np.where(fault, spec.conservative, lut.tokens[addrs])
+        res.report["lut_fsm_held_out"] = lut_fsm_report(tokens, res.held_out, spec)
 
 
 def _counterexamples(model_bytes: bytes, spec) -> list[tuple[str, list[float]]]:
@@ -285,7 +313,7 @@ def _verify_properties(path, spec, console: Console) -> int:
 def train_command(args, console: Console) -> int:
     from mi_certify.generator.core.spec import load_spec
     from mi_certify.generator.frontend.train import (
-        TrainError, TrainOptions, read_profile, train_controller, write_outputs)
+        TrainError, TrainOptions, lut_fsm_line, read_profile, train_controller, write_outputs)
 
     spec = load_spec(args.sla)
     try:
@@ -303,10 +331,8 @@ def train_command(args, console: Console) -> int:
     data = read_profile(args.data, spec)
     res = train_controller(data, spec, opts)
     res = _property_rounds(data, spec, opts, res, args.property_rounds, console)
+    _lut_figures(res, spec)
     js, md = write_outputs(res, args.out)
-    if opts.certify != "none":
-        res.report["lut_preview"] = lut_preview(args.out, spec)
-        js, md = write_outputs(res, args.out)
     r = res.report
     h = r["held_out"]
     fx, pi = h["against_fixed_actions"], h["permutation_importance"]
@@ -319,12 +345,16 @@ def train_command(args, console: Console) -> int:
     console.print("permutation importance (held-out accuracy drop): "
                   + ", ".join(f"{n} {v['accuracy_drop_mean']:+.3f}" for n, v in pi["inputs"].items())
                   + f"; measurable influence: {', '.join(pi['measurable_inputs']) or 'none'}", highlight=False)
-    if "lut_preview" in r:
-        lp, ct = r["lut_preview"], r["certified_training"]["stages"][-1]
+    if "certified_training" in r:
+        ct = r["certified_training"]["stages"][-1]
         console.print(f"certified training: {ct['cells_certify']} cells trained to be certified, {ct['cells_given_up']} "
-                      f"given up (a neighbour decides another action); build will report: {lp['proven']} of "
-                      f"{lp['cells']} cells proven ({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement of "
-                      f"the LUT with the network {lp['agreement']:.1%} on {lp['points']} points", highlight=False)
+                      f"given up (a neighbour decides another action)", highlight=False)
+    lp = r["lut_preview"]
+    console.print(f"build will report: {lp['proven']} of {lp['cells']} LUT cells proven ({lp['proven_share']:.1%}), "
+                  f"{lp['resolved']} resolved; agreement of the LUT with the network {lp['agreement']:.1%} on "
+                  f"{lp['points']} points", highlight=False)
+    if "lut_fsm_held_out" in r:
+        console.print(lut_fsm_line(r["lut_fsm_held_out"]), highlight=False)
     pr = r["property_rounds"]
     if pr["rounds"] or pr["still_falsified"]:
         console.print(f"property rounds: {pr['rounds']} of at most {pr['limit']}, {pr['counterexamples']} "

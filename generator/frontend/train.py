@@ -43,8 +43,8 @@ import numpy as np
 from mi_certify.generator.core.errors import MiCertifyError
 from mi_certify.generator.core.spec import Spec
 
-__all__ = ["ABSENT_MARGIN", "ProfileData", "TrainError", "TrainOptions", "TrainResult", "guard_boxes", "label_rows",
-           "read_profile", "train_controller"]
+__all__ = ["ABSENT_MARGIN", "HeldOutRows", "ProfileData", "TrainError", "TrainOptions", "TrainResult", "guard_boxes",
+           "label_rows", "lut_fsm_report", "read_profile", "train_controller"]
 
 #: Logit gap below the conservative action given to an action that no label names.
 ABSENT_MARGIN = 16.0
@@ -123,14 +123,30 @@ class TrainOptions:
         return out
 
 
+@dataclass(frozen=True)
+class HeldOutRows:
+    """The held-out rows of a run: ``x`` [n, inputs] physical units; ``labels`` [n] (label rule);
+    ``latency_ms``, ``accuracy_loss_pct`` [n, actions] as measured (NaN = not measured);
+    ``candidates`` [n, actions] (label rule); ``network`` [n] the trained network's decisions."""
+
+    x: np.ndarray
+    labels: np.ndarray
+    latency_ms: np.ndarray
+    accuracy_loss_pct: np.ndarray
+    candidates: np.ndarray
+    network: np.ndarray
+
+
 @dataclass
 class TrainResult:
-    """The exported model's bytes, the training report (a JSON-able dict) and the fitted
-    classifier (it takes inputs normalised to [0, 1] over the envelope)."""
+    """The exported model's bytes, the training report (a JSON-able dict), the fitted
+    classifier (it takes inputs normalised to [0, 1] over the envelope) and the held-out rows
+    (for :func:`lut_fsm_report`)."""
 
     model_bytes: bytes
     report: dict
     classifier: object = None
+    held_out: HeldOutRows | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -548,6 +564,54 @@ def _sla_met(tokens: np.ndarray, data_lat: np.ndarray, data_acc: np.ndarray, spe
     return round(float(ok) / max(1, len(tokens)), 4)
 
 
+def lut_fsm_report(lut_tokens: np.ndarray, rows: HeldOutRows, spec: Spec) -> dict:
+    """The deployed LUT-FSM against the network and the labels on the held-out rows (issue 33,
+    item 3; docs/training.md, "What build will report").
+
+    ``lut_tokens`` [n]: the LUT's action at each held-out row (the table as ``build`` deploys
+    it: distilled, then the property masks). An FSM that reads the same inputs step after step
+    decides its LUT entry once hysteresis and cooldown have passed, so this is the LUT-FSM's
+    steady-state decision; the delay of a switch is not in it (held-out rows are independent
+    measurements, not a sequence). Returns ``{"rows", "agree_with_network", "agreement",
+    "accuracy", "regret"`` (as ``held_out.regret``), ``"mean_regret_ms"`` (as
+    ``against_fixed_actions``: every row with a candidate), ``"network_mean_regret_ms"`` (the same for
+    the network), ``"best_fixed_action"`` (``{"action", "mean_regret_ms"}``), ``"sla_met_share"``,
+    ``"cost_of_disagreement"``: measured latency of the LUT's action minus that of the network's
+    action, ms, over the rows where both are measured (0 where they agree): ``mean_ms``,
+    ``mean_where_they_differ_ms``, ``min_ms``, ``max_ms``, and the rows where the LUT's action
+    misses its SLA or a property while the network's does not (``lut_only_sla_misses``) and the
+    reverse (``network_only_sla_misses``)``}``."""
+    lut = np.asarray(lut_tokens, dtype=np.int64)
+    net, y, cand, lat = rows.network, rows.labels, rows.candidates, rows.latency_ms
+    n = len(lut)
+    idx = np.arange(n)
+    actions = [a.name for a in spec.actions]
+    differ = lut != net
+    d = lat[idx, lut] - lat[idx, net]
+    measured = np.isfinite(d)
+    cost = {"rows_they_differ": int(differ.sum()), "rows_measured": int(measured.sum()),
+            "lut_only_sla_misses": int((~cand[idx, lut] & cand[idx, net]).sum()),
+            "network_only_sla_misses": int((cand[idx, lut] & ~cand[idx, net]).sum())}
+    if measured.any():
+        dm, dd = d[measured], d[measured & differ]
+        cost.update({"mean_ms": round(float(dm.mean()), 3), "min_ms": round(float(dm.min()), 3),
+                     "max_ms": round(float(dm.max()), 3),
+                     "mean_where_they_differ_ms": round(float(dd.mean()), 3) if len(dd) else 0.0})
+    fixed = _fixed_comparison(lut, y, lat, cand, actions)
+    best = fixed.get("best_fixed_action")
+    return {"rows": int(n), "agree_with_network": int((~differ).sum()),
+            "agreement": round(float((~differ).mean()), 4) if n else None,
+            "accuracy": round(float((lut == y).mean()), 4) if n else None,
+            "regret": _regret(lut, y, lat, cand),
+            "mean_regret_ms": fixed.get("controller", {}).get("mean_regret_ms"),
+            "network_mean_regret_ms": _fixed_comparison(net, y, lat, cand, actions).get("controller", {}).get(
+                "mean_regret_ms"),
+            "best_fixed_action": None if best is None else {"action": best,
+                                                            "mean_regret_ms": fixed["fixed"][best]["mean_regret_ms"]},
+            "sla_met_share": _sla_met(lut, lat, rows.accuracy_loss_pct, spec),
+            "cost_of_disagreement": cost}
+
+
 @dataclass(frozen=True)
 class _Split:
     """The seeded split of the labelled rows: row indices (sorted) of the training and held-out rows;
@@ -781,7 +845,24 @@ def train_controller(data: ProfileData, spec: Spec, opts: TrainOptions = TrainOp
         report["certified_training"] = cert_record
     if cex is not None:
         report["counterexample_rows"] = cex.report
-    return TrainResult(model_bytes, report, clf)
+    te = split.held_out
+    held = HeldOutRows(data.x[te], y[te], data.latency_ms[te], data.accuracy_loss_pct[te], cand[te],
+                       predict(data.x[te]))
+    return TrainResult(model_bytes, report, clf, held)
+
+
+def lut_fsm_line(lf: dict) -> str:
+    """One line of :func:`lut_fsm_report`'s figures (the CLI's and the Markdown report's)."""
+    c, b = lf["cost_of_disagreement"], lf["best_fixed_action"]
+    beats = ""
+    if b and lf["mean_regret_ms"] is not None and b["mean_regret_ms"] is not None:
+        beats = (f", best fixed action ({b['action']}) {b['mean_regret_ms']} ms: the LUT-FSM "
+                 + ("beats it" if lf["mean_regret_ms"] < b["mean_regret_ms"] else "does NOT beat it"))
+    return (f"the LUT-FSM on the {lf['rows']} held-out rows (steady state): decides as the network on "
+            f"{lf['agree_with_network']} ({lf['agreement']:.1%}), accuracy {lf['accuracy']}, mean latency regret "
+            f"{lf['mean_regret_ms']} ms (the network {lf['network_mean_regret_ms']} ms{beats}); cost of disagreement with the network {c.get('mean_ms')} ms per row "
+            f"({c['rows_they_differ']} rows differ: {c.get('mean_where_they_differ_ms')} ms each on average, "
+            f"{c['lut_only_sla_misses']} SLA misses only the LUT makes, {c['network_only_sla_misses']} only the network)")
 
 
 def report_markdown(rep: dict) -> str:
@@ -828,6 +909,10 @@ def report_markdown(rep: dict) -> str:
         lines[at + bool(ct):at + bool(ct)] = [f"- LUT as build will distil it: {lp['proven']} of {lp['cells']} cells proven "
                         f"({lp['proven_share']:.1%}), {lp['resolved']} resolved; agreement with the network "
                         f"{lp['agreement']:.1%} on {lp['points']} points"]
+        lf = rep.get("lut_fsm_held_out")
+        if lf:
+            lines.insert(at + bool(ct) + 1, "- " + lut_fsm_line(lf))
+            at += 1
     pr = rep.get("property_rounds")
     extra = []
     if pr:

@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
 from mi_certify.generator.frontend.onnx_import import import_onnx
@@ -189,6 +191,31 @@ def _fixed_csv(path, n=160, seed=7):
     return path
 
 
+def test_lut_fsm_report_on_hand_made_rows(spec):
+    """The LUT-FSM's figures against the network and the labels (issue 33 item 3), by hand: three rows
+    outside the guard boxes; the LUT differs from the network on rows 0 and 2, and on row 2 it picks
+    merge_conv at 45 ms, above its 40 ms SLA."""
+    from mi_certify.generator.frontend.train import HeldOutRows, lut_fsm_report
+    x = np.array([[0.5, 500.0, 32.0, 512.0, 50.0]] * 3)
+    lat = np.array([[10.0, 5.0, 8.0, 20.0], [10.0, 12.0, 9.0, 20.0], [10.0, 45.0, 25.0, 20.0]])
+    acc = np.zeros((3, 4))
+    y, _, cand = label_rows(x, lat, acc, spec, return_candidates=True)
+    assert y.tolist() == [1, 2, 0]
+    rows = HeldOutRows(x, y, lat, acc, cand, network=np.array([1, 2, 0]))
+    r = lut_fsm_report(np.array([2, 2, 1]), rows, spec)
+    assert r["rows"] == 3 and r["agree_with_network"] == 1 and r["accuracy"] == 0.3333
+    assert r["cost_of_disagreement"] == {"rows_they_differ": 2, "rows_measured": 3, "lut_only_sla_misses": 1,
+                                         "network_only_sla_misses": 0, "mean_ms": 12.667, "min_ms": 0.0,
+                                         "max_ms": 35.0, "mean_where_they_differ_ms": 19.0}
+    assert r["regret"] == {"rows": 2, "chosen_not_a_candidate": 1, "rows_without_candidate": 0, "mean_ms": 1.5,
+                           "p95_ms": 3.0, "max_ms": 3.0}
+    assert r["mean_regret_ms"] == 12.667 and r["network_mean_regret_ms"] == 0.0
+    assert r["best_fixed_action"] == {"action": "keep", "mean_regret_ms": 2.0}
+    assert r["sla_met_share"] == 0.6667
+    from mi_certify.generator.frontend.train import lut_fsm_line
+    assert "does NOT beat it" in lut_fsm_line(r) and "2 rows differ" in lut_fsm_line(r)
+
+
 def test_training_is_deterministic_and_the_onnx_decides_like_the_trainer(spec, tmp_path):
     data = read_profile(_fixed_csv(tmp_path / "fixed.csv"), spec)
     opts = TrainOptions(augment=80, max_iter=500)
@@ -297,6 +324,10 @@ def test_shipped_controller_is_the_one_trained_from_the_shipped_profile(tmp_path
     assert "s): P1 proved; P2 proved; P3 proved\n" in proc.stderr, proc.stderr
     shipped = json.loads((EXAMPLES / "meta_controller" / "controller.train.json").read_text())
     assert json.loads((tmp_path / "controller.train.json").read_text()) == shipped
+    # what build will report of its LUT, and the LUT-FSM's cost of disagreement on the held-out rows
+    assert "build will report: 7578 of 16384 LUT cells proven (46.2%)" in proc.stderr
+    assert shipped["lut_fsm_held_out"]["cost_of_disagreement"]["rows_they_differ"] == 41
+    assert "the LUT-FSM on the 100 held-out rows (steady state): decides as the network on 59 (59.0%)" in proc.stderr
     side = json.loads(PROFILE.with_suffix(".json").read_text())
     assert side["samples"] == shipped["profile"]["rows_used"] + sum(shipped["profile"]["rows_dropped"].values())
     assert side["command"].startswith("mi-certify profile --workload examples/workload/convgemm.onnx")
@@ -396,7 +427,7 @@ def test_cli_train_certify_prints_what_build_will_report(tmp_path):
     assert "build will report:" in out and "cells proven" in out
     rep = json.loads((tmp_path / "c.train.json").read_text())
     lp = rep["lut_preview"]
-    assert lp["cells"] == 512 and lp["proven"] + lp["resolved"] == 512 and f"{lp['proven']} of 512 cells" in out
+    assert lp["cells"] == 512 and lp["proven"] + lp["resolved"] == 512 and f"{lp['proven']} of 512 LUT cells" in out
     assert "LUT as build will distil it" in (tmp_path / "c.train.md").read_text()
     bad = cli("train", csv_path, "--sla", spec_dir / "sla.yaml", "--out", tmp_path / "d.onnx", "--certify-weight", "0")
     assert bad.returncode == 2 and "--certify-weight" in bad.stderr + bad.stdout
@@ -461,3 +492,86 @@ def test_certified_training_is_the_same_bytes_under_every_blas_and_simd_variant(
         assert r.returncode == 0, r.stderr
         digests[name] = r.stdout.strip()
     assert len(set(digests.values())) == 1 and len(digests["this machine"]) == 64, digests
+
+
+# --- train -> build over the space of profiles (issue 33) ----------------------------------
+
+@st.composite
+def _profiles(draw):
+    """(inputs' bits, number of actions, rows, property draws, seed): a random profile and spec shape."""
+    bits = draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    actions = draw(st.integers(2, 4))
+    rows = draw(st.integers(60, 160))
+    forbid = draw(st.none() | st.tuples(st.floats(0.3, 0.8), st.integers(1, actions - 1)))
+    require = draw(st.none() | st.floats(0.05, 0.4))
+    return bits, actions, rows, forbid, require, draw(st.integers(0, 2**31 - 1))
+
+
+def _random_profile(tmp, bits, n_act, rows, forbid, require, seed):
+    """A profile CSV whose best action changes with the inputs (each action's latency is affine in one
+    input, plus noise) and its sla.yaml (forbid / require properties on the first / last input)."""
+    rng = np.random.default_rng(seed)
+    names, acts = [f"x{i}" for i in range(len(bits))], [f"a{j}" for j in range(n_act)]
+    base, slope = rng.uniform(10, 30, n_act), rng.uniform(-20, 20, n_act)
+    which = rng.integers(0, len(bits), n_act)
+    path = tmp / "profile.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(profile_columns(names, acts))
+        for r in range(rows):
+            x = rng.random(len(bits))
+            lat = np.maximum(1.0, base + slope * x[which] + rng.normal(0, 2, n_act))
+            w.writerow([r, 0, "", 1, 64, 1, "-".join(acts), *[f"{v:.6f}" for v in x], *[f"{v:.4f}" for v in lat],
+                        *["0"] * n_act])
+    props = []
+    if forbid is not None:
+        props.append({"id": "P1", "when": {"x0": [round(forbid[0], 3), 1.0]}, "forbid": [acts[forbid[1]]]})
+    if require is not None:
+        props.append({"id": "P2", "when": {names[-1]: [0.0, round(require, 3)]}, "require": [acts[0]]})
+    spec = {"schema": "mi-certify/v1", "controller": {"name": "rnd", "decode": "argmax"},
+            "inputs": [{"name": n, "min": 0.0, "max": 1.0, "bits": b} for n, b in zip(names, bits)],
+            "actions": [{"name": a, "conservative": j == 0, "sla": {"latency_ms": 40.0}} for j, a in enumerate(acts)],
+            "fsm": {"hysteresis": 2, "cooldown": 1, "violations_to_fallback": 2, "recovery": 2},
+            "cosim": {"cycles": 10000}, "properties": props}
+    sla = tmp / "sla.yaml"
+    sla.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path, sla
+
+
+@settings(max_examples=5, deadline=None, derandomize=True, database=None, print_blob=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(shape=_profiles())
+def test_train_then_build_proves_or_train_names_the_property(tmp_path_factory, shape):
+    """Issue 33: on random profiles and specs, `train` with its defaults either ends with exit 0 and a
+    `next:` build command whose build ends ok with every property proved, or exits 1/3 naming the
+    property it could not certify; never a build that fails on a controller `train` called fine."""
+    tmp = tmp_path_factory.mktemp("trainbuild")
+    csv_path, sla = _random_profile(tmp, *shape)
+    out = tmp / "c.onnx"
+    r = cli("train", csv_path, "--sla", sla, "--out", out, "--hidden", "8,8", "--max-iter", "300")
+    text = r.stdout + r.stderr
+    event(f"train exit {r.returncode}")
+    if r.returncode == 2 and "nothing to learn" in text:
+        return  # every row has one label: train refuses, as documented
+    assert r.returncode in (0, 1, 3), text
+    assert "Traceback" not in text
+    rep = json.loads((tmp / "c.train.json").read_text())
+    lp, lf = rep["lut_preview"], rep["lut_fsm_held_out"]
+    assert lp["proven"] + lp["resolved"] == lp["cells"] == 1 << sum(shape[0])
+    assert lf["rows"] == rep["split"]["held_out_rows"] and 0 <= lf["agree_with_network"] <= lf["rows"]
+    line = next(ln for ln in text.splitlines() if ln.startswith("properties, verified as build verifies them"))
+    if r.returncode != 0:  # the open property is named
+        import re
+        assert re.search(r"P\d (violated|unknown)", line), line
+        assert "next: mi-certify build" not in text
+        return
+    assert f"next: mi-certify build {out} --sla {sla}" in text
+    b = subprocess.run([sys.executable, "-m", "mi_certify.generator.cli", "build", str(out), "--sla", str(sla),
+                        "--out", str(tmp / "build"), "--skip-synth"], capture_output=True, text=True, timeout=1200)
+    summary = json.loads((tmp / "build" / "summary.json").read_text())
+    # ok but for place and route (--skip-synth: "incomplete", exit 0), nothing failed
+    assert b.returncode == 0 and summary["failed_stages"] == [] and summary["skipped_stages"] == ["hdl"], \
+        (b.stdout + b.stderr)[-3000:]
+    verdicts = summary["stages"]["verify"]["properties"]
+    assert sorted(verdicts) == sorted(p["id"] for p in yaml.safe_load(sla.read_text())["properties"])
+    assert all(v == "proved" for v in verdicts.values()), verdicts

@@ -16,7 +16,7 @@ maximum time. A wrong answer (sat vs unsat against the published result) is prin
 WRONG and makes the exit status 1.
 
 Usage: python bench/verify.py [--timeout S] [--no-marabou] [--lp] [--cartpole N] [--no-tll] [--busy]
-                              [--only NET/PROP]
+                              [--only NET/PROP] [--tll-dir DIR]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from mi_certify.verification.nn.vnnlib import parse_vnnlib
 
 ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "anchors"
 PUBLISHED = Path(__file__).resolve().parent / "vnncomp2022_acasxu.csv"
+TLL_PUBLISHED = Path(__file__).resolve().parent / "vnncomp2022_tllverifybench.csv"
 
 
 def plain_marabou(ir, query, timeout: float) -> tuple[str, float]:
@@ -50,9 +51,11 @@ def plain_marabou(ir, query, timeout: float) -> tuple[str, float]:
     return verdict, time.monotonic() - t0
 
 
-def rows(cartpole: int, tll: bool = True) -> list[tuple[str, str, str, str, str]]:
+def rows(cartpole: int, tll: bool = True, tll_dir: Path | None = None) -> list[tuple[str, str, str, str, str]]:
     """(label, onnx path, vnnlib path, expected, key into the published table; for tllverifybench
-    the published α,β-CROWN time itself, prefixed "tll:")."""
+    the published α,β-CROWN time itself, prefixed "tll:"). ``tll_dir``: the whole 2022
+    tllverifybench (its onnx/ and vnnlib/ gunzipped there; answers from TLL_PUBLISHED) instead
+    of the twelve handed instances."""
     out = []
     for r in csv.DictReader((ANCHORS / "acasxu" / "expected_results.csv").open()):
         out.append((f"acasxu {r['network']}/p{r['property']}", str(ANCHORS / "acasxu" / r["onnx"]),
@@ -64,8 +67,9 @@ def rows(cartpole: int, tll: bool = True) -> list[tuple[str, str, str, str, str]
                     str(ANCHORS / "rl_cartpole" / r["onnx"]), str(ANCHORS / "rl_cartpole" / r["vnnlib"]),
                     r["expected"], ""))
     if tll:
-        root = ANCHORS / "tllverifybench"
-        for r in csv.DictReader((root / "expected_results.csv").open()):
+        root = tll_dir or ANCHORS / "tllverifybench"
+        table = TLL_PUBLISHED if tll_dir else root / "expected_results.csv"
+        for r in csv.DictReader(line for line in table.open() if not line.startswith("#")):
             net = Path(r["onnx"]).stem.replace("tllBench_n=2_N=M=", "N").replace("_m=1_instance_", " ")
             out.append((f"tll {net}", str(root / r["onnx"]), str(root / r["vnnlib"]), r["expected"],
                         f"tll:{float(r['alpha_beta_crown_s']):.3f}"))
@@ -80,6 +84,9 @@ def main() -> int:
     ap.add_argument("--only", default="", help="run rows whose label contains this text")
     ap.add_argument("--lp", action="store_true", help="with the LP-chosen CROWN multipliers (lp_relax)")
     ap.add_argument("--no-tll", action="store_true", help="skip the twelve tllverifybench instances")
+    ap.add_argument("--tll-dir", type=Path, default=None,
+                    help="the whole 2022 tllverifybench (32 instances): a folder holding its onnx/ and vnnlib/ "
+                         "gunzipped (ChristopherBrix/vnncomp2022_benchmarks, benchmarks/tllverifybench)")
     ap.add_argument("--busy", action="store_true", help="keep one core busy (yes > /dev/null) during the run")
     args = ap.parse_args()
     busy = None
@@ -103,7 +110,7 @@ def _run(args) -> int:
           f"{'t_mar':>6s} {'nnenum_s':>8s} {'abcrown_s':>9s}" + ("   (one core busy: yes > /dev/null)" if args.busy else ""))
     times, decided, wrong, total = [], 0, 0, 0
     models = {}
-    for label, onnx, vnnlib, expected, key in rows(args.cartpole, not args.no_tll):
+    for label, onnx, vnnlib, expected, key in rows(args.cartpole, not args.no_tll, args.tll_dir):
         if args.only and args.only not in label:
             continue
         total += 1

@@ -185,6 +185,11 @@ def matmul(a, b) -> np.ndarray:
         flat = np.ascontiguousarray(a.reshape(-1, k))
         out = _mm_kernel(flat, np.ascontiguousarray(b), bool(np.isfinite(b).all()))
         return out.reshape(a.shape[:-1] + (b.shape[1],))
+    if a.ndim == 2 and b.ndim == 3:  # a matrix times a stack of matrices (the importer composing MatMul
+        # chains): one compiled product per matrix of the stack, the same sums in the same order
+        flat = np.ascontiguousarray(a)
+        return np.stack([_mm_kernel(flat, np.ascontiguousarray(m), bool(np.isfinite(m).all())) for m in b]) \
+            if b.shape[0] else _matmul_numpy(a, b)
     return _matmul_numpy(a, b)
 
 

@@ -63,6 +63,11 @@ def test_compiled_kernels_give_the_numpy_loops_bits(seed):
     assert _same_bits(N.matmul(x[0], w), N._matmul_numpy(x[0], w))
     at, v = np.swapaxes(a, 1, 2), scale((m, n))  # a strided operand
     assert _same_bits(N.matmul(at, v), N._matmul_numpy(at, v))
+    stack = scale((3, k, n))  # a matrix times a stack of matrices (the importer composing MatMul chains)
+    stack.flat[:2] = [np.inf, 0.0]
+    assert _same_bits(N.matmul(a[0], stack), N._matmul_numpy(a[0], stack))
+    assert _same_bits(N.matmul(a[0], stack[:, :, :0]), N._matmul_numpy(a[0], stack[:, :, :0]))
+    assert _same_bits(N.matmul(a[0], stack[:0]), N._matmul_numpy(a[0], stack[:0]))
     assert _same_bits(N.rowdot(a, x), N._rowdot_numpy(a, x))
     assert _same_bits(N.sum_last(a), N._sum_last_numpy(a))
     assert _same_bits(N.sum_last(a[:, :, :0]), np.zeros((B, m)))

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["Sparse", "exp", "exp_upper", "gram", "log", "matmul", "rowdot", "softmax_lower", "sparse", "sum_last",
-           "vdot"]
+__all__ = ["Sparse", "exp", "exp_upper", "gram", "log", "matmul", "pair_rows_product", "rowdot", "softmax_lower",
+           "sparse", "sum_last", "vdot"]
 
 _F = np.float64
 #: Rows (a's elements per contracted index) from which :func:`matmul` goes column by column.
@@ -154,6 +154,62 @@ def sparse(b) -> Sparse:
     indptr = np.zeros(b.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=b.shape[0]), out=indptr[1:])
     return Sparse(b, indptr, cols.astype(np.int64), np.ascontiguousarray(b[rows, cols]), bool(np.isfinite(b).all()))
+
+
+@numba.njit(cache=True, fastmath=False, nogil=True)
+def _pair_rows_kernel(a1, a2, rows, indptr, indices, v1, v2, n):  # pragma: no cover - compiled
+    P, k = a1.shape
+    used = np.zeros(n, dtype=np.bool_)
+    for i in range(k):
+        nonzero = False
+        for p in range(P):
+            if a1[p, i] != 0.0 or a2[p, i] != 0.0:
+                nonzero = True
+                break
+        if nonzero:
+            r = rows[i]
+            for t in range(indptr[r], indptr[r + 1]):
+                used[indices[t]] = True
+    cols = np.nonzero(used)[0]
+    where = np.full(n, -1, dtype=np.int64)
+    for c in range(cols.size):
+        where[cols[c]] = c
+    o1 = np.zeros((P, cols.size))
+    o2 = np.zeros((P, cols.size))
+    for p in range(P):
+        for i in range(k):
+            x1 = a1[p, i]
+            x2 = a2[p, i]
+            r = rows[i]
+            if x1 != 0.0:
+                for t in range(indptr[r], indptr[r + 1]):
+                    j = where[indices[t]]
+                    o1[p, j] = o1[p, j] + x1 * v1[t]
+            if x2 != 0.0:
+                for t in range(indptr[r], indptr[r + 1]):
+                    j = where[indices[t]]
+                    o2[p, j] = o2[p, j] + x2 * v2[t]
+    return o1, o2, cols
+
+
+def pair_rows_product(a1: np.ndarray, a2: np.ndarray, rows: np.ndarray, w1: Sparse, w2: Sparse):
+    """``a1 @ w1[rows]`` and ``a2 @ w2[rows]`` on the columns either can reach, for a backward pass
+    that keeps only the columns it needs (CROWN's Λ and its magnitudes on a sparse network).
+
+    Args:
+        a1, a2: (P, k) float64, finite; rows: (k,) ascending row indices of w1/w2 (the columns of a1
+            and a2 are those rows); w1, w2: (K, n) :class:`Sparse` with the same nonzero pattern
+            (a matrix and its absolute values), finite.
+    Returns:
+        (o1 (P, c), o2 (P, c), cols (c,)): the columns of w1[rows] met by a row i where a1[:, i] or
+        a2[:, i] has a nonzero, ascending; every other column of both products is exactly zero.
+        Each kept entry is the fixed-order sum over ``rows`` of :func:`matmul` with the zero terms
+        skipped, so it is bit for bit the corresponding entry of ``matmul(a1_full, w1)`` where
+        ``a1_full`` holds ``a1`` at ``rows`` and zeros elsewhere.
+    """
+    return _pair_rows_kernel(np.ascontiguousarray(a1, dtype=_F), np.ascontiguousarray(a2, dtype=_F),
+                             np.ascontiguousarray(rows, dtype=np.int64), w1.indptr, w1.indices, w1.values,
+                             w2.values, w1.shape[1])
 
 
 def matmul(a, b) -> np.ndarray:

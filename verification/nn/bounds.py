@@ -34,12 +34,14 @@ import numba
 import numpy as np
 
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode
-from mi_certify.generator.core.numerics import Sparse, matmul, rowdot, sparse, sum_last
+from mi_certify.generator.core.numerics import Sparse, matmul, pair_rows_product, rowdot, sparse, sum_last
 
 #: Relative outward inflation of every computed bound (see module docstring).
 INFLATION = 1e-9
 #: (box, neuron) pairs bounded in one backward pass of :func:`crown_bounds`.
 _INSTANCE_CHUNK = 16384
+#: Neurons per pass at most when the backward pass is compacted (:func:`_instance_chunks`; chosen).
+_NEURON_GROUP = 32
 
 
 class BoundsTimeout(TimeoutError):
@@ -95,7 +97,7 @@ def interval_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBou
     """
     lo, hi, single = _batch(lo, hi)
     lower, upper = [], []
-    for node in ir.nodes:
+    for nid, node in enumerate(ir.nodes):
         if isinstance(node, InputNode):
             lower.append(lo.copy())
             upper.append(hi.copy())
@@ -103,13 +105,12 @@ def interval_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBou
             c = np.broadcast_to(node.bias, (lo.shape[0], node.size)).copy()
             r = np.zeros_like(c)
             mag = np.broadcast_to(np.abs(node.bias), c.shape).copy()
-            for src, w in node.terms:
+            for src, _, _, awt, wt in _forward_terms(ir, nid):
                 mid = (lower[src] + upper[src]) / 2
                 rad = np.maximum(upper[src] - mid, mid - lower[src])
-                c += matmul(mid, w.T)
-                aw = np.abs(w)
-                r += matmul(rad, aw.T)
-                mag += matmul(np.abs(mid) + rad, aw.T)
+                c += matmul(mid, wt)
+                r += matmul(rad, awt)
+                mag += matmul(np.abs(mid) + rad, awt)
             lower.append(_inflate(c - r, mag + r, True))
             upper.append(_inflate(c + r, mag + r, False))
         else:
@@ -168,8 +169,7 @@ def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: f
             l0 = np.broadcast_to(node.bias, (B, node.size)).copy()
             u0 = l0.copy()
             c0 = np.broadcast_to(np.abs(node.bias), (B, node.size)).copy()
-            for src, w in node.terms:
-                wp, wn, wa = np.maximum(w, 0.0).T, np.minimum(w, 0.0).T, np.abs(w).T
+            for src, wp, wn, wa, _ in _forward_terms(ir, nid):
                 Lc += matmul(fl[src], wp) + matmul(fu[src], wn)
                 Uc += matmul(fu[src], wp) + matmul(fl[src], wn)
                 Am += matmul(am[src], wa)
@@ -233,16 +233,81 @@ _SPARSE_TERMS: dict[int, tuple[weakref.ref, dict]] = {}
 def _backward_terms(ir: ControllerIR, nid: int) -> list[tuple[int, np.ndarray | Sparse, np.ndarray | Sparse]]:
     """``(src, w, |w|)`` of affine node ``nid``, each matrix as :class:`Sparse` where it is sparse
     (built once per IR: an IR is immutable once checked)."""
+    memo = _memo(ir)
+    if nid not in memo:
+        memo[nid] = [(src, *(_operand(m) for m in (w, np.abs(w)))) for src, w in ir.nodes[nid].terms]
+    return memo[nid]
+
+
+def _forward_terms(ir: ControllerIR, nid: int) -> list:
+    """``(src, max(w, 0)ᵀ, min(w, 0)ᵀ, |w|ᵀ, wᵀ)`` of affine node ``nid`` for the forward passes, each
+    contiguous or :class:`Sparse` (built once per IR: a transposed view would be copied, and its
+    finiteness checked, at every product)."""
+    memo = _memo(ir)
+    key = ("forward", nid)
+    if key not in memo:
+        memo[key] = [(src, *(_operand(m.T) for m in (np.maximum(w, 0.0), np.minimum(w, 0.0), np.abs(w), w)))
+                     for src, w in ir.nodes[nid].terms]
+    return memo[key]
+
+
+def _memo(ir: ControllerIR) -> dict:
+    """The per-IR memo of weight operands (dropped with the IR)."""
     entry = _SPARSE_TERMS.get(id(ir))
     if entry is None or entry[0]() is not ir:
         entry = (weakref.ref(ir), {})
         _SPARSE_TERMS[id(ir)] = entry
         weakref.finalize(ir, _SPARSE_TERMS.pop, id(ir), None)
-    memo = entry[1]
-    if nid not in memo:
-        memo[nid] = [(src, *((sparse(m) if np.count_nonzero(m) <= SPARSE_MAX_DENSITY * m.size else m)
-                             for m in (w, np.abs(w)))) for src, w in ir.nodes[nid].terms]
-    return memo[nid]
+    return entry[1]
+
+
+def _operand(m: np.ndarray):
+    """A weight operand for :func:`matmul`: :class:`Sparse` when at most SPARSE_MAX_DENSITY of it is
+    nonzero, else a contiguous float64 copy (products are bit for bit the same either way)."""
+    return sparse(m) if np.count_nonzero(m) <= SPARSE_MAX_DENSITY * m.size else np.ascontiguousarray(m, dtype=np.float64)
+
+
+def compactable(ir: ControllerIR) -> bool:
+    """Whether the backward pass keeps only the columns of Λ it needs (:func:`_backward_lower_batch`):
+    every affine node has one term per source and some weight matrix is sparse (a lattice network's
+    min/max trees: a neuron depends on its subtree only). Decided once per IR."""
+    entry = _SPARSE_TERMS.get(id(ir))
+    if entry is not None and entry[0]() is ir and "compactable" in entry[1]:
+        return entry[1]["compactable"]
+    any_sparse = any([isinstance(w, Sparse) for nid, n in enumerate(ir.nodes) if isinstance(n, AffineNode)
+                      for _, w, _ in _backward_terms(ir, nid)])  # (builds the memo entry)
+    ok = any_sparse and all(len({src for src, _ in n.terms}) == len(n.terms)
+                            for n in ir.nodes if isinstance(n, AffineNode))
+    entry = _SPARSE_TERMS.get(id(ir))
+    if entry is not None and entry[0]() is ir:
+        entry[1]["compactable"] = ok
+    return ok
+
+
+def _expand(M: np.ndarray, c: np.ndarray | None, size: int) -> np.ndarray:
+    """(B, m, size) array holding M's columns at ``c`` and zeros elsewhere (M itself when c is None)."""
+    if c is None:
+        return M
+    out = np.zeros(M.shape[:2] + (size,))
+    out[:, :, c] = M
+    return out
+
+
+def _accumulate(coef: dict, acoef: dict, cols: dict, src: int, L: np.ndarray, A: np.ndarray,
+                c: np.ndarray | None, size: int) -> None:
+    """Add (L, A) on columns ``c`` (None: all ``size``) to node ``src``'s coefficients."""
+    if src not in coef:
+        coef[src], acoef[src] = L, A
+        if c is not None:
+            cols[src] = c
+        return
+    old = cols.pop(src, None)
+    if old is not None and c is not None and np.array_equal(old, c):
+        coef[src], acoef[src] = coef[src] + L, acoef[src] + A
+        cols[src] = c
+        return
+    coef[src] = _expand(coef[src], old, size) + _expand(L, c, size)
+    acoef[src] = _expand(acoef[src], old, size) + _expand(A, c, size)
 
 
 @numba.njit(cache=True, fastmath=False, nogil=True)
@@ -292,17 +357,22 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
     ``lower``: a rule of LOWER_SLOPES, or {ReLU node id: (B, size) lower slopes}.
 
     Returns (lower (B, m), input coefficients (B, m, n_inputs))."""
+    compact = compactable(ir)
+    cols: dict[int, np.ndarray] = {}  # node -> the columns its coefficient arrays hold (absent: all)
     if lam is None and per_box is not None:  # box b bounds its own neuron per_box[b]: rows [e_j; -e_j]
         node = ir.nodes[target]
         B, m = lo.shape[0], 2
         coef = {}
         acoef = {}
         for src, w in node.terms:  # [e_j; -e_j] @ w in fixed order is exactly [w_j; -w_j]
-            w = w[per_box]
+            c = None
+            if compact:  # only the columns some row reaches (the others are zeros in every row)
+                c = np.nonzero(np.any(w[np.unique(per_box)] != 0, axis=0))[0]
+                w = w[np.ix_(per_box, c)]
+            else:
+                w = w[per_box]
             signed = np.stack([w, -w], axis=1)
-            absw = np.abs(signed)
-            coef[src] = coef[src] + signed if src in coef else signed
-            acoef[src] = acoef[src] + absw if src in acoef else absw
+            _accumulate(coef, acoef, cols, src, signed, np.abs(signed), c, ir.nodes[src].size)
         bias = node.bias[per_box]
         const = np.stack([bias, -bias], axis=1)
         mag = np.abs(const)
@@ -334,18 +404,32 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
             continue
         L = coef.pop(nid)
         A = acoef.pop(nid)
+        c = cols.pop(nid, None)
         node = ir.nodes[nid]
         if isinstance(node, InputNode):
+            L, A = _expand(L, c, node.size), _expand(A, c, node.size)
             pos, neg = np.maximum(L, 0), np.minimum(L, 0)
             val = rowdot(pos, lo) + rowdot(neg, hi) + const
             mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
             return _inflate(val, mag, True), L
         if isinstance(node, AffineNode):
-            const = const + matmul(L, node.bias)
-            mag = mag + matmul(A, np.abs(node.bias))
+            bias = node.bias if c is None else node.bias[c]
+            const = const + matmul(L, bias)
+            mag = mag + matmul(A, np.abs(bias))
             for src, w, aw in _backward_terms(ir, nid):
-                coef[src] = coef[src] + matmul(L, w) if src in coef else matmul(L, w)
-                acoef[src] = acoef[src] + matmul(A, aw) if src in acoef else matmul(A, aw)
+                size = ir.nodes[src].size
+                if (compact and isinstance(w, Sparse) and w.finite and aw.finite and np.isfinite(L).all()
+                        and np.isfinite(A).all()):
+                    k = L.shape[2]
+                    o1, o2, nc = pair_rows_product(L.reshape(-1, k), A.reshape(-1, k),
+                                                   np.arange(node.size) if c is None else c, w, aw)
+                    _accumulate(coef, acoef, cols, src, o1.reshape(B, m, -1), o2.reshape(B, m, -1), nc, size)
+                elif c is not None and not isinstance(w, Sparse) and np.isfinite(w[c]).all():
+                    # the rows outside c meet only zeros of L and A: skipped terms (finite w), the same bits
+                    _accumulate(coef, acoef, cols, src, matmul(L, w[c]), matmul(A, aw[c]), None, size)
+                else:
+                    Lf, Af = _expand(L, c, node.size), _expand(A, c, node.size)
+                    _accumulate(coef, acoef, cols, src, matmul(Lf, w), matmul(Af, aw), None, size)
         else:
             key = (nid, lower) if isinstance(lower, str) else None
             if cache is not None and key in cache:
@@ -355,15 +439,39 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
                 s_lo, s_up, b_up = _relu_relaxation(l, u, lower if isinstance(lower, str) else lower[nid])
                 if cache is not None and key is not None:
                     cache[key] = (s_lo, s_up, b_up)
-            if gather is not None:
+            if c is not None:  # the kept columns only (of the gathered boxes)
+                at = np.ix_(gather, c) if gather is not None else (slice(None), c)
+                s_lo, s_up, b_up = s_lo[at], s_up[at], b_up[at]
+            elif gather is not None:
                 s_lo, s_up, b_up = s_lo[gather], s_up[gather], b_up[gather]
-            LS, AS, dc, dm = _relu_back(np.ascontiguousarray(L), np.ascontiguousarray(A), s_lo, s_up, b_up)
+            LS, AS, dc, dm = _relu_back(np.ascontiguousarray(L), np.ascontiguousarray(A), np.ascontiguousarray(s_lo),
+                                        np.ascontiguousarray(s_up), np.ascontiguousarray(b_up))
             const = const + dc
             mag = mag + dm
-            src = node.src
-            coef[src] = coef[src] + LS if src in coef else LS
-            acoef[src] = acoef[src] + AS if src in acoef else AS
+            _accumulate(coef, acoef, cols, node.src, LS, AS, c, ir.nodes[node.src].size)
     raise AssertionError("the input node was not reached")  # pragma: no cover
+
+
+def _instance_chunks(bi: np.ndarray, ji: np.ndarray, by_neuron: bool):
+    """The (box, neuron) instances of a CROWN pass in chunks of at most ``_INSTANCE_CHUNK``; with
+    ``by_neuron`` (a compacted backward pass) ordered by neuron and at most ``_NEURON_GROUP``
+    neurons a chunk, so that a chunk's rows reach few columns (neighbouring neurons of a min/max
+    tree share their subtree). Every row is computed by the same operations whichever rows share
+    its pass, so the grouping changes no bit."""
+    if not by_neuron:
+        for s in range(0, bi.size, _INSTANCE_CHUNK):
+            yield bi[s:s + _INSTANCE_CHUNK], ji[s:s + _INSTANCE_CHUNK]
+        return
+    order = np.lexsort((bi, ji))
+    bi, ji = bi[order], ji[order]
+    starts = np.nonzero(np.r_[True, ji[1:] != ji[:-1]])[0]  # first instance of each neuron
+    s = 0
+    while s < bi.size:
+        k = np.searchsorted(starts, s, side="right")  # neurons starting after s
+        stop = starts[k + _NEURON_GROUP - 1] if k + _NEURON_GROUP - 1 < starts.size else bi.size
+        stop = min(stop, s + _INSTANCE_CHUNK)
+        yield bi[s:stop], ji[s:stop]
+        s = stop
 
 
 def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
@@ -409,8 +517,7 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
                 bi, ji = np.nonzero((l_i < 0) & (u_i > 0))
                 if bi.size:
                     l_i, u_i = l_i.copy(), u_i.copy()
-                    for s in range(0, bi.size, _INSTANCE_CHUNK):
-                        b, j = bi[s:s + _INSTANCE_CHUNK], ji[s:s + _INSTANCE_CHUNK]
+                    for b, j in _instance_chunks(bi, ji, compactable(ir)):
                         passes = []
                         for v in lower_slopes:
                             _check_deadline(deadline)

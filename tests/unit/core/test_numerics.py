@@ -138,3 +138,25 @@ def test_sparse_operands_give_the_plain_loops_bits(seed):
     a[0, 0], b[-1, -1] = np.inf, np.nan
     got = N.matmul(a, b)
     assert _same_bits(got, N._matmul_numpy(a, b)) and np.isnan(got).any()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pair_rows_product_is_the_full_products_bits_on_the_columns_it_keeps(seed):
+    """pair_rows_product (CROWN's compacted backward pass): a1 @ w[rows] and a2 @ |w|[rows] on the
+    columns reached, bit for bit the full sparse products with zeros outside ``rows``; every other
+    column of the full products is exactly zero."""
+    rng = np.random.default_rng(400 + seed)
+    K, n, P = (int(v) for v in rng.integers(3, 40, size=3))
+    w = rng.choice([0.0, 0.0, 0.0, 1.5, -2.0, 1e-300, -0.0], size=(K, n))
+    rows = np.sort(rng.choice(K, size=int(rng.integers(1, K + 1)), replace=False))
+    a1 = rng.choice([0.0, 1.0, -3.0, 1e-200, -0.0], size=(P, rows.size))
+    a2 = rng.choice([0.0, 0.0, 2.0, 1e-3], size=a1.shape)  # its own zeros (CROWN's magnitudes outlive cancellations)
+    a1[:, rng.random(rows.size) < 0.5] = 0.0  # rows that only a2 reaches
+    o1, o2, cols = N.pair_rows_product(a1, a2, rows, N.sparse(w), N.sparse(np.abs(w)))
+    full1, full2 = np.zeros((P, K)), np.zeros((P, K))
+    full1[:, rows], full2[:, rows] = a1, a2
+    r1, r2 = N.matmul(full1, N.sparse(w)), N.matmul(full2, N.sparse(np.abs(w)))
+    assert _same_bits(o1, r1[:, cols]) and _same_bits(o2, r2[:, cols])
+    rest = np.setdiff1d(np.arange(n), cols)
+    assert not r1[:, rest].any() and not r2[:, rest].any()
+    assert np.all(np.diff(cols) > 0)

@@ -628,3 +628,55 @@ def test_a_box_budget_that_runs_out_hands_the_open_boxes_to_the_lp_leaves():
     assert r.verdict == Verdict.PROVED, r.detail
     assert r.stats["boxes"] == 67 and r.stats["lp_leaves"] == 5, r.stats  # 50 boxes budget (+ the last batch)
     assert "by ReLU-split LP" in r.detail
+
+
+def _sparse_tree(rng, n_in: int, widths: list[int], fan: int, skip: bool) -> ControllerIR:
+    """A lattice-like network: every neuron reads ``fan`` neighbouring neurons of the layer below
+    (sparse weights, as tllverifybench's min/max trees); with ``skip`` the output also reads the
+    first hidden ReLU layer (a node reached by two paths whose kept columns differ)."""
+    nodes = [InputNode(n_in)]
+    nodes.append(AffineNode(((0, rng.standard_normal((widths[0], n_in))),), rng.standard_normal(widths[0])))
+    nodes.append(ReluNode(1, widths[0]))
+    prev, prev_size = 2, widths[0]
+    for w in widths[1:]:
+        W = np.zeros((w, prev_size))
+        for j in range(w):
+            start = (j * prev_size) // w
+            W[j, start:start + fan] = rng.standard_normal(min(fan, prev_size - start))
+        nodes.append(AffineNode(((prev, W),), rng.standard_normal(w)))
+        nodes.append(ReluNode(len(nodes) - 1, w))
+        prev, prev_size = len(nodes) - 1, w
+    W = np.zeros((2, prev_size))
+    W[:, :fan] = rng.standard_normal((2, min(fan, prev_size)))
+    terms = [(prev, W)]
+    if skip:
+        S = np.zeros((2, widths[0]))
+        S[:, -fan:] = rng.standard_normal((2, fan))
+        terms.append((2, S))
+    nodes.append(AffineNode(tuple(terms), rng.standard_normal(2)))
+    return ControllerIR(tuple(nodes), (len(nodes) - 1,))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compacted_backward_pass_gives_the_dense_passes_bits(seed, monkeypatch):
+    """On a sparse network the backward pass keeps only the columns of Λ it reaches and groups the
+    (box, neuron) instances by neuron (issue 38: tllverifybench N >= 32); the skipped terms are exact
+    zeros, so every node bound and every output bound is bit for bit the dense pass's, and sound."""
+    import mi_certify.verification.nn.bounds as B
+    rng = np.random.default_rng(300 + seed)
+    ir = _sparse_tree(rng, 2, [int(rng.integers(40, 80)), 32, 16, 8], fan=int(rng.integers(2, 5)), skip=seed % 2 == 1)
+    assert B.compactable(ir)
+    lo = rng.uniform(-1, 1, (5, 2))
+    hi = lo + rng.uniform(0, 0.5, lo.shape)
+    C = rng.standard_normal((3, 2))
+    got = crown_bounds(ir, lo, hi, LOWER_SLOPES)
+    low, lin = output_matrix_lower(ir, C, lo, hi, got, LOWER_SLOPES)
+    monkeypatch.setattr(B, "compactable", lambda ir: False)
+    ref = crown_bounds(ir, lo, hi, LOWER_SLOPES)
+    low_ref, lin_ref = output_matrix_lower(ir, C, lo, hi, ref, LOWER_SLOPES)
+    for a, b in zip(got.lower + got.upper, ref.lower + ref.upper):
+        assert a.tobytes() == b.tobytes()
+    assert low.tobytes() == low_ref.tobytes() and np.array_equal(lin, lin_ref)
+    for k in range(len(lo)):  # and sound: no sampled output below the bound
+        ys = ir.evaluate(lo[k] + (hi[k] - lo[k]) * rng.random((3000, 2)))
+        assert np.all(ys @ C.T >= low[k])

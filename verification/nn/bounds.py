@@ -40,8 +40,9 @@ from mi_certify.generator.core.numerics import Sparse, matmul, pair_rows_product
 INFLATION = 1e-9
 #: (box, neuron) pairs bounded in one backward pass of :func:`crown_bounds`.
 _INSTANCE_CHUNK = 16384
-#: Neurons per pass at most when the backward pass is compacted (:func:`_instance_chunks`; chosen).
-_NEURON_GROUP = 32
+#: Neurons per pass at most when the backward pass is compacted (:func:`_instance_chunks`; tllverifybench
+#: N = 40 4_3, one run each: 8 neurons 26.9 s, 16 28.6 s, 32 28.8-32.2 s, 64 and 128 unknown at 60 s).
+_NEURON_GROUP = 8
 
 
 class BoundsTimeout(TimeoutError):
@@ -355,6 +356,13 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
     ``gather`` (B,): box b of this pass is box ``gather[b]`` of ``bounds`` (lo/hi are this
     pass's). ``cache``: relaxations by (node, rule) of ``bounds``' boxes, reused across calls.
     ``lower``: a rule of LOWER_SLOPES, or {ReLU node id: (B, size) lower slopes}.
+
+    On a network where :func:`compactable` holds (sparse layers), each node's coefficient arrays
+    hold only the columns some row reaches (``cols``): a neuron of a min/max tree depends on its
+    subtree only, so a pass costs its nonzeros instead of width² per layer. The columns left out
+    are exact zeros of Λ and of its magnitudes; every sum skips them in the order it would have
+    added them (finite operands: ``x + ±0 == x``), so the bounds are bit for bit the dense pass's
+    (tests/unit/nn/test_verification.py::test_the_compacted_backward_pass_gives_the_dense_passes_bits).
 
     Returns (lower (B, m), input coefficients (B, m, n_inputs))."""
     compact = compactable(ir)

@@ -432,7 +432,7 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
                     o1, o2, nc = pair_rows_product(L.reshape(-1, k), A.reshape(-1, k),
                                                    np.arange(node.size) if c is None else c, w, aw)
                     _accumulate(coef, acoef, cols, src, o1.reshape(B, m, -1), o2.reshape(B, m, -1), nc, size)
-                elif c is not None and not isinstance(w, Sparse) and np.isfinite(w[c]).all():
+                elif c is not None and not isinstance(w, Sparse) and np.isfinite(w).all():
                     # the rows outside c meet only zeros of L and A: skipped terms (finite w), the same bits
                     _accumulate(coef, acoef, cols, src, matmul(L, w[c]), matmul(A, aw[c]), None, size)
                 else:

@@ -21,11 +21,32 @@ float64. The network output is the concatenation of ``outputs`` (node ids).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from mi_certify.generator.core.numerics import matmul
+from mi_certify.generator.core.numerics import matmul, sparse
+
+#: Per IR (by id, dropped with it): every affine term's ``wᵀ`` as :func:`node_values` multiplies by it.
+_OPERANDS: dict[int, tuple[weakref.ref, dict]] = {}
+#: A transposed weight matrix at most this dense is held sparse (products are the same bits).
+_SPARSE_MAX_DENSITY = 0.25
+
+
+def _transposed_terms(ir: "ControllerIR", nid: int) -> list:
+    """``(src, wᵀ)`` of affine node ``nid``, each contiguous or sparse, made once per IR (a transposed
+    view would be copied at every product: 268 MB per call on tllverifybench N = 64)."""
+    entry = _OPERANDS.get(id(ir))
+    if entry is None or entry[0]() is not ir:
+        entry = (weakref.ref(ir), {})
+        _OPERANDS[id(ir)] = entry
+        weakref.finalize(ir, _OPERANDS.pop, id(ir), None)
+    memo = entry[1]
+    if nid not in memo:
+        memo[nid] = [(src, sparse(w.T) if np.count_nonzero(w) <= _SPARSE_MAX_DENSITY * w.size
+                      else np.ascontiguousarray(w.T, dtype=np.float64)) for src, w in ir.nodes[nid].terms]
+    return memo[nid]
 
 
 @dataclass(frozen=True)
@@ -149,13 +170,13 @@ class ControllerIR:
         """Every node's value for the batch ``xs`` (batch, n_inputs), fixed order: a list of
         (batch, size_i) float64 arrays in node order."""
         vals: list[np.ndarray] = []
-        for node in self.nodes:
+        for nid, node in enumerate(self.nodes):
             if isinstance(node, InputNode):
                 vals.append(xs)
             elif isinstance(node, AffineNode):
                 acc = np.broadcast_to(node.bias, (xs.shape[0], node.size)).copy()
-                for src, w in node.terms:
-                    acc += matmul(vals[src], w.T)
+                for src, wt in _transposed_terms(self, nid):
+                    acc += matmul(vals[src], wt)
                 vals.append(acc)
             else:
                 vals.append(np.maximum(vals[node.src], 0.0))

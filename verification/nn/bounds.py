@@ -285,6 +285,16 @@ def compactable(ir: ControllerIR) -> bool:
     return ok
 
 
+def _all_finite(cache: dict | None, key, arrays) -> bool:
+    """Whether every array is finite (remembered in ``cache`` under ``key`` when both are given)."""
+    if cache is not None and key is not None and (key, "finite") in cache:
+        return cache[(key, "finite")]
+    ok = all(bool(np.isfinite(a).all()) for a in arrays)
+    if cache is not None and key is not None:
+        cache[(key, "finite")] = ok
+    return ok
+
+
 def _expand(M: np.ndarray, c: np.ndarray | None, size: int) -> np.ndarray:
     """(B, m, size) array holding M's columns at ``c`` and zeros elsewhere (M itself when c is None)."""
     if c is None:
@@ -421,17 +431,26 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
             mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
             return _inflate(val, mag, True), L
         if isinstance(node, AffineNode):
+            if c is not None and not (np.isfinite(node.bias).all() and np.isfinite(L).all()
+                                      and np.isfinite(A).all()):
+                # a non-finite term: the dense pass's 0 · inf = NaN must happen as it would
+                L, A, c = _expand(L, c, node.size), _expand(A, c, node.size), None
             bias = node.bias if c is None else node.bias[c]
             const = const + matmul(L, bias)
             mag = mag + matmul(A, np.abs(bias))
             for src, w, aw in _backward_terms(ir, nid):
                 size = ir.nodes[src].size
-                if (compact and isinstance(w, Sparse) and w.finite and aw.finite and np.isfinite(L).all()
+                if c is not None and c.size == 0 and (w.finite if isinstance(w, Sparse) else np.isfinite(w).all()):
+                    # no column left (dead rows): every product is an empty sum, +0 as in the dense pass
+                    _accumulate(coef, acoef, cols, src, np.zeros((B, m, 0)), np.zeros((B, m, 0)),
+                                np.zeros(0, dtype=np.int64), size)
+                elif (compact and isinstance(w, Sparse) and w.finite and aw.finite and np.isfinite(L).all()
                         and np.isfinite(A).all()):
                     k = L.shape[2]
-                    o1, o2, nc = pair_rows_product(L.reshape(-1, k), A.reshape(-1, k),
+                    o1, o2, nc = pair_rows_product(L.reshape(B * m, k), A.reshape(B * m, k),
                                                    np.arange(node.size) if c is None else c, w, aw)
-                    _accumulate(coef, acoef, cols, src, o1.reshape(B, m, -1), o2.reshape(B, m, -1), nc, size)
+                    _accumulate(coef, acoef, cols, src, o1.reshape(B, m, nc.size), o2.reshape(B, m, nc.size), nc,
+                                size)
                 elif c is not None and not isinstance(w, Sparse) and np.isfinite(w).all():
                     # the rows outside c meet only zeros of L and A: skipped terms (finite w), the same bits
                     _accumulate(coef, acoef, cols, src, matmul(L, w[c]), matmul(A, aw[c]), None, size)
@@ -447,6 +466,13 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
                 s_lo, s_up, b_up = _relu_relaxation(l, u, lower if isinstance(lower, str) else lower[nid])
                 if cache is not None and key is not None:
                     cache[key] = (s_lo, s_up, b_up)
+            if c is not None and not _all_finite(cache, key, (s_lo, s_up, b_up)):
+                if gather is not None:
+                    s_lo, s_up, b_up = s_lo[gather], s_up[gather], b_up[gather]
+                    gather = None
+                if not (np.isfinite(s_lo).all() and np.isfinite(s_up).all() and np.isfinite(b_up).all()):
+                    # a NaN or infinite relaxation: the dense pass's 0 · NaN = NaN must happen as it would
+                    L, A, c = _expand(L, c, node.size), _expand(A, c, node.size), None
             if c is not None:  # the kept columns only (of the gathered boxes)
                 at = np.ix_(gather, c) if gather is not None else (slice(None), c)
                 s_lo, s_up, b_up = s_lo[at], s_up[at], b_up[at]

@@ -680,3 +680,40 @@ def test_the_compacted_backward_pass_gives_the_dense_passes_bits(seed, monkeypat
     for k in range(len(lo)):  # and sound: no sampled output below the bound
         ys = ir.evaluate(lo[k] + (hi[k] - lo[k]) * rng.random((3000, 2)))
         assert np.all(ys @ C.T >= low[k])
+
+
+def test_the_compacted_pass_survives_rows_that_reach_no_column_and_keeps_the_dense_nans(monkeypatch):
+    """A fresh helper's findings on the compacted backward pass: (1) a pass whose rows all die at
+    some node (a dead ReLU subtree) kept no column and raised (ValueError / ZeroDivisionError, so a
+    query came out UNKNOWN); (2) where a relaxation is NaN (non-finite bounds) the dense pass gives
+    NaN (0 · NaN) and the compacted one gave a finite number. Both now give the dense pass's bits."""
+    import mi_certify.verification.nn.bounds as B
+    W1 = np.zeros((4, 2)); W1[0, 0] = 1; W1[1, 1] = 1
+    W2 = np.zeros((4, 4)); W2[0, 0] = 1; W2[1, 1] = 1
+    W3 = np.zeros((4, 4)); W3[0, 0] = 1
+    dead = ControllerIR((InputNode(2), AffineNode(((0, W1),), np.zeros(4)), ReluNode(1, 4),
+                         AffineNode(((2, W2),), np.array([-.75, 0, 0, 0])), ReluNode(3, 4),
+                         AffineNode(((4, W3),), np.zeros(4))), (5,))
+    V1 = np.zeros((8, 2)); V1[0, 0] = 1e300; V1[1, 1] = 1; V1[2, 1] = -1
+    V2 = np.zeros((1, 8)); V2[0, 1] = 1; V2[0, 2] = 1
+    huge = ControllerIR((InputNode(2), AffineNode(((0, V1),), np.zeros(8)), ReluNode(1, 8),
+                         AffineNode(((2, V2),), np.zeros(1))), (3,))
+    cases = [(dead, np.array([[1.0, 0, 0, 0]]), -np.ones(2), np.ones(2), ("adaptive",)),
+             (huge, np.eye(1), np.array([-1e10, -1.0]), np.array([1e10, 1.0]), ("chord",))]
+    results = []
+    for compact in (True, False):
+        out = []
+        for ir, C, lo, hi, slopes in cases:
+            if not compact:
+                monkeypatch.setattr(B, "compactable", lambda ir: False)
+            else:
+                assert B.compactable(ir)
+            nb = crown_bounds(ir, lo, hi, LOWER_SLOPES)
+            fb = forward_bounds(ir, lo, hi)
+            out.append([output_matrix_lower(ir, C, lo, hi, b, slopes)[0].tobytes() for b in (nb, fb)]
+                       + [v.tobytes() for v in nb.lower + nb.upper])
+        results.append(out)
+        monkeypatch.undo()
+    assert results[0] == results[1]
+    low = np.frombuffer(results[0][1][0])
+    assert np.isnan(low).all()  # the dense pass's NaN, kept

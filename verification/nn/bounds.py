@@ -466,18 +466,21 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
                 s_lo, s_up, b_up = _relu_relaxation(l, u, lower if isinstance(lower, str) else lower[nid])
                 if cache is not None and key is not None:
                     cache[key] = (s_lo, s_up, b_up)
+            rows = gather  # this pass's boxes among the relaxation's (None: the same boxes)
             if c is not None and not _all_finite(cache, key, (s_lo, s_up, b_up)):
-                if gather is not None:
-                    s_lo, s_up, b_up = s_lo[gather], s_up[gather], b_up[gather]
-                    gather = None
+                if rows is not None:
+                    s_lo, s_up, b_up = s_lo[rows], s_up[rows], b_up[rows]
+                    rows = None
                 if not (np.isfinite(s_lo).all() and np.isfinite(s_up).all() and np.isfinite(b_up).all()):
                     # a NaN or infinite relaxation: the dense pass's 0 · NaN = NaN must happen as it would
                     L, A, c = _expand(L, c, node.size), _expand(A, c, node.size), None
-            if c is not None:  # the kept columns only (of the gathered boxes)
-                at = np.ix_(gather, c) if gather is not None else (slice(None), c)
+            if c is not None:  # the kept columns only (of this pass's boxes)
+                at = np.ix_(rows, c) if rows is not None else (slice(None), c)
                 s_lo, s_up, b_up = s_lo[at], s_up[at], b_up[at]
-            elif gather is not None:
-                s_lo, s_up, b_up = s_lo[gather], s_up[gather], b_up[gather]
+            elif rows is not None:
+                s_lo, s_up, b_up = s_lo[rows], s_up[rows], b_up[rows]
+            if s_lo.shape[0] != L.shape[0]:  # never: a slope row for every row of L (_relu_back does not check)
+                raise AssertionError("backward pass: relaxation rows do not match the coefficient rows")
             LS, AS, dc, dm = _relu_back(np.ascontiguousarray(L), np.ascontiguousarray(A), np.ascontiguousarray(s_lo),
                                         np.ascontiguousarray(s_up), np.ascontiguousarray(b_up))
             const = const + dc

@@ -717,3 +717,36 @@ def test_the_compacted_pass_survives_rows_that_reach_no_column_and_keeps_the_den
     assert results[0] == results[1]
     low = np.frombuffer(results[0][1][0])
     assert np.isnan(low).all()  # the dense pass's NaN, kept
+
+
+def test_a_non_finite_relaxation_in_a_gathered_pass_keeps_every_later_relu_on_its_boxes(monkeypatch):
+    """Found on reading the fix above: where the compacted pass fell back to full columns at a ReLU
+    with a NaN relaxation, it also dropped the pass's box gather for every ReLU after it, so the fused
+    ReLU step (which does not check indices) read slopes of other boxes or past the array: a wrong,
+    possibly too high, lower bound. The pass must give the dense pass's bits."""
+    import mi_certify.verification.nn.bounds as B
+    rng = np.random.default_rng(1)
+    W1 = np.zeros((8, 2)); W1[:, 0] = rng.standard_normal(8); W1[:, 1] = rng.standard_normal(8) * (rng.random(8) < 0.3)
+    W2 = np.zeros((8, 8))
+    for j in range(8):
+        W2[j, j], W2[j, (j + 1) % 8] = rng.standard_normal(2)
+    W3 = np.zeros((4, 8))
+    for j in range(4):
+        W3[j, 2 * j:2 * j + 2] = rng.standard_normal(2)
+    ir = ControllerIR((InputNode(2), AffineNode(((0, W1),), rng.standard_normal(8)), ReluNode(1, 8),
+                       AffineNode(((2, W2),), rng.standard_normal(8)), ReluNode(3, 8),
+                       AffineNode(((4, W3),), rng.standard_normal(4))), (5,))
+    assert B.compactable(ir)
+    lo = np.array([[-1.0, -1.0], [-0.5, -0.2], [0.1, 0.0]])
+    hi = lo + 0.8
+    nb = forward_bounds(ir, lo, hi)
+    nb.lower[3][:, 7] = np.nan  # a NaN relaxation at the ReLU nearest the target
+    nb.upper[3][:, 7] = np.nan
+    per_box, gather = np.array([1, 2, 3, 1, 2]), np.array([0, 0, 1, 2, 2])  # 5 rows over 3 boxes
+
+    def run():
+        return B._backward_lower_batch(ir, 5, None, lo[gather], hi[gather], nb, "adaptive", per_box=per_box,
+                                       gather=gather, cache={})[0]
+    got = run()
+    monkeypatch.setattr(B, "compactable", lambda ir: False)
+    assert got.tobytes() == run().tobytes()

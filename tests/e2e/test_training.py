@@ -210,7 +210,7 @@ def test_lut_fsm_report_on_hand_made_rows(spec):
     assert r["regret"] == {"rows": 2, "chosen_not_a_candidate": 1, "rows_without_candidate": 0, "mean_ms": 1.5,
                            "p95_ms": 3.0, "max_ms": 3.0}
     assert r["mean_regret_ms"] == 12.667 and r["network_mean_regret_ms"] == 0.0
-    assert r["best_fixed_action"] == {"action": "keep", "mean_regret_ms": 2.0}
+    assert r["best_fixed_action"] == {"action": "keep", "mean_regret_ms": 2.0, "sla_missed_rows": 0}
     assert r["sla_met_share"] == 0.6667
     from mi_certify.generator.frontend.train import lut_fsm_line
     assert "does NOT beat it" in lut_fsm_line(r) and "2 rows differ" in lut_fsm_line(r)

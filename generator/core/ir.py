@@ -26,27 +26,32 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mi_certify.generator.core.numerics import matmul, sparse
+from mi_certify.generator.core.numerics import matmul, operand
 
-#: Per IR (by id, dropped with it): every affine term's ``wᵀ`` as :func:`node_values` multiplies by it.
-_OPERANDS: dict[int, tuple[weakref.ref, dict]] = {}
-#: A transposed weight matrix at most this dense is held sparse (products are the same bits).
-_SPARSE_MAX_DENSITY = 0.25
+#: Per IR (by id, dropped with it): matrices prepared from its weights (:func:`weight_memo`).
+_MEMO: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def weight_memo(ir: "ControllerIR") -> dict:
+    """A dict kept for as long as ``ir`` lives, for operands made once from its weights (an IR is
+    immutable once checked): :func:`_transposed_terms` here, the bound passes' in
+    :mod:`mi_certify.verification.nn.bounds`."""
+    entry = _MEMO.get(id(ir))
+    if entry is None or entry[0]() is not ir:
+        entry = (weakref.ref(ir), {})
+        _MEMO[id(ir)] = entry
+        weakref.finalize(ir, _MEMO.pop, id(ir), None)
+    return entry[1]
 
 
 def _transposed_terms(ir: "ControllerIR", nid: int) -> list:
-    """``(src, wᵀ)`` of affine node ``nid``, each contiguous or sparse, made once per IR (a transposed
+    """``(src, wᵀ)`` of affine node ``nid`` as :func:`~.numerics.operand`, made once per IR (a transposed
     view would be copied at every product: 268 MB per call on tllverifybench N = 64)."""
-    entry = _OPERANDS.get(id(ir))
-    if entry is None or entry[0]() is not ir:
-        entry = (weakref.ref(ir), {})
-        _OPERANDS[id(ir)] = entry
-        weakref.finalize(ir, _OPERANDS.pop, id(ir), None)
-    memo = entry[1]
-    if nid not in memo:
-        memo[nid] = [(src, sparse(w.T) if np.count_nonzero(w) <= _SPARSE_MAX_DENSITY * w.size
-                      else np.ascontiguousarray(w.T, dtype=np.float64)) for src, w in ir.nodes[nid].terms]
-    return memo[nid]
+    memo = weight_memo(ir)
+    key = ("transposed", nid)
+    if key not in memo:
+        memo[key] = [(src, operand(w.T)) for src, w in ir.nodes[nid].terms]
+    return memo[key]
 
 
 @dataclass(frozen=True)

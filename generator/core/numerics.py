@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["Sparse", "exp", "exp_upper", "gram", "log", "matmul", "pair_rows_product", "rowdot", "softmax_lower",
-           "sparse", "sum_last", "vdot"]
+__all__ = ["SPARSE_MAX_DENSITY", "Sparse", "exp", "exp_upper", "gram", "log", "matmul", "operand", "pair_rows_product",
+           "rowdot", "softmax_lower", "sparse", "sum_last", "vdot"]
 
 _F = np.float64
 #: Rows (a's elements per contracted index) from which :func:`matmul` goes column by column.
@@ -143,6 +143,19 @@ class Sparse:
     @property
     def shape(self) -> tuple[int, int]:
         return self.dense.shape
+
+
+#: A weight matrix at most this dense is held as :class:`Sparse` by :func:`operand` (chosen when the sparse
+#: products came in: lattice layers are under 1 % nonzero, ACAS Xu's 100 %).
+SPARSE_MAX_DENSITY = 0.25
+
+
+def operand(m) -> "Sparse | np.ndarray":
+    """A matrix prepared once for many :func:`matmul` products: :class:`Sparse` when at most
+    ``SPARSE_MAX_DENSITY`` of it is nonzero, else a contiguous float64 copy (a strided view would be
+    copied at every product). The products are bit for bit the same either way."""
+    m = np.asarray(m, dtype=_F)
+    return sparse(m) if np.count_nonzero(m) <= SPARSE_MAX_DENSITY * m.size else np.ascontiguousarray(m)
 
 
 def sparse(b) -> Sparse:

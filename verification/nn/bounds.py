@@ -27,14 +27,13 @@ machine.
 from __future__ import annotations
 
 import time
-import weakref
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
-from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode
-from mi_certify.generator.core.numerics import Sparse, matmul, pair_rows_product, rowdot, sparse, sum_last
+from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode, weight_memo
+from mi_certify.generator.core.numerics import Sparse, matmul, operand, pair_rows_product, rowdot, sum_last
 
 #: Relative outward inflation of every computed bound (see module docstring).
 INFLATION = 1e-9
@@ -225,18 +224,12 @@ def _relu_relaxation(l: np.ndarray, u: np.ndarray, lower: str | np.ndarray = "ad
     return s_lo, s_up, b_up
 
 
-#: A weight matrix with at most this share of nonzeros goes to the backward pass as
-#: :class:`~mi_certify.generator.core.numerics.Sparse` (same bits, cost by nonzeros).
-SPARSE_MAX_DENSITY = 0.25
-_SPARSE_TERMS: dict[int, tuple[weakref.ref, dict]] = {}
-
-
 def _backward_terms(ir: ControllerIR, nid: int) -> list[tuple[int, np.ndarray | Sparse, np.ndarray | Sparse]]:
     """``(src, w, |w|)`` of affine node ``nid``, each matrix as :class:`Sparse` where it is sparse
     (built once per IR: an IR is immutable once checked)."""
     memo = _memo(ir)
     if nid not in memo:
-        memo[nid] = [(src, *(_operand(m) for m in (w, np.abs(w)))) for src, w in ir.nodes[nid].terms]
+        memo[nid] = [(src, *(operand(m) for m in (w, np.abs(w)))) for src, w in ir.nodes[nid].terms]
     return memo[nid]
 
 
@@ -247,42 +240,28 @@ def _forward_terms(ir: ControllerIR, nid: int) -> list:
     memo = _memo(ir)
     key = ("forward", nid)
     if key not in memo:
-        memo[key] = [(src, *(_operand(m.T) for m in (np.maximum(w, 0.0), np.minimum(w, 0.0), np.abs(w), w)))
+        memo[key] = [(src, *(operand(m.T) for m in (np.maximum(w, 0.0), np.minimum(w, 0.0), np.abs(w), w)))
                      for src, w in ir.nodes[nid].terms]
     return memo[key]
 
 
 def _memo(ir: ControllerIR) -> dict:
-    """The per-IR memo of weight operands (dropped with the IR)."""
-    entry = _SPARSE_TERMS.get(id(ir))
-    if entry is None or entry[0]() is not ir:
-        entry = (weakref.ref(ir), {})
-        _SPARSE_TERMS[id(ir)] = entry
-        weakref.finalize(ir, _SPARSE_TERMS.pop, id(ir), None)
-    return entry[1]
-
-
-def _operand(m: np.ndarray):
-    """A weight operand for :func:`matmul`: :class:`Sparse` when at most SPARSE_MAX_DENSITY of it is
-    nonzero, else a contiguous float64 copy (products are bit for bit the same either way)."""
-    return sparse(m) if np.count_nonzero(m) <= SPARSE_MAX_DENSITY * m.size else np.ascontiguousarray(m, dtype=np.float64)
+    """The per-IR memo of weight operands (:func:`~mi_certify.generator.core.ir.weight_memo`), keyed
+    here by node id (backward terms), ("forward", node id) and "compactable"."""
+    return weight_memo(ir)
 
 
 def compactable(ir: ControllerIR) -> bool:
     """Whether the backward pass keeps only the columns of Λ it needs (:func:`_backward_lower_batch`):
     every affine node has one term per source and some weight matrix is sparse (a lattice network's
     min/max trees: a neuron depends on its subtree only). Decided once per IR."""
-    entry = _SPARSE_TERMS.get(id(ir))
-    if entry is not None and entry[0]() is ir and "compactable" in entry[1]:
-        return entry[1]["compactable"]
-    any_sparse = any([isinstance(w, Sparse) for nid, n in enumerate(ir.nodes) if isinstance(n, AffineNode)
-                      for _, w, _ in _backward_terms(ir, nid)])  # (builds the memo entry)
-    ok = any_sparse and all(len({src for src, _ in n.terms}) == len(n.terms)
-                            for n in ir.nodes if isinstance(n, AffineNode))
-    entry = _SPARSE_TERMS.get(id(ir))
-    if entry is not None and entry[0]() is ir:
-        entry[1]["compactable"] = ok
-    return ok
+    memo = _memo(ir)
+    if "compactable" not in memo:
+        memo["compactable"] = (
+            any(isinstance(w, Sparse) for nid, n in enumerate(ir.nodes) if isinstance(n, AffineNode)
+                for _, w, _ in _backward_terms(ir, nid))
+            and all(len({src for src, _ in n.terms}) == len(n.terms) for n in ir.nodes if isinstance(n, AffineNode)))
+    return memo["compactable"]
 
 
 def _all_finite(cache: dict | None, key, arrays) -> bool:

@@ -34,7 +34,7 @@ _MEMO: dict[int, tuple[weakref.ref, dict]] = {}
 
 def weight_memo(ir: "ControllerIR") -> dict:
     """A dict kept for as long as ``ir`` lives, for operands made once from its weights (an IR is
-    immutable once checked): :func:`_transposed_terms` here, the bound passes' in
+    immutable once checked): :func:`prepared_terms`, and the bound passes' "compactable" in
     :mod:`mi_certify.verification.nn.bounds`."""
     entry = _MEMO.get(id(ir))
     if entry is None or entry[0]() is not ir:
@@ -44,13 +44,23 @@ def weight_memo(ir: "ControllerIR") -> dict:
     return entry[1]
 
 
-def _transposed_terms(ir: "ControllerIR", nid: int) -> list:
-    """``(src, wᵀ)`` of affine node ``nid`` as :func:`~.numerics.operand`, made once per IR (a transposed
-    view would be copied at every product: 268 MB per call on tllverifybench N = 64)."""
+#: The matrices :func:`prepared_terms` makes from a weight matrix w.
+_FORMS = {"w": lambda w: w, "abs": np.abs, "wT": lambda w: w.T, "posT": lambda w: np.maximum(w, 0.0).T,
+          "negT": lambda w: np.minimum(w, 0.0).T, "absT": lambda w: np.abs(w).T}
+
+
+def prepared_terms(ir: "ControllerIR", nid: int, form: str) -> list:
+    """``(src, m)`` per term ``(src, w)`` of affine node ``nid``, m one of the forms of w as
+    :func:`~.numerics.operand` (sparse or contiguous; the products are bit for bit those of the
+    plain array): ``"w"``, ``"abs"`` (|w|), ``"wT"``, ``"posT"`` (max(w, 0)ᵀ), ``"negT"`` (min(w, 0)ᵀ),
+    ``"absT"`` (|w|ᵀ). Made once per IR and form and shared by every user (``node_values``, the
+    bound passes, the falsifier's gradient): a transposed view would be copied, and its finiteness
+    checked, at every product (268 MB per call on tllverifybench N = 64). KeyError: another form."""
     memo = weight_memo(ir)
-    key = ("transposed", nid)
+    key = (form, nid)
     if key not in memo:
-        memo[key] = [(src, operand(w.T)) for src, w in ir.nodes[nid].terms]
+        make = _FORMS[form]
+        memo[key] = [(src, operand(make(w))) for src, w in ir.nodes[nid].terms]
     return memo[key]
 
 
@@ -180,7 +190,7 @@ class ControllerIR:
                 vals.append(xs)
             elif isinstance(node, AffineNode):
                 acc = np.broadcast_to(node.bias, (xs.shape[0], node.size)).copy()
-                for src, wt in _transposed_terms(self, nid):
+                for src, wt in prepared_terms(self, nid, "wT"):
                     acc += matmul(vals[src], wt)
                 vals.append(acc)
             else:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode, weight_memo
+from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode, prepared_terms, weight_memo
 from mi_certify.generator.core.numerics import Sparse, matmul, operand, pair_rows_product, rowdot, sum_last
 
 #: Relative outward inflation of every computed bound (see module docstring).
@@ -226,28 +226,19 @@ def _relu_relaxation(l: np.ndarray, u: np.ndarray, lower: str | np.ndarray = "ad
 
 def _backward_terms(ir: ControllerIR, nid: int) -> list[tuple[int, np.ndarray | Sparse, np.ndarray | Sparse]]:
     """``(src, w, |w|)`` of affine node ``nid``, each matrix as :class:`Sparse` where it is sparse
-    (built once per IR: an IR is immutable once checked)."""
-    memo = _memo(ir)
-    if nid not in memo:
-        memo[nid] = [(src, *(operand(m) for m in (w, np.abs(w)))) for src, w in ir.nodes[nid].terms]
-    return memo[nid]
+    (:func:`~mi_certify.generator.core.ir.prepared_terms`: made once per IR)."""
+    return [(src, w, aw) for (src, w), (_, aw) in zip(prepared_terms(ir, nid, "w"), prepared_terms(ir, nid, "abs"))]
 
 
 def _forward_terms(ir: ControllerIR, nid: int) -> list:
     """``(src, max(w, 0)ᵀ, min(w, 0)ᵀ, |w|ᵀ, wᵀ)`` of affine node ``nid`` for the forward passes, each
-    contiguous or :class:`Sparse` (built once per IR: a transposed view would be copied, and its
-    finiteness checked, at every product)."""
-    memo = _memo(ir)
-    key = ("forward", nid)
-    if key not in memo:
-        memo[key] = [(src, *(operand(m.T) for m in (np.maximum(w, 0.0), np.minimum(w, 0.0), np.abs(w), w)))
-                     for src, w in ir.nodes[nid].terms]
-    return memo[key]
+    contiguous or :class:`Sparse` (:func:`~mi_certify.generator.core.ir.prepared_terms`: made once per IR)."""
+    forms = [prepared_terms(ir, nid, f) for f in ("posT", "negT", "absT", "wT")]
+    return [(src, *(m for _, m in ms)) for src, *ms in zip([s for s, _ in forms[0]], *forms)]
 
 
 def _memo(ir: ControllerIR) -> dict:
-    """The per-IR memo of weight operands (:func:`~mi_certify.generator.core.ir.weight_memo`), keyed
-    here by node id (backward terms), ("forward", node id) and "compactable"."""
+    """The per-IR memo (:func:`~mi_certify.generator.core.ir.weight_memo`): "compactable" here."""
     return weight_memo(ir)
 
 
@@ -332,6 +323,49 @@ def _relu_back(L, A, s_lo, s_up, b_up):  # pragma: no cover - compiled
     return LS, AS, dc, dm
 
 
+@numba.njit(cache=True, fastmath=False, nogil=True)
+def _relu_back_at(L, A, s_lo, s_up, b_up, rows, cols):  # pragma: no cover - compiled
+    """:func:`_relu_back` on the relaxation's entries ``[rows[b], cols[j]]`` (row b of L and A, column
+    j), read in place instead of gathered first: the same IEEE operations in the same order, so the
+    same bits as ``_relu_back(L, A, s_lo[np.ix_(rows, cols)], ...)``."""
+    B, m, n = L.shape
+    LS = np.empty((B, m, n))
+    AS = np.empty((B, m, n))
+    dc = np.zeros((B, m))
+    dm = np.zeros((B, m))
+    for b in range(B):
+        rb = rows[b]
+        for r in range(m):
+            c = 0.0
+            g = 0.0
+            for j in range(n):
+                cj = cols[j]
+                lv = L[b, r, j]
+                if lv >= 0:
+                    sv = s_lo[rb, cj]
+                    bc = 0.0
+                else:
+                    sv = s_up[rb, cj]
+                    bc = b_up[rb, cj]
+                LS[b, r, j] = lv * sv
+                AS[b, r, j] = A[b, r, j] * abs(sv)
+                c = c + lv * bc
+                g = g + A[b, r, j] * abs(bc)
+            dc[b, r] = c
+            dm[b, r] = g
+    return LS, AS, dc, dm
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_columns(indptr, indices, rows, n):  # pragma: no cover - compiled
+    """The columns (ascending) where some row of ``rows`` of a CSR matrix (n columns) has an entry."""
+    used = np.zeros(n, dtype=np.bool_)
+    for r in rows:
+        for t in range(indptr[r], indptr[r + 1]):
+            used[indices[t]] = True
+    return np.nonzero(used)[0]
+
+
 def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None, lo: np.ndarray, hi: np.ndarray,
                           bounds: NodeBounds, lower: str | dict[int, np.ndarray] = "adaptive",
                           rows: np.ndarray | None = None, per_box: np.ndarray | None = None,
@@ -361,10 +395,12 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
         B, m = lo.shape[0], 2
         coef = {}
         acoef = {}
-        for src, w in node.terms:  # [e_j; -e_j] @ w in fixed order is exactly [w_j; -w_j]
+        for (src, w), (_, prepared) in zip(node.terms, prepared_terms(ir, target, "w")):
+            # [e_j; -e_j] @ w in fixed order is exactly [w_j; -w_j]
             c = None
             if compact:  # only the columns some row reaches (the others are zeros in every row)
-                c = np.nonzero(np.any(w[np.unique(per_box)] != 0, axis=0))[0]
+                c = (_row_columns(prepared.indptr, prepared.indices, per_box.astype(np.int64), w.shape[1])
+                     if isinstance(prepared, Sparse) else np.nonzero(np.any(w[np.unique(per_box)] != 0, axis=0))[0])
                 w = w[np.ix_(per_box, c)]
             else:
                 w = w[per_box]
@@ -453,15 +489,25 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
                 if not (np.isfinite(s_lo).all() and np.isfinite(s_up).all() and np.isfinite(b_up).all()):
                     # a NaN or infinite relaxation: the dense pass's 0 · NaN = NaN must happen as it would
                     L, A, c = _expand(L, c, node.size), _expand(A, c, node.size), None
-            if c is not None:  # the kept columns only (of this pass's boxes)
-                at = np.ix_(rows, c) if rows is not None else (slice(None), c)
-                s_lo, s_up, b_up = s_lo[at], s_up[at], b_up[at]
-            elif rows is not None:
-                s_lo, s_up, b_up = s_lo[rows], s_up[rows], b_up[rows]
-            if s_lo.shape[0] != L.shape[0]:  # never: a slope row for every row of L (_relu_back does not check)
-                raise AssertionError("backward pass: relaxation rows do not match the coefficient rows")
-            LS, AS, dc, dm = _relu_back(np.ascontiguousarray(L), np.ascontiguousarray(A), np.ascontiguousarray(s_lo),
-                                        np.ascontiguousarray(s_up), np.ascontiguousarray(b_up))
+            if c is not None:  # the kept columns only (of this pass's boxes), read in place
+                at = np.arange(s_lo.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
+                c = np.asarray(c, dtype=np.int64)
+                if (at.shape[0] != L.shape[0] or (at.size and (at.min() < 0 or at.max() >= s_lo.shape[0]))
+                        or (c.size and (c.min() < 0 or c.max() >= s_lo.shape[1])) or c.size != L.shape[2]):
+                    # never: a slope row for every row of L, a column for each of its columns (the
+                    # kernel does not check its indices)
+                    raise AssertionError("backward pass: relaxation rows do not match the coefficient rows")
+                LS, AS, dc, dm = _relu_back_at(np.ascontiguousarray(L), np.ascontiguousarray(A),
+                                               np.ascontiguousarray(s_lo), np.ascontiguousarray(s_up),
+                                               np.ascontiguousarray(b_up), at, c)
+            else:
+                if rows is not None:
+                    s_lo, s_up, b_up = s_lo[rows], s_up[rows], b_up[rows]
+                if s_lo.shape[0] != L.shape[0]:  # never: a slope row for every row of L (_relu_back does not check)
+                    raise AssertionError("backward pass: relaxation rows do not match the coefficient rows")
+                LS, AS, dc, dm = _relu_back(np.ascontiguousarray(L), np.ascontiguousarray(A),
+                                            np.ascontiguousarray(s_lo), np.ascontiguousarray(s_up),
+                                            np.ascontiguousarray(b_up))
             const = const + dc
             mag = mag + dm
             _accumulate(coef, acoef, cols, node.src, LS, AS, c, ir.nodes[node.src].size)

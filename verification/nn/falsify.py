@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from mi_certify.generator.core.ir import AffineNode, ControllerIR
+from mi_certify.generator.core.ir import AffineNode, ControllerIR, prepared_terms
 from mi_certify.generator.core.numerics import matmul
 
 #: First step as a share of each input's width; the last is a hundredth of it.
@@ -53,7 +53,7 @@ def _input_gradient(ir: ControllerIR, vals: list[np.ndarray], g_out: np.ndarray)
             continue
         node = ir.nodes[nid]
         if isinstance(node, AffineNode):
-            for src, w in node.terms:
+            for src, w in prepared_terms(ir, nid, "w"):   # made once per IR, shared with the bound passes
                 back = matmul(g, w)
                 grads[src] = grads[src] + back if src in grads else back
         else:

@@ -234,6 +234,14 @@ def _file_children(sr: _Search, kids, front: Frontier) -> None:
             front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c])
 
 
+def _marabou_can_take(ir: ControllerIR, n_open: int, left: float, s: SearchSettings) -> bool:
+    """Whether ``n_open`` open boxes, handed to Marabou with ``left`` seconds to go, would each get
+    ``s.marabou_min_box_time`` and ``s.marabou_box_time_per_relu`` seconds per ReLU of the network
+    (after the node bounds' share ``s.marabou_bounds_share``)."""
+    need = max(s.marabou_min_box_time, s.marabou_box_time_per_relu * ir.n_relus)
+    return (1.0 - s.marabou_bounds_share) * left >= need * n_open
+
+
 def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_deadline: float, strategy: str):
     """Input-splitting branch and bound of one disjunct from its bounded root box (or a frontier).
 
@@ -242,7 +250,8 @@ def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_d
     (:func:`~.input_split.choose_splits`: ``strategy`` "smart" or "influence") and bounds the
     children (:func:`~.input_split.bound_children`); closed children go to ``sr.closed``, deep
     ones to ``sr.leaves``. It stops at ``deadline``, the box budget, or after ``bab_deadline``
-    once at most ``marabou_max_boxes`` boxes are open.
+    once at most ``marabou_max_boxes`` boxes are open and Marabou would have the time to try each
+    (:func:`_marabou_can_take`).
     Returns (decided (verdict, witness, method, detail) or None, open boxes as (lo, hi) pairs)."""
     ir, dj, stats, s = sr.model.ir, sr.dj, sr.stats, sr.opts.search
     front = Frontier(root if isinstance(root, list) else [root])
@@ -252,7 +261,8 @@ def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_d
     while len(front):
         now = time.monotonic()
         if stats["boxes"] >= sr.opts.max_boxes or now > deadline or \
-                (now > bab_deadline and len(front) <= s.marabou_max_boxes):
+                (now > bab_deadline and len(front) <= s.marabou_max_boxes
+                 and _marabou_can_take(ir, len(front), deadline - now, s)):
             open_boxes += front.pairs()  # (+=: keep the point boxes left open)
             break
         batch = front.pop_batch(per_pass)

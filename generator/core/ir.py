@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mi_certify.generator.core.numerics import matmul, operand
+from mi_certify.generator.core.numerics import SPARSE_MAX_DENSITY, matmul, operand, sparse_coo
 
 #: Per IR (by id, dropped with it): matrices prepared from its weights (:func:`weight_memo`).
 _MEMO: dict[int, tuple[weakref.ref, dict]] = {}
@@ -55,13 +55,45 @@ def prepared_terms(ir: "ControllerIR", nid: int, form: str) -> list:
     plain array): ``"w"``, ``"abs"`` (|w|), ``"wT"``, ``"posT"`` (max(w, 0)ᵀ), ``"negT"`` (min(w, 0)ᵀ),
     ``"absT"`` (|w|ᵀ). Made once per IR and form and shared by every user (``node_values``, the
     bound passes, the falsifier's gradient): a transposed view would be copied, and its finiteness
-    checked, at every product (268 MB per call on tllverifybench N = 64). KeyError: another form."""
+    checked, at every product (268 MB per call on tllverifybench N = 64). A sparse, finite w's forms
+    are made from its nonzeros alone (:func:`_sparse_form`), never as dense arrays. KeyError: another form."""
     memo = weight_memo(ir)
     key = (form, nid)
     if key not in memo:
         make = _FORMS[form]
-        memo[key] = [(src, operand(make(w))) for src, w in ir.nodes[nid].terms]
+        out = []
+        for t, (src, w) in enumerate(ir.nodes[nid].terms):
+            nz = memo.get(("nonzeros", nid, t))
+            if nz is None:
+                nz = memo[("nonzeros", nid, t)] = _nonzeros(w)
+            out.append((src, operand(make(w)) if nz is False else _sparse_form(w.shape, *nz, form)))
+        memo[key] = out
     return memo[key]
+
+
+def _nonzeros(w: np.ndarray):
+    """(rows, cols, values) of w's nonzeros in row-major order when w is finite and at most
+    ``SPARSE_MAX_DENSITY`` nonzero (then every form of it is as sparse, and :func:`operand` would hold
+    it as :class:`~.numerics.Sparse`); False otherwise."""
+    if np.count_nonzero(w) > SPARSE_MAX_DENSITY * w.size or not np.isfinite(w).all():
+        return False
+    rows, cols = np.nonzero(w)
+    return rows, cols, np.asarray(w[rows, cols], dtype=np.float64)
+
+
+def _sparse_form(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, form: str):
+    """The :class:`~.numerics.Sparse` of ``form`` (:data:`_FORMS`) of the finite matrix with these nonzeros:
+    the entries :func:`~.numerics.sparse` would find in the dense form, with the same values (max(w, 0)
+    keeps w's positive entries, min(w, 0) its negative ones; a transpose reorders them column-major)."""
+    if form.endswith("T"):
+        order = np.lexsort((rows, cols))
+        rows, cols, vals, shape = cols[order], rows[order], vals[order], (shape[1], shape[0])
+    if form in ("abs", "absT"):
+        vals = np.abs(vals)
+    elif form in ("posT", "negT"):
+        keep = vals > 0 if form == "posT" else vals < 0
+        rows, cols, vals = rows[keep], cols[keep], vals[keep]
+    return sparse_coo(shape, rows, cols, vals)
 
 
 @dataclass(frozen=True)

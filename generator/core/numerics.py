@@ -130,19 +130,28 @@ def _operands(a, b) -> tuple[np.ndarray, np.ndarray, int]:
 class Sparse:
     """A 2-D float64 matrix (k, n) held for :func:`matmul` as its row-compressed nonzeros:
     ``indptr`` (k + 1,), ``indices`` and ``values`` (nnz,), each row's columns ascending (the
-    order the plain loop visits them); ``dense`` is the matrix itself (kept for operands with an
-    infinity or a NaN). Build it once per weight matrix with :func:`sparse`; products with it are
-    bit for bit those with ``dense``."""
+    order the plain loop visits them). ``kept``: the matrix itself when it holds an infinity or a
+    NaN (every product then takes the plain loop), else None: a finite matrix is not kept, its
+    :attr:`dense` is made again from the nonzeros when an operand with an infinity or a NaN needs
+    the plain loop (the same bits: a zero whose sign was dropped only ever meets sums that start
+    at +0, and ``±inf · ±0`` is NaN either way). Build it once per weight matrix with
+    :func:`sparse` or :func:`sparse_coo`; products with it are bit for bit those with the matrix."""
 
-    dense: np.ndarray
+    shape: tuple[int, int]
     indptr: np.ndarray
     indices: np.ndarray
     values: np.ndarray
     finite: bool
+    kept: np.ndarray | None = None
 
     @property
-    def shape(self) -> tuple[int, int]:
-        return self.dense.shape
+    def dense(self) -> np.ndarray:
+        """The matrix (k, n) float64: ``kept``, or a new array made from the nonzeros."""
+        if self.kept is not None:
+            return self.kept
+        out = np.zeros(self.shape, dtype=_F)
+        out[np.repeat(np.arange(self.shape[0]), np.diff(self.indptr)), self.indices] = self.values
+        return out
 
 
 #: A weight matrix at most this dense is held as :class:`Sparse` by :func:`operand` (chosen when the sparse
@@ -160,13 +169,28 @@ def operand(m) -> "Sparse | np.ndarray":
 
 def sparse(b) -> Sparse:
     """:class:`Sparse` of a 2-D array ``b`` (k, n); ValueError if ``b`` is not 2-D."""
-    b = np.ascontiguousarray(b, dtype=_F)
+    b = np.asarray(b, dtype=_F)
     if b.ndim != 2:
         raise ValueError(f"sparse: a 2-D matrix is needed, got shape {b.shape}")
     rows, cols = np.nonzero(b)
-    indptr = np.zeros(b.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=b.shape[0]), out=indptr[1:])
-    return Sparse(b, indptr, cols.astype(np.int64), np.ascontiguousarray(b[rows, cols]), bool(np.isfinite(b).all()))
+    finite = bool(np.isfinite(b).all())
+    return sparse_coo(b.shape, rows, cols, b[rows, cols], finite, None if finite else np.ascontiguousarray(b))
+
+
+def sparse_coo(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, values: np.ndarray, finite: bool = True,
+               kept: np.ndarray | None = None) -> Sparse:
+    """:class:`Sparse` of the (k, n) matrix whose nonzeros are ``values`` at (``rows``, ``cols``), sorted
+    by row, then column (``np.nonzero``'s order); ``finite`` and ``kept`` as in :class:`Sparse` (the
+    matrix itself is needed when it is not finite). ValueError: entries out of that order or shape."""
+    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= shape[0] or cols.min() < 0 or cols.max() >= shape[1]
+                      or np.any(np.diff(rows * shape[1] + cols) <= 0)):
+        raise ValueError(f"sparse_coo: entries outside a {shape} matrix or out of row-major order")
+    if not finite and kept is None:
+        raise ValueError("sparse_coo: a matrix with an infinity or a NaN is kept whole")
+    indptr = np.zeros(shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=shape[0]), out=indptr[1:])
+    return Sparse((int(shape[0]), int(shape[1])), indptr, cols, np.ascontiguousarray(values, dtype=_F), finite, kept)
 
 
 @numba.njit(cache=True, fastmath=False, nogil=True)
@@ -241,7 +265,7 @@ def matmul(a, b) -> np.ndarray:
         if a.ndim == 0 or a.shape[-1] != b.shape[0]:
             raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
         flat = np.ascontiguousarray(a.reshape(-1, b.shape[0]))
-        if not (b.finite and np.isfinite(flat).all()) or flat.size == 0 or b.dense.size == 0:
+        if not (b.finite and np.isfinite(flat).all()) or flat.size == 0 or b.shape[0] * b.shape[1] == 0:
             return matmul(a, b.dense)
         return _mm_skip_kernel(flat, b.indptr, b.indices, b.values, b.shape[1]).reshape(a.shape[:-1] + (b.shape[1],))
     a, b, k = _operands(a, b)

@@ -141,6 +141,59 @@ def test_sparse_operands_give_the_plain_loops_bits(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_a_finite_sparse_operand_meets_an_infinity_with_the_plain_loops_bits(seed):
+    """A finite :class:`Sparse` keeps no dense copy: an operand with an infinity or a NaN gets the
+    plain loop over the matrix made again from the nonzeros, the same bits as the original matrix
+    (its -0.0 entries dropped: a sum starts at +0, and inf · ±0 is NaN either way)."""
+    rng = np.random.default_rng(300 + seed)
+    P, k, n = (int(v) for v in rng.integers(2, 30, size=3))
+    b = rng.choice([0.0, -0.0, 1.0, -1.0, 1e-300, 3.0, -5e-324], size=(k, n), p=[.5, .2, .1, .1, .04, .04, .02])
+    sp = N.sparse(b)
+    assert sp.finite and sp.kept is None and sp.shape == b.shape
+    assert np.array_equal(sp.dense, b) and not np.signbit(sp.dense[b == 0]).any()
+    a = rng.choice([0.0, -0.0, 1.0, -1.0, 1e-300, -2.5, 5e-324], size=(P, k))
+    assert _same_bits(N.matmul(a, sp), N._matmul_numpy(a, b))
+    a[rng.integers(P), rng.integers(k)] = rng.choice([np.inf, -np.inf, np.nan])
+    got = N.matmul(a, sp)
+    assert _same_bits(got, N._matmul_numpy(a, b)) and not np.isfinite(got).all()
+    b[0, 0] = np.inf   # a matrix that is not finite is kept whole
+    assert N.sparse(b).kept is not None and not N.sparse(b).finite
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_prepared_weight_form_is_the_operand_of_the_dense_form(seed):
+    """ir.prepared_terms makes a sparse finite w's forms from its nonzeros alone (never a dense
+    array): each is field for field, bit for bit, what numerics.operand gives for the dense form
+    (signed zeros, subnormals, a row or column of zeros); a dense or non-finite w takes operand itself."""
+    from mi_certify.generator.core.ir import _FORMS, AffineNode, ControllerIR, InputNode, ReluNode, prepared_terms
+    rng = np.random.default_rng(500 + seed)
+    k, n = (int(v) for v in rng.integers(2, 40, size=2))
+    sparse_w = rng.choice([0.0, -0.0, 1.5, -2.0, 5e-324, -1e-300], size=(k, n), p=[.7, .12, .06, .06, .03, .03])
+    sparse_w[rng.integers(k)] = 0.0
+    dense_w = rng.standard_normal((3, k))
+    bad_w = np.where(rng.random((3, k)) < 0.9, 0.0, 1.0)
+    bad_w[0, 0] = -np.inf
+    ir = ControllerIR((InputNode(n), AffineNode(((0, sparse_w),), np.zeros(k)), ReluNode(1, k),
+                       AffineNode(((2, dense_w), (0, np.zeros((3, n)))), np.zeros(3)),
+                       AffineNode(((2, bad_w),), np.zeros(3))), (3, 4))
+    for nid in (1, 3, 4):
+        for form, make in _FORMS.items():
+            for (src, got), (want_src, w) in zip(prepared_terms(ir, nid, form), ir.nodes[nid].terms):
+                want = N.operand(make(w))
+                assert src == want_src and type(got) is type(want), (nid, form)
+                if isinstance(want, N.Sparse):
+                    assert got.shape == want.shape and got.finite == want.finite, (nid, form)
+                    for f in ("indptr", "indices", "values"):
+                        assert getattr(got, f).tobytes() == getattr(want, f).tobytes(), (nid, form, f)
+                    assert (got.kept is None) == (want.kept is None)
+                else:
+                    assert got.tobytes() == want.tobytes(), (nid, form)
+            assert prepared_terms(ir, nid, form) is prepared_terms(ir, nid, form)   # made once
+    assert isinstance(prepared_terms(ir, 1, "w")[0][1], N.Sparse) and not isinstance(prepared_terms(ir, 3, "w")[0][1],
+                                                                                     N.Sparse)
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_pair_rows_product_is_the_full_products_bits_on_the_columns_it_keeps(seed):
     """pair_rows_product (CROWN's compacted backward pass): a1 @ w[rows] and a2 @ |w|[rows] on the
     columns reached, bit for bit the full sparse products with zeros outside ``rows``; every other

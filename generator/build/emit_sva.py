@@ -52,25 +52,36 @@ def sby_name(spec: Spec) -> str:
 
 
 def proof_depth(spec: Spec, latency: int) -> int:
-    """k of the k-induction (SymbiYosys ``depth``): L + H + 3, and + 2^b - 1 with an operator, b the bits of
-    the RTL's override counter (bits of ``max_lock_steps``).
+    """k of the k-induction (SymbiYosys ``depth``): L + H + 3.
 
     The L pipeline stages of the harness and the controller hold consistent values after L steps,
     and each assertion is a function of one step's inputs and the state it starts from: L + 1
-    steps make them inductive, except for the operator's: an override state that no command set
-    (unreachable, but not excluded by an assertion over the ports) lasts at most as many steps as its
-    counter can hold (2^b - 1; 63 for 60 steps), so the induction needs that many more (with
-    ``max_lock_steps`` alone, a lock of 50 steps failed the induction on a_forced). H + 2 more steps let the base case reach a SWITCH
-    from reset, so a flipped LUT entry gives a counterexample trace from reset (FAIL), not only a
-    failed induction step (UNKNOWN)."""
-    # the RTL's override counter op_left is width(max_lock_steps) bits: an unreachable value counts down from
-    # at most 2^bits - 1, not from max_lock_steps - 1
-    return latency + spec.fsm.hysteresis + 3 + ((1 << spec.operator.max_lock_steps.bit_length()) - 1
-                                                 if spec.operator else 0)
+    steps make them inductive. With an operator, the override registers could start the induction
+    step in a state no command sets (a force of another action, a lock of an action that is not
+    lockable), held unseen through a fallback for as long as the override counter runs (63 steps
+    for 60, measured: the induction failed on a_locked at 9): the Verilog states the override's
+    reachable states as its own assertion ``a_op_state`` under ```ifdef FORMAL`` (:func:`rtl_assertions`),
+    proved by the same job, which excludes them (the depth was L + H + 3 + 2^b - 1 before, 72 for the
+    reference controller: its proof took 75.8 s, 7.2 s at 9). H + 2 more steps let the base case reach
+    a SWITCH from reset, so a flipped LUT entry gives a counterexample trace from reset (FAIL), not
+    only a failed induction step (UNKNOWN)."""
+    return latency + spec.fsm.hysteresis + 3
+
+
+def rtl_assertions(spec: Spec) -> list[Assertion]:
+    """The assertions the emitted Verilog itself carries under ```ifdef FORMAL`` (none for synthesis,
+    simulation or lint), proved by the harness' job with the harness' own: ``a_op_state`` with an
+    operator (the override in force is one a command sets)."""
+    if not spec.operator:
+        return []
+    return [Assertion("a_op_state", f"docs/fsm.md, operator interventions ({spec.module_name}.v, under `ifdef FORMAL)",
+                      "the override in force is none, a lock of a lockable action or a force of the "
+                      "conservative action (an invariant that keeps the k-induction at L + H + 3 steps)")]
 
 
 def assertions(spec: Spec, machine: LutFsmArtefact) -> list[Assertion]:
-    """The assertions of :func:`emit_sva`, in the harness' order (one per property mask)."""
+    """The assertions the job of :func:`emit_sva` proves: the harness', in its order (one per property
+    mask), then the Verilog's own (:func:`rtl_assertions`)."""
     out = [Assertion("a_token_range", "docs/fsm.md, state", "the active token is a declared action"),
            Assertion("a_reason_range", "docs/fsm.md, reasons", "the reason is a code this configuration emits"),
            Assertion("a_audit_copy", "docs/hdl.md, audit port", "audit_token = token and audit_reason = reason"),
@@ -100,7 +111,7 @@ def assertions(spec: Spec, machine: LutFsmArtefact) -> list[Assertion]:
                           "a LOCKED decision emits a lockable action"),
                 Assertion("a_forced", "docs/fsm.md, operator interventions",
                           "a FORCED decision emits the conservative action")]
-    return out
+    return out + rtl_assertions(spec)
 
 
 def property_label(pid: str) -> str:

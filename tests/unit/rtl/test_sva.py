@@ -111,19 +111,40 @@ def test_the_assertions_name_their_rules_and_the_depth_covers_the_lock(small):
     labels = [a.label for a in assertions(spec, machine)]
     assert labels == ["a_token_range", "a_reason_range", "a_audit_copy", "a_audit_valid", "a_audit_addr",
                       "a_reset_state", "a_probe_fault", "a_conservative", "a_switch", "a_low_confidence", "a_keep",
-                      "a_property_P1", "a_property_P2", "a_locked", "a_forced"]
+                      "a_property_P1", "a_property_P2", "a_locked", "a_forced", "a_op_state"]
     plain_spec, plain = small["plain"]
-    assert [a.label for a in assertions(plain_spec, plain)] == labels[:-2]
-    # L + H + 3, and 63: the 6-bit override counter (an unreachable override state ends within its count)
-    assert (proof_depth(spec, 3), proof_depth(plain_spec, 3), proof_depth(plain_spec, 1)) == (72, 9, 7)
+    assert [a.label for a in assertions(plain_spec, plain)] == labels[:-3]
+    # L + H + 3 with or without an operator: the Verilog's a_op_state excludes the override states no
+    # command sets (without it an induction of 9 steps fails: the test below)
+    assert (proof_depth(spec, 3), proof_depth(plain_spec, 3), proof_depth(plain_spec, 1)) == (9, 9, 7)
     sv = emit_sva(spec, machine, HASHES, "test", 3)[f"{harness_name(spec)}.sv"]
-    for label in labels:
+    for label in labels[:-1]:
         assert re.search(rf"^\s+{label}: assert \(", sv, re.M), label
+    assert "a_op_state" in sv   # listed in the harness' header, stated in the Verilog:
+    v = emit_verilog(spec, machine, HASHES, "test", encoding="case", latency=3)
+    assert re.search(r"^`ifdef FORMAL\n(//.*\n|\s+//.*\n)*\s+always @\(\*\) if \(!\(rst\)\) a_op_state: assert \(", v, re.M)
+    assert "a_op_state" not in emit_verilog(plain_spec, plain, HASHES, "test", encoding="case", latency=3)
+
+
+def test_without_the_verilogs_override_invariant_the_induction_fails(small, tmp_path):
+    """a_op_state is what keeps the induction short: the same job on the Verilog without it leaves the
+    induction step failing at depth L + H + 3 (an override state no command sets, held through a
+    fallback), UNKNOWN, never a pass."""
+    spec, machine = small["op"]
+    spec, job, files = _write(spec, machine, tmp_path, "case", 3)
+    text = files[0].read_text()
+    start, end = text.index("`ifdef FORMAL"), text.index("`endif", text.index("`ifdef FORMAL")) + len("`endif")
+    files[0].write_text(text[:start] + text[end:])
+    res = run_sby(job, files)
+    assert (res.verdict, res.steps.get("basecase"), res.steps.get("induction")) == ("unknown", "pass", "fail")
+    assert set(res.failed) & {"a_locked", "a_forced"}
 
 
 def test_a_job_past_its_time_is_unknown_and_leaves_no_process(small, tmp_path, monkeypatch):
     spec, machine = small["op"]
     spec, job, files = _write(spec, machine, tmp_path / "in", "case", 3)
+    # a job of depth 200 (the emitted one proves in about 2 s): minutes of work, stopped at 1 s
+    job.write_text(re.sub(r"^depth \d+$", "depth 200", job.read_text(), flags=re.M))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # the job's work folder under tmp_path
     t0 = time.monotonic()

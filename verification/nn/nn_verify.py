@@ -250,8 +250,10 @@ def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_d
     (:func:`~.input_split.choose_splits`: ``strategy`` "smart" or "influence") and bounds the
     children (:func:`~.input_split.bound_children`); closed children go to ``sr.closed``, deep
     ones to ``sr.leaves``. It stops at ``deadline``, the box budget, or after ``bab_deadline``
-    once at most ``marabou_max_boxes`` boxes are open and Marabou would have the time to try each
-    (:func:`_marabou_can_take`).
+    once at most ``marabou_max_boxes`` boxes are open and the next phase can use them: the ReLU-split
+    LP when there are leaves, else Marabou only when it would have the time to try each box
+    (:func:`_marabou_can_take`; with leaves the hand-over is as before: measured, ACAS Xu 4_2/p2
+    with one core busy was left unknown when branch and bound kept the LP leaves' time).
     Returns (decided (verdict, witness, method, detail) or None, open boxes as (lo, hi) pairs)."""
     ir, dj, stats, s = sr.model.ir, sr.dj, sr.stats, sr.opts.search
     front = Frontier(root if isinstance(root, list) else [root])
@@ -262,7 +264,7 @@ def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_d
         now = time.monotonic()
         if stats["boxes"] >= sr.opts.max_boxes or now > deadline or \
                 (now > bab_deadline and len(front) <= s.marabou_max_boxes
-                 and _marabou_can_take(ir, len(front), deadline - now, s)):
+                 and (bool(sr.leaves) or _marabou_can_take(ir, len(front), deadline - now, s))):
             open_boxes += front.pairs()  # (+=: keep the point boxes left open)
             break
         batch = front.pop_batch(per_pass)

@@ -207,7 +207,18 @@ def test_fused_relu_step_gives_the_numpy_expressions_bits():
         S = np.where(use_lo, s_lo[:, None, :], s_up[:, None, :])
         Bc = np.where(use_lo, 0.0, b_up[:, None, :])
         want = (L * S, A * np.abs(S), sum_last(L * Bc), sum_last(A * np.abs(Bc)))
-        for got, ref in zip(_relu_back(L, A, s_lo, s_up, b_up), want):
+        for got, ref in zip(_relu_back(L, A, s_lo, s_up, b_up, np.arange(4), np.arange(9)), want):
+            assert got.tobytes() == ref.tobytes()
+        # read in place at other boxes' rows and a subset of columns: the bits of the gathered copy
+        rows, cols = np.array([2, 0, 2, 3]), np.array([1, 4, 5, 8])
+        Lc, Ac = L[:, :, cols], A[:, :, cols]
+        g_lo, g_up, g_b = (x[np.ix_(rows, cols)] for x in (s_lo, s_up, b_up))
+        use_lo = Lc >= 0
+        S = np.where(use_lo, g_lo[:, None, :], g_up[:, None, :])
+        Bc = np.where(use_lo, 0.0, g_b[:, None, :])
+        want = (Lc * S, Ac * np.abs(S), sum_last(Lc * Bc), sum_last(Ac * np.abs(Bc)))
+        for got, ref in zip(_relu_back(np.ascontiguousarray(Lc), np.ascontiguousarray(Ac), s_lo, s_up, b_up, rows, cols),
+                            want):
             assert got.tobytes() == ref.tobytes()
 
 

@@ -943,5 +943,15 @@ module meta_controller (
         end
     end
 
+`ifdef FORMAL
+    // ---- for formal tools only (Yosys' read_verilog -formal defines FORMAL; synthesis, simulation and
+    // lint do not): the override in force is one a command can set. The SymbiYosys job of the SVA
+    // harness proves it with the harness' assertions, and it keeps their k-induction at L + H + 3
+    // steps (docs/hdl.md, "SVA and SymbiYosys") ---------------------------------------------
+    always @(*) if (!(rst)) a_op_state: assert (op_mode != 2'd3
+        && (op_mode != 2'd2 || op_act == CONSERVATIVE)
+        && (op_mode != 2'd1 || OP_LOCKABLE[op_act]));
+`endif
+
 endmodule
 `default_nettype wire

@@ -33,6 +33,7 @@
 //   a_property_P2          sla.yaml property P2 (docs/fsm.md, rule 3a): in the cells of P2, without a probe fault, the active token is one of keep
 //   a_locked               docs/fsm.md, operator interventions: a LOCKED decision emits a lockable action
 //   a_forced               docs/fsm.md, operator interventions: a FORCED decision emits the conservative action
+//   a_op_state             docs/fsm.md, operator interventions (meta_controller.v, under `ifdef FORMAL): the override in force is none, a lock of a lockable action or a force of the conservative action (an invariant that keeps the k-induction at L + H + 3 steps)
 `default_nettype none
 
 module meta_controller_formal (

@@ -26,7 +26,7 @@ from mi_certify.generator.core.ir import AffineNode, ControllerIR, Head, InputNo
 from mi_certify.generator.frontend.onnx import activation, constant, inference, linear, ml, shape  # noqa: F401
 from mi_certify.generator.frontend.onnx.head import head_handler
 from mi_certify.generator.frontend.onnx.registry import DEFAULT_DOMAINS, ML_DOMAIN, Handler, lookup, registered
-from mi_certify.generator.frontend.onnx.values import Headed, Lin, Refused, is_lin
+from mi_certify.generator.frontend.onnx.values import Eye, Headed, Lin, Refused, is_lin
 
 #: Largest number of (flattened) network inputs the importer accepts.
 MAX_INPUTS = 4096
@@ -131,7 +131,7 @@ class Importer:
         """Node id holding ``lin`` (flattened); reuse a node when lin is its identity."""
         if len(lin.terms) == 1 and not np.any(lin.bias):
             (src, m), = lin.terms.items()
-            if m.shape[0] == m.shape[1] and np.array_equal(m, np.eye(m.shape[0])):
+            if isinstance(m, Eye) or (m.shape[0] == m.shape[1] and np.array_equal(m, np.eye(m.shape[0]))):
                 return src
         terms = tuple(sorted(((s, np.ascontiguousarray(m, dtype=np.float64)) for s, m in lin.terms.items()),
                              key=lambda t: t[0]))
@@ -141,7 +141,7 @@ class Importer:
     def node_lin(self, nid: int, shape: tuple[int, ...]) -> Lin:
         """Node ``nid``'s output as an expression of shape ``shape``."""
         size = self.nodes[nid].size
-        return Lin(shape, {nid: np.eye(size)}, np.zeros(size))
+        return Lin(shape, {nid: Eye(size)}, np.zeros(size))
 
     def relu(self, x: Lin) -> Lin:
         """max(x, 0) of an expression: materialised operand, one ReluNode."""

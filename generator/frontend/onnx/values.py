@@ -27,6 +27,63 @@ import numpy as np
 from mi_certify.generator.core.numerics import matmul
 
 
+class Eye:
+    """The identity matrix of size ``n``, unmade: the term of a node's own output (``Importer.node_lin``),
+    which a wide ReLU layer would otherwise make as an ``np.eye`` (537 MB at width 8,192, tllverifybench
+    N = 64). A product with a finite constant is that constant (:func:`lin_matmul`); any other use makes the
+    matrix first (``__array__``, and the operators below), so every result is the one ``np.eye(n)`` gives."""
+
+    __array_priority__ = 1000   # numpy defers to the operators below
+
+    def __init__(self, n: int):
+        self.n = int(n)
+
+    shape = property(lambda self: (self.n, self.n))
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def dense(self) -> np.ndarray:
+        return np.eye(self.n)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.dense() if dtype is None else self.dense().astype(dtype)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, np.ndarray) and idx.ndim == 1 and idx.dtype.kind in "iu":   # rows, as eye[idx]
+            rows = np.zeros((idx.size, self.n))
+            rows[np.arange(idx.size), np.where(idx < 0, idx + self.n, idx)] = 1.0
+            return rows
+        return self.dense()[idx]
+
+    def reshape(self, *shape):
+        return self.dense().reshape(*shape)
+
+    def __mul__(self, other):
+        return self.dense() * other
+
+    def __rmul__(self, other):
+        return other * self.dense()
+
+    def __add__(self, other):
+        return self.dense() + other
+
+    def __radd__(self, other):
+        return other + self.dense()
+
+    def __neg__(self):
+        return -self.dense()
+
+
+def _times_eye(w: np.ndarray, transpose: bool) -> np.ndarray | None:
+    """``matmul(w.T or w, eye)`` without the eye, for a finite 2-D ``w``: the fixed-order sum of each
+    entry is its one term ``w_ij · 1`` among products ``· 0`` (each ±0), from +0, so it is ``w_ij``
+    with -0.0 made +0.0 (``+ 0.0``). None when ``w`` has an infinity or a NaN (``inf · 0`` is NaN: the
+    caller makes the product as before)."""
+    if not np.isfinite(w).all():
+        return None
+    return (w.T if transpose else w) + 0.0
+
+
 @dataclass(frozen=True)
 class Lin:
     """A tensor of shape ``shape`` equal to ``sum M @ node + bias`` (flattened row-major)."""
@@ -139,7 +196,10 @@ def lin_matmul(a, b, fail: Callable[[str], Exception]):
             raise fail(f"MatMul shapes {a.shape} and {w.shape} do not match")
         r = int(np.prod(shape[:-1], dtype=np.int64))
         m = w.shape[1]
-        terms = {s: matmul(w.T, mm.reshape(r, n, -1)).reshape(r * m, -1) for s, mm in a.terms.items()}
+        terms = {}
+        for s, mm in a.terms.items():
+            fast = _times_eye(w, True) if isinstance(mm, Eye) and r == 1 else None
+            terms[s] = fast if fast is not None else matmul(w.T, mm.reshape(r, n, -1)).reshape(r * m, -1)
         bias = matmul(a.bias.reshape(r, n), w).reshape(-1)
         out_shape = shape[:-1] + (m,) if len(a.shape) > 1 else (m,)
         return Lin(tuple(out_shape), terms, bias)
@@ -150,7 +210,10 @@ def lin_matmul(a, b, fail: Callable[[str], Exception]):
     if w.shape[1] != n:
         raise fail(f"MatMul shapes {w.shape} and {b.shape} do not match")
     p = w.shape[0]
-    terms = {s: matmul(w, mm.reshape(n, -1)).reshape(p * m, -1) for s, mm in b.terms.items()}
+    terms = {}
+    for s, mm in b.terms.items():
+        fast = _times_eye(w, False) if isinstance(mm, Eye) and m == 1 else None
+        terms[s] = fast if fast is not None else matmul(w, mm.reshape(n, -1)).reshape(p * m, -1)
     bias = matmul(w, b.bias.reshape(n, m)).reshape(-1)
     return Lin((p, m), terms, bias)
 

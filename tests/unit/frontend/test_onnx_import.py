@@ -524,3 +524,41 @@ def test_skl2onnx_exports_that_are_not_exact_are_refused_by_name(tmp_path):
     path = _sk_export(tmp_path, "tanh_mlp", tanh, 3, False, None)
     with pytest.raises(ModelImportError, match="tanh_mlp.onnx.*Tanh.*not piecewise linear"):
         import_onnx(path)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_an_unmade_identity_term_gives_the_bits_of_np_eye_in_every_expression_op(seed):
+    """Importer.node_lin's term is values.Eye (no np.eye: 537 MB at width 8,192): every expression
+    operation on it gives the bits the made identity gives; a product with a finite constant skips the
+    product (-0.0 weights come out +0.0, as the fixed-order sum from +0 gives them), and one with an
+    infinity or a NaN makes it (inf · 0 = NaN where the sum meets it)."""
+    from mi_certify.generator.frontend.onnx import values as V
+    rng = np.random.default_rng(700 + seed)
+    n, m = (int(v) for v in rng.integers(2, 9, size=2))
+    lazy, made = (V.Lin((n,), {3: t}, rng.standard_normal(n)) for t in (V.Eye(n), np.eye(n)))
+    made = V.Lin(made.shape, made.terms, lazy.bias)
+    w = rng.choice([0.0, -0.0, 1.5, -2.0, 5e-324], size=(n, m))
+    w_bad = w.copy()
+    w_bad[0, 0] = rng.choice([np.inf, np.nan])
+    fail = ValueError
+
+    def bits(lin):
+        return {s: np.asarray(t).tobytes() for s, t in lin.terms.items()}, lin.bias.tobytes(), lin.shape
+    idx = rng.integers(0, n, size=(2, n))
+    def column(x):   # the same expression as an (n, 1) tensor, its identity term kept as it is
+        return V.Lin((n, 1), x.terms, x.bias)
+    ops = [lambda x: V.lin_matmul(x, w, fail), lambda x: V.lin_matmul(x, w_bad, fail),
+           lambda x: V.lin_matmul(w.T, column(x), fail), lambda x: V.lin_matmul(w_bad.T, column(x), fail),
+           lambda x: V.lin_matmul(w.T, V.lin_reshape(x, (n, 1)), fail), lambda x: V.lin_take(x, idx), lambda x: V.lin_scale(x, rng.standard_normal(n)),
+           lambda x: V.lin_add(x, x, -1.0), lambda x: V.lin_add(x, np.ones(n)), lambda x: V.lin_stack([x, x])[0],
+           lambda x: V.lin_transpose(V.lin_reshape(x, (1, n)))]
+    for k, op in enumerate(ops):
+        state = rng.bit_generator.state
+        got = op(lazy)
+        rng.bit_generator.state = state
+        want = op(made)
+        assert bits(got) == bits(want), k
+    direct = V.lin_matmul(lazy, w, fail).terms[3]
+    assert isinstance(direct, np.ndarray) and not np.signbit(direct[w.T == 0]).any()
+    assert np.isnan(V.lin_matmul(lazy, w_bad, fail).terms[3]).any()
+    assert not np.signbit(V.lin_matmul(w.T, column(lazy), fail).terms[3][w.T == 0]).any()

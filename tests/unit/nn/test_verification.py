@@ -761,3 +761,17 @@ def test_a_non_finite_relaxation_in_a_gathered_pass_keeps_every_later_relu_on_it
     got = run()
     monkeypatch.setattr(B, "compactable", lambda ir: False)
     assert got.tobytes() == run().tobytes()
+
+
+def test_marabou_takes_the_open_boxes_only_when_each_gets_its_time():
+    """Branch and bound hands its open boxes to Marabou only when each would get max(1 s, 1 ms per ReLU)
+    of what is left after the node bounds' 20 %: ACAS Xu's 300 ReLUs ask 1 s a box, tllverifybench
+    N = 64's 16,380 ReLUs 16.38 s."""
+    from types import SimpleNamespace
+
+    from mi_certify.verification.nn.nn_verify import _marabou_can_take
+    from mi_certify.verification.nn.settings import DEFAULT_SEARCH as S
+    acas, tll = SimpleNamespace(n_relus=300), SimpleNamespace(n_relus=16380)
+    assert _marabou_can_take(acas, 19, 24.0, S) and not _marabou_can_take(acas, 20, 24.0, S)   # 0.8 · 24 = 19.2 s
+    assert not _marabou_can_take(tll, 62, 24.0, S) and not _marabou_can_take(tll, 1, 20.4, S)
+    assert _marabou_can_take(tll, 1, 20.5, S) and _marabou_can_take(acas, 0, 0.0, S)

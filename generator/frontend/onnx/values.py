@@ -166,7 +166,10 @@ def lin_add(a, b, sign_b: float = 1.0):
         if is_lin(val):
             v = lin_broadcast(val, shape)
             for s, m in v.terms.items():
-                terms[s] = terms[s] + sign * m if s in terms else sign * m
+                # 1.0 · m is m, bit for bit: no copy of a term (268 MB at tllverifybench N = 64); terms
+                # are never changed in place
+                term = m if sign == 1.0 else sign * m
+                terms[s] = terms[s] + term if s in terms else term
             bias = bias + sign * v.bias
         else:
             bias = bias + sign * np.broadcast_to(np.asarray(val, dtype=np.float64), shape).reshape(-1)

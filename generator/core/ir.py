@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mi_certify.generator.core.numerics import SPARSE_MAX_DENSITY, matmul, operand, sparse_coo
+from mi_certify.generator.core.numerics import held_sparse, matmul, operand, sparse_coo
 
 #: Per IR (by id, dropped with it): matrices prepared from its weights (:func:`weight_memo`).
 _MEMO: dict[int, tuple[weakref.ref, dict]] = {}
@@ -72,10 +72,10 @@ def prepared_terms(ir: "ControllerIR", nid: int, form: str) -> list:
 
 
 def _nonzeros(w: np.ndarray):
-    """(rows, cols, values) of w's nonzeros in row-major order when w is finite and at most
-    ``SPARSE_MAX_DENSITY`` nonzero (then every form of it is as sparse, and :func:`operand` would hold
-    it as :class:`~.numerics.Sparse`); False otherwise."""
-    if np.count_nonzero(w) > SPARSE_MAX_DENSITY * w.size or not np.isfinite(w).all():
+    """(rows, cols, values) of w's nonzeros in row-major order when w is finite and
+    :func:`~.numerics.held_sparse` (then every form of it is as sparse, and :func:`operand` holds it as
+    :class:`~.numerics.Sparse`); False otherwise."""
+    if not held_sparse(w) or not np.isfinite(w).all():
         return False
     rows, cols = np.nonzero(w)
     return rows, cols, np.asarray(w[rows, cols], dtype=np.float64)

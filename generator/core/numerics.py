@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["SPARSE_MAX_DENSITY", "Sparse", "exp", "exp_upper", "gram", "log", "matmul", "operand", "pair_rows_product",
-           "rowdot", "softmax_lower", "sparse", "sum_last", "vdot"]
+__all__ = ["SPARSE_MAX_DENSITY", "Sparse", "exp", "exp_upper", "gram", "held_sparse", "log", "matmul", "operand",
+           "pair_rows_product", "rowdot", "softmax_lower", "sparse", "sparse_coo", "sum_last", "vdot"]
 
 _F = np.float64
 #: Rows (a's elements per contracted index) from which :func:`matmul` goes column by column.
@@ -159,12 +159,17 @@ class Sparse:
 SPARSE_MAX_DENSITY = 0.25
 
 
+def held_sparse(m: np.ndarray) -> bool:
+    """Whether :func:`operand` holds ``m`` as :class:`Sparse`: at most ``SPARSE_MAX_DENSITY`` of it nonzero."""
+    return np.count_nonzero(m) <= SPARSE_MAX_DENSITY * m.size
+
+
 def operand(m) -> "Sparse | np.ndarray":
-    """A matrix prepared once for many :func:`matmul` products: :class:`Sparse` when at most
-    ``SPARSE_MAX_DENSITY`` of it is nonzero, else a contiguous float64 copy (a strided view would be
-    copied at every product). The products are bit for bit the same either way."""
+    """A matrix prepared once for many :func:`matmul` products: :class:`Sparse` when :func:`held_sparse`,
+    else a contiguous float64 copy (a strided view would be copied at every product). The products are
+    bit for bit the same either way."""
     m = np.asarray(m, dtype=_F)
-    return sparse(m) if np.count_nonzero(m) <= SPARSE_MAX_DENSITY * m.size else np.ascontiguousarray(m)
+    return sparse(m) if held_sparse(m) else np.ascontiguousarray(m)
 
 
 def sparse(b) -> Sparse:

@@ -237,16 +237,12 @@ def _forward_terms(ir: ControllerIR, nid: int) -> list:
     return [(src, *(m for _, m in ms)) for src, *ms in zip([s for s, _ in forms[0]], *forms)]
 
 
-def _memo(ir: ControllerIR) -> dict:
-    """The per-IR memo (:func:`~mi_certify.generator.core.ir.weight_memo`): "compactable" here."""
-    return weight_memo(ir)
-
-
 def compactable(ir: ControllerIR) -> bool:
     """Whether the backward pass keeps only the columns of Λ it needs (:func:`_backward_lower_batch`):
     every affine node has one term per source and some weight matrix is sparse (a lattice network's
-    min/max trees: a neuron depends on its subtree only). Decided once per IR."""
-    memo = _memo(ir)
+    min/max trees: a neuron depends on its subtree only). Decided once per IR (kept in
+    :func:`~mi_certify.generator.core.ir.weight_memo`)."""
+    memo = weight_memo(ir)
     if "compactable" not in memo:
         memo["compactable"] = (
             any(isinstance(w, Sparse) for nid, n in enumerate(ir.nodes) if isinstance(n, AffineNode)

@@ -44,7 +44,7 @@ _STAGE_TITLES = {"spec": "read sla.yaml", "import": "import ONNX + onnxruntime c
 
 
 def _parser() -> argparse.ArgumentParser:
-    from mi_certify.generator.pipeline.runner import COSIM_RANDOM_CYCLES, COSIM_SEED, version
+    from mi_certify.generator.pipeline.defaults import COSIM_RANDOM_CYCLES, COSIM_SEED, version
 
     p = argparse.ArgumentParser(
         prog="mi-certify",

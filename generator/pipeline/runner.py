@@ -45,19 +45,11 @@ from mi_certify.generator.core.digests import sha256_file
 from mi_certify.generator.bundle.stage_records import CROSS_CHECK_POINTS, import_record, spec_record
 from mi_certify.generator.core.errors import BuildError, SpecError
 from mi_certify.generator.core.lut import check_shapes
-from mi_certify.generator.pipeline.stages import (  # noqa: F401 - public here too
-    COSIM_RANDOM_CYCLES, COSIM_SEED, BuildOptions)
+from mi_certify.generator.pipeline.defaults import COSIM_RANDOM_CYCLES, COSIM_SEED, version  # noqa: F401 - public here too
+from mi_certify.generator.pipeline.stages import BuildOptions  # noqa: F401 - public here too
 from mi_certify.generator.frontend.model import LoadedModel, load_model
 from mi_certify.generator.core.results import StageResult
 from mi_certify.generator.core.spec import Spec, load_spec
-
-
-
-def version() -> str:
-    try:
-        return metadata.version("mi-certify")
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0+unknown"
 
 
 @dataclass

@@ -62,6 +62,7 @@ from mi_certify.generator.core.lut import (
 from mi_certify.generator.frontend.model import LoadedModel
 from mi_certify.generator.core.results import StageResult, Status, Verdict
 from mi_certify.generator.core.spec import Spec
+from mi_certify.generator.pipeline.defaults import COSIM_RANDOM_CYCLES, COSIM_SEED  # noqa: F401 - public here too
 
 #: Random points of the fidelity check against the network.
 FIDELITY_POINTS = 100_000
@@ -80,10 +81,6 @@ def run_timed(on_event: Callable, times: dict, name: str, fn: Callable, status_o
 
 if TYPE_CHECKING:  # the only module that imports dask, loaded with --scheduler alone
     from mi_certify.verification.tools.dask_backend import DaskBackend
-
-#: Random co-simulation cycles (directed sequences come on top).
-COSIM_RANDOM_CYCLES = 10_000
-COSIM_SEED = 1
 
 
 @dataclass

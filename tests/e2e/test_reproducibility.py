@@ -22,6 +22,7 @@ import pytest
 from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
 
 PROFILE = EXAMPLES / "meta_controller" / "profile.csv"
+SHIPPED_REPORT = EXAMPLES / "meta_controller" / "controller.train.json"
 
 #: numpy 2.4 dispatch targets on x86-64 (``numpy._core._multiarray_umath.__cpu_dispatch__``).
 _NO_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR"
@@ -71,6 +72,7 @@ def _variant(name: str, env_over: dict, root: Path, spec: Path) -> dict:
     assert build.returncode == 0, f"{name}: {build.stderr}"
     manifest = json.loads((d / "build" / "manifest.json").read_text())
     return {"onnx": (d / "controller.onnx").read_bytes(), "train_report": (d / "controller.train.json").read_bytes(),
+            "train_stderr": train.stderr,
             "files": manifest["files"], "manifest": (d / "build" / "manifest.json").read_bytes(),
             "dir": d / "build"}
 
@@ -114,3 +116,23 @@ def test_retraining_gives_the_same_network_under_every_kernel_and_simd_set(varia
         assert got["train_report"] == ref["train_report"], f"{name}: controller.train.json differs"
     # and it is the shipped controller (examples/meta_controller/README.md)
     assert ref["onnx"] == REFERENCE_MODEL.read_bytes()
+
+
+def test_shipped_controller_is_the_one_trained_from_the_shipped_profile(variants):
+    """examples/meta_controller/README.md: one command retrains controller.onnx byte for byte (this
+    machine's variant above: ``train PROFILE --sla sla.yaml --alpha 2 --seed 1``), and says what it verified."""
+    ref = variants["this machine"]
+    err = ref["train_stderr"]
+    assert ref["onnx"] == REFERENCE_MODEL.read_bytes()
+    shipped = json.loads(SHIPPED_REPORT.read_text())
+    assert json.loads(ref["train_report"]) == shipped
+    # it verifies the properties as build does, and says so in one line
+    assert "properties, verified as build verifies them (" in err
+    assert "s): P1 proved; P2 proved; P3 proved\n" in err, err
+    # what build will report of its LUT, and the LUT-FSM's cost of disagreement on the held-out rows
+    assert "build will report: 7578 of 16384 LUT cells proven (46.2%)" in err
+    assert shipped["lut_fsm_held_out"]["cost_of_disagreement"]["rows_they_differ"] == 41
+    assert "the LUT-FSM on the 100 held-out rows (steady state): decides as the network on 59 (59.0%)" in err
+    side = json.loads(PROFILE.with_suffix(".json").read_text())
+    assert side["samples"] == shipped["profile"]["rows_used"] + sum(shipped["profile"]["rows_dropped"].values())
+    assert side["command"].startswith("mi-certify profile --workload examples/workload/convgemm.onnx")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from conftest import EXAMPLES, REFERENCE_MODEL, REFERENCE_SLA
+from conftest import EXAMPLES, REFERENCE_SLA
 from mi_certify.generator.frontend.onnx_import import import_onnx
 from mi_certify.generator.core.spec import load_spec
 from mi_certify.generator.frontend.train import (TrainError, TrainOptions, guard_boxes, label_rows, read_profile,
@@ -313,24 +313,7 @@ def test_rows_with_unreadable_or_out_of_envelope_inputs_are_dropped_and_counted(
         read_profile(_fixed_csv(tmp_path / "tiny.csv", n=3), spec)
 
 
-def test_shipped_controller_is_the_one_trained_from_the_shipped_profile(tmp_path):
-    """examples/meta_controller/README.md: one command retrains controller.onnx byte for byte."""
-    out = tmp_path / "controller.onnx"
-    proc = cli("train", PROFILE, "--sla", REFERENCE_SLA, "--out", out, "--alpha", "2", "--seed", "1")
-    assert proc.returncode == 0, proc.stderr
-    assert out.read_bytes() == REFERENCE_MODEL.read_bytes()
-    # it verifies the properties as build does, and says so in one line
-    assert "properties, verified as build verifies them (" in proc.stderr
-    assert "s): P1 proved; P2 proved; P3 proved\n" in proc.stderr, proc.stderr
-    shipped = json.loads((EXAMPLES / "meta_controller" / "controller.train.json").read_text())
-    assert json.loads((tmp_path / "controller.train.json").read_text()) == shipped
-    # what build will report of its LUT, and the LUT-FSM's cost of disagreement on the held-out rows
-    assert "build will report: 7578 of 16384 LUT cells proven (46.2%)" in proc.stderr
-    assert shipped["lut_fsm_held_out"]["cost_of_disagreement"]["rows_they_differ"] == 41
-    assert "the LUT-FSM on the 100 held-out rows (steady state): decides as the network on 59 (59.0%)" in proc.stderr
-    side = json.loads(PROFILE.with_suffix(".json").read_text())
-    assert side["samples"] == shipped["profile"]["rows_used"] + sum(shipped["profile"]["rows_dropped"].values())
-    assert side["command"].startswith("mi-certify profile --workload examples/workload/convgemm.onnx")
+# the shipped controller retrained byte for byte: tests/e2e/test_reproducibility.py (its "this machine" variant)
 
 
 def test_a_profile_where_one_action_always_wins_is_refused(spec, tmp_path):

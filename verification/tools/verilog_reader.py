@@ -71,16 +71,69 @@ class RtlModule:
     file: Path = field(repr=False)
 
 
+def _table_cache() -> Path:
+    """Where PLY's LALR tables for pyverilog's grammar are kept between processes: under the Python
+    installation that runs us (``sys.prefix``, as trusted as the code itself; never the bundle, the
+    working directory or the home directory), one folder per pyverilog, PLY and table version."""
+    import sys
+
+    import ply
+    import ply.yacc
+    import pyverilog
+    return (Path(sys.prefix) / "var" / "cache" / "mi-certify" /
+            f"pyverilog-{pyverilog.__version__}-ply-{ply.__version__}-tab-{ply.yacc.__tabversion__}")
+
+
 @functools.lru_cache(maxsize=1)
 def _parser():
-    from pyverilog.vparser.parser import VerilogParser
-    # PLY writes its parse tables beside itself: a directory of this process (not the bundle, not cwd),
-    # removed at exit (one was left behind per process before: 358 of 220 KB in /tmp, 2026-12-06)
+    """pyverilog's parser with its LALR tables read from :func:`_table_cache` when they are there.
+    Making the tables takes about 2 s, which every process that read a ``.v`` paid (pyverilog 1.3's
+    own cache is never read back: PLY looks for the tables in pyverilog's package, and writes them
+    where it is told). Made tables are published there atomically (written in a directory of this
+    process, then renamed into place), so a process never reads a half-written file; when the
+    folder cannot be written, they are made in a directory of this process, removed at exit."""
     import atexit
+    import importlib.util
+    import os
     import shutil
+
+    from ply.yacc import NullLogger, yacc
+    from pyverilog.vparser.lexer import VerilogLexer
+    from pyverilog.vparser.parser import VerilogParser
+
+    name = "mi_certify_pyverilog_parsetab"
+
+    class _Parser(VerilogParser):
+        def __init__(self, tabmodule, outputdir):   # VerilogParser.__init__, with the tables' module and place
+            self.lexer = VerilogLexer(error_func=self._lexer_error_func)
+            self.lexer.build()
+            self.tokens = self.lexer.tokens
+            self.parser = yacc(module=self, method="LALR", tabmodule=tabmodule, outputdir=outputdir, debug=False,
+                               write_tables=isinstance(tabmodule, str), errorlog=NullLogger())
+
+    cached = _table_cache() / f"{name}.py"
+    if cached.is_file():
+        try:
+            spec = importlib.util.spec_from_file_location(name, cached)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return _Parser(module, str(cached.parent))
+        except Exception:   # noqa: BLE001 - an unreadable cache is made again below
+            pass
     out = tempfile.mkdtemp(prefix="mi-certify-pyverilog-")
     atexit.register(shutil.rmtree, out, True)
-    return VerilogParser(outputdir=out, debug=False)
+    parser = _Parser(name, out)
+    tmp = cached.parent / f".{name}.{os.getpid()}.py"
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(out) / f"{name}.py", tmp)
+        os.replace(tmp, cached)
+    except OSError:   # a read-only installation: the tables are made again by the next process
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return parser
 
 
 _CONSTRUCTS = (("module", "the module header"), ("input", "a port declaration"), ("output", "a port declaration"),

@@ -6,6 +6,8 @@ import math
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mi_certify.runtime.quantize import Quantizer, address, quantize, split_address
 
@@ -13,6 +15,24 @@ from mi_certify.runtime.quantize import Quantizer, address, quantize, split_addr
 def test_levels_follow_the_floor_formula_and_the_last_cell_is_closed():
     q = Quantizer.from_floats(20.0, 110.0, 3)  # step 11.25
     assert [q.level(x) for x in (20.0, 31.24, 31.25, 64.9, 98.75, 109.99, 110.0)] == [0, 0, 1, 3, 7, 7, 7]
+
+
+@settings(max_examples=400, deadline=None)
+@given(lo=st.floats(-1e300, 1e300), width=st.floats(5e-324, 1e300), bits=st.integers(1, 16),
+       x=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.fractions(), st.integers(-2**70, 2**70)),
+       pick=st.integers(0, 4))
+def test_level_in_integers_is_the_fraction_formula(lo, width, bits, x, pick):
+    """:meth:`Quantizer.level` computes in integers; the module's formula, in Fractions, gives the same
+    level at any reading: the envelope's ends, their float neighbours, values inside and out."""
+    hi = lo + width
+    if not (math.isfinite(hi) and hi > lo):
+        return
+    q = Quantizer.from_floats(lo, hi, bits)
+    x = (x, lo, hi, math.nextafter(lo, -math.inf), math.nextafter(hi, math.inf))[pick]
+    fx = None if isinstance(x, float) and not math.isfinite(x) else Fraction(x)
+    want = None if fx is None or not q.lo <= fx <= q.hi else \
+        min(math.floor((fx - q.lo) * (1 << bits) / (q.hi - q.lo)), (1 << bits) - 1)
+    assert q.level(x) == want
 
 
 def test_cell_edges_are_exact_rationals():

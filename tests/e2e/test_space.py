@@ -145,7 +145,8 @@ def test_a_whole_build_proves_and_repeats_byte_for_byte(tmp_path_factory, shape)
     manifest = json.loads((outs[0] / "manifest.json").read_text())
     # the report, the obligations and the heatmaps are hashed (and so compared) too
     assert {"report.html", "report.md", "obligations.json"} <= set(manifest["files"])
-    assert any(rel.startswith("heatmaps/heatmap_") and rel.endswith(".png") for rel in manifest["files"])
+    if len(bits) >= 2:   # a heatmap per pair of inputs
+        assert any(rel.startswith("heatmaps/heatmap_") and rel.endswith(".png") for rel in manifest["files"])
     assert (outs[0] / "manifest.json").read_bytes() == (outs[1] / "manifest.json").read_bytes()
     differ = [rel for rel in manifest["files"] if (outs[0] / rel).read_bytes() != (outs[1] / rel).read_bytes()]
     assert differ == [] and len(manifest["files"]) > 15

@@ -372,6 +372,18 @@ def test_report_loads_in_headless_chromium_without_console_errors(reference_buil
     assert (reference_build / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the bundle's screenshot
 
 
+def test_the_screenshot_is_left_out_with_its_switch_and_taken_without(reference_build, tmp_path, monkeypatch):
+    """MI_CERTIFY_SCREENSHOT=0 (docs/user-guide.md; the suite sets it) leaves report.png out; otherwise
+    the report's screenshot is taken where Chromium is installed."""
+    from mi_certify.generator.pipeline.stages import screenshot
+    shutil.copyfile(reference_build / "report.html", tmp_path / "report.html")
+    monkeypatch.setenv("MI_CERTIFY_SCREENSHOT", "0")
+    assert screenshot(tmp_path) is False and not (tmp_path / "report.png").exists()
+    monkeypatch.delenv("MI_CERTIFY_SCREENSHOT")
+    assert screenshot(tmp_path) is True
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_chromium_check_reports_console_errors_and_requests(tmp_path):
     from mi_certify.verification.tools.chromium import load_page
     page = tmp_path / "bad.html"

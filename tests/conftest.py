@@ -170,7 +170,7 @@ def tensor(name: str, shape):
 #: Builds the reference bundle unless another process has (argv: lock file, done file, the build
 #: command): under an exclusive flock, so every caller waits for one build and reads its result.
 _REFERENCE_BUILDER = """
-import fcntl, subprocess, sys
+import fcntl, os, subprocess, sys
 from pathlib import Path
 lock, done, cmd = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
 with open(lock, "w") as fh:

@@ -320,7 +320,7 @@ def _progress_events(progress: Progress, console: Console):
             stage, status = name.split(":")
             progress.remove_task(tasks.pop(stage))
             details.pop(stage, None)
-            mark = "[green]✓[/]" if status == "ok" else "[red]✗[/]"
+            mark = {"ok": "[green]✓[/]", "skipped": "[yellow]-[/]"}.get(status, "[red]✗[/]")
             console.print(f"{mark} {_STAGE_TITLES.get(stage, stage):55s} {value:7.2f} s")
     return on_event
 

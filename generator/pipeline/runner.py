@@ -360,7 +360,8 @@ def _write_bundle(ctx: BuildContext, spec_path: Path) -> dict:
     ev.write("provenance.json", {"mi_certify_source_commit": source_commit(),
                                  "note": "not hashed: a commit id cannot be inside the commit that contains it; "
                                          "manifest.json binds the source by mi_certify.source.sha256"})
-    ctx.timed("report_screenshot", lambda: stages.screenshot(d))
+    # "skipped" when none was taken (no Chromium, or MI_CERTIFY_SCREENSHOT=0): the console says so
+    ctx.timed("report_screenshot", lambda: stages.screenshot(d), lambda taken: "ok" if taken else "skipped")
     ev.write("manifest.json", _manifest(ctx, spec_path, manifest_figures(summary, obligations)))
     return summary
 
@@ -372,7 +373,8 @@ NOT_HASHED = {"build.log": "stage times",
               "diagnostics.json": "onnxruntime figures (float32 kernels differ by CPU): import cross-check "
                                   "difference, fidelity against onnxruntime",
               "provenance.json": "git commit of the mi-certify source checkout",
-              "report.png": "screenshot of report.html in headless Chromium (absent without chromium)",
+              "report.png": "screenshot of report.html in headless Chromium (absent without chromium or with "
+                            "MI_CERTIFY_SCREENSHOT=0)",
               "manifest.json.sig": "Ed25519 signature of manifest.json (mi-certify sign)"}
 
 

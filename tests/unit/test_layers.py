@@ -4,6 +4,7 @@ and every module importable alone in a fresh interpreter."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -197,7 +198,7 @@ for m in sys.stdin.read().split():
 
 def test_every_module_imports_alone():
     names = sorted(_module_names())
-    env = {**__import__("os").environ, "OPENBLAS_NUM_THREADS": "1"}   # no BLAS threads across the forks
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}   # no BLAS threads across the forks
     proc = subprocess.run([sys.executable, "-c", _IMPORT_ALONE], input=" ".join(names), capture_output=True,
                           text=True, timeout=600, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -22,9 +22,11 @@ The reader shares no code with the emitter or Yosys. Errors: :class:`VerilogRead
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,8 +77,6 @@ def _table_cache() -> Path:
     """Where PLY's LALR tables for pyverilog's grammar are kept between processes: under the Python
     installation that runs us (``sys.prefix``, as trusted as the code itself; never the bundle, the
     working directory or the home directory), one folder per pyverilog, PLY and table version."""
-    import sys
-
     import ply
     import ply.yacc
     import pyverilog
@@ -87,7 +87,7 @@ def _table_cache() -> Path:
 @functools.lru_cache(maxsize=1)
 def _parser():
     """pyverilog's parser with its LALR tables read from :func:`_table_cache` when they are there.
-    Making the tables takes about 2 s, which every process that read a ``.v`` paid (pyverilog 1.3's
+    Making the tables takes about 1 s, which every process that read a ``.v`` paid (pyverilog 1.3's
     own cache is never read back: PLY looks for the tables in pyverilog's package, and writes them
     where it is told). Made tables are published there atomically (written in a directory of this
     process, then renamed into place), so a process never reads a half-written file; when the
@@ -129,10 +129,8 @@ def _parser():
         shutil.copyfile(Path(out) / f"{name}.py", tmp)
         os.replace(tmp, cached)
     except OSError:   # a read-only installation: the tables are made again by the next process
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
     return parser
 
 

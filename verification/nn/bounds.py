@@ -34,6 +34,7 @@ import numpy as np
 
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode, prepared_terms, weight_memo
 from mi_certify.generator.core.numerics import Sparse, matmul, operand, pair_rows_product, rowdot, sum_last
+from mi_certify.verification.nn.chain_pass import chain_lower, chain_plan
 
 #: Relative outward inflation of every computed bound (see module docstring).
 INFLATION = 1e-9
@@ -494,6 +495,74 @@ def _instance_chunks(bi: np.ndarray, ji: np.ndarray, by_neuron: bool):
         s = stop
 
 
+#: Instances per call of the chain kernel (:func:`_chain_passes`): the deadline is checked between calls
+#: (an instance of tllverifybench N = 64 takes at most about 0.2 ms).
+_CHAIN_CHUNK = 2048
+
+
+def _chain_passes(ir: ControllerIR, nid: int, bi: np.ndarray, ji: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                  nb: NodeBounds, lower_slopes: tuple, cache: dict, deadline: float | None, l_i: np.ndarray,
+                  u_i: np.ndarray) -> np.ndarray:
+    """:func:`crown_bounds`' per-neuron passes of node ``nid`` by the compiled chain kernel
+    (:mod:`~mi_certify.verification.nn.chain_pass`: the same bits as :func:`_backward_lower_batch`) where it
+    applies: tightens ``l_i``/``u_i`` (B, size) in place at the instances (``bi``, ``ji``) it computed and
+    returns a boolean mask of the instances left to the batched pass (all of them when the IR is not a
+    sparse chain or a ReLU relaxation below ``nid`` is not finite). Raises BoundsTimeout."""
+    plan = chain_plan(ir) if compactable(ir) else None
+    if plan is None or not all(isinstance(v, str) for v in lower_slopes):
+        return np.ones(bi.size, dtype=bool)
+    passes = []
+    flagged = np.zeros(bi.size, dtype=bool)
+    for v in lower_slopes:
+        rel = _chain_relaxations(ir, nid, nb, v, cache)
+        if rel is None:
+            return np.ones(bi.size, dtype=bool)
+        out = np.empty((bi.size, 2))
+        for s in range(0, bi.size, _CHAIN_CHUNK):
+            _check_deadline(deadline)
+            o, f = chain_lower(plan, nid, bi[s:s + _CHAIN_CHUNK], ji[s:s + _CHAIN_CHUNK], lo, hi, *rel, INFLATION)
+            out[s:s + _CHAIN_CHUNK] = o
+            flagged[s:s + _CHAIN_CHUNK] |= f
+        passes.append(out)
+    both = np.max(passes, axis=0)
+    done = ~flagged
+    b, j = bi[done], ji[done]
+    l_i[b, j] = np.maximum(l_i[b, j], both[done, 0])
+    u_i[b, j] = np.minimum(u_i[b, j], -both[done, 1])
+    return flagged
+
+
+def _chain_relaxations(ir: ControllerIR, nid: int, nb: NodeBounds, rule: str, cache: dict):
+    """(s_lo, s_up, b_up, r_off) for :func:`~.chain_pass.chain_lower`: the relaxations (``rule``) of every
+    ReLU node below ``nid``, side by side in (B, R) arrays (one per :func:`crown_bounds` call and rule, filled
+    as the nodes' bounds become final; each node's the cached one of the batched pass); None when one of them
+    is not finite (the batched pass then keeps NaN's semantics)."""
+    key = ("chain", rule)
+    if key not in cache:
+        relus = [r for r, node in enumerate(ir.nodes) if isinstance(node, ReluNode)]
+        r_off = np.zeros(len(ir.nodes), dtype=np.int64)
+        at = 0
+        for r in relus:
+            r_off[r] = at
+            at += ir.nodes[r].size
+        B = nb.lower[0].shape[0]
+        cache[key] = [np.zeros((B, at)), np.zeros((B, at)), np.zeros((B, at)), r_off, set()]
+    s_lo, s_up, b_up, r_off, filled = cache[key]
+    for r in range(1, nid):
+        node = ir.nodes[r]
+        if not isinstance(node, ReluNode) or r in filled:
+            continue
+        rk = (r, rule)
+        if rk not in cache:
+            cache[rk] = _relu_relaxation(nb.lower[node.src], nb.upper[node.src], rule)
+        if not _all_finite(cache, rk, cache[rk]):
+            return None
+        for whole, part in zip((s_lo, s_up, b_up), cache[rk]):
+            whole[:, r_off[r]:r_off[r] + node.size] = part
+        filled.add(r)
+    return s_lo, s_up, b_up, r_off
+
+
 def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
                  lower_slopes: tuple[str, ...] = ("adaptive",), deadline: float | None = None,
                  phases: dict[int, np.ndarray] | None = None) -> NodeBounds:
@@ -537,7 +606,8 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
                 bi, ji = np.nonzero((l_i < 0) & (u_i > 0))
                 if bi.size:
                     l_i, u_i = l_i.copy(), u_i.copy()
-                    for b, j in _instance_chunks(bi, ji, compactable(ir)):
+                    rest = _chain_passes(ir, nid, bi, ji, lo, hi, nb, lower_slopes, cache, deadline, l_i, u_i)
+                    for b, j in _instance_chunks(bi[rest], ji[rest], compactable(ir)):
                         passes = []
                         for v in lower_slopes:
                             _check_deadline(deadline)

@@ -565,7 +565,7 @@ def _chain_relaxations(ir: ControllerIR, nid: int, nb: NodeBounds, rule: str, ca
 
 def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
                  lower_slopes: tuple[str, ...] = ("adaptive",), deadline: float | None = None,
-                 phases: dict[int, np.ndarray] | None = None) -> NodeBounds:
+                 phases: dict[int, np.ndarray] | None = None, init: NodeBounds | None = None) -> NodeBounds:
     """Bounds of every node over [lo, hi]: forward linear bounds (:func:`forward_bounds`, never
     looser than interval bounds) everywhere, tightened by CROWN at every pre-ReLU node that is not a direct affine map of the input (outputs keep
     interval bounds; bound output expressions with :func:`output_matrix_lower`).
@@ -577,12 +577,21 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
             optimising the slopes as alpha-CROWN does: Xu et al., ICLR 2021).
         deadline: ``time.monotonic()`` value; checked before every backward pass (one pass
             costs at most a fraction of a second at width 256, depth 6).
+        phases: {pre-ReLU node id: (size,) or (B, size) int8}: +1 clips the node's lower bound to 0,
+            -1 its upper bound (a ReLU-split subdomain; :mod:`~.lp_split`).
+        init: sound bounds of every node over these boxes ((size,) arrays for all boxes, or (B, size)),
+            e.g. a split subdomain's parent's: they replace the forward bounds (:func:`forward_bounds`,
+            not computed then) as the bounds CROWN tightens.
     Raises:
         BoundsTimeout when ``deadline`` has passed.
     """
     _check_deadline(deadline)
     lo, hi, single = _batch(lo, hi)
-    ib = forward_bounds(ir, lo, hi, deadline)  # (tighter than intervals: fewer unstable neurons to bound)
+    if init is None:
+        ib = forward_bounds(ir, lo, hi, deadline)  # (tighter than intervals: fewer unstable neurons to bound)
+    else:
+        ib = NodeBounds([np.array(np.broadcast_to(v, (lo.shape[0], np.shape(v)[-1]))) for v in init.lower],
+                        [np.array(np.broadcast_to(v, (lo.shape[0], np.shape(v)[-1]))) for v in init.upper])
     lower, upper = [None] * len(ir.nodes), [None] * len(ir.nodes)
     nb = NodeBounds(lower, upper)
     # CROWN only where it can help: pre-ReLU nodes that are not a direct affine map of the

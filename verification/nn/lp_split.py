@@ -11,10 +11,14 @@ triangle LP (every affine node an equality, every unstable ReLU its convex hull)
 is bounded below. ``t* > 0`` proves that no point of the box lies in the region. A box
 the LP leaves open is split on one unstable ReLU ``z_j``: ``z_j >= 0`` (then ``h_j = z_j``)
 and ``z_j <= 0`` (then ``h_j = 0``); the two subdomains cover the box, and each phase
-constraint enters its LP exactly. After a split the node bounds of the subdomain are
-computed again by CROWN with the phase constraint applied to ``z_j``'s bounds
-(:func:`~.bounds.crown_bounds` ``phases``; sound on the subdomain) and intersected with
-the parent's. The neuron split is the one whose triangle intercept carries the largest
+constraint enters its LP exactly. After a split the node bounds of both subdomains are
+computed again by CROWN, in one batched pass, starting from the parent's bounds (sound on
+each subdomain, which lies in the parent; no forward bounds) with the phase constraint
+applied to ``z_j``'s bounds (:func:`~.bounds.crown_bounds` ``init`` and ``phases``) and
+intersected with the parent's. A subdomain whose CROWN output bound already puts some row
+above its limit everywhere (or whose bounds cross) is closed without an LP: on ACAS Xu 4_1
+/ property 3's first 60 leaves, 420 → 349 LPs and 9.2–10.5 → 6.6–6.7 s in one process
+(2026-12-07). The neuron split is the one whose triangle intercept carries the largest
 share of the LP's dual bound (the LP analogue of BaBSR's score); a subdomain with no
 unstable neuron is an exact LP: its optimum is a candidate counterexample.
 
@@ -42,7 +46,7 @@ import scipy.sparse as sp
 
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, ReluNode
 
-from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds
+from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds, output_matrix_lower
 from mi_certify.verification.nn.lp_relax import affine_equalities
 
 __all__ = ["SplitLP", "close_leaves", "split_leaf"]
@@ -285,7 +289,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         warm_root: start the box's first LP from the previous box's first optimal basis
             (a neighbouring box when boxes come in the order input splitting made them).
     Returns:
-        ("closed", number of LPs) when every subdomain's safe bound is positive;
+        ("closed", number of LPs) when every subdomain's safe bound (or CROWN output bound) is positive;
         ("candidate", x (n_inputs,)) for a point the network must be evaluated at (an
         exact subdomain's LP optimum, or an LP point the IR puts in the region) — not yet a
         counterexample: the caller replays it; ("open", reason) otherwise.
@@ -297,7 +301,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
     except BoundsTimeout:
         return "open", "timeout"
     stack = [({}, root_nb, lp.root_basis if warm_root else None)]
-    n_lp = 0
+    n_lp = n_crown = 0
     while stack:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -318,16 +322,27 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         if cand is None:
             return ("candidate", x) if x is not None else ("open", "exact subdomain without a solution")
         nid, k = cand
+        kids = []
         for sign in (-1, 1):
             ph = {a: b.copy() for a, b in phases.items()}
             ph.setdefault(nid, np.zeros(ir.nodes[nid].size, dtype=np.int8))[k] = sign
-            try:
-                child = crown_bounds(ir, lo, hi, deadline=deadline, phases={relu_src[a]: b for a, b in ph.items()})
-            except BoundsTimeout:
-                return "open", "timeout"
-            child = NodeBounds([np.maximum(a, p) for a, p in zip(child.lower, nb.lower)],
-                               [np.minimum(a, p) for a, p in zip(child.upper, nb.upper)])
-            stack.append((ph, child, lp.basis))
+            kids.append(ph)
+        # both subdomains in one CROWN pass from the parent's bounds (sound on each: it holds them);
+        # a subdomain whose CROWN output bound already excludes the region needs no LP
+        two_lo, two_hi = np.stack([lo, lo]), np.stack([hi, hi])
+        try:
+            both = crown_bounds(ir, two_lo, two_hi, deadline=deadline, init=nb,
+                                phases={relu_src[a]: np.stack([kids[0][a], kids[1][a]]) for a in kids[0]})
+            both = NodeBounds([np.maximum(a, p) for a, p in zip(both.lower, nb.lower)],
+                              [np.minimum(a, p) for a, p in zip(both.upper, nb.upper)])
+            low, _ = output_matrix_lower(ir, C, two_lo, two_hi, both, deadline=deadline)
+        except BoundsTimeout:
+            return "open", "timeout"
+        for i, ph in enumerate(kids):
+            if np.max(low[i] - d) > 0 or any(np.any(a[i] > b[i]) for a, b in zip(both.lower, both.upper)):
+                n_crown += 1   # closed by CROWN (or its bounds cross: no point), no LP
+                continue
+            stack.append((ph, NodeBounds([a[i] for a in both.lower], [b[i] for b in both.upper]), lp.basis))
     return "closed", n_lp
 
 

@@ -152,3 +152,73 @@ def test_acasxu_row_input_splitting_left_open_is_proved_by_the_lp_leaves(net, pr
                  VerifyOptions(timeout=240, use_marabou=False))
     assert res.verdict == Verdict.PROVED, res
     assert res.method == "bounds+lp" and res.stats["lp_leaves"] > 100 and res.stats["lp_calls"] > res.stats["lp_leaves"]
+
+
+
+def _crown_closings(monkeypatch, d_of) -> list[int]:
+    """Counts, per call of split_leaf's CROWN pre-check, the subdomains its output bound closes
+    (``d_of()``: the region's current d)."""
+    import mi_certify.verification.nn.lp_split as L
+    closed: list[int] = []
+    real = L.output_matrix_lower
+
+    def counted(ir, C, lo, hi, nb, **kw):
+        low, lin = real(ir, C, lo, hi, nb, **kw)
+        closed.append(int(np.sum(np.max(low - d_of(), axis=1) > 0)))
+        return low, lin
+
+    monkeypatch.setattr(L, "output_matrix_lower", counted)
+    return closed
+
+
+def test_split_leaf_with_several_rows_decides_as_z3_does(monkeypatch):
+    """Regions of three rows (C y <= d, all of them) on random networks: split_leaf closes a subdomain
+    without an LP where its CROWN output bound puts some row above its limit everywhere (the pre-check on
+    both subdomains of a split). Its answers stay those of Z3 (exact rationals), and the pre-check does
+    close subdomains here."""
+    current = [None]
+    closed = _crown_closings(monkeypatch, lambda: current[0])
+    answers = []
+    for seed in range(12):
+        rng = np.random.default_rng(500 + seed)
+        ir = _random_dag(rng, int(rng.integers(2, 4)),
+                         [int(v) for v in rng.integers(4, 10, size=rng.integers(1, 3))], 3)
+        C = rng.standard_normal((3, 3))
+        lo = rng.uniform(-1, 0, ir.n_inputs)
+        hi = lo + rng.uniform(0.5, 1.5, ir.n_inputs)
+        m = ir.evaluate(lo + (hi - lo) * rng.random((5000, ir.n_inputs))) @ C.T
+        base = np.quantile(m, 0.5, axis=0)
+        worst = np.max(m - base, axis=1)   # a point is in the region base + s when worst <= s
+        for shift in (float(np.min(worst)) - 0.05, float(np.quantile(worst, 0.03))):
+            d = current[0] = base + shift
+            exact, _ = ExactChecker(ir, C, d).check(lo, hi, 60.0)
+            kind, what = split_leaf(ir, C, d, lo, hi, float("inf"), max_lps=20000)
+            answers.append((exact, kind))
+            assert exact in ("sat", "unsat")
+            if exact == "unsat":
+                assert kind == "closed", (seed, shift)
+            else:
+                assert kind == "candidate", (seed, shift)
+                # an LP point (HiGHS's tolerances), replayed by the caller before anything is reported
+                y = ir.evaluate(np.asarray(what)[None])[0]
+                assert np.all(what >= lo - 1e-6) and np.all(what <= hi + 1e-6)
+                assert np.all(C @ y - d <= 1e-6)
+    assert {a for a, _ in answers} == {"sat", "unsat"}
+    assert sum(closed) > 0, closed
+
+
+def test_the_crown_pre_check_closes_subdomains_on_an_acasxu_leaf(monkeypatch):
+    """A box of ACAS Xu 4_2 / property 2 that CROWN alone leaves open: ReLU splitting closes it, and
+    the CROWN pre-check closes some of its subdomains without an LP."""
+    root = ANCHORS / "acasxu"
+    ir = load_model(root / "onnx" / "ACASXU_run2a_4_2_batch_2000.onnx").ir
+    q = parse_vnnlib(root / "vnnlib" / "prop_2.vnnlib", 5, 5)
+    (dj,) = q.disjuncts
+    closed = _crown_closings(monkeypatch, lambda: dj.d)
+    lo, hi = np.asarray(dj.lo, dtype=float), np.asarray(dj.hi, dtype=float)
+    mid = (lo + hi) / 2
+    box_lo, box_hi = mid - (hi - lo) / 32, mid + (hi - lo) / 32   # 208 LPs (2026-12-07)
+    kind, what = split_leaf(ir, dj.C, dj.d, box_lo, box_hi, float("inf"))
+    assert kind == "closed" and what > 1
+    # one pre-check per split, two subdomains each: every subdomain it closed went without an LP
+    assert sum(closed) > 0 and what <= 1 + 2 * len(closed) - sum(closed), (what, closed)

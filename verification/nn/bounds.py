@@ -495,9 +495,10 @@ def _instance_chunks(bi: np.ndarray, ji: np.ndarray, by_neuron: bool):
         s = stop
 
 
-#: Instances per call of the chain kernel (:func:`_chain_passes`): the deadline is checked between calls
-#: (an instance of tllverifybench N = 64 takes at most about 0.2 ms).
-_CHAIN_CHUNK = 2048
+#: Work per call of the chain kernel (:func:`_chain_passes`), in nonzero weights an instance may meet
+#: (``ChainPlan.work``) times instances: the deadline is checked between calls (2e7: at most about 0.1 s;
+#: tllverifybench N = 64's last layer, 414 us an instance, 246 instances a call).
+_CHAIN_WORK = 20_000_000
 
 
 def _chain_passes(ir: ControllerIR, nid: int, bi: np.ndarray, ji: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -518,11 +519,12 @@ def _chain_passes(ir: ControllerIR, nid: int, bi: np.ndarray, ji: np.ndarray, lo
         if rel is None:
             return np.ones(bi.size, dtype=bool)
         out = np.empty((bi.size, 2))
-        for s in range(0, bi.size, _CHAIN_CHUNK):
+        step = max(1, _CHAIN_WORK // max(1, int(plan.work[nid]) + int(plan.size[nid])))
+        for s in range(0, bi.size, step):
             _check_deadline(deadline)
-            o, f = chain_lower(plan, nid, bi[s:s + _CHAIN_CHUNK], ji[s:s + _CHAIN_CHUNK], lo, hi, *rel, INFLATION)
-            out[s:s + _CHAIN_CHUNK] = o
-            flagged[s:s + _CHAIN_CHUNK] |= f
+            o, f = chain_lower(plan, nid, bi[s:s + step], ji[s:s + step], lo, hi, *rel, INFLATION)
+            out[s:s + step] = o
+            flagged[s:s + step] |= f
         passes.append(out)
     both = np.max(passes, axis=0)
     done = ~flagged

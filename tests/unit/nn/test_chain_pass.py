@@ -91,11 +91,11 @@ def test_an_instance_whose_coefficients_overflow_is_left_to_the_batched_pass(mon
     """Weights of 1e200 in two layers over inputs of 1e-300: every bound is finite, but the pass's product of
     the two layers overflows to inf. The kernel flags those instances and the batched pass computes them,
     with its NaN semantics: the same bits either way."""
-    W1 = np.zeros((8, 2)); W1[:, 0] = 1e-300; W1[:4, 1] = -1e-300
-    W2 = np.zeros((6, 8)); W2[np.arange(6), np.arange(6)] = 1e200; W2[np.arange(6), np.arange(2, 8)] = -1e200
+    W1 = np.zeros((16, 2)); W1[:8, 0] = 1e-300; W1[:4, 1] = -1e-300   # (sparse enough for the kernel)
+    W2 = np.zeros((6, 16)); W2[np.arange(6), np.arange(6)] = 1e200; W2[np.arange(6), np.arange(2, 8)] = -1e200
     W3 = np.zeros((5, 6)); W3[np.arange(5), np.arange(5)] = 1e200; W3[np.arange(5), np.arange(1, 6)] = -1e200
     W4 = np.zeros((1, 5)); W4[0, :2] = 1.0
-    ir = ControllerIR((InputNode(2), AffineNode(((0, W1),), np.zeros(8)), ReluNode(1, 8),
+    ir = ControllerIR((InputNode(2), AffineNode(((0, W1),), np.zeros(16)), ReluNode(1, 16),
                        AffineNode(((2, W2),), np.zeros(6)), ReluNode(3, 6),
                        AffineNode(((4, W3),), np.zeros(5)), ReluNode(5, 5),
                        AffineNode(((6, W4),), np.zeros(1))), (7,))
@@ -106,12 +106,20 @@ def test_an_instance_whose_coefficients_overflow_is_left_to_the_batched_pass(mon
     assert seen["flagged"] > 0, seen
 
 
-def test_the_kernel_is_not_used_off_a_finite_chain():
-    """A skip connection (two terms) or a non-finite weight: no plan, the batched pass runs."""
+def test_the_kernel_is_not_used_off_a_sparse_finite_chain():
+    """A skip connection (two terms), a jump over a node, a non-finite weight, mostly nonzero weights: no
+    plan, the batched pass runs. A plan's work per node counts the nonzero weights before it."""
     W = np.zeros((4, 4)); W[0, 0] = 1.0
     base = [InputNode(4), AffineNode(((0, np.eye(4)),), np.zeros(4)), ReluNode(1, 4)]
     skip = ControllerIR(tuple(base + [AffineNode(((0, W), (2, W)), np.zeros(4))]), (3,))
     inf = ControllerIR(tuple(base + [AffineNode(((2, W * np.inf),), np.zeros(4))]), (3,))
     jump = ControllerIR(tuple(base + [AffineNode(((0, W),), np.zeros(4))]), (3,))
     chain = ControllerIR(tuple(base + [AffineNode(((2, W),), np.zeros(4))]), (3,))
-    assert [chain_pass.chain_plan(ir) is None for ir in (skip, inf, jump, chain)] == [True, True, True, False]
+    # a chain whose weights are mostly nonzero (a fresh helper: the kernel was 3x slower there, and late
+    # for its deadline): the batched pass
+    dense = ControllerIR(tuple([InputNode(4), AffineNode(((0, np.ones((4, 4))),), np.zeros(4)), ReluNode(1, 4),
+                                AffineNode(((2, W),), np.zeros(4))]), (3,))
+    assert B.compactable(dense)
+    assert ([chain_pass.chain_plan(ir) is None for ir in (skip, inf, jump, chain, dense)]
+            == [True, True, True, False, True])
+    assert chain_pass.chain_plan(chain).work.tolist() == [0, 0, 4, 4]

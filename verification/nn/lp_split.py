@@ -301,7 +301,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
     except BoundsTimeout:
         return "open", "timeout"
     stack = [({}, root_nb, lp.root_basis if warm_root else None)]
-    n_lp = n_crown = 0
+    n_lp = 0
     while stack:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -340,8 +340,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
             return "open", "timeout"
         for i, ph in enumerate(kids):
             if np.max(low[i] - d) > 0 or any(np.any(a[i] > b[i]) for a, b in zip(both.lower, both.upper)):
-                n_crown += 1   # closed by CROWN (or its bounds cross: no point), no LP
-                continue
+                continue   # closed by CROWN (or its bounds cross: no point), no LP
             stack.append((ph, NodeBounds([a[i] for a in both.lower], [b[i] for b in both.upper]), lp.basis))
     return "closed", n_lp
 

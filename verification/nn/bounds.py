@@ -567,7 +567,8 @@ def _chain_relaxations(ir: ControllerIR, nid: int, nb: NodeBounds, rule: str, ca
 
 def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
                  lower_slopes: tuple[str, ...] = ("adaptive",), deadline: float | None = None,
-                 phases: dict[int, np.ndarray] | None = None, init: NodeBounds | None = None) -> NodeBounds:
+                 phases: dict[int, np.ndarray] | None = None, init: NodeBounds | None = None,
+                 keep: int = -1) -> NodeBounds:
     """Bounds of every node over [lo, hi]: forward linear bounds (:func:`forward_bounds`, never
     looser than interval bounds) everywhere, tightened by CROWN at every pre-ReLU node that is not a direct affine map of the input (outputs keep
     interval bounds; bound output expressions with :func:`output_matrix_lower`).
@@ -584,6 +585,8 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
         init: sound bounds of every node over these boxes ((size,) arrays for all boxes, or (B, size)),
             e.g. a split subdomain's parent's: they replace the forward bounds (:func:`forward_bounds`,
             not computed then) as the bounds CROWN tightens.
+        keep: with ``init``, nodes up to this id keep init's bounds (no CROWN pass; ``phases`` still
+            clip them): a ReLU split at node ``keep`` leaves the bounds before it as its parent's.
     Raises:
         BoundsTimeout when ``deadline`` has passed.
     """
@@ -609,7 +612,7 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
             upper[nid] = np.maximum(upper[node.src], 0.0)
         else:
             l_i, u_i = ib.lower[nid], ib.upper[nid]
-            if nid in need:
+            if nid in need and nid > keep:
                 # only neurons some box leaves unstable need CROWN: a stable one's relaxation
                 # is exact whatever its bounds (only its sign is used downstream)
                 # (each box's own unstable neurons: a row is computed by the same operations

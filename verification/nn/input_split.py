@@ -263,7 +263,8 @@ def choose_splits(ir: ControllerIR, dj: Disjunct, batch: Batch, strategy: str, d
 class Children:
     """The children kept, C of them: lo/hi (C, n); bound (C,) their best lower bound (LP hints
     included); row (C,) the row of their CROWN bound; lin (C, m, n) its coefficients; hint: per
-    child the LP multipliers it got or inherited, or None."""
+    child the LP multipliers it got or inherited, or None; nb: their node bounds ((C, size_i) arrays:
+    CROWN's where the forward bounds left a child open, :func:`bound_region`)."""
 
     lo: np.ndarray
     hi: np.ndarray
@@ -271,6 +272,7 @@ class Children:
     row: np.ndarray
     lin: np.ndarray
     hint: list
+    nb: NodeBounds | None = None
 
 
 def bound_children(ir: ControllerIR, dj: Disjunct, batch: Batch, split: Split, lp: TriangleLP | None,
@@ -306,7 +308,7 @@ def bound_children(ir: ControllerIR, dj: Disjunct, batch: Batch, split: Split, l
     fresh = lp_hints(lp, ch_lo, ch_hi, ch_nb, want, deadline, stats, s)
     ch_best = np.maximum(ch_best, hinted_lower(ir, dj, ch_lo, ch_hi, ch_nb, fresh, deadline))
     return Children(ch_lo, ch_hi, ch_best, ch_row, ch_lin,
-                    [f if f is not None else h for f, h in zip(fresh, hints)])
+                    [f if f is not None else h for f, h in zip(fresh, hints)], ch_nb)
 
 
 def halvings(lo: np.ndarray, hi: np.ndarray, region_lo: np.ndarray, region_hi: np.ndarray) -> np.ndarray:

@@ -44,7 +44,8 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from mi_certify.generator.core.ir import AffineNode, ControllerIR, ReluNode
+from mi_certify.generator.core.ir import ControllerIR, InputNode, ReluNode, prepared_terms
+from mi_certify.generator.core.numerics import matmul
 
 from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds, output_matrix_lower
 from mi_certify.verification.nn.lp_relax import affine_equalities
@@ -60,19 +61,177 @@ MAX_LPS = 5000
 LEAF_CHUNK = 32
 
 
-class SplitLP:
+def _highs():
+    """A HiGHS instance for one LP at a time: quiet, one thread, presolve on (used on cold starts)."""
+    import highspy
+
+    # the compiled class the public highspy.Highs derives from: Highs() turns on its
+    # Python callbacks, which print HiGHS's banner on stdout before any option can be set
+    h = highspy._core._Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("presolve", "on")
+    h.setOptionValue("threads", 1)
+    return h
+
+
+def _pass_model(h, A: sp.csc_matrix, rl: np.ndarray, ru: np.ndarray, cost: np.ndarray) -> None:
+    """Load the LP ``min cost·v  s.t.  rl <= A v <= ru`` (variable bounds set per solve) into ``h``."""
+    import highspy
+
+    nv = A.shape[1]
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = nv, A.shape[0]
+    lp.col_cost_ = cost
+    lp.col_lower_, lp.col_upper_ = np.full(nv, -1e30), np.full(nv, 1e30)
+    lp.row_lower_ = np.where(np.isfinite(rl), rl, -highspy.kHighsInf)
+    lp.row_upper_ = np.where(np.isfinite(ru), ru, highspy.kHighsInf)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = A.indptr
+    lp.a_matrix_.index_ = A.indices
+    lp.a_matrix_.value_ = A.data
+    h.passModel(lp)
+
+
+def _hull(l: np.ndarray, u: np.ndarray, ph: np.ndarray | None):
+    """One ReLU block's pre-activation bounds with its phases applied (+1: z >= 0, -1: z <= 0) and its
+    upper line ``h <= s z + b`` (the hull's when unstable, moved up by its rounding; ``h <= z`` when
+    active, ``h <= 0`` when inactive). Returns (l, u, s, b), or None when the bounds cross (no point)."""
+    l, u = l.copy(), u.copy()
+    if ph is not None:
+        l = np.where(ph > 0, np.maximum(l, 0.0), l)
+        u = np.where(ph < 0, np.minimum(u, 0.0), u)
+    if np.any(l > u):
+        return None
+    unstable = (l < 0) & (u > 0)
+    den = np.where(unstable, u - l, 1.0)
+    s = np.where(unstable, u / den, np.where(l >= 0, 1.0, 0.0))
+    b = np.where(unstable, -s * l, 0.0)
+    b = np.where(unstable, b + 4 * _PAD * (np.abs(l) + np.abs(u)), b)
+    return l, u, s, b
+
+
+class _TriangleLP:
+    """What :class:`SplitLP` and :class:`BoxLP` share: one HiGHS instance holding ``rl <= A v <= ru``
+    (A (n_rows, nv) CSC) with the objective ``t`` (the last variable), the solve, the safe bound and
+    the split choice. A subclass sets ``ir, C, d, A, rl, ru, nv, cost, h`` and implements :meth:`_set`
+    and :meth:`_blocks`."""
+
+    basis = root_basis = None
+
+    def _t_bounds(self, yl: np.ndarray, yu: np.ndarray) -> tuple[float, float]:
+        """Bounds of ``t`` from the outputs' bounds: at least every row's interval lower bound (t >=
+        each row), at most any value >= 0 above the rows' interval upper bound (every point of the
+        region keeps t <= 0)."""
+        Cp, Cn = np.maximum(self.C, 0.0), np.minimum(self.C, 0.0)
+        row_lo = Cp @ yl + Cn @ yu - self.d
+        row_hi = Cp @ yu + Cn @ yl - self.d
+        pad = _PAD * (np.abs(self.C) @ np.maximum(np.abs(yl), np.abs(yu)) + np.abs(self.d))
+        return float(np.max(row_lo - pad)), max(0.0, float(np.max(row_hi + pad))) + 1.0
+
+    def solve(self, lo: np.ndarray, hi: np.ndarray, nb: NodeBounds, phases: dict[int, np.ndarray],
+              time_limit: float = 1.0, basis=None):
+        """Bound one subdomain (box ``lo, hi`` (n_inputs,), node bounds ``nb`` of (size_i,)
+        arrays, ``phases`` {ReLU node id: (size,) int8, +1 active, -1 inactive, 0 free}).
+
+        Returns:
+            (safe lower bound of t* (float; -inf when HiGHS gives no optimum; +inf when the
+            phases contradict the bounds), LP input point (n_inputs,) or None,
+            split candidate (ReLU node id, neuron) or None when no neuron is unstable).
+        """
+        import highspy
+
+        self.basis = None
+        got = self._set(lo, hi, nb, phases)
+        if got is None:
+            return math.inf, None, None
+        lb, ub = got
+        h = self.h
+        h.changeColsBounds(self.nv, np.arange(self.nv, dtype=np.int32), lb, ub)
+        if basis is None:  # a new box: from scratch, with presolve (stable ReLUs drop out)
+            h.clearSolver()
+        else:  # a subdomain: from its parent's optimal basis (dual simplex after a bound change)
+            h.setBasis(basis)
+        # HiGHS's time limit counts the instance's whole run time: extend it by this LP's share
+        h.setOptionValue("time_limit", h.getRunTime() + max(0.01, float(time_limit)))
+        h.run()
+        status = h.getModelStatus()
+        if status == highspy.HighsModelStatus.kInfeasible:
+            # a Farkas ray proves the subdomain empty: the Lagrangian bound of the zero
+            # objective is positive (checked with the same outward rounding, either sign)
+            _, has_ray, ray = h.getDualRay()
+            if has_ray:
+                ray = np.asarray(ray, dtype=np.float64)
+                if max(self._safe_bound(ray, lb, ub, cost=0.0), self._safe_bound(-ray, lb, ub, cost=0.0)) > 0:
+                    return math.inf, None, None
+            return -math.inf, None, self._candidate(None)
+        if status != highspy.HighsModelStatus.kOptimal:
+            return -math.inf, None, self._candidate(None)
+        sol = h.getSolution()
+        self.basis = h.getBasis()
+        y = np.asarray(sol.row_dual, dtype=np.float64)
+        x = np.asarray(sol.col_value, dtype=np.float64)[:self.ir.n_inputs]
+        return self._safe_bound(y, lb, ub), x, self._candidate(y)
+
+    def _safe_bound(self, y: np.ndarray, lb: np.ndarray, ub: np.ndarray, cost: float = 1.0) -> float:
+        """The Lagrangian bound of multipliers ``y`` over the variable bounds, rounded outward
+        (of the objective ``t`` scaled by ``cost``: 0 for a Farkas certificate)."""
+        rl, ru = self.rl, self.ru
+        c = self.cost * cost
+        y = np.where((y > 0) & ~np.isfinite(rl), 0.0, y)   # a <= row takes y <= 0
+        y = np.where((y < 0) & ~np.isfinite(ru), 0.0, y)
+        A = self.A
+        col = self._entry_columns()
+        yi = y[A.indices]
+        r = c - np.bincount(col, weights=A.data * yi, minlength=A.shape[1])
+        e = _PAD * (np.abs(c) + np.bincount(col, weights=np.abs(A.data) * np.abs(yi), minlength=A.shape[1])) + 1e-300
+        cand = np.stack([(r - e) * lb, (r - e) * ub, (r + e) * lb, (r + e) * ub])
+        col_terms = np.min(cand, axis=0)
+        with np.errstate(invalid="ignore"):  # 0 · inf where a row has no lower side
+            row_terms = np.where(y < 0, y * ru, np.where(y > 0, y * rl, 0.0))
+        if not (np.all(np.isfinite(col_terms)) and np.all(np.isfinite(row_terms))):
+            return -math.inf
+        total = math.fsum(col_terms) + math.fsum(row_terms)
+        pad = _PAD * (math.fsum(np.abs(col_terms)) + math.fsum(np.abs(row_terms)))
+        return total - pad
+
+    def _entry_columns(self) -> np.ndarray:
+        """The column of each stored entry of ``A`` (CSC): ``Aᵀ y`` as one ``bincount``."""
+        if getattr(self, "_cols", None) is None or self._cols.size != self.A.data.size:
+            self._cols = np.repeat(np.arange(self.A.shape[1]), np.diff(self.A.indptr))
+        return self._cols
+
+    def _candidate(self, y: np.ndarray | None):
+        """The unstable neuron whose triangle intercept carries the most dual weight (by
+        the hull's area when the duals give none); None when no neuron is unstable. Ties go
+        to the earlier neuron."""
+        by_score, by_area = (None, 0.0), (None, -1.0)
+        for nid, neurons, l, u, upper_rows in self._blocks():
+            unstable = (l < 0) & (u > 0)
+            if not unstable.any():
+                continue
+            if y is not None:
+                score = np.where(unstable, -np.minimum(y[upper_rows], 0.0) * self.ru[upper_rows], 0.0)
+                k = int(np.argmax(score))
+                if score[k] > by_score[1]:
+                    by_score = ((nid, int(neurons[k])), float(score[k]))
+            area = np.where(unstable, -l * u / np.where(unstable, u - l, 1.0), -1.0)
+            k = int(np.argmax(area))
+            if area[k] > by_area[1]:
+                by_area = ((nid, int(neurons[k])), float(area[k]))
+        return by_score[0] if by_score[0] is not None else by_area[0]
+
+
+class SplitLP(_TriangleLP):
     """The triangle LP of ``ir`` for the rows ``C y <= d`` (C (m, n_outputs), d (m,)), kept in
     one HiGHS instance whose bounds and triangle coefficients change from box to box.
 
     Variables: every node's values in node order, then ``t``. Rows: the affine equalities,
     per ReLU ``z - h <= 0`` and ``h - s z <= b`` (``s, b`` set per subdomain: the hull's
     upper line when unstable, ``h <= z`` when active, ``h <= 0`` when inactive), then
-    ``C y - t <= d``.
+    ``C y - t <= d``. The leaves use it for a box whose :class:`BoxLP` would be too large.
     """
 
     def __init__(self, ir: ControllerIR, C: np.ndarray, d: np.ndarray):
-        import highspy
-
         self.ir = ir
         self.C = np.asarray(C, dtype=np.float64)
         self.d = np.asarray(d, dtype=np.float64)
@@ -116,28 +275,15 @@ class SplitLP:
             self._s_pos[nid] = pos
         self.cost = np.zeros(self.nv)
         self.cost[-1] = 1.0
-        # the compiled class the public highspy.Highs derives from: Highs() turns on its
-        # Python callbacks, which print HiGHS's banner on stdout before any option can be set
-        h = highspy._core._Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("presolve", "on")
-        h.setOptionValue("threads", 1)
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = self.nv, self.n_rows
-        lp.col_cost_ = self.cost
-        lp.col_lower_, lp.col_upper_ = np.full(self.nv, -1e30), np.full(self.nv, 1e30)
-        lp.row_lower_ = np.where(np.isfinite(self.rl), self.rl, -highspy.kHighsInf)
-        lp.row_upper_ = self.ru
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = A.indptr
-        lp.a_matrix_.index_ = A.indices
-        lp.a_matrix_.value_ = A.data
-        h.passModel(lp)
-        self.h = h
-        self.basis = self.root_basis = None
-        self._inf = highspy.kHighsInf
-        self._optimal = highspy.HighsModelStatus.kOptimal
-        self._infeasible = highspy.HighsModelStatus.kInfeasible
+        self.h = _highs()
+        _pass_model(self.h, A, self.rl, self.ru, self.cost)
+        self._box_h = None
+
+    def box_highs(self):
+        """The HiGHS instance the :class:`BoxLP` of each box is loaded into (one, kept with this LP)."""
+        if self._box_h is None:
+            self._box_h = _highs()
+        return self._box_h
 
     def _set(self, lo, hi, nb: NodeBounds, phases: dict[int, np.ndarray]):
         """Load one subdomain: variable bounds, triangle coefficients. Returns (lb, ub) or
@@ -151,135 +297,201 @@ class SplitLP:
         lb[:ir.n_inputs], ub[:ir.n_inputs] = lo, hi
         if np.any(lb[:-1] > ub[:-1]):  # sound bounds that cross: no point in the subdomain
             return None
-        s_all, b_all = [], []
+        h = self.h
         for nid, src, first, second in self.relus:
             o, zs = self.off[nid], self.off[src]
             size = second.size
-            l, u = lb[zs:zs + size].copy(), ub[zs:zs + size].copy()
-            ph = phases.get(nid)
-            if ph is not None:
-                l = np.where(ph > 0, np.maximum(l, 0.0), l)
-                u = np.where(ph < 0, np.minimum(u, 0.0), u)
-            if np.any(l > u):
+            got = _hull(lb[zs:zs + size], ub[zs:zs + size], phases.get(nid))
+            if got is None:
                 return None
+            l, u, s, b = got
             lb[zs:zs + size], ub[zs:zs + size] = l, u
             lb[o:o + size], ub[o:o + size] = np.maximum(l, 0.0), np.maximum(u, 0.0)
-            unstable = (l < 0) & (u > 0)
-            den = np.where(unstable, u - l, 1.0)
-            s = np.where(unstable, u / den, np.where(l >= 0, 1.0, 0.0))
-            # the hull's upper line h <= s (z - l), moved up by its rounding
-            b = np.where(unstable, -s * l, 0.0)
-            b = np.where(unstable, b + 4 * _PAD * (np.abs(l) + np.abs(u)), b)
-            s_all.append((nid, s))
-            b_all.append(b)
-        # t: at least every row's interval lower bound (t >= each row), at most any value
-        # >= 0 above the rows' interval upper bound (every point of the region keeps t <= 0)
-        yl, yu = lb[self.out_cols], ub[self.out_cols]
-        Cp, Cn = np.maximum(self.C, 0.0), np.minimum(self.C, 0.0)
-        row_lo = Cp @ yl + Cn @ yu - self.d
-        row_hi = Cp @ yu + Cn @ yl - self.d
-        pad = _PAD * (np.abs(self.C) @ np.maximum(np.abs(yl), np.abs(yu)) + np.abs(self.d))
-        lb[-1] = float(np.max(row_lo - pad))
-        ub[-1] = max(0.0, float(np.max(row_hi + pad))) + 1.0
-        data = self.A.data
-        for nid, s in s_all:
-            data[self._s_pos[nid]] = -s
-        self.ru[np.concatenate([second for _, _, _, second in self.relus])] = np.concatenate(b_all)
-        return lb, ub, s_all
-
-    def solve(self, lo: np.ndarray, hi: np.ndarray, nb: NodeBounds, phases: dict[int, np.ndarray],
-              time_limit: float = 1.0, basis=None):
-        """Bound one subdomain (box ``lo, hi`` (n_inputs,), node bounds ``nb`` of (size_i,)
-        arrays, ``phases`` {ReLU node id: (size,) int8, +1 active, -1 inactive, 0 free}).
-
-        Returns:
-            (safe lower bound of t* (float; -inf when HiGHS gives no optimum; +inf when the
-            phases contradict the bounds), LP input point (n_inputs,) or None,
-            split candidate (ReLU node id, neuron) or None when no neuron is unstable).
-        """
-        self.basis = None
-        got = self._set(lo, hi, nb, phases)
-        if got is None:
-            return math.inf, None, None
-        lb, ub, s_all = got
-        h = self.h
-        h.changeColsBounds(self.nv, np.arange(self.nv, dtype=np.int32), lb, ub)
-        for (nid, src, first, second), (_, s) in zip(self.relus, s_all):
-            zs = self.off[src]
-            for k in range(s.size):
+            for k in range(size):
                 h.changeCoeff(int(second[k]), int(zs + k), float(-s[k]))
-        sec = np.concatenate([second for _, _, _, second in self.relus]).astype(np.int32)
-        h.changeRowsBounds(sec.size, sec, np.full(sec.size, -self._inf), self.ru[sec])
-        if basis is None:  # a new box: from scratch, with presolve (stable ReLUs drop out)
-            h.clearSolver()
-        else:  # a subdomain: from its parent's optimal basis (dual simplex after a bound change)
-            h.setBasis(basis)
-        # HiGHS's time limit counts the instance's whole run time: extend it by this LP's share
-        h.setOptionValue("time_limit", h.getRunTime() + max(0.01, float(time_limit)))
-        h.run()
-        status = h.getModelStatus()
-        if status == self._infeasible:
-            # a Farkas ray proves the subdomain empty: the Lagrangian bound of the zero
-            # objective is positive (checked with the same outward rounding, either sign)
-            _, has_ray, ray = h.getDualRay()
-            if has_ray:
-                ray = np.asarray(ray, dtype=np.float64)
-                if max(self._safe_bound(ray, lb, ub, cost=0.0), self._safe_bound(-ray, lb, ub, cost=0.0)) > 0:
-                    return math.inf, None, None
-            return -math.inf, None, self._candidate(lb, ub, None)
-        if status != self._optimal:
-            return -math.inf, None, self._candidate(lb, ub, None)
-        sol = h.getSolution()
-        self.basis = h.getBasis()
-        y = np.asarray(sol.row_dual, dtype=np.float64)
-        x = np.asarray(sol.col_value, dtype=np.float64)[:self.ir.n_inputs]
-        return self._safe_bound(y, lb, ub), x, self._candidate(lb, ub, y)
+            self.A.data[self._s_pos[nid]] = -s
+            self.ru[second] = b
+            h.changeRowsBounds(size, second.astype(np.int32), np.full(size, -np.inf), b)
+        lb[-1], ub[-1] = self._t_bounds(lb[self.out_cols], ub[self.out_cols])
+        self._lb, self._ub = lb, ub
+        return lb, ub
 
-    def _safe_bound(self, y: np.ndarray, lb: np.ndarray, ub: np.ndarray, cost: float = 1.0) -> float:
-        """The Lagrangian bound of multipliers ``y`` over the variable bounds, rounded outward
-        (of the objective ``t`` scaled by ``cost``: 0 for a Farkas certificate)."""
-        rl, ru = self.rl, self.ru
-        c = self.cost * cost
-        y = np.where((y > 0) & ~np.isfinite(rl), 0.0, y)   # a <= row takes y <= 0
-        y = np.where((y < 0) & ~np.isfinite(ru), 0.0, y)
-        r = c - self.A.T @ y
-        e = _PAD * (np.abs(c) + abs(self.A).T @ np.abs(y)) + 1e-300
-        cand = np.stack([(r - e) * lb, (r - e) * ub, (r + e) * lb, (r + e) * ub])
-        col_terms = np.min(cand, axis=0)
-        with np.errstate(invalid="ignore"):  # 0 · inf where a row has no lower side
-            row_terms = np.where(y < 0, y * ru, np.where(y > 0, y * rl, 0.0))
-        if not (np.all(np.isfinite(col_terms)) and np.all(np.isfinite(row_terms))):
-            return -math.inf
-        total = math.fsum(col_terms) + math.fsum(row_terms)
-        pad = _PAD * (math.fsum(np.abs(col_terms)) + math.fsum(np.abs(row_terms)))
-        return total - pad
-
-    def _candidate(self, lb: np.ndarray, ub: np.ndarray, y: np.ndarray | None):
-        """The unstable neuron whose triangle intercept carries the most dual weight (by
-        the hull's area when the duals give none); None when no neuron is unstable. Ties go
-        to the earlier neuron."""
-        by_score, by_area = (None, 0.0), (None, -1.0)
+    def _blocks(self):
         for nid, src, first, second in self.relus:
             zs = self.off[src]
-            l, u = lb[zs:zs + second.size], ub[zs:zs + second.size]
-            unstable = (l < 0) & (u > 0)
-            if not unstable.any():
-                continue
-            if y is not None:
-                score = np.where(unstable, -np.minimum(y[second], 0.0) * self.ru[second], 0.0)
-                k = int(np.argmax(score))
-                if score[k] > by_score[1]:
-                    by_score = ((nid, k), float(score[k]))
-            area = np.where(unstable, -l * u / np.where(unstable, u - l, 1.0), -1.0)
-            k = int(np.argmax(area))
-            if area[k] > by_area[1]:
-                by_area = ((nid, k), float(area[k]))
-        return by_score[0] if by_score[0] is not None else by_area[0]
+            yield nid, np.arange(second.size), self._lb[zs:zs + second.size], self._ub[zs:zs + second.size], second
+
+
+#: Largest :class:`BoxLP`: node values × LP variables in its forms (8 bytes each); a box whose
+#: LP would be larger is solved by :class:`SplitLP`, whose rows are the network's own weights.
+BOX_LP_MAX_ENTRIES = 2_000_000
+
+
+class BoxLP(_TriangleLP):
+    """The triangle LP of one input box over the neurons its root bounds leave unstable: the LP
+    :class:`SplitLP` solves, with the stable neurons substituted out.
+
+    Over the box a stable ReLU is the identity or zero, so every node's value is an affine
+    function of the LP's variables ``v``: the inputs ``x`` and, per neuron unstable at the root,
+    its pre-activation ``z`` and its output ``h``. A node's *form* ``(A, c, e)`` (A (size, nv), c and
+    e (size,)) holds ``|value - (A v + c)| <= e`` at every point of the box, where ``e`` bounds the
+    rounding of composing the weights in float64: a sum of k products errs by at most ``_PAD`` of
+    the sum of their magnitudes (``_PAD`` = 1e-9 covers k up to ~8 million; Higham, *Accuracy and
+    Stability of Numerical Algorithms*, §3.1), and each variable is bounded by its largest
+    magnitude over the box. Rows: per unstable neuron ``c - e <= z - A v <= c + e`` (its
+    pre-activation's form), ``z - h <= 0`` and the hull's upper line ``h - s z <= b`` (``s, b`` per
+    subdomain, as in :class:`SplitLP`); per region row ``(C A_out) v - t <= d - C c_out + |C| e_out``
+    (rounded outward). The network's values satisfy every row, so a positive safe bound
+    (:meth:`_TriangleLP._safe_bound`) proves the subdomain empty as :class:`SplitLP`'s does.
+
+    Layout: variables ``x``, every ``z``, every ``h`` (unstable neurons in node order), ``t``; rows: the
+    ``z`` definitions, the ``z - h`` rows, the upper lines, the region's rows. The variables are
+    fixed for the box: its subdomains (ReLU splits, tighter bounds) change only variable bounds and
+    the upper lines' ``s, b``, so each starts from its parent's optimal basis. On ACAS Xu leaves a
+    box has 16-54 unstable neurons of 300: about 130 rows where :class:`SplitLP` has 916.
+
+    ``ok`` is False (and nothing else set) when the forms would exceed :data:`BOX_LP_MAX_ENTRIES` or
+    are not finite.
+    """
+
+    def __init__(self, ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 nb: NodeBounds, h=None):
+        self.ir, self.C, self.d = ir, np.asarray(C, dtype=np.float64), np.asarray(d, dtype=np.float64)
+        n_in = ir.n_inputs
+        # the unstable neurons, per ReLU node: (ReLU node id, its source node id, neuron indices, offset)
+        self.blocks, n_u = [], 0
+        for nid, node in enumerate(ir.nodes):
+            if isinstance(node, ReluNode):
+                k = np.nonzero((nb.lower[node.src] < 0) & (nb.upper[node.src] > 0))[0]
+                self.blocks.append((nid, node.src, k, n_u))
+                n_u += k.size
+        self.n_u = n_u
+        nv = n_in + 2 * n_u
+        self.nv = nv + 1
+        self.ok = sum(node.size for node in ir.nodes) * self.nv <= BOX_LP_MAX_ENTRIES
+        if not self.ok:
+            return
+        l_u = self._gather(nb.lower)
+        u_u = self._gather(nb.upper)
+        vmax = np.concatenate([np.maximum(np.abs(lo), np.abs(hi)), np.maximum(np.abs(l_u), np.abs(u_u)),
+                               np.maximum(u_u, 0.0)])
+        forms = self._forms(nb.lower, vmax, nv)
+        U = np.arange(n_u)
+        zc, hc = n_in + U, n_in + n_u + U
+        A_z = np.concatenate([forms[src][0][k] for _, src, k, _ in self.blocks]) if n_u else np.zeros((0, nv))
+        c_z, e_z = (np.concatenate([forms[src][i][k] for _, src, k, _ in self.blocks]) if n_u else np.zeros(0)
+                    for i in (1, 2))
+        e_z = e_z * (1 + _PAD) + _PAD * np.abs(c_z) + 1e-300
+        zdef = -A_z
+        zdef[U, zc] += 1.0                   # z - A v (no z's form reads its own z)
+        low = np.zeros((n_u, nv))
+        low[U, zc], low[U, hc] = 1.0, -1.0
+        up = np.zeros((n_u, nv))
+        up[U, hc], up[U, zc] = 1.0, -1.0     # -s: set per subdomain
+        out = [forms[o] for o in ir.outputs]
+        A_o, c_o, e_o = (np.concatenate([f[i] for f in out]) for i in range(3))
+        G = matmul(self.C, A_o)
+        g = matmul(self.C, c_o) - self.d
+        reach = matmul(np.abs(A_o), vmax)
+        E = (matmul(np.abs(self.C), e_o + _PAD * (e_o + reach + np.abs(c_o))) + _PAD * np.abs(self.d)
+             + 1e-300 * (1 + A_o.shape[0]))
+        m = G.shape[0]
+        M = np.zeros((3 * n_u + m, self.nv))
+        M[:, :nv] = np.concatenate([zdef, low, up, G])
+        M[3 * n_u:, -1] = -1.0
+        self.rl = np.concatenate([c_z - e_z, np.full(2 * n_u + m, -np.inf)])
+        self.ru = np.concatenate([c_z + e_z, np.zeros(2 * n_u), -g + E * (1 + _PAD) + _PAD * np.abs(g) + 1e-300])
+        if not (np.isfinite(M).all() and np.isfinite(self.ru).all() and np.isfinite(self.rl[:n_u]).all()):
+            self.ok = False
+            return
+        self.upper_rows = 2 * n_u + U
+        self.n_rows = M.shape[0]
+        self.A = sp.csc_matrix(M)
+        self.A.sort_indices()
+        # the upper lines' z coefficients (-s) in A's data: column zc[i] holds rows i, n_u + i, 2 n_u + i
+        # and possibly region rows after them (sorted), so the third entry of the column
+        self._s_pos = self.A.indptr[zc] + 2
+        assert np.array_equal(self.A.indices[self._s_pos], self.upper_rows)
+        self.cost = np.zeros(self.nv)
+        self.cost[-1] = 1.0
+        self.h = h or _highs()
+        _pass_model(self.h, self.A, self.rl, self.ru, self.cost)
+
+    def _gather(self, per_node: list) -> np.ndarray:
+        """The unstable neurons' entries of per-node arrays (their source nodes'), in variable order."""
+        return np.concatenate([per_node[src][k] for _, src, k, _ in self.blocks]) if self.n_u else np.zeros(0)
+
+    def _forms(self, root_lower: list, vmax: np.ndarray, nv: int) -> list:
+        """Every node's form ``(A (size, nv), c (size,), e (size,))`` over the variables (see the class)."""
+        ir = self.ir
+        n_in = ir.n_inputs
+        forms: list = []
+        h_of = {nid: (k, n_in + self.n_u + off) for nid, _, k, off in self.blocks}
+        for nid, node in enumerate(ir.nodes):
+            if isinstance(node, InputNode):
+                A = np.zeros((n_in, nv))
+                A[np.arange(n_in), np.arange(n_in)] = 1.0
+                forms.append((A, np.zeros(n_in), np.zeros(n_in)))
+            elif isinstance(node, ReluNode):
+                As, cs, es = forms[node.src]
+                active = root_lower[node.src] >= 0
+                A = np.where(active[:, None], As, 0.0)
+                c, e = np.where(active, cs, 0.0), np.where(active, es, 0.0)
+                k, h0 = h_of[nid]
+                A[k] = 0.0
+                A[k, h0 + np.arange(k.size)] = 1.0
+                c[k], e[k] = 0.0, 0.0
+                forms.append((A, c, e))
+            else:
+                AT = np.zeros((nv, node.size))
+                c = node.bias.copy()
+                e = _PAD * np.abs(node.bias) + 1e-300 * (1 + sum(w.shape[1] for _, w in node.terms))
+                for (src, wT), (_, absT) in zip(prepared_terms(ir, nid, "wT"), prepared_terms(ir, nid, "absT")):
+                    As, cs, es = forms[src]
+                    AT += matmul(np.ascontiguousarray(As.T), wT)
+                    c += matmul(cs, wT)
+                    reach = matmul(np.abs(As), vmax)
+                    e += matmul(es + _PAD * (es + reach + np.abs(cs)), absT)
+                forms.append((np.ascontiguousarray(AT.T), c, e))
+        return forms
+
+    def _set(self, lo, hi, nb: NodeBounds, phases: dict[int, np.ndarray]):
+        """Load one subdomain: variable bounds, the upper lines. Returns (lb, ub) or None when the
+        bounds cross or a phase contradicts them (the subdomain is empty)."""
+        if np.any(lo > hi) or any(np.any(a > b) for a, b in zip(nb.lower, nb.upper)):
+            return None
+        n_in, n_u = self.ir.n_inputs, self.n_u
+        ph = [phases[nid][k] if nid in phases else np.zeros(k.size, dtype=np.int8) for nid, _, k, _ in self.blocks]
+        got = _hull(self._gather(nb.lower), self._gather(nb.upper), np.concatenate(ph) if n_u else None)
+        if got is None:
+            return None
+        l, u, s, b = got
+        lb, ub = np.empty(self.nv), np.empty(self.nv)
+        lb[:n_in], ub[:n_in] = lo, hi
+        lb[n_in:n_in + n_u], ub[n_in:n_in + n_u] = l, u
+        lb[n_in + n_u:-1], ub[n_in + n_u:-1] = np.maximum(l, 0.0), np.maximum(u, 0.0)
+        changed = np.nonzero(self.A.data[self._s_pos] != -s)[0]
+        for i in changed:
+            self.h.changeCoeff(int(self.upper_rows[i]), int(n_in + i), float(-s[i]))
+        self.A.data[self._s_pos] = -s
+        self.ru[self.upper_rows] = b
+        if n_u:
+            self.h.changeRowsBounds(n_u, self.upper_rows.astype(np.int32), np.full(n_u, -np.inf), b)
+        self._lu = (l, u)
+        yl = np.concatenate([nb.lower[o] for o in self.ir.outputs])
+        yu = np.concatenate([nb.upper[o] for o in self.ir.outputs])
+        lb[-1], ub[-1] = self._t_bounds(yl, yu)
+        return lb, ub
+
+    def _blocks(self):
+        l, u = self._lu
+        for nid, _, k, off in self.blocks:
+            yield nid, k, l[off:off + k.size], u[off:off + k.size], self.upper_rows[off:off + k.size]
 
 
 def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                deadline: float, lp: SplitLP | None = None, max_lps: int = MAX_LPS,
-               warm_root: bool = True) -> tuple[str, object]:
+               warm_root: bool = True, nb: NodeBounds | None = None) -> tuple[str, object]:
     """Decide one box by ReLU-split branch and bound with the triangle LP (depth first).
 
     Args:
@@ -287,7 +499,10 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         deadline: ``time.monotonic()`` value; max_lps: LPs before the box is given up.
         lp: the :class:`SplitLP` of these rows (kept between calls: it holds the warm start);
         warm_root: start the box's first LP from the previous box's first optimal basis
-            (a neighbouring box when boxes come in the order input splitting made them).
+            (a neighbouring box when boxes come in the order input splitting made them; with
+            :class:`SplitLP` only);
+        nb: sound node bounds over the box ((size_i,) arrays; input splitting's), or None: CROWN's
+            (:func:`~.bounds.crown_bounds`).
     Returns:
         ("closed", number of LPs) when every subdomain's safe bound (or CROWN output bound) is positive;
         ("candidate", x (n_inputs,)) for a point the network must be evaluated at (an
@@ -297,10 +512,12 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
     lp = lp or SplitLP(ir, C, d)
     relu_src = {nid: ir.nodes[nid].src for nid, _, _, _ in lp.relus}
     try:
-        root_nb = crown_bounds(ir, lo, hi, deadline=deadline)
+        root_nb = nb if nb is not None else crown_bounds(ir, lo, hi, deadline=deadline)
     except BoundsTimeout:
         return "open", "timeout"
-    stack = [({}, root_nb, lp.root_basis if warm_root else None)]
+    box = BoxLP(ir, C, d, lo, hi, root_nb, h=lp.box_highs())
+    solver = box if box.ok else lp
+    stack = [({}, root_nb, lp.root_basis if warm_root and solver is lp else None)]
     n_lp = 0
     while stack:
         left = deadline - time.monotonic()
@@ -309,8 +526,8 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         if n_lp >= max_lps:
             return "open", f"{n_lp} LPs"
         phases, nb, basis = stack.pop()
-        bound, x, cand = lp.solve(lo, hi, nb, phases, time_limit=min(1.0, left), basis=basis)
-        if n_lp == 0 and lp.basis is not None:
+        bound, x, cand = solver.solve(lo, hi, nb, phases, time_limit=min(1.0, left), basis=basis)
+        if n_lp == 0 and solver is lp and lp.basis is not None:
             lp.root_basis = lp.basis
         n_lp += 1
         if bound > 0:
@@ -331,7 +548,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         # a subdomain whose CROWN output bound already excludes the region needs no LP
         two_lo, two_hi = np.stack([lo, lo]), np.stack([hi, hi])
         try:
-            both = crown_bounds(ir, two_lo, two_hi, deadline=deadline, init=nb,
+            both = crown_bounds(ir, two_lo, two_hi, deadline=deadline, init=nb, keep=relu_src[nid],
                                 phases={relu_src[a]: np.stack([kids[0][a], kids[1][a]]) for a in kids[0]})
             both = NodeBounds([np.maximum(a, p) for a, p in zip(both.lower, nb.lower)],
                               [np.minimum(a, p) for a, p in zip(both.upper, nb.upper)])
@@ -341,7 +558,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         for i, ph in enumerate(kids):
             if np.max(low[i] - d) > 0 or any(np.any(a[i] > b[i]) for a, b in zip(both.lower, both.upper)):
                 continue   # closed by CROWN (or its bounds cross: no point), no LP
-            stack.append((ph, NodeBounds([a[i] for a in both.lower], [b[i] for b in both.upper]), lp.basis))
+            stack.append((ph, NodeBounds([a[i] for a in both.lower], [b[i] for b in both.upper]), solver.basis))
     return "closed", n_lp
 
 
@@ -349,7 +566,7 @@ _LPS: dict = {}  # in a worker: the SplitLP of the rows it serves (one disjunct 
 
 
 def _leaf_task(item) -> list:
-    """Worker body: ``(ir, C, d, [(lo, hi), ...], wall-clock deadline)`` -> one
+    """Worker body: ``(ir, C, d, [(lo, hi, node bounds or None), ...], wall-clock deadline)`` -> one
     :func:`split_leaf` answer per box (the second element of "closed" is the LP count)."""
     ir, C, d, boxes, wall_deadline = item
     key = (C.tobytes(), d.tobytes())
@@ -359,8 +576,8 @@ def _leaf_task(item) -> list:
         lp = _LPS[key] = SplitLP(ir, C, d)
     deadline = time.monotonic() + (wall_deadline - time.time())
     out = []
-    for lo, hi in boxes:
-        kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp)
+    for lo, hi, nb in boxes:
+        kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp, nb=nb)
         out.append((kind, what.tolist() if kind == "candidate" else what))
         if kind != "closed":
             break  # the caller needs no more of this chunk: the query is not proved by it
@@ -368,15 +585,18 @@ def _leaf_task(item) -> list:
 
 
 def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, deadline: float,
-                 workers: int = 2) -> list:
+                 workers: int = 2, bounds: list | None = None) -> list:
     """:func:`split_leaf` on every box, in ``workers`` processes (:mod:`.workers`), in chunks
-    of LEAF_CHUNK in box order; stops at the first box that does not close.
+    of LEAF_CHUNK in box order; stops at the first box that does not close. ``bounds``: per box
+    its sound node bounds or None (then CROWN's), or None for all.
 
     Returns:
         one answer per box in box order: ("closed", LPs), ("candidate", x (n_inputs,)),
         ("open", reason); boxes not reached: ("open", "not reached").
     """
-    items = [(ir, C, d, boxes[k:k + LEAF_CHUNK], time.time() + max(0.0, deadline - time.monotonic()))
+    bounds = bounds if bounds is not None else [None] * len(boxes)
+    triples = [(lo, hi, nb) for (lo, hi), nb in zip(boxes, bounds)]
+    items = [(ir, C, d, triples[k:k + LEAF_CHUNK], time.time() + max(0.0, deadline - time.monotonic()))
              for k in range(0, len(boxes), LEAF_CHUNK)]
     got: dict = {}
     if workers > 1 and len(items) > 1:

@@ -62,6 +62,9 @@ TOLERANCE = 1e-4
 #: What a confirmed witness has passed (recorded with it in the hashed verification.json).
 REPLAY_CLAIM = ("every row holds within 1e-4 on onnxruntime (float32) and within 5e-5 on the IR "
                 "(float64, fixed-order arithmetic)")
+#: Node values (over all nodes) up to which a leaf keeps its node bounds from input splitting for
+#: the ReLU-split LP (16 bytes each per leaf; ACAS Xu: 610); wider networks' leaves are bounded again there.
+LEAF_BOUNDS_MAX = 4096
 
 
 @dataclass
@@ -182,8 +185,10 @@ class _Search:
 
     dj: the disjunct with its implied rows. closed: the boxes proved empty so far (a partition
     of the region when PROVED). lp: the triangle LP for hints, or None. leaves: where open boxes
-    ``leaf_depth`` halvings deep go (None: no exact leaves, ``leaf_depth`` inf). tried: candidate
-    replays so far (``tried[0]``, at most ``opts.search.max_replays``).
+    ``leaf_depth`` halvings deep go (None: no exact leaves, ``leaf_depth`` inf); leaf_bounds: per
+    leaf its node bounds from input splitting (:class:`~.bounds.NodeBounds`), or None where they are
+    not kept (more than ``LEAF_BOUNDS_MAX`` node values). tried: candidate replays so far
+    (``tried[0]``, at most ``opts.search.max_replays``).
     """
 
     model: LoadedModel
@@ -196,6 +201,7 @@ class _Search:
     leaves: list | None
     leaf_depth: float
     tried: list[int] = field(default_factory=lambda: [0])
+    leaf_bounds: list = field(default_factory=list)
 
 
 def _attack(sr: _Search, batch: Batch, rounds: int, deadline: float) -> tuple | None:
@@ -230,6 +236,9 @@ def _file_children(sr: _Search, kids, front: Frontier) -> None:
             sr.closed.append((kids.lo[c], kids.hi[c]))
         elif deep[c]:
             sr.leaves.append((kids.lo[c], kids.hi[c]))
+            keep = kids.nb is not None and sum(v.shape[1] for v in kids.nb.lower) <= LEAF_BOUNDS_MAX
+            sr.leaf_bounds.append(NodeBounds([v[c] for v in kids.nb.lower], [v[c] for v in kids.nb.upper])
+                                  if keep else None)
         else:
             front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c])
 
@@ -370,7 +379,8 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         # LP, 0 LPs)" after 3.4 of 10 s); leaves first (deep boxes close fastest). A few open boxes
         # and no leaves go to Marabou as before (input splitting stopped early for it).
         todo = leaves + open_boxes
-        decided, open_boxes = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors)
+        decided, open_boxes = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors,
+                                             sr.leaf_bounds + [None] * len(open_boxes))
         if decided is not None:
             return decided
         if not open_boxes:
@@ -422,10 +432,11 @@ def _marabou_stage(sr: _Search, open_boxes: list, where: str, deadline: float) -
 
 
 def _decide_leaves(model: LoadedModel, dj: Disjunct, leaves: list, deadline: float, opts: VerifyOptions,
-                   stats: dict, closed: list, errors: list[str]):
-    """ReLU-split LP on the leaves (:func:`~.lp_split.close_leaves`); candidates are replayed.
+                   stats: dict, closed: list, errors: list[str], bounds: list | None = None):
+    """ReLU-split LP on the leaves (:func:`~.lp_split.close_leaves`, with their node bounds where
+    ``bounds`` has them); candidates are replayed.
     Returns (decided (verdict, witness, method, detail) or None, leaves left open)."""
-    answers = close_leaves(model.ir, dj.C, dj.d, leaves, deadline, workers=opts.workers)
+    answers = close_leaves(model.ir, dj.C, dj.d, leaves, deadline, workers=opts.workers, bounds=bounds)
     stats["lp_leaves"] = stats.get("lp_leaves", 0) + len(leaves)
     left = []
     for (lo, hi), (kind, what) in zip(leaves, answers):

@@ -14,7 +14,8 @@ from conftest import ROOT, ANCHORS
 from mi_certify.generator.core.ir import AffineNode, ReluNode
 from mi_certify.generator.frontend.model import load_model
 from mi_certify.verification.nn.bounds import NodeBounds, crown_bounds
-from mi_certify.verification.nn.lp_split import SplitLP, close_leaves, split_leaf
+from mi_certify.verification.nn import lp_split
+from mi_certify.verification.nn.lp_split import BoxLP, SplitLP, close_leaves, split_leaf
 from mi_certify.verification.nn.nn_verify import Verdict, VerifyOptions, decide
 from mi_certify.verification.nn.vnnlib import parse_vnnlib
 from mi_certify.verification.nn.z3_exact import ExactChecker
@@ -35,11 +36,13 @@ def _one(nb):
     return NodeBounds([v[0] for v in nb.lower], [v[0] for v in nb.upper])
 
 
+@pytest.mark.parametrize("kind", ["split", "box"])
 @pytest.mark.parametrize("seed", range(8))
-def test_safe_bound_holds_on_every_sampled_point_of_the_subdomain_and_is_the_lp_optimum(seed):
-    """Any phases: the bound is below t(x) = max_r (C y(x) - d)_r at every sampled point whose
-    pre-activations have those signs; +inf (empty) only when no sampled point has them; and
-    within 1e-6 of HiGHS's optimum (the outward rounding costs nothing visible)."""
+def test_safe_bound_holds_on_every_sampled_point_of_the_subdomain_and_is_the_lp_optimum(seed, kind):
+    """Any phases, either LP (the whole network's, or the box's over its unstable neurons): the bound
+    is below t(x) = max_r (C y(x) - d)_r at every sampled point whose pre-activations have those
+    signs; +inf (empty) only when no sampled point has them; and within 1e-6 of HiGHS's optimum (the
+    outward rounding costs nothing visible)."""
     rng = np.random.default_rng(seed)
     ir = _random_dag(rng, int(rng.integers(2, 6)), [int(v) for v in rng.integers(4, 14, size=rng.integers(1, 4))],
                      int(rng.integers(2, 5)))
@@ -50,7 +53,8 @@ def test_safe_bound_holds_on_every_sampled_point_of_the_subdomain_and_is_the_lp_
     vals = _node_values(ir, x)
     d = np.quantile(vals[ir.outputs[0]] @ C.T, 0.3, axis=0)
     nb = _one(crown_bounds(ir, lo[None], hi[None]))
-    lp = SplitLP(ir, C, d)
+    lp = SplitLP(ir, C, d) if kind == "split" else BoxLP(ir, C, d, lo, hi, nb)
+    assert kind == "split" or lp.ok
     relus = [nid for nid, node in enumerate(ir.nodes) if isinstance(node, ReluNode)]
     seen_finite = 0
     for trial in range(6):
@@ -75,6 +79,94 @@ def test_safe_bound_holds_on_every_sampled_point_of_the_subdomain_and_is_the_lp_
         assert point.shape == (ir.n_inputs,) and np.all(point >= lo - 1e-9) and np.all(point <= hi + 1e-9)
         seen_finite += 1
     assert seen_finite >= 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_box_lp_has_the_whole_network_lps_optimum(seed):
+    """The box's LP substitutes the stable neurons out of the whole network's LP: the same optimum
+    (within 1e-6) on random networks with a skip connection, random subdomains (phases, and bounds
+    tightened by CROWN under them), and the same emptiness; with fewer rows."""
+    rng = np.random.default_rng(300 + seed)
+    ir = _random_dag(rng, int(rng.integers(2, 7)), [int(v) for v in rng.integers(6, 16, size=rng.integers(2, 4))],
+                     int(rng.integers(2, 5)))
+    C = rng.standard_normal((3, ir.n_outputs))
+    lo = rng.uniform(-1, 0, ir.n_inputs)
+    hi = lo + rng.uniform(0.2, 1.0, ir.n_inputs)
+    d = np.quantile(ir.evaluate(lo + (hi - lo) * rng.random((4000, ir.n_inputs))) @ C.T, 0.2, axis=0)
+    root = _one(crown_bounds(ir, lo[None], hi[None]))
+    whole, box = SplitLP(ir, C, d), BoxLP(ir, C, d, lo, hi, root)
+    assert box.ok and box.n_rows < whole.n_rows
+    relus = [nid for nid, node in enumerate(ir.nodes) if isinstance(node, ReluNode)]
+    compared = 0
+    for trial in range(8):
+        phases = {}
+        for nid in relus:
+            src = ir.nodes[nid].src
+            ph = np.zeros(ir.nodes[nid].size, dtype=np.int8)
+            unstable = np.nonzero((root.lower[src] < 0) & (root.upper[src] > 0))[0]
+            for k in rng.permutation(unstable)[:trial // 2]:
+                ph[k] = rng.choice([-1, 1])
+            phases[nid] = ph
+        nb = root
+        if trial % 2:   # a subdomain's own bounds, as split_leaf makes them
+            sub = crown_bounds(ir, lo[None], hi[None], init=root, phases={ir.nodes[a].src: p for a, p in phases.items()})
+            nb = NodeBounds([np.maximum(a[0], b) for a, b in zip(sub.lower, root.lower)],
+                            [np.minimum(a[0], b) for a, b in zip(sub.upper, root.upper)])
+        a, _, _ = whole.solve(lo, hi, nb, phases)
+        b, _, _ = box.solve(lo, hi, nb, phases)
+        assert (a == np.inf) == (b == np.inf), (trial, a, b)
+        if np.isfinite(a) and np.isfinite(b):
+            assert abs(a - b) <= 1e-6 * (1 + abs(a)), (trial, a, b)
+            compared += 1
+    assert compared >= 3
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_crown_from_a_parents_bounds_keeps_them_up_to_the_split_and_contains_every_value_after(seed):
+    """``crown_bounds(init=, keep=)``: nodes up to ``keep`` (the split's pre-activation) have the parent's
+    bounds, clipped by the phases; every later node's bounds contain the values of sampled points of the
+    subdomain (the split neuron's sign imposed)."""
+    rng = np.random.default_rng(40 + seed)
+    ir = _random_dag(rng, 3, [12, 12, 12], 2)
+    lo, hi = -np.ones(3), np.ones(3)
+    parent = _one(crown_bounds(ir, lo[None], hi[None]))
+    relu = [nid for nid, node in enumerate(ir.nodes) if isinstance(node, ReluNode)][-1]
+    src = ir.nodes[relu].src
+    k = int(np.nonzero((parent.lower[src] < 0) & (parent.upper[src] > 0))[0][0])
+    x = lo + (hi - lo) * rng.random((20000, 3))
+    vals = _node_values(ir, x)
+    for sign in (-1, 1):
+        ph = np.zeros(ir.nodes[relu].size, dtype=np.int8)
+        ph[k] = sign
+        got = crown_bounds(ir, lo, hi, init=parent, keep=src, phases={src: ph})
+        inside = vals[src][:, k] * sign >= 0
+        for nid in range(len(ir.nodes)):
+            if nid < src:
+                assert np.array_equal(got.lower[nid], parent.lower[nid]) and np.array_equal(got.upper[nid], parent.upper[nid])
+            assert np.all(vals[nid][inside] >= got.lower[nid] - 1e-9) and np.all(vals[nid][inside] <= got.upper[nid] + 1e-9)
+        clipped = got.lower[src][k] if sign > 0 else got.upper[src][k]
+        assert clipped == 0.0
+
+
+def test_a_box_lp_too_large_or_not_finite_leaves_the_box_to_the_whole_network_lp(monkeypatch):
+    """Past BOX_LP_MAX_ENTRIES (or with an infinite form) the box LP says so (``ok`` False) and split_leaf
+    solves the box with the whole network's LP: the same answers."""
+    rng = np.random.default_rng(11)
+    ir = _random_dag(rng, 3, [10, 10], 2)
+    C = np.array([[1.0, -1.0]])
+    lo, hi = -np.ones(3), np.ones(3)
+    ys = ir.evaluate(lo + (hi - lo) * rng.random((5000, 3)))
+    empty = np.array([float(np.min(ys @ C.T)) - 1.0])    # Z3: unsat over the box
+    some = np.array([float(np.min(ys @ C.T)) - 0.3])     # Z3: sat
+    nb = _one(crown_bounds(ir, lo[None], hi[None]))
+    assert BoxLP(ir, C, empty, lo, hi, nb).ok
+    assert not BoxLP(ir, C, np.array([np.inf]), lo, hi, nb).ok
+    small = [split_leaf(ir, C, d, lo, hi, float("inf")) for d in (empty, some)]
+    monkeypatch.setattr(lp_split, "BOX_LP_MAX_ENTRIES", 10)
+    assert not BoxLP(ir, C, empty, lo, hi, nb).ok
+    large = [split_leaf(ir, C, d, lo, hi, float("inf")) for d in (empty, some)]
+    assert [k for k, _ in small] == [k for k, _ in large] == ["closed", "candidate"]
+    assert small[0][1] >= 1 and large[0][1] >= 1
 
 
 @pytest.mark.parametrize("seed", range(10))

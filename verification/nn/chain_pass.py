@@ -25,7 +25,7 @@ import numba
 import numpy as np
 
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode, prepared_terms, weight_memo
-from mi_certify.generator.core.numerics import SPARSE_MAX_DENSITY, Sparse
+from mi_certify.generator.core.numerics import SPARSE_MAX_DENSITY, Sparse, sparse
 
 __all__ = ["ChainPlan", "chain_plan", "chain_lower"]
 
@@ -57,13 +57,9 @@ class ChainPlan:
             self.kind[nid] = 1
             (_, w), = prepared_terms(ir, nid, "w")
             (_, aw), = prepared_terms(ir, nid, "abs")
-            if isinstance(w, Sparse):
-                p, ix, v, av = w.indptr, w.indices, w.values, aw.values
-            else:   # dense: its nonzeros (a left-out zero weight is a product with an exact zero)
-                rows, cols = np.nonzero(w)
-                p = np.zeros(w.shape[0] + 1, dtype=np.int64)
-                np.cumsum(np.bincount(rows, minlength=w.shape[0]), out=p[1:])
-                ix, v, av = cols, w[rows, cols], aw[rows, cols]
+            if not isinstance(w, Sparse):   # dense: its nonzeros (a left-out zero weight is a product with
+                w, aw = sparse(w), sparse(aw)  # an exact zero); |w| has the same ones
+            p, ix, v, av = w.indptr, w.indices, w.values, aw.values
             self.ip_off[nid], self.nz_off[nid], self.b_off[nid] = ip, nz, bo
             indptr.append(np.asarray(p, dtype=np.int64))
             indices.append(np.asarray(ix, dtype=np.int64))
@@ -100,10 +96,15 @@ def chain_plan(ir: ControllerIR) -> ChainPlan | None:
                 ok = False
             if not ok:
                 break
-        plan = ChainPlan(ir) if ok else None
-        if plan is not None and plan.values.size > SPARSE_MAX_DENSITY * plan.entries:
-            plan = None   # mostly dense: the batched pass's products are faster (a fresh helper: 3x at width 800)
-        memo["chain_plan"] = plan
+        if ok:   # mostly dense: the batched pass's products are faster (a fresh helper: 3x at width 800)
+            nnz = entries = 0
+            for nid, node in enumerate(ir.nodes):
+                if isinstance(node, AffineNode):
+                    (_, w), = prepared_terms(ir, nid, "w")
+                    nnz += w.values.size if isinstance(w, Sparse) else int(np.count_nonzero(w))
+                    entries += w.shape[0] * w.shape[1]
+            ok = nnz <= SPARSE_MAX_DENSITY * entries
+        memo["chain_plan"] = ChainPlan(ir) if ok else None
     return memo["chain_plan"]
 
 

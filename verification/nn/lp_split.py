@@ -8,14 +8,18 @@ triangle LP (every affine node an equality, every unstable ReLU its convex hull)
 
     t* = min t   s.t.  C y - d <= t (every row),  the relaxation,  lo <= x <= hi
 
-is bounded below. ``t* > 0`` proves that no point of the box lies in the region. A box
+is bounded below. ``t* > 0`` proves that no point of the box lies in the region. The LP of a
+box (:class:`BoxLP`) has as variables only the inputs and the neurons the box's root bounds leave
+unstable: the other neurons are stable over the box, so every node is an affine function of those
+variables, composed with a bound on its float64 rounding that widens each row (on ACAS Xu about 130
+rows where the whole network's LP, :class:`SplitLP`, has 916; the leaves' LPs 7.3 → ~1 ms each). A box
 the LP leaves open is split on one unstable ReLU ``z_j``: ``z_j >= 0`` (then ``h_j = z_j``)
 and ``z_j <= 0`` (then ``h_j = 0``); the two subdomains cover the box, and each phase
 constraint enters its LP exactly. After a split the node bounds of both subdomains are
 computed again by CROWN, in one batched pass, starting from the parent's bounds (sound on
 each subdomain, which lies in the parent; no forward bounds) with the phase constraint
-applied to ``z_j``'s bounds (:func:`~.bounds.crown_bounds` ``init`` and ``phases``) and
-intersected with the parent's. A subdomain whose CROWN output bound already puts some row
+applied to ``z_j``'s bounds (:func:`~.bounds.crown_bounds` ``init`` and ``phases``; the nodes
+before ``z_j``'s keep the parent's bounds, ``keep``) and intersected with the parent's. A subdomain whose CROWN output bound already puts some row
 above its limit everywhere (or whose bounds cross) is closed without an LP: on ACAS Xu 4_1
 / property 3's first 60 leaves, 420 → 349 LPs and 9.2–10.5 → 6.6–6.7 s in one process
 (2026-12-07). The neuron split is the one whose triangle intercept carries the largest

@@ -341,8 +341,8 @@ class BoxLP(_TriangleLP):
     e (size,)) holds ``|value - (A v + c)| <= e`` at every point of the box, where ``e`` bounds the
     rounding of composing the weights in float64: a sum of k products errs by at most ``_PAD`` of
     the sum of their magnitudes (``_PAD`` = 1e-9 covers k up to ~8 million; Higham, *Accuracy and
-    Stability of Numerical Algorithms*, §3.1), and each variable is bounded by its largest
-    magnitude over the box. Rows: per unstable neuron ``c - e <= z - A v <= c + e`` (its
+    Stability of Numerical Algorithms*, §3.1) plus 1e-300 per product for underflow, and each
+    variable is bounded by its largest magnitude over the box. Rows: per unstable neuron ``c - e <= z - A v <= c + e`` (its
     pre-activation's form), ``z - h <= 0`` and the hull's upper line ``h - s z <= b`` (``s, b`` per
     subdomain, as in :class:`SplitLP`); per region row ``(C A_out) v - t <= d - C c_out + |C| e_out``
     (rounded outward). The network's values satisfy every row, so a positive safe bound
@@ -398,7 +398,7 @@ class BoxLP(_TriangleLP):
         g = matmul(self.C, c_o) - self.d
         reach = matmul(np.abs(A_o), vmax)
         E = (matmul(np.abs(self.C), e_o + _PAD * (e_o + reach + np.abs(c_o))) + _PAD * np.abs(self.d)
-             + 1e-300 * (1 + A_o.shape[0]))
+             + 1e-300 * (1 + A_o.shape[0]) * (1.0 + float(np.sum(vmax))))
         m = G.shape[0]
         M = np.zeros((3 * n_u + m, self.nv))
         M[:, :nv] = np.concatenate([zdef, low, up, G])
@@ -431,6 +431,9 @@ class BoxLP(_TriangleLP):
         n_in = ir.n_inputs
         forms: list = []
         h_of = {nid: (k, n_in + self.n_u + off) for nid, _, k, off in self.blocks}
+        # a product below float64's normal range loses up to 2^-1074 absolutely (not covered by _PAD):
+        # 1e-300 per term of a row's sums, times the variables' reach in A v
+        tiny = 1e-300 * (1.0 + float(np.sum(vmax)))
         for nid, node in enumerate(ir.nodes):
             if isinstance(node, InputNode):
                 A = np.zeros((n_in, nv))
@@ -449,7 +452,7 @@ class BoxLP(_TriangleLP):
             else:
                 AT = np.zeros((nv, node.size))
                 c = node.bias.copy()
-                e = _PAD * np.abs(node.bias) + 1e-300 * (1 + sum(w.shape[1] for _, w in node.terms))
+                e = _PAD * np.abs(node.bias) + tiny * (1 + sum(w.shape[1] for _, w in node.terms))
                 for (src, wT), (_, absT) in zip(prepared_terms(ir, nid, "wT"), prepared_terms(ir, nid, "absT")):
                     As, cs, es = forms[src]
                     AT += matmul(np.ascontiguousarray(As.T), wT)

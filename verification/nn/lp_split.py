@@ -19,8 +19,8 @@ constraint enters its LP exactly. After a split the node bounds of both subdomai
 computed again by CROWN, in one batched pass, starting from the parent's bounds (sound on
 each subdomain, which lies in the parent; no forward bounds) with the phase constraint
 applied to ``z_j``'s bounds (:func:`~.bounds.crown_bounds` ``init`` and ``phases``; the nodes
-before ``z_j``'s keep the parent's bounds, ``keep``) and intersected with the parent's. A subdomain whose CROWN output bound already puts some row
-above its limit everywhere (or whose bounds cross) is closed without an LP: on ACAS Xu 4_1
+before ``z_j``'s keep the parent's bounds, ``keep``) and intersected with the parent's. A
+subdomain whose CROWN output bound already puts some row above its limit everywhere (or whose bounds cross) is closed without an LP: on ACAS Xu 4_1
 / property 3's first 60 leaves, 420 → 349 LPs and 9.2–10.5 → 6.6–6.7 s in one process
 (2026-12-07). The neuron split is the one whose triangle intercept carries the largest
 share of the LP's dual bound (the LP analogue of BaBSR's score); a subdomain with no
@@ -342,8 +342,8 @@ class BoxLP(_TriangleLP):
     rounding of composing the weights in float64: a sum of k products errs by at most ``_PAD`` of
     the sum of their magnitudes (``_PAD`` = 1e-9 covers k up to ~8 million; Higham, *Accuracy and
     Stability of Numerical Algorithms*, §3.1) plus 1e-300 per product for underflow, and each
-    variable is bounded by its largest magnitude over the box. Rows: per unstable neuron ``c - e <= z - A v <= c + e`` (its
-    pre-activation's form), ``z - h <= 0`` and the hull's upper line ``h - s z <= b`` (``s, b`` per
+    variable is bounded by its largest magnitude over the box. Rows: per unstable neuron
+    ``c - e <= z - A v <= c + e`` (its pre-activation's form), ``z - h <= 0`` and the hull's upper line ``h - s z <= b`` (``s, b`` per
     subdomain, as in :class:`SplitLP`); per region row ``(C A_out) v - t <= d - C c_out + |C| e_out``
     (rounded outward). The network's values satisfy every row, so a positive safe bound
     (:meth:`_TriangleLP._safe_bound`) proves the subdomain empty as :class:`SplitLP`'s does.

@@ -237,7 +237,8 @@ def _file_children(sr: _Search, kids, front: Frontier) -> None:
         elif deep[c]:
             sr.leaves.append((kids.lo[c], kids.hi[c]))
             keep = kids.nb is not None and sum(v.shape[1] for v in kids.nb.lower) <= LEAF_BOUNDS_MAX
-            sr.leaf_bounds.append(NodeBounds([v[c] for v in kids.nb.lower], [v[c] for v in kids.nb.upper])
+            # copies: a view would keep the whole batch's arrays alive for as long as the leaf waits
+            sr.leaf_bounds.append(NodeBounds([v[c].copy() for v in kids.nb.lower], [v[c].copy() for v in kids.nb.upper])
                                   if keep else None)
         else:
             front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c])

@@ -78,8 +78,9 @@ def _highs():
     return h
 
 
-def _pass_model(h, A: sp.csc_matrix, rl: np.ndarray, ru: np.ndarray, cost: np.ndarray) -> None:
-    """Load the LP ``min cost·v  s.t.  rl <= A v <= ru`` (variable bounds set per solve) into ``h``."""
+def _pass_model(h, A: sp.csc_matrix, rl: np.ndarray, ru: np.ndarray, cost: np.ndarray) -> bool:
+    """Load the LP ``min cost·v  s.t.  rl <= A v <= ru`` (variable bounds set per solve) into ``h``;
+    False when HiGHS refuses it (e.g. a coefficient above its ``large_matrix_value``, 1e15)."""
     import highspy
 
     nv = A.shape[1]
@@ -93,7 +94,7 @@ def _pass_model(h, A: sp.csc_matrix, rl: np.ndarray, ru: np.ndarray, cost: np.nd
     lp.a_matrix_.start_ = A.indptr
     lp.a_matrix_.index_ = A.indices
     lp.a_matrix_.value_ = A.data
-    h.passModel(lp)
+    return h.passModel(lp) != highspy.HighsStatus.kError
 
 
 def _hull(l: np.ndarray, u: np.ndarray, ph: np.ndarray | None):
@@ -354,14 +355,17 @@ class BoxLP(_TriangleLP):
     the upper lines' ``s, b``, so each starts from its parent's optimal basis. On ACAS Xu leaves a
     box has 16-54 unstable neurons of 300: about 130 rows where :class:`SplitLP` has 916.
 
-    ``ok`` is False (and nothing else set) when the forms would exceed :data:`BOX_LP_MAX_ENTRIES` or
-    are not finite.
+    ``ok`` is False (and the LP not usable) when the forms would exceed :data:`BOX_LP_MAX_ENTRIES`, are
+    not finite or make coefficients HiGHS refuses (above 1e15), or a node bound is NaN.
     """
 
     def __init__(self, ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                  nb: NodeBounds, h=None):
         self.ir, self.C, self.d = ir, np.asarray(C, dtype=np.float64), np.asarray(d, dtype=np.float64)
         n_in = ir.n_inputs
+        if any(np.isnan(v).any() for v in nb.lower + nb.upper):   # no sign known: not stable, not unstable
+            self.ok = False
+            return
         # the unstable neurons, per ReLU node: (ReLU node id, its source node id, neuron indices, offset)
         self.blocks, n_u = [], 0
         for nid, node in enumerate(ir.nodes):
@@ -419,7 +423,8 @@ class BoxLP(_TriangleLP):
         self.cost = np.zeros(self.nv)
         self.cost[-1] = 1.0
         self.h = h or _highs()
-        _pass_model(self.h, self.A, self.rl, self.ru, self.cost)
+        # a model HiGHS refuses (a composed coefficient above 1e15) goes to the whole network's LP
+        self.ok = _pass_model(self.h, self.A, self.rl, self.ru, self.cost)
 
     def _gather(self, per_node: list) -> np.ndarray:
         """The unstable neurons' entries of per-node arrays (their source nodes'), in variable order."""

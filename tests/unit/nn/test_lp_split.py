@@ -149,8 +149,8 @@ def test_crown_from_a_parents_bounds_keeps_them_up_to_the_split_and_contains_eve
 
 
 def test_a_box_lp_too_large_or_not_finite_leaves_the_box_to_the_whole_network_lp(monkeypatch):
-    """Past BOX_LP_MAX_ENTRIES (or with an infinite form) the box LP says so (``ok`` False) and split_leaf
-    solves the box with the whole network's LP: the same answers."""
+    """Past BOX_LP_MAX_ENTRIES (or with an infinite form, a coefficient HiGHS refuses, a NaN bound) the box
+    LP says so (``ok`` False) and split_leaf solves the box with the whole network's LP: the same answers."""
     rng = np.random.default_rng(11)
     ir = _random_dag(rng, 3, [10, 10], 2)
     C = np.array([[1.0, -1.0]])
@@ -161,6 +161,10 @@ def test_a_box_lp_too_large_or_not_finite_leaves_the_box_to_the_whole_network_lp
     nb = _one(crown_bounds(ir, lo[None], hi[None]))
     assert BoxLP(ir, C, empty, lo, hi, nb).ok
     assert not BoxLP(ir, C, np.array([np.inf]), lo, hi, nb).ok
+    assert not BoxLP(ir, C * 1e17, empty, lo, hi, nb).ok   # HiGHS refuses coefficients above 1e15
+    nan = NodeBounds([v.copy() for v in nb.lower], [v.copy() for v in nb.upper])
+    nan.lower[1][0] = np.nan
+    assert not BoxLP(ir, C, empty, lo, hi, nan).ok
     small = [split_leaf(ir, C, d, lo, hi, float("inf")) for d in (empty, some)]
     monkeypatch.setattr(lp_split, "BOX_LP_MAX_ENTRIES", 10)
     assert not BoxLP(ir, C, empty, lo, hi, nb).ok

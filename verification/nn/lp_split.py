@@ -521,6 +521,8 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         exact subdomain's LP optimum, or an LP point the IR puts in the region) — not yet a
         counterexample: the caller replays it; ("open", reason) otherwise.
     """
+    if np.shape(C)[0] == 0:   # no row: every point of the box is in the region
+        return "candidate", (np.asarray(lo, dtype=np.float64) + np.asarray(hi, dtype=np.float64)) / 2
     lp = lp or SplitLP(ir, C, d)
     relu_src = {nid: ir.nodes[nid].src for nid, _, _, _ in lp.relus}
     try:

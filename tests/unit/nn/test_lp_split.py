@@ -165,6 +165,8 @@ def test_a_box_lp_too_large_or_not_finite_leaves_the_box_to_the_whole_network_lp
     nan = NodeBounds([v.copy() for v in nb.lower], [v.copy() for v in nb.upper])
     nan.lower[1][0] = np.nan
     assert not BoxLP(ir, C, empty, lo, hi, nan).ok
+    kind, x = split_leaf(ir, np.zeros((0, 2)), np.zeros(0), lo, hi, float("inf"))   # no row: the whole box
+    assert kind == "candidate" and np.array_equal(x, (lo + hi) / 2)
     small = [split_leaf(ir, C, d, lo, hi, float("inf")) for d in (empty, some)]
     monkeypatch.setattr(lp_split, "BOX_LP_MAX_ENTRIES", 10)
     assert not BoxLP(ir, C, empty, lo, hi, nb).ok

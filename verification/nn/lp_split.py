@@ -521,7 +521,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         exact subdomain's LP optimum, or an LP point the IR puts in the region) — not yet a
         counterexample: the caller replays it; ("open", reason) otherwise.
     """
-    if np.shape(C)[0] == 0:   # no row: every point of the box is in the region
+    if np.shape(C)[0] == 0 or np.all(np.asarray(d) == np.inf):   # no row that binds: the whole box
         return "candidate", (np.asarray(lo, dtype=np.float64) + np.asarray(hi, dtype=np.float64)) / 2
     lp = lp or SplitLP(ir, C, d)
     relu_src = {nid: ir.nodes[nid].src for nid, _, _, _ in lp.relus}
@@ -563,7 +563,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         two_lo, two_hi = np.stack([lo, lo]), np.stack([hi, hi])
         try:
             both = crown_bounds(ir, two_lo, two_hi, deadline=deadline, init=nb, keep=relu_src[nid],
-                                phases={relu_src[a]: np.stack([kids[0][a], kids[1][a]]) for a in kids[0]})
+                                phases=_source_phases(kids, relu_src))
             both = NodeBounds([np.maximum(a, p) for a, p in zip(both.lower, nb.lower)],
                               [np.minimum(a, p) for a, p in zip(both.upper, nb.upper)])
             low, _ = output_matrix_lower(ir, C, two_lo, two_hi, both, deadline=deadline)
@@ -574,6 +574,18 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
                 continue   # closed by CROWN (or its bounds cross: no point), no LP
             stack.append((ph, NodeBounds([a[i] for a in both.lower], [b[i] for b in both.upper]), solver.basis))
     return "closed", n_lp
+
+
+def _source_phases(kids: list, relu_src: dict) -> dict:
+    """The two subdomains' phases per pre-activation node ((2, size) int8), as crown_bounds takes them.
+    Two ReLU nodes reading one source both constrain it: where the first has no phase the second's
+    applies (where they disagree, z = 0 in that subdomain and one clip of the two is kept: sound)."""
+    out: dict = {}
+    for a in kids[0]:
+        ph = np.stack([kids[0][a], kids[1][a]])
+        src = relu_src[a]
+        out[src] = np.where(out[src] != 0, out[src], ph) if src in out else ph
+    return out
 
 
 _LPS: dict = {}  # in a worker: the SplitLP of the rows it serves (one disjunct per call)

@@ -165,8 +165,9 @@ def test_a_box_lp_too_large_or_not_finite_leaves_the_box_to_the_whole_network_lp
     nan = NodeBounds([v.copy() for v in nb.lower], [v.copy() for v in nb.upper])
     nan.lower[1][0] = np.nan
     assert not BoxLP(ir, C, empty, lo, hi, nan).ok
-    kind, x = split_leaf(ir, np.zeros((0, 2)), np.zeros(0), lo, hi, float("inf"))   # no row: the whole box
-    assert kind == "candidate" and np.array_equal(x, (lo + hi) / 2)
+    for rows, rhs in ((np.zeros((0, 2)), np.zeros(0)), (C, np.array([np.inf]))):   # no row that binds
+        kind, x = split_leaf(ir, rows, rhs, lo, hi, float("inf"))
+        assert kind == "candidate" and np.array_equal(x, (lo + hi) / 2)
     small = [split_leaf(ir, C, d, lo, hi, float("inf")) for d in (empty, some)]
     monkeypatch.setattr(lp_split, "BOX_LP_MAX_ENTRIES", 10)
     assert not BoxLP(ir, C, empty, lo, hi, nb).ok
@@ -324,3 +325,15 @@ def test_the_crown_pre_check_closes_subdomains_on_an_acasxu_leaf(monkeypatch):
     assert kind == "closed" and what > 1
     # one pre-check per split, two subdomains each: every subdomain it closed went without an LP
     assert sum(closed) > 0 and what <= 1 + 2 * len(closed) - sum(closed), (what, closed)
+
+
+def test_two_relus_on_one_source_pass_both_phases_to_crown():
+    """Two ReLU nodes reading one pre-activation node: the phases CROWN gets for that node are both
+    nodes' (one dict entry per source node kept only the last before)."""
+    from mi_certify.verification.nn.lp_split import _source_phases
+    kids = [{2: np.array([1, 0, 0], dtype=np.int8), 4: np.array([0, -1, 0], dtype=np.int8), 6: np.array([0, 0, 1], np.int8)},
+            {2: np.array([-1, 0, 0], dtype=np.int8), 4: np.array([0, 0, 0], dtype=np.int8), 6: np.array([0, 0, 0], np.int8)}]
+    got = _source_phases(kids, {2: 1, 4: 1, 6: 5})
+    assert sorted(got) == [1, 5]
+    assert got[1].tolist() == [[1, -1, 0], [-1, 0, 0]]
+    assert got[5].tolist() == [[0, 0, 1], [0, 0, 0]]

@@ -44,7 +44,6 @@ class ChainPlan:
         self.b_off = np.zeros(n, dtype=np.int64)    # into bias
         indptr, indices, values, avalues, bias = [], [], [], [], []
         ip = nz = bo = 0
-        self.entries = 0
         #: per node: the nonzero weights of the affine nodes before it (an instance's work is below that)
         self.work = np.zeros(n, dtype=np.int64)
         for nid, node in enumerate(ir.nodes):
@@ -68,7 +67,6 @@ class ChainPlan:
             bias.append(np.asarray(node.bias, dtype=np.float64))
             ip += p.size
             nz += len(ix)
-            self.entries += w.shape[0] * w.shape[1]
             bo += node.size
         cat = (lambda xs, dt: np.ascontiguousarray(np.concatenate(xs), dtype=dt) if xs else np.zeros(0, dtype=dt))
         self.indptr = cat(indptr, np.int64)

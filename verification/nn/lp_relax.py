@@ -59,6 +59,23 @@ def affine_equalities(ir: ControllerIR, off: np.ndarray) -> tuple[np.ndarray, np
     return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), np.concatenate(rhs), r
 
 
+def node_offsets(ir: ControllerIR) -> tuple[np.ndarray, int]:
+    """The LP layout of every node's values in node order, then ``t``: (first variable of each node
+    (n_nodes + 1,), the number of variables)."""
+    off = np.cumsum([0] + [node.size for node in ir.nodes])
+    return off, int(off[-1]) + 1
+
+
+def region_rows(ir: ControllerIR, C: np.ndarray, off: np.ndarray, nv: int):
+    """The rows ``C y - t`` over that layout (``t`` the last variable) as (row, column, value)
+    triplets, rows from 0, and the output nodes' variables (n_outputs,)."""
+    out = np.concatenate([off[o] + np.arange(ir.nodes[o].size) for o in ir.outputs])
+    m = C.shape[0]
+    i, j = np.nonzero(C)
+    return (np.concatenate([i, np.arange(m)]), np.concatenate([out[j], np.full(m, nv - 1)]),
+            np.concatenate([C[i, j], -np.ones(m)])), out
+
+
 class TriangleLP:
     """The LP relaxation of ``ir`` for the rows ``C y <= d`` (C (m, n_outputs), d (m,)).
 
@@ -70,14 +87,9 @@ class TriangleLP:
         self.ir = ir
         self.C = np.asarray(C, dtype=np.float64)
         self.d = np.asarray(d, dtype=np.float64)
-        self.off = np.cumsum([0] + [node.size for node in ir.nodes])
-        self.nv = int(self.off[-1]) + 1
+        self.off, self.nv = node_offsets(ir)
         self._affine = affine_equalities(ir, self.off)
-        out = np.concatenate([self.off[o] + np.arange(ir.nodes[o].size) for o in ir.outputs])
-        m = self.C.shape[0]
-        i, j = np.nonzero(self.C)
-        self._rows = (np.concatenate([i, np.arange(m)]), np.concatenate([out[j], np.full(m, self.nv - 1)]),
-                      np.concatenate([self.C[i, j], -np.ones(m)]))
+        self._rows, _ = region_rows(ir, self.C, self.off, self.nv)
 
     def hint(self, lo: np.ndarray, hi: np.ndarray, bounds: NodeBounds,
              time_limit: float = 1.0) -> tuple[float, np.ndarray, dict[int, np.ndarray]] | None:

@@ -20,8 +20,8 @@ computed again by CROWN, in one batched pass, starting from the parent's bounds 
 each subdomain, which lies in the parent; no forward bounds) with the phase constraint
 applied to ``z_j``'s bounds (:func:`~.bounds.crown_bounds` ``init`` and ``phases``; the nodes
 before ``z_j``'s keep the parent's bounds, ``keep``) and intersected with the parent's. A
-subdomain whose CROWN output bound already puts some row above its limit everywhere (or whose bounds cross) is closed without an LP: on ACAS Xu 4_1
-/ property 3's first 60 leaves, 420 → 349 LPs and 9.2–10.5 → 6.6–6.7 s in one process
+subdomain whose CROWN output bound already puts some row above its limit everywhere (or whose
+bounds cross) is closed without an LP: on ACAS Xu 4_1 / property 3's first 60 leaves, 420 → 349 LPs and 9.2–10.5 → 6.6–6.7 s in one process
 (2026-12-07). The neuron split is the one whose triangle intercept carries the largest
 share of the LP's dual bound (the LP analogue of BaBSR's score); a subdomain with no
 unstable neuron is an exact LP: its optimum is a candidate counterexample.
@@ -52,7 +52,7 @@ from mi_certify.generator.core.ir import ControllerIR, InputNode, ReluNode, prep
 from mi_certify.generator.core.numerics import matmul
 
 from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds, output_matrix_lower
-from mi_certify.verification.nn.lp_relax import affine_equalities
+from mi_certify.verification.nn.lp_relax import affine_equalities, node_offsets, region_rows
 
 __all__ = ["SplitLP", "close_leaves", "split_leaf"]
 
@@ -101,7 +101,6 @@ def _hull(l: np.ndarray, u: np.ndarray, ph: np.ndarray | None):
     """One ReLU block's pre-activation bounds with its phases applied (+1: z >= 0, -1: z <= 0) and its
     upper line ``h <= s z + b`` (the hull's when unstable, moved up by its rounding; ``h <= z`` when
     active, ``h <= 0`` when inactive). Returns (l, u, s, b), or None when the bounds cross (no point)."""
-    l, u = l.copy(), u.copy()
     if ph is not None:
         l = np.where(ph > 0, np.maximum(l, 0.0), l)
         u = np.where(ph < 0, np.minimum(u, 0.0), u)
@@ -118,10 +117,31 @@ def _hull(l: np.ndarray, u: np.ndarray, ph: np.ndarray | None):
 class _TriangleLP:
     """What :class:`SplitLP` and :class:`BoxLP` share: one HiGHS instance holding ``rl <= A v <= ru``
     (A (n_rows, nv) CSC) with the objective ``t`` (the last variable), the solve, the safe bound and
-    the split choice. A subclass sets ``ir, C, d, A, rl, ru, nv, cost, h`` and implements :meth:`_set`
-    and :meth:`_blocks`."""
+    the split choice. A subclass sets ``ir, C, d, nv``, loads its LP with :meth:`_load` and implements
+    :meth:`_set` (setting the upper lines with :meth:`_upper_lines`) and :meth:`_blocks`."""
 
     basis = root_basis = None
+
+    def _load(self, A: sp.csc_matrix, rl: np.ndarray, ru: np.ndarray, h) -> bool:
+        """Hold ``rl <= A v <= ru`` with the objective ``t`` and load it into ``h``; False when HiGHS
+        refuses it (:func:`_pass_model`)."""
+        A.sort_indices()
+        self.A, self.rl, self.ru, self.h = A, rl, ru, h
+        self.cost = np.zeros(A.shape[1])
+        self.cost[-1] = 1.0
+        # the column of each stored entry: Aᵀ y as one bincount in the safe bound (the structure is fixed)
+        self._cols = np.repeat(np.arange(A.shape[1]), np.diff(A.indptr))
+        return _pass_model(h, A, rl, ru, self.cost)
+
+    def _upper_lines(self, rows: np.ndarray, cols: np.ndarray, pos: np.ndarray, s: np.ndarray, b: np.ndarray):
+        """Set the upper lines ``h - s z <= b`` of rows ``rows`` (z in columns ``cols``, its coefficient at
+        ``pos`` in A's data), here and in HiGHS (only the coefficients that change)."""
+        for i in np.nonzero(self.A.data[pos] != -s)[0]:
+            self.h.changeCoeff(int(rows[i]), int(cols[i]), float(-s[i]))
+        self.A.data[pos] = -s
+        self.ru[rows] = b
+        if rows.size:
+            self.h.changeRowsBounds(rows.size, rows.astype(np.int32), np.full(rows.size, -np.inf), b)
 
     def _t_bounds(self, yl: np.ndarray, yu: np.ndarray) -> tuple[float, float]:
         """Bounds of ``t`` from the outputs' bounds: at least every row's interval lower bound (t >=
@@ -184,8 +204,7 @@ class _TriangleLP:
         c = self.cost * cost
         y = np.where((y > 0) & ~np.isfinite(rl), 0.0, y)   # a <= row takes y <= 0
         y = np.where((y < 0) & ~np.isfinite(ru), 0.0, y)
-        A = self.A
-        col = self._entry_columns()
+        A, col = self.A, self._cols
         yi = y[A.indices]
         r = c - np.bincount(col, weights=A.data * yi, minlength=A.shape[1])
         e = _PAD * (np.abs(c) + np.bincount(col, weights=np.abs(A.data) * np.abs(yi), minlength=A.shape[1])) + 1e-300
@@ -198,12 +217,6 @@ class _TriangleLP:
         total = math.fsum(col_terms) + math.fsum(row_terms)
         pad = _PAD * (math.fsum(np.abs(col_terms)) + math.fsum(np.abs(row_terms)))
         return total - pad
-
-    def _entry_columns(self) -> np.ndarray:
-        """The column of each stored entry of ``A`` (CSC): ``Aᵀ y`` as one ``bincount``."""
-        if getattr(self, "_cols", None) is None or self._cols.size != self.A.data.size:
-            self._cols = np.repeat(np.arange(self.A.shape[1]), np.diff(self.A.indptr))
-        return self._cols
 
     def _candidate(self, y: np.ndarray | None):
         """The unstable neuron whose triangle intercept carries the most dual weight (by
@@ -240,8 +253,7 @@ class SplitLP(_TriangleLP):
         self.ir = ir
         self.C = np.asarray(C, dtype=np.float64)
         self.d = np.asarray(d, dtype=np.float64)
-        self.off = np.cumsum([0] + [node.size for node in ir.nodes])
-        self.nv = int(self.off[-1]) + 1
+        self.off, self.nv = node_offsets(ir)
         er, ec, ev, erhs, r = affine_equalities(ir, self.off)
         rows, cols, vals, rl, ru = [er], [ec], [ev], [erhs], [erhs]
         self.relus = []  # (node id, pre-activation node id, row of z - h <= 0, row of h - s z <= b)
@@ -256,20 +268,14 @@ class SplitLP(_TriangleLP):
                 ru += [np.zeros(node.size)] * 2
                 self.relus.append((nid, node.src, first, second))
                 r += 2 * node.size
-        out = np.concatenate([self.off[o] + np.arange(ir.nodes[o].size) for o in ir.outputs])
+        (rr, rc, rv), self.out_cols = region_rows(ir, self.C, self.off, self.nv)
         m = self.C.shape[0]
-        i, j = np.nonzero(self.C)
-        rows += [r + i, r + np.arange(m)]
-        cols += [out[j], np.full(m, self.nv - 1)]
-        vals += [self.C[i, j], -np.ones(m)]
+        rows, cols, vals = rows + [r + rr], cols + [rc], vals + [rv]
         rl.append(np.full(m, -np.inf)), ru.append(self.d)
         self.n_rows = r + m
-        self.out_cols = out
         A = sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                           shape=(self.n_rows, self.nv))
-        A.sort_indices()
-        self.A = A
-        self.rl, self.ru = np.concatenate(rl), np.concatenate(ru)
+        self._load(A, np.concatenate(rl), np.concatenate(ru), _highs())
         # positions of the s coefficients (column z, row h - s z <= b) in A's data
         self._s_pos = {}
         for nid, src, first, second in self.relus:
@@ -278,10 +284,6 @@ class SplitLP(_TriangleLP):
                 lo_, hi_ = A.indptr[col], A.indptr[col + 1]
                 pos[k] = lo_ + int(np.nonzero(A.indices[lo_:hi_] == row)[0][0])
             self._s_pos[nid] = pos
-        self.cost = np.zeros(self.nv)
-        self.cost[-1] = 1.0
-        self.h = _highs()
-        _pass_model(self.h, A, self.rl, self.ru, self.cost)
         self._box_h = None
 
     def box_highs(self):
@@ -302,7 +304,6 @@ class SplitLP(_TriangleLP):
         lb[:ir.n_inputs], ub[:ir.n_inputs] = lo, hi
         if np.any(lb[:-1] > ub[:-1]):  # sound bounds that cross: no point in the subdomain
             return None
-        h = self.h
         for nid, src, first, second in self.relus:
             o, zs = self.off[nid], self.off[src]
             size = second.size
@@ -312,11 +313,7 @@ class SplitLP(_TriangleLP):
             l, u, s, b = got
             lb[zs:zs + size], ub[zs:zs + size] = l, u
             lb[o:o + size], ub[o:o + size] = np.maximum(l, 0.0), np.maximum(u, 0.0)
-            for k in range(size):
-                h.changeCoeff(int(second[k]), int(zs + k), float(-s[k]))
-            self.A.data[self._s_pos[nid]] = -s
-            self.ru[second] = b
-            h.changeRowsBounds(size, second.astype(np.int32), np.full(size, -np.inf), b)
+            self._upper_lines(second, zs + np.arange(size), self._s_pos[nid], s, b)
         lb[-1], ub[-1] = self._t_bounds(lb[self.out_cols], ub[self.out_cols])
         self._lb, self._ub = lb, ub
         return lb, ub
@@ -344,8 +341,8 @@ class BoxLP(_TriangleLP):
     the sum of their magnitudes (``_PAD`` = 1e-9 covers k up to ~8 million; Higham, *Accuracy and
     Stability of Numerical Algorithms*, §3.1) plus 1e-300 per product for underflow, and each
     variable is bounded by its largest magnitude over the box. Rows: per unstable neuron
-    ``c - e <= z - A v <= c + e`` (its pre-activation's form), ``z - h <= 0`` and the hull's upper line ``h - s z <= b`` (``s, b`` per
-    subdomain, as in :class:`SplitLP`); per region row ``(C A_out) v - t <= d - C c_out + |C| e_out``
+    ``c - e <= z - A v <= c + e`` (its pre-activation's form), ``z - h <= 0`` and the hull's upper
+    line ``h - s z <= b`` (``s, b`` per subdomain, as in :class:`SplitLP`); per region row ``(C A_out) v - t <= d - C c_out + |C| e_out``
     (rounded outward). The network's values satisfy every row, so a positive safe bound
     (:meth:`_TriangleLP._safe_bound`) proves the subdomain empty as :class:`SplitLP`'s does.
 
@@ -414,17 +411,12 @@ class BoxLP(_TriangleLP):
             return
         self.upper_rows = 2 * n_u + U
         self.n_rows = M.shape[0]
-        self.A = sp.csc_matrix(M)
-        self.A.sort_indices()
+        # a model HiGHS refuses (a composed coefficient above 1e15) goes to the whole network's LP
+        self.ok = self._load(sp.csc_matrix(M), self.rl, self.ru, h or _highs())
         # the upper lines' z coefficients (-s) in A's data: column zc[i] holds rows i, n_u + i, 2 n_u + i
-        # and possibly region rows after them (sorted), so the third entry of the column
+        # (the region's rows have no z), so the third entry of the column
         self._s_pos = self.A.indptr[zc] + 2
         assert np.array_equal(self.A.indices[self._s_pos], self.upper_rows)
-        self.cost = np.zeros(self.nv)
-        self.cost[-1] = 1.0
-        self.h = h or _highs()
-        # a model HiGHS refuses (a composed coefficient above 1e15) goes to the whole network's LP
-        self.ok = _pass_model(self.h, self.A, self.rl, self.ru, self.cost)
 
     def _gather(self, per_node: list) -> np.ndarray:
         """The unstable neurons' entries of per-node arrays (their source nodes'), in variable order."""
@@ -482,13 +474,7 @@ class BoxLP(_TriangleLP):
         lb[:n_in], ub[:n_in] = lo, hi
         lb[n_in:n_in + n_u], ub[n_in:n_in + n_u] = l, u
         lb[n_in + n_u:-1], ub[n_in + n_u:-1] = np.maximum(l, 0.0), np.maximum(u, 0.0)
-        changed = np.nonzero(self.A.data[self._s_pos] != -s)[0]
-        for i in changed:
-            self.h.changeCoeff(int(self.upper_rows[i]), int(n_in + i), float(-s[i]))
-        self.A.data[self._s_pos] = -s
-        self.ru[self.upper_rows] = b
-        if n_u:
-            self.h.changeRowsBounds(n_u, self.upper_rows.astype(np.int32), np.full(n_u, -np.inf), b)
+        self._upper_lines(self.upper_rows, n_in + np.arange(n_u), self._s_pos, s, b)
         self._lu = (l, u)
         yl = np.concatenate([nb.lower[o] for o in self.ir.outputs])
         yu = np.concatenate([nb.upper[o] for o in self.ir.outputs])

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["SPARSE_MAX_DENSITY", "Sparse", "exp", "exp_upper", "gram", "held_sparse", "log", "matmul", "operand",
+__all__ = ["SPARSE_MAX_DENSITY", "Sparse", "check_gradual_underflow", "exp", "exp_upper", "gram", "held_sparse", "log", "matmul", "operand",
            "pair_rows_product", "rowdot", "softmax_lower", "sparse", "sparse_coo", "sum_last", "vdot"]
 
 _F = np.float64
@@ -112,6 +112,34 @@ def _sum_kernel(a):  # pragma: no cover - compiled; a (P, n) -> (P,)
             acc = acc + a[p, i]
         out[p] = acc
     return out
+
+
+@numba.njit(cache=True, fastmath=False, nogil=True)
+def _subnormal_kernel(x, y):  # pragma: no cover - compiled
+    return x * y, x / y
+
+
+def check_gradual_underflow() -> None:
+    """Raise FloatingPointError unless this thread's FPU keeps subnormals (IEEE 754 gradual underflow)
+    in numpy's and in the compiled kernels' arithmetic.
+
+    Why: the bound passes' underflow pad (:mod:`mi_certify.verification.nn.bounds`) assumes an
+    underflowing product errs by at most 2^-1075. A loaded library built with ``-ffast-math`` may set
+    the x86 MXCSR flags flush-to-zero (FTZ: subnormal results become 0) and denormals-are-zero (DAZ:
+    subnormal operands read as 0: a weight of 5e-324 times 1e300 then gives 0 instead of 4.9e-24);
+    the flags are per thread, so this is checked where bounds are computed, each call (about 2 µs).
+    Raises:
+        FloatingPointError: naming the flag seen.
+    """
+    tiny = np.array([2.0 ** -1074, 2.0 ** -1030], dtype=_F)
+    p, _ = _subnormal_kernel(tiny[1], 2.0 ** -10)  # a subnormal result: 2^-1040
+    r, q = _subnormal_kernel(tiny[0], 0.25)        # a subnormal operand: 2^-1076 rounds to 0; 2^-1072
+    big, _ = _subnormal_kernel(tiny[0], 2.0 ** 60)  # 2^-1014
+    if not (p > 0.0 and q == 4.0 * (2.0 ** -1074) and big > 0.0 and r == 0.0
+            and float(tiny[0] * 2.0 ** 60) > 0.0 and float(tiny[1] * 2.0 ** -10) > 0.0):
+        raise FloatingPointError(
+            "the FPU flushes subnormal floats to zero (the x86 FTZ/DAZ flags are set in this thread, usually by a "
+            "library built with -ffast-math); float bounds would not be sound, so none are computed")
 
 
 def _operands(a, b) -> tuple[np.ndarray, np.ndarray, int]:

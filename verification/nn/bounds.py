@@ -19,6 +19,19 @@ sound for the **real-valued** network whose weights are the float64 values in th
 The float32 evaluation of onnxruntime differs from it by rounding (checked to 1e-5 at
 import); properties are proved about the real-valued network.
 
+Underflow: a product or quotient whose exact value falls below float64's normal range (2^-1022)
+errs by up to 2^-1075 absolutely, not relatively, and later weights and the input's magnitude
+amplify that error where it sits in a coefficient (a row of Λ, a forward coefficient). Every
+bound is therefore also moved outward by ``2 · 2^-1074 · P · Γ · V`` (:func:`_underflow_pad`):
+P bounds the number of products and quotients behind one bound, Γ = ∏ over affine nodes of
+(1 + Σ over its terms of max(‖W‖₁, ‖W‖∞)) bounds the factor by which the later steps of a pass
+can multiply an error in a coefficient, and V bounds the value it finally meets (the box, a
+bias, a ReLU's bounds). On trained networks this is below 1e-280 and changes no decision; on
+weights like 1e300 and 5e-324 it makes the bound as loose as the arithmetic warrants (or
+infinite). Gradual underflow is assumed of the FPU and checked at every call
+(:func:`~mi_certify.generator.core.numerics.check_gradual_underflow`: a library that sets the
+flush-to-zero or denormals-are-zero flags raises an error instead of giving unsound bounds).
+
 Every product and sum is computed in fixed order (:mod:`mi_certify.generator.core.numerics`,
 no BLAS), so the bounds, and every decision taken on them, are the same bits on every
 machine.
@@ -33,7 +46,8 @@ import numba
 import numpy as np
 
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode, prepared_terms, weight_memo
-from mi_certify.generator.core.numerics import Sparse, matmul, operand, pair_rows_product, rowdot, sum_last
+from mi_certify.generator.core.numerics import (Sparse, check_gradual_underflow, matmul, operand, pair_rows_product,
+                                                rowdot, sum_last)
 from mi_certify.verification.nn.chain_pass import chain_lower, chain_plan
 
 #: Relative outward inflation of every computed bound (see module docstring).
@@ -72,9 +86,87 @@ class NodeBounds:
         return n
 
 
-def _inflate(value: np.ndarray, mag: np.ndarray, down: bool) -> np.ndarray:
+def _inflate(value: np.ndarray, mag: np.ndarray, down: bool, tiny: np.ndarray | float = 0.0) -> np.ndarray:
+    """``value`` moved outward by ``INFLATION · (mag + 1e-300)`` plus ``tiny`` (the underflow pad of
+    :func:`_underflow_pad`, (B, 1) or a scalar); an infinite or NaN pad gives the weakest bound (∓inf)."""
     pad = INFLATION * (mag + 1e-300)
-    return value - pad if down else value + pad
+    moved = (value - pad) - tiny if down else (value + pad) + tiny  # (the chain kernel's order: _chain_passes)
+    if np.all(np.isfinite(tiny)):
+        return moved
+    return np.where(np.isfinite(tiny), moved, -np.inf if down else np.inf)
+
+
+#: The absolute error of one float64 product or quotient that underflows is at most half the
+#: subnormal spacing 2^-1074 (round to nearest, IEEE 754-2019 §4.3 and §7.5); counted as a whole spacing.
+UNDERFLOW_ERROR = 2.0 ** -1074
+
+
+def _underflow_constants(ir: ControllerIR) -> tuple[float, float]:
+    """(P, Γ) of :func:`_underflow_pad`, made once per IR.
+
+    P = 8 · (n_inputs + 2) · (Σ nonzero weights + Σ node sizes): every product and quotient one bound's
+    computation issues, in the forward pass (its coefficients are (n_inputs, size) per node, lower and
+    upper, with magnitudes) and in a backward pass (one row of Λ and its magnitudes), with room.
+    Γ = ∏ over affine nodes of (1 + Σ over terms of max(‖W‖₁, ‖W‖∞)), each norm the largest column or
+    row sum of |W| (fixed-order sums, :func:`~mi_certify.generator.core.numerics.matmul`, then rounded up
+    to a power of two): expanding the product gives a sum over all chains of terms, so it bounds the
+    sum over paths of the products of weights' magnitudes between any two nodes of the DAG, forward or
+    backward; a ReLU multiplies by a slope in [0, 1].
+    """
+    memo = weight_memo(ir)
+    if "underflow" not in memo:
+        count, gamma = 0.0, 1.0
+        for nid, node in enumerate(ir.nodes):
+            count += node.size
+            if not isinstance(node, AffineNode):
+                continue
+            rho = 0.0
+            for (_, aw), (_, awt) in zip(prepared_terms(ir, nid, "abs"), prepared_terms(ir, nid, "absT")):
+                count += aw.values.size if isinstance(aw, Sparse) else float(np.count_nonzero(aw))
+                cols = matmul(np.ones((1, aw.shape[0])), aw)    # Σ_i |w_ij|, (1, n_src)
+                rows = matmul(np.ones((1, awt.shape[0])), awt)  # Σ_j |w_ij|, (1, size)
+                rho += max(float(np.max(cols, initial=0.0)), float(np.max(rows, initial=0.0)))
+            gamma *= 1.0 + rho
+        if np.isfinite(gamma):
+            gamma = float(2.0 ** np.ceil(np.log2(gamma)))  # whole powers of two: no last-bit differences
+        memo["underflow"] = (8.0 * (ir.n_inputs + 2) * count, gamma if not np.isnan(gamma) else np.inf)
+    return memo["underflow"]
+
+
+def _reach(a: np.ndarray) -> np.ndarray:
+    """max |a| per row of a (B, n) array (at least 0), NaN counted as infinite."""
+    if a.shape[1] == 0:
+        return np.zeros(a.shape[0])
+    m = np.max(np.abs(a), axis=1)
+    return np.where(np.isnan(m) | np.any(np.isnan(a), axis=1), np.inf, m)
+
+
+def _underflow_pad(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, bounds: NodeBounds | None,
+                   below: int, gather: np.ndarray | None = None) -> np.ndarray:
+    """The absolute pad ``2 · UNDERFLOW_ERROR · P · Γ · V`` (B, 1) for bounds over the boxes lo/hi
+    (B, n_inputs) that sums of underflowed products can miss (module docstring; P, Γ from
+    :func:`_underflow_constants`). V per box: the largest of 1, |lo|, |hi|, every |bias| and the
+    magnitudes of the bounds of every ReLU's source in ``bounds`` (rows ``gather`` of it when given) for
+    the ReLU nodes with ids below ``below`` (those a pass to node ``below`` meets),
+    the values an erring coefficient can finally be multiplied by (the box, a bias, a relaxation's
+    intercept −l·s, a slope's error times x − l). Infinite where any of these is (the bound is then ∓inf)."""
+    count, gamma = _underflow_constants(ir)
+    memo = weight_memo(ir)
+    if "bias_reach" not in memo:
+        memo["bias_reach"] = max([1.0] + [float(_reach(n.bias[None, :])[0]) for n in ir.nodes
+                                          if isinstance(n, AffineNode)])
+    v = np.maximum(np.maximum(_reach(lo), _reach(hi)), memo["bias_reach"])
+    if bounds is not None:
+        for node in ir.nodes[:below]:
+            if isinstance(node, ReluNode):
+                for side in (bounds.lower[node.src], bounds.upper[node.src]):
+                    side = np.atleast_2d(side)
+                    if gather is not None and side.shape[0] > 1:
+                        side = side[gather]
+                    v = np.maximum(v, 2.0 * np.broadcast_to(_reach(side), v.shape))
+    with np.errstate(over="ignore", invalid="ignore"):
+        pad = (2.0 * UNDERFLOW_ERROR) * count * gamma * v
+    return np.where(np.isnan(pad), np.inf, pad)[:, None]
 
 
 def _batch(lo, hi) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -146,8 +238,10 @@ def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: f
     Raises:
         BoundsTimeout when ``deadline`` has passed.
     """
+    check_gradual_underflow()
     lo, hi, single = _batch(lo, hi)
     ib = interval_bounds(ir, lo, hi)
+    tiny = _underflow_pad(ir, lo, hi, ib, len(ir.nodes))
     B, n = lo.shape
     reach = np.maximum(np.abs(lo), np.abs(hi))  # (B, n)
     lower, upper = [], []
@@ -182,8 +276,8 @@ def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: f
                 + sum_last(np.swapaxes(np.minimum(Lc, 0.0), 1, 2) * hi[:, None, :])
             up = u0 + sum_last(np.swapaxes(np.maximum(Uc, 0.0), 1, 2) * hi[:, None, :]) \
                 + sum_last(np.swapaxes(np.minimum(Uc, 0.0), 1, 2) * lo[:, None, :])
-            lower.append(np.maximum(ib.lower[nid], _inflate(low, mag, True)))
-            upper.append(np.minimum(ib.upper[nid], _inflate(up, mag, False)))
+            lower.append(np.maximum(ib.lower[nid], _inflate(low, mag, True, tiny)))
+            upper.append(np.minimum(ib.upper[nid], _inflate(up, mag, False, tiny)))
             fl.append(Lc), fu.append(Uc), am.append(Am), cl.append(l0), cu.append(u0), cm.append(c0)
             continue
         l, u = lower[node.src], upper[node.src]
@@ -358,6 +452,7 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
 
     Returns (lower (B, m), input coefficients (B, m, n_inputs))."""
     compact = compactable(ir)
+    first = target  # the pass meets the ReLU nodes below it (their bounds set the underflow pad)
     cols: dict[int, np.ndarray] = {}  # node -> the columns its coefficient arrays hold (absent: all)
     if lam is None and per_box is not None:  # box b bounds its own neuron per_box[b]: rows [e_j; -e_j]
         node = ir.nodes[target]
@@ -413,7 +508,7 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
             pos, neg = np.maximum(L, 0), np.minimum(L, 0)
             val = rowdot(pos, lo) + rowdot(neg, hi) + const
             mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
-            return _inflate(val, mag, True), L
+            return _inflate(val, mag, True, _underflow_pad(ir, lo, hi, bounds, first, gather)), L
         if isinstance(node, AffineNode):
             if c is not None and not (np.isfinite(node.bias).all() and np.isfinite(L).all()
                                       and np.isfinite(A).all()):
@@ -514,6 +609,7 @@ def _chain_passes(ir: ControllerIR, nid: int, bi: np.ndarray, ji: np.ndarray, lo
         return np.ones(bi.size, dtype=bool)
     passes = []
     flagged = np.zeros(bi.size, dtype=bool)
+    tiny = _underflow_pad(ir, lo, hi, nb, nid)[bi]  # (the batched pass's pad: _inflate)
     for v in lower_slopes:
         rel = _chain_relaxations(ir, nid, nb, v, cache)
         if rel is None:
@@ -525,7 +621,7 @@ def _chain_passes(ir: ControllerIR, nid: int, bi: np.ndarray, ji: np.ndarray, lo
             o, f = chain_lower(plan, nid, bi[s:s + step], ji[s:s + step], lo, hi, *rel, INFLATION)
             out[s:s + step] = o
             flagged[s:s + step] |= f
-        passes.append(out)
+        passes.append(np.where(np.isfinite(tiny), out - tiny, -np.inf))
     both = np.max(passes, axis=0)
     done = ~flagged
     b, j = bi[done], ji[done]
@@ -591,6 +687,7 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
         BoundsTimeout when ``deadline`` has passed.
     """
     _check_deadline(deadline)
+    check_gradual_underflow()
     lo, hi, single = _batch(lo, hi)
     if init is None:
         ib = forward_bounds(ir, lo, hi, deadline)  # (tighter than intervals: fewer unstable neurons to bound)
@@ -724,4 +821,8 @@ def combined_row_lower(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lam: np.n
                            axis=1)
     pad = matmul(matmul(lam, np.abs(C)) * reach, np.ones(reach.shape[1])) + matmul(lam, np.abs(d))
     dl = matmul(lam, d)
-    return _inflate(low[:, 0] - dl, pad + np.abs(dl) + np.abs(low[:, 0]), True)
+    # λᵀC and λᵀd: m products an entry, each erring by at most UNDERFLOW_ERROR absolutely (underflow),
+    # times |y| (module docstring); counted twice for the magnitudes' own underflow
+    with np.errstate(over="ignore", invalid="ignore"):
+        tiny = (2.0 * UNDERFLOW_ERROR * C.shape[0]) * (1.0 + sum_last(reach))
+    return _inflate(low[:, 0] - dl, pad + np.abs(dl) + np.abs(low[:, 0]), True, np.where(np.isnan(tiny), np.inf, tiny))

@@ -51,7 +51,8 @@ import scipy.sparse as sp
 from mi_certify.generator.core.ir import ControllerIR, InputNode, ReluNode, prepared_terms
 from mi_certify.generator.core.numerics import matmul
 
-from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds, output_matrix_lower
+from mi_certify.verification.nn.bounds import (UNDERFLOW_ERROR, BoundsTimeout, NodeBounds, crown_bounds,
+                                               output_matrix_lower)
 from mi_certify.verification.nn.lp_relax import affine_equalities, node_offsets, region_rows
 
 __all__ = ["SplitLP", "close_leaves", "split_leaf"]
@@ -215,7 +216,9 @@ class _TriangleLP:
         if not (np.all(np.isfinite(col_terms)) and np.all(np.isfinite(row_terms))):
             return -math.inf
         total = math.fsum(col_terms) + math.fsum(row_terms)
-        pad = _PAD * (math.fsum(np.abs(col_terms)) + math.fsum(np.abs(row_terms)))
+        # (each term a product that may underflow: up to 2^-1074 absolutely, bounds.UNDERFLOW_ERROR)
+        pad = _PAD * (math.fsum(np.abs(col_terms)) + math.fsum(np.abs(row_terms))) \
+            + UNDERFLOW_ERROR * (col_terms.size + row_terms.size)
         return total - pad
 
     def _candidate(self, y: np.ndarray | None):

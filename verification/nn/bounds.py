@@ -134,11 +134,11 @@ def _underflow_constants(ir: ControllerIR) -> tuple[float, float]:
 
 
 def _reach(a: np.ndarray) -> np.ndarray:
-    """max |a| per row of a (B, n) array (at least 0), NaN counted as infinite."""
+    """max |a| per row of a (B, n) array (at least 0), NaN counted as infinite (np.max propagates NaN)."""
     if a.shape[1] == 0:
         return np.zeros(a.shape[0])
     m = np.max(np.abs(a), axis=1)
-    return np.where(np.isnan(m) | np.any(np.isnan(a), axis=1), np.inf, m)
+    return np.where(np.isnan(m), np.inf, m)
 
 
 def _underflow_pad(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, bounds: NodeBounds | None,
@@ -433,7 +433,7 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
                           bounds: NodeBounds, lower: str | dict[int, np.ndarray] = "adaptive",
                           rows: np.ndarray | None = None, per_box: np.ndarray | None = None,
                           gather: np.ndarray | None = None,
-                          cache: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                          cache: dict | None = None, tiny: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Batched CROWN backward pass: lam (B, m, size(target)), lo/hi (B, n), bounds (B, size_i) arrays;
     ``lam=None`` stands for the rows ``[I; -I]`` (both bounds of every neuron of an affine
     target), whose first step is the exact ``[w; -w]`` (no products: a tenth of the work);
@@ -441,6 +441,8 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
     ``per_box`` (B,) instead gives each box one neuron of its own (rows ``[e_j; -e_j]``, 2 rows).
     ``gather`` (B,): box b of this pass is box ``gather[b]`` of ``bounds`` (lo/hi are this
     pass's). ``cache``: relaxations by (node, rule) of ``bounds``' boxes, reused across calls.
+    ``tiny``: this pass's boxes' underflow pads (B, 1) when the caller has them (:func:`crown_bounds`:
+    one per call), else :func:`_underflow_pad` of ``bounds``.
     ``lower``: a rule of LOWER_SLOPES, or {ReLU node id: (B, size) lower slopes}.
 
     On a network where :func:`compactable` holds (sparse layers), each node's coefficient arrays
@@ -508,7 +510,9 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
             pos, neg = np.maximum(L, 0), np.minimum(L, 0)
             val = rowdot(pos, lo) + rowdot(neg, hi) + const
             mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
-            return _inflate(val, mag, True, _underflow_pad(ir, lo, hi, bounds, first, gather)), L
+            if tiny is None:
+                tiny = _underflow_pad(ir, lo, hi, bounds, first, gather)
+            return _inflate(val, mag, True, tiny), L
         if isinstance(node, AffineNode):
             if c is not None and not (np.isfinite(node.bias).all() and np.isfinite(L).all()
                                       and np.isfinite(A).all()):
@@ -598,18 +602,19 @@ _CHAIN_WORK = 20_000_000
 
 def _chain_passes(ir: ControllerIR, nid: int, bi: np.ndarray, ji: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                   nb: NodeBounds, lower_slopes: tuple, cache: dict, deadline: float | None, l_i: np.ndarray,
-                  u_i: np.ndarray) -> np.ndarray:
+                  u_i: np.ndarray, tiny: np.ndarray) -> np.ndarray:
     """:func:`crown_bounds`' per-neuron passes of node ``nid`` by the compiled chain kernel
     (:mod:`~mi_certify.verification.nn.chain_pass`: the same bits as :func:`_backward_lower_batch`) where it
     applies: tightens ``l_i``/``u_i`` (B, size) in place at the instances (``bi``, ``ji``) it computed and
     returns a boolean mask of the instances left to the batched pass (all of them when the IR is not a
-    sparse chain or a ReLU relaxation below ``nid`` is not finite). Raises BoundsTimeout."""
+    sparse chain or a ReLU relaxation below ``nid`` is not finite). ``tiny``: the boxes' underflow pads
+    (B, 1), subtracted as the batched pass's :func:`_inflate` does. Raises BoundsTimeout."""
     plan = chain_plan(ir) if compactable(ir) else None
     if plan is None or not all(isinstance(v, str) for v in lower_slopes):
         return np.ones(bi.size, dtype=bool)
     passes = []
     flagged = np.zeros(bi.size, dtype=bool)
-    tiny = _underflow_pad(ir, lo, hi, nb, nid)[bi]  # (the batched pass's pad: _inflate)
+    tiny = tiny[bi]
     for v in lower_slopes:
         rel = _chain_relaxations(ir, nid, nb, v, cache)
         if rel is None:
@@ -699,6 +704,8 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
     # CROWN only where it can help: pre-ReLU nodes that are not a direct affine map of the
     # input (for those, interval bounds are already exact up to the inflation)
     cache: dict = {}  # ReLU relaxations of the boxes, by (node, rule): computed once per call
+    # the underflow pads (B, 1): from ``ib``, whose every node bound holds the final one (tightened, clipped)
+    pads = None
     need = {n.src for n in ir.nodes if isinstance(n, ReluNode)
             if not (isinstance(ir.nodes[n.src], AffineNode) and all(s == 0 for s, _ in ir.nodes[n.src].terms))}
     for nid, node in enumerate(ir.nodes):
@@ -717,13 +724,15 @@ def crown_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray,
                 bi, ji = np.nonzero((l_i < 0) & (u_i > 0))
                 if bi.size:
                     l_i, u_i = l_i.copy(), u_i.copy()
-                    rest = _chain_passes(ir, nid, bi, ji, lo, hi, nb, lower_slopes, cache, deadline, l_i, u_i)
+                    if pads is None:   # once per call, from the bounds every later node's lie in
+                        pads = _underflow_pad(ir, lo, hi, ib, len(ir.nodes))
+                    rest = _chain_passes(ir, nid, bi, ji, lo, hi, nb, lower_slopes, cache, deadline, l_i, u_i, pads)
                     for b, j in _instance_chunks(bi[rest], ji[rest], compactable(ir)):
                         passes = []
                         for v in lower_slopes:
                             _check_deadline(deadline)
                             passes.append(_backward_lower_batch(ir, nid, None, lo[b], hi[b], nb, v, per_box=j,
-                                                                gather=b, cache=cache)[0])
+                                                                gather=b, cache=cache, tiny=pads[b])[0])
                         both = np.max(passes, axis=0)
                         l_i[b, j] = np.maximum(l_i[b, j], both[:, 0])
                         u_i[b, j] = np.minimum(u_i[b, j], -both[:, 1])

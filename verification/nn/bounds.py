@@ -157,13 +157,16 @@ def _underflow_pad(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, bounds: Nod
                                           if isinstance(n, AffineNode)])
     v = np.maximum(np.maximum(_reach(lo), _reach(hi)), memo["bias_reach"])
     if bounds is not None:
+        by_rows: dict[int, list] = {}   # the sides by row count (one row: shared by every box), then one max each
         for node in ir.nodes[:below]:
             if isinstance(node, ReluNode):
                 for side in (bounds.lower[node.src], bounds.upper[node.src]):
                     side = np.atleast_2d(side)
                     if gather is not None and side.shape[0] > 1:
                         side = side[gather]
-                    v = np.maximum(v, 2.0 * np.broadcast_to(_reach(side), v.shape))
+                    by_rows.setdefault(side.shape[0], []).append(side)
+        for sides in by_rows.values():
+            v = np.maximum(v, 2.0 * np.broadcast_to(_reach(np.concatenate(sides, axis=1)), v.shape))
     with np.errstate(over="ignore", invalid="ignore"):
         pad = (2.0 * UNDERFLOW_ERROR) * count * gamma * v
     return np.where(np.isnan(pad), np.inf, pad)[:, None]
@@ -771,12 +774,13 @@ def output_matrix_lower(ir: ControllerIR, C: np.ndarray, lo: np.ndarray, hi: np.
     coefs = np.zeros(C.shape[:2] + (ir.n_inputs,))
     off = 0
     # several output nodes: bound each block separately and add (sound, possibly looser)
+    tiny = _underflow_pad(ir, lo, hi, bounds, len(ir.nodes))   # (every pass's: its ReLUs are among all)
     for nid in ir.outputs:
         size = ir.nodes[nid].size
         best, best_lin = None, None
         for v in lower_slopes:
             _check_deadline(deadline)
-            part, lin = _backward_lower_batch(ir, nid, C[:, :, off:off + size], lo, hi, bounds, v)
+            part, lin = _backward_lower_batch(ir, nid, C[:, :, off:off + size], lo, hi, bounds, v, tiny=tiny)
             if best is None:
                 best, best_lin = part, lin
             else:

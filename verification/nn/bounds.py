@@ -26,9 +26,11 @@ bound is therefore also moved outward by ``2 · 2^-1074 · P · Γ · V`` (:func
 P bounds the number of products and quotients behind one bound, Γ = ∏ over affine nodes of
 (1 + Σ over its terms of max(‖W‖₁, ‖W‖∞)) bounds the factor by which the later steps of a pass
 can multiply an error in a coefficient, and V bounds the value it finally meets (the box, a
-bias, a ReLU's bounds). On trained networks this is below 1e-280 and changes no decision; on
-weights like 1e300 and 5e-324 it makes the bound as loose as the arithmetic warrants (or
-infinite). Gradual underflow is assumed of the FPU and checked at every call
+bias, a ReLU's bounds); a backward pass from rows λ (output_matrix_lower's C) scales it by
+max(1, ‖λ_r‖₁), since its coefficients scale with the rows (found by a helper's attack: a slope
+u/(u − l) that underflows, under a row of -1e4, had moved a bound above the value). On trained
+networks this is below 1e-280 and changes no decision; on weights like 1e300 and 5e-324 it makes
+the bound as loose as the arithmetic warrants (or infinite). Gradual underflow is assumed of the FPU and checked at every call
 (:func:`~mi_certify.generator.core.numerics.check_gradual_underflow`: a library that sets the
 flush-to-zero or denormals-are-zero flags raises an error instead of giving unsound bounds).
 
@@ -39,6 +41,7 @@ machine.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -127,8 +130,8 @@ def _underflow_constants(ir: ControllerIR) -> tuple[float, float]:
                 rows = matmul(np.ones((1, awt.shape[0])), awt)  # Σ_j |w_ij|, (1, size)
                 rho += max(float(np.max(cols, initial=0.0)), float(np.max(rows, initial=0.0)))
             gamma *= 1.0 + rho
-        if np.isfinite(gamma):
-            gamma = float(2.0 ** np.ceil(np.log2(gamma)))  # whole powers of two: no last-bit differences
+        if np.isfinite(gamma):   # the power of two at or above it (frexp is exact): no last-bit differences
+            gamma = math.ldexp(1.0, math.frexp(gamma)[1])
         memo["underflow"] = (8.0 * (ir.n_inputs + 2) * count, gamma if not np.isnan(gamma) else np.inf)
     return memo["underflow"]
 
@@ -145,7 +148,7 @@ def _underflow_pad(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, bounds: Nod
                    below: int, gather: np.ndarray | None = None) -> np.ndarray:
     """The absolute pad ``2 · UNDERFLOW_ERROR · P · Γ · V`` (B, 1) for bounds over the boxes lo/hi
     (B, n_inputs) that sums of underflowed products can miss (module docstring; P, Γ from
-    :func:`_underflow_constants`). V per box: the largest of 1, |lo|, |hi|, every |bias| and the
+    :func:`_underflow_constants`), for unit rows (a backward pass from rows λ scales it by max(1, ‖λ_r‖₁)). V per box: the largest of 1, |lo|, |hi|, every |bias| and the
     magnitudes of the bounds of every ReLU's source in ``bounds`` (rows ``gather`` of it when given) for
     the ReLU nodes with ids below ``below`` (those a pass to node ``below`` meets),
     the values an erring coefficient can finally be multiplied by (the box, a bias, a relaxation's
@@ -191,6 +194,7 @@ def interval_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBou
     Returns:
         NodeBounds with (size_i,) arrays, or (B, size_i) arrays for a batch.
     """
+    check_gradual_underflow()
     lo, hi, single = _batch(lo, hi)
     lower, upper = [], []
     for nid, node in enumerate(ir.nodes):
@@ -515,6 +519,9 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
             mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
             if tiny is None:
                 tiny = _underflow_pad(ir, lo, hi, bounds, first, gather)
+            if lam is not None:   # rows of any size: an error in Λ scales with them (‖λ_r‖₁; Γ holds weights only)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    tiny = tiny * np.maximum(1.0, sum_last(np.abs(lam)))
             return _inflate(val, mag, True, tiny), L
         if isinstance(node, AffineNode):
             if c is not None and not (np.isfinite(node.bias).all() and np.isfinite(L).all()
@@ -763,6 +770,7 @@ def output_matrix_lower(ir: ControllerIR, C: np.ndarray, lo: np.ndarray, hi: np.
     Returns:
         (lower (m,), input coefficients (m, n_inputs)); with a leading B axis for a batch.
     """
+    check_gradual_underflow()
     lo, hi, single = _batch(lo, hi)
     bounds = bounds or crown_bounds(ir, lo, hi, deadline=deadline)
     if single:

@@ -49,13 +49,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from mi_certify.generator.core.ir import ControllerIR, InputNode, ReluNode, prepared_terms
-from mi_certify.generator.core.numerics import matmul
+from mi_certify.generator.core.numerics import check_gradual_underflow, matmul
 
 from mi_certify.verification.nn.bounds import (UNDERFLOW_ERROR, BoundsTimeout, NodeBounds, crown_bounds,
                                                output_matrix_lower)
 from mi_certify.verification.nn.lp_relax import affine_equalities, node_offsets, region_rows
 
-__all__ = ["SplitLP", "close_leaves", "split_leaf"]
+__all__ = ["LeafStream", "SplitLP", "close_leaves", "split_leaf"]
 
 #: Relative padding of every rounded sum (the float64 error of a sum of k terms is below
 #: k · 1.2e-16 of the sum of their absolute values; 1e-9 covers k up to ~8 million).
@@ -64,6 +64,9 @@ _PAD = 1e-9
 MAX_LPS = 5000
 #: Leaves handed to a worker process at a time.
 LEAF_CHUNK = 32
+#: Leaves a :class:`LeafStream` collects before its thread hands them to a worker (each batch starts a
+#: worker process: about 0.8 s of start-up).
+STREAM_BATCH = 4 * LEAF_CHUNK
 
 
 def _highs():
@@ -166,6 +169,7 @@ class _TriangleLP:
         """
         import highspy
 
+        check_gradual_underflow()   # (the safe bound's underflow term assumes it)
         self.basis = None
         got = self._set(lo, hi, nb, phases)
         if got is None:
@@ -600,10 +604,13 @@ def _leaf_task(item) -> list:
 
 
 def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, deadline: float,
-                 workers: int = 2, bounds: list | None = None) -> list:
+                 workers: int = 2, bounds: list | None = None, processes: bool = False,
+                 cancel=None) -> list:
     """:func:`split_leaf` on every box, in ``workers`` processes (:mod:`.workers`), in chunks
     of LEAF_CHUNK in box order; stops at the first box that does not close. ``bounds``: per box
-    its sound node bounds or None (then CROWN's), or None for all.
+    its sound node bounds or None (then CROWN's), or None for all. ``processes``: worker processes even
+    for one worker (else one worker computes in this process). ``cancel()`` True: stop as at the deadline
+    (:class:`LeafStream`; the boxes not reached are "not reached").
 
     Returns:
         one answer per box in box order: ("closed", LPs), ("candidate", x (n_inputs,)),
@@ -614,12 +621,13 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
     items = [(ir, C, d, triples[k:k + LEAF_CHUNK], time.time() + max(0.0, deadline - time.monotonic()))
              for k in range(0, len(boxes), LEAF_CHUNK)]
     got: dict = {}
-    if workers > 1 and len(items) > 1:
+    if (workers > 1 and len(items) > 1) or (processes and items):
         from mi_certify.verification.tools.workers import WorkersLost, WorkersTimedOut, exiting, map_in_processes
         try:
             got = dict(enumerate(map_in_processes(_leaf_task, items, workers,
                                                   deadline=deadline if math.isfinite(deadline) else None,
-                                                  stop=lambda r: any(k != "closed" for k, _ in r))))
+                                                  stop=lambda r: any(k != "closed" for k, _ in r),
+                                                  cancel=cancel)))
         except WorkersTimedOut as late:
             got = late.done
             got.update({k: [("open", "not reached")] for k in range(len(items)) if k not in got})
@@ -629,7 +637,7 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
             got = lost.done
     for k, item in enumerate(items):
         if k not in got:
-            if any(kind != "closed" for r in got.values() for kind, _ in r):
+            if any(kind != "closed" for r in got.values() for kind, _ in r) or (cancel is not None and cancel()):
                 got[k] = [("open", "not reached")]
             else:
                 got[k] = _leaf_task(item)
@@ -639,3 +647,96 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
         res += [("open", "not reached")] * (len(item[3]) - len(res))
         out += [(kind, np.array(what) if kind == "candidate" else what) for kind, what in res]
     return out
+
+
+class LeafStream:
+    """The exact-leaf phase, started while the caller goes on: input splitting files its leaves long before
+    it ends (on ACAS Xu 3_3 / property 2 from 7.5 of its 12 s on). ``add`` collects them; every LEAF_CHUNK
+    of them becomes one :func:`_leaf_task` item, and a thread hands the items, as they come, to ``workers``
+    worker processes, started once with the first item
+    (:func:`~mi_certify.verification.tools.workers.map_in_processes` with ``more``; the thread only waits on
+    pipes). :meth:`finish` adds the last leaves and the caller's other boxes, waits for every item (bounded
+    by ``deadline``) and returns one answer per box in the order added: what :func:`close_leaves` returns
+    for the same boxes (the same chunks, done in order; it stops at the first chunk with a leaf that does
+    not close: the boxes of the chunks not done are "not reached"). :meth:`cancel` kills the workers.
+    """
+
+    def __init__(self, ir: ControllerIR, C: np.ndarray, d: np.ndarray, deadline: float, workers: int = 2):
+        import threading
+
+        self._ir, self._C, self._d, self._deadline, self._workers = ir, C, d, deadline, max(1, workers)
+        self._wall = time.time() + max(0.0, deadline - time.monotonic())
+        self._boxes: list = []      # (box, bounds) in the order added
+        self._items: list = []      # one _leaf_task item per LEAF_CHUNK boxes (grows while the thread runs)
+        self._results: dict = {}    # item index -> its answers
+        self._thread = None
+        self._open = True           # items may still come
+        self._cancel = threading.Event()
+        self._error: BaseException | None = None
+
+    def add(self, box: tuple, nb: NodeBounds | None) -> None:
+        """File one leaf ``(lo, hi)`` with its node bounds (or None)."""
+        self._boxes.append((box, nb))
+        if len(self._boxes) % LEAF_CHUNK == 0:
+            self._chunk(len(self._boxes) - LEAF_CHUNK)
+
+    def _chunk(self, start: int) -> None:
+        part = self._boxes[start:start + LEAF_CHUNK]
+        self._items.append((self._ir, self._C, self._d, [(lo, hi, b) for (lo, hi), b in part], self._wall))
+        if self._thread is None and not self._cancel.is_set():
+            import threading
+            self._thread = threading.Thread(target=self._run, name="mi-certify-leaf-stream", daemon=True)
+            self._thread.start()
+
+    def _more(self) -> bool:
+        return self._open and not self._cancel.is_set()
+
+    def _run(self) -> None:
+        from mi_certify.verification.tools.workers import WorkersLost, WorkersTimedOut, map_in_processes
+
+        def keep(k, _n, res):
+            self._results[k] = res
+        try:
+            map_in_processes(_leaf_task, self._items, self._workers, on_result=keep,
+                             deadline=self._deadline if math.isfinite(self._deadline) else None,
+                             stop=lambda r: any(kind != "closed" for kind, _ in r), cancel=self._cancel.is_set,
+                             more=self._more)
+        except WorkersTimedOut:   # timed out, stopped or cancelled: the chunks not done are "not reached"
+            pass
+        except WorkersLost:       # no worker process (or one died): finish() decides the rest in this process
+            self._lost = True
+        except BaseException as exc:  # noqa: BLE001 - a worker's exception or an interrupt: finish() raises it
+            self._error = exc
+
+    def cancel(self) -> None:
+        """Stop: the workers are killed within 0.1 s."""
+        self._open = False
+        self._cancel.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def finish(self, boxes: list = (), bounds: list | None = None) -> list:
+        """The answers of every box added, then of ``boxes`` ((lo, hi) pairs, with ``bounds`` per box or None):
+        ("closed", LPs), ("candidate", x) or ("open", reason), as :func:`close_leaves`. Raises what a worker
+        raised."""
+        for k, box in enumerate(boxes):
+            self._boxes.append((box, None if bounds is None else bounds[k]))
+        if self._thread is None:   # no chunk was filed before: close_leaves itself (one chunk stays here)
+            return close_leaves(self._ir, self._C, self._d, [b for b, _ in self._boxes], self._deadline,
+                                workers=self._workers, bounds=[nb for _, nb in self._boxes])
+        done = len(self._items) * LEAF_CHUNK
+        for start in range(done, len(self._boxes), LEAF_CHUNK):
+            self._chunk(start)
+        self._open = False
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        out = []
+        for k, item in enumerate(self._items):   # as close_leaves assembles its chunks' answers
+            if k not in self._results and getattr(self, "_lost", False) and time.monotonic() < self._deadline \
+                    and not any(kind != "closed" for r in self._results.values() for kind, _ in r):
+                self._results[k] = _leaf_task(item)   # no worker process (WorkersLost): in this process
+            res = [(kind, np.array(what) if kind == "candidate" else what) for kind, what in self._results.get(k, [])]
+            out += res + [("open", "not reached")] * (len(item[3]) - len(res))
+        return out

@@ -46,7 +46,7 @@ from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_b
 from mi_certify.verification.nn.input_split import (Batch, Box, Frontier, bound_children, bound_region, boxes_per_pass,
                                                     choose_splits, frontier_of, halvings, hinted_lower, lp_hints)
 from mi_certify.verification.nn.lp_relax import TriangleLP, is_lp_ready
-from mi_certify.verification.nn.lp_split import close_leaves
+from mi_certify.verification.nn.lp_split import LeafStream, close_leaves
 from mi_certify.verification.nn.properties import Disjunct, Query
 from mi_certify.verification.nn.settings import DEFAULT_SEARCH, SearchSettings
 from mi_certify.verification.nn.exact_bounds import ExactBounds
@@ -188,7 +188,8 @@ class _Search:
     ``leaf_depth`` halvings deep go (None: no exact leaves, ``leaf_depth`` inf); leaf_bounds: per
     leaf its node bounds from input splitting (:class:`~.bounds.NodeBounds`), or None where they are
     not kept (more than ``LEAF_BOUNDS_MAX`` node values). tried: candidate replays so far
-    (``tried[0]``, at most ``opts.search.max_replays``).
+    (``tried[0]``, at most ``opts.search.max_replays``). stream: where the leaves also go as they are
+    filed, to be decided while input splitting goes on (:class:`~.lp_split.LeafStream`), or None.
     """
 
     model: LoadedModel
@@ -202,6 +203,7 @@ class _Search:
     leaf_depth: float
     tried: list[int] = field(default_factory=lambda: [0])
     leaf_bounds: list = field(default_factory=list)
+    stream: LeafStream | None = None
 
 
 def _attack(sr: _Search, batch: Batch, rounds: int, deadline: float) -> tuple | None:
@@ -240,6 +242,8 @@ def _file_children(sr: _Search, kids, front: Frontier) -> None:
             # copies: a view would keep the whole batch's arrays alive for as long as the leaf waits
             sr.leaf_bounds.append(NodeBounds([v[c].copy() for v in kids.nb.lower], [v[c].copy() for v in kids.nb.upper])
                                   if keep else None)
+            if sr.stream is not None:
+                sr.stream.add(sr.leaves[-1], sr.leaf_bounds[-1])
         else:
             front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c])
 
@@ -368,8 +372,17 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         return Verdict.PROVED, None, "bounds", "1 box closed by CROWN bounds"
     if opts.lp_leaves and is_lp_ready(ir):
         sr.leaves, sr.leaf_depth = [], opts.search.leaf_depth
-    decided, open_boxes = _split_inputs(sr, root, deadline, bab_deadline)
+        if opts.workers > 1:   # the leaves go to the worker processes as they are filed
+            sr.stream = LeafStream(ir, dj.C, dj.d, deadline, workers=opts.workers)
+    try:
+        decided, open_boxes = _split_inputs(sr, root, deadline, bab_deadline)
+    except BaseException:
+        if sr.stream is not None:
+            sr.stream.cancel()
+        raise
     if decided is not None:
+        if sr.stream is not None:
+            sr.stream.cancel()
         return decided
     leaves = sr.leaves
     marabou_next = opts.use_marabou and not leaves and len(open_boxes) <= opts.search.marabou_max_boxes
@@ -381,12 +394,14 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         # and no leaves go to Marabou as before (input splitting stopped early for it).
         todo = leaves + open_boxes
         decided, open_boxes = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors,
-                                             sr.leaf_bounds + [None] * len(open_boxes))
+                                             sr.leaf_bounds + [None] * len(open_boxes), sr.stream, open_boxes)
         if decided is not None:
             return decided
         if not open_boxes:
             return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
                 f"{len(todo)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
+    if sr.stream is not None:
+        sr.stream.cancel()   # (no leaves: nothing started)
     if not open_boxes:
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
     where = f"{len(open_boxes)} boxes open" if not stats.get("lp_leaves") else \
@@ -433,11 +448,18 @@ def _marabou_stage(sr: _Search, open_boxes: list, where: str, deadline: float) -
 
 
 def _decide_leaves(model: LoadedModel, dj: Disjunct, leaves: list, deadline: float, opts: VerifyOptions,
-                   stats: dict, closed: list, errors: list[str], bounds: list | None = None):
+                   stats: dict, closed: list, errors: list[str], bounds: list | None = None,
+                   stream: LeafStream | None = None, extra: list = ()):
     """ReLU-split LP on the leaves (:func:`~.lp_split.close_leaves`, with their node bounds where
-    ``bounds`` has them); candidates are replayed.
+    ``bounds`` has them); candidates are replayed. With ``stream`` (which input splitting filed the first
+    ``len(leaves) - len(extra)`` of them to), the stream decides them, and ``extra`` (the rest) too
+    (:meth:`~.lp_split.LeafStream.finish`: the same answers).
     Returns (decided (verdict, witness, method, detail) or None, leaves left open)."""
-    answers = close_leaves(model.ir, dj.C, dj.d, leaves, deadline, workers=opts.workers, bounds=bounds)
+    if stream is not None:
+        n = len(leaves) - len(extra)
+        answers = stream.finish(list(extra), None if bounds is None else bounds[n:])
+    else:
+        answers = close_leaves(model.ir, dj.C, dj.d, leaves, deadline, workers=opts.workers, bounds=bounds)
     stats["lp_leaves"] = stats.get("lp_leaves", 0) + len(leaves)
     left = []
     for (lo, hi), (kind, what) in zip(leaves, answers):

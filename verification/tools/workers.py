@@ -157,13 +157,17 @@ def _send_in_thread(send, payloads: list[bytes], errors: list):
 
 def map_in_processes(fn: Callable, items: Sequence, workers: int,
                      on_result: Callable[[int, int, object], None] | None = None, deadline: float | None = None,
-                     stop: Callable[[object], bool] | None = None) -> list:
+                     stop: Callable[[object], bool] | None = None,
+                     cancel: Callable[[], bool] | None = None, more: Callable[[], bool] | None = None) -> list:
     """``[fn(item) for item in items]`` computed in ``workers`` worker processes, one item
     at a time each, handed out in order; results in item order. ``fn`` and the items must
     pickle (``fn`` a module-level function of an importable module). ``on_result(index, done, result)``
     is called as each result arrives (``done`` = results so far). ``deadline``
     (``time.monotonic()``): no result is waited for after it. ``stop(result)`` True: no
-    further item is needed.
+    further item is needed. ``cancel()`` True (asked every 0.1 s, e.g. from another thread): as the
+    deadline. ``more()`` True: ``items`` (a list) may still grow (another thread appends to it); an idle
+    worker takes the next item as it comes (asked every 0.1 s), and the call ends once ``more()`` is False
+    and every item is done (the caller appends the last items before ``more()`` turns False).
 
     Raises:
         WorkersTimedOut (a WorkersLost) when ``deadline`` passed or ``stop`` returned True
@@ -175,6 +179,7 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
     from multiprocessing import connection
 
     todo = list(range(len(items)))
+    seen = len(todo)  # items known so far (``more``: the list grows in another thread)
     done: dict = {}
     procs, links, busy, threads, send_errors = [], [], {}, [], []
     finished = False
@@ -187,7 +192,7 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
         # the mask survives fork and exec: a Ctrl-C during start-up prints no traceback either
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            for _ in range(len(first)):
+            for _ in range(workers if more is not None else len(first)):   # (more: all of them at once)
                 proc, send, recv = _start_worker(fn)
                 procs.append(proc)
                 links.append((send, recv))
@@ -200,17 +205,42 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
         try:
             # the function and each worker's first item are written by a thread per worker: the
             # deadline below bounds the wait for the workers' start-up too
-            for (send, recv), buf in zip(links, first):
-                k = todo.pop(0)
-                threads.append(_send_in_thread(send, [fn_buf, buf], send_errors))
-                busy[recv] = k
+            idle: list = []   # workers with nothing to do while ``more()`` holds
+            for i, (send, recv) in enumerate(links):
+                if i < len(first):
+                    k = todo.pop(0)
+                    threads.append(_send_in_thread(send, [fn_buf, first[i]], send_errors))
+                    busy[recv] = k
+                else:   # the function only (a few hundred bytes: the pipe takes it without waiting), written
+                    send.send_bytes(fn_buf)   # here so that no later item can overtake it
+                    idle.append(recv)
             stopped = False
-            while busy and failed is None and not stopped:
+            # (streaming: items appended just before ``more()`` turned False are still handed out)
+            while (busy or todo or len(items) > seen or (more is not None and more())) and failed is None \
+                    and not stopped:
+                if more is not None:
+                    if len(items) > seen:
+                        todo += range(seen, len(items))
+                        seen = len(items)
+                    while idle and todo:
+                        c = idle.pop(0)
+                        k = todo.pop(0)
+                        sender[c].send((k, items[k]))
+                        busy[c] = k
+                if not busy and more is not None and not (cancel is not None and cancel()):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise WorkersTimedOut(done)
+                    time.sleep(0.05)
+                    continue
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if cancel is not None or more is not None:
+                    wait = 0.1 if wait is None else min(wait, 0.1)
                 ready = connection.wait(list(busy), timeout=wait)
                 if send_errors:
                     raise WorkersLost(done) from send_errors[0]
                 if not ready and deadline is not None and time.monotonic() >= deadline:
+                    raise WorkersTimedOut(done)
+                if cancel is not None and cancel():
                     raise WorkersTimedOut(done)
                 for c in ready:
                     ok, res = c.recv()
@@ -228,11 +258,13 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
                         k = todo.pop(0)
                         sender[c].send((k, items[k]))
                         busy[c] = k
+                    elif more is not None:
+                        idle.append(c)
         except (EOFError, OSError) as exc:  # a worker died (or could not start)
             raise WorkersLost(done) from exc
         if failed is not None:
             raise failed
-        if len(done) < len(items):
+        if len(done) < len(items) or (more is not None and len(items) > seen):
             raise WorkersTimedOut(done)
         finished = True
         return [done[k] for k in range(len(items))]

@@ -21,7 +21,9 @@ import mi_certify.verification.nn.bounds as B
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode
 from mi_certify.generator.core.numerics import check_gradual_underflow
 from mi_certify.verification.nn import chain_pass
+from mi_certify.verification.nn.input_split import bound_region
 from mi_certify.verification.nn.lp_split import split_leaf
+from mi_certify.verification.nn.properties import Disjunct
 
 
 def _exact(ir: ControllerIR, x) -> list[list[Fraction]]:
@@ -198,6 +200,62 @@ def test_the_chain_kernel_adds_the_same_underflow_pad_as_the_batched_pass(monkey
     monkeypatch.undo()
     assert [a.tobytes() for a in got.lower + got.upper] == [a.tobytes() for a in ref.lower + ref.upper]
     _assert_contains(got, ir, _points(lo[0], hi[0], np.random.default_rng(1), 4))
+
+
+# y = relu(x): a ReLU reading the input directly, then an identity affine output
+RELU_IN = ControllerIR((InputNode(1), ReluNode(0, 1), AffineNode(((1, np.array([[1.0]])),), np.zeros(1))), (2,))
+RELU_LO, RELU_HI = np.array([-3e100]), np.array([1e100 * 2.0 ** -1060])   # HI = 8.094771541462983e-220
+
+
+def test_a_row_of_1e4_scales_the_pad_of_a_slope_that_underflows():
+    """A helper's attack on the first version (2026-12-07): the pad did not scale with the rows C."""
+    # s = HI/(HI-LO) = 5461.33 ulps of 2^-1074, rounded down to 5461: the upper line misses relu(HI) by
+    # (1/3)·2^-1074·3e100 = 4.9e-224, times |C| = 1e4: 4.9e-220 against a pad of 1.1e-220
+    C = np.array([[-1e4]])
+    low, _ = B.output_matrix_lower(RELU_IN, C, RELU_LO, RELU_HI)
+    exact = Fraction(-1e4) * Fraction(float(RELU_HI[0]))           # -1e4 * y at x = HI: -8.094771541462983e-216
+    assert Fraction(float(low[0])) <= exact, (float(low[0]), float(exact))   # (was -8.0947677e-216 > exact)
+
+
+def test_bound_region_and_split_leaf_leave_open_a_box_that_holds_a_point_of_the_region():
+    C = np.array([[-1e17]]); d = np.array([-7.5e-306])
+    lo, hi = np.array([-3.0]), np.array([2.0 ** -1070])   # y(hi) = 16·2^-1074; -1e17·y(hi) = -7.905e-306 <= d
+    assert Fraction(-1e17) * Fraction(float(hi[0])) <= Fraction(float(d[0]))
+    low, _, _ = bound_region(RELU_IN, Disjunct(lo, hi, C, d), lo[None], hi[None], time.monotonic() + 30)
+    assert not (np.max(low - d, axis=1)[0] > 0), low      # (was -7.41e-306 > d: closed)
+    got = split_leaf(RELU_IN, C, d, lo, hi, time.monotonic() + 30)
+    assert got[0] != "closed", got                        # (was ('closed', 1))
+
+
+def test_decide_does_not_prove_a_query_the_real_valued_network_violates(tmp_path):
+    """End to end: ONNX graph Y = Relu(X)·[1, 0]ᵀ + Σ Relu(X_1 - 10) (65 dead ReLUs: 67 > 64, no Z3
+    confirmation), X_0 in [-3e100, 8.09e-220], X_1 in [0, 1], unsafe region -1e12·Y <= d. At X = (HI, 0)
+    the real-valued network gives -1e12·Y = -8.0948e-208 <= d; decide answers PROVED."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from mi_certify.generator.frontend.model import load_model
+    from mi_certify.generator.core.results import Verdict
+    from mi_certify.verification.nn.nn_verify import VerifyOptions, decide
+    from mi_certify.verification.nn.properties import Query
+    W1 = np.zeros((2, 65)); W1[1] = 1.0
+    arrs = {"W1": W1, "b1": -10 * np.ones(65), "W2": np.ones((65, 1)), "W0": np.array([[1.0], [0.0]])}
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["X"], ["R"]), helper.make_node("MatMul", ["X", "W1"], ["M1"]),
+         helper.make_node("Add", ["M1", "b1"], ["A1"]), helper.make_node("Relu", ["A1"], ["R2"]),
+         helper.make_node("MatMul", ["R2", "W2"], ["M2"]), helper.make_node("MatMul", ["R", "W0"], ["R0"]),
+         helper.make_node("Add", ["M2", "R0"], ["Y"])],
+        "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrs.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]); m.ir_version = 8
+    onnx.save(m, str(tmp_path / "relu_in.onnx"))
+    model = load_model(tmp_path / "relu_in.onnx")
+    lo, hi = np.array([-3e100, 0.0]), np.array([1e100 * 2.0 ** -1060, 1.0])
+    C, d = np.array([[-1e12]]), np.array([-8.094524723442426e-208])
+    assert Fraction(-1e12) * Fraction(float(hi[0])) <= Fraction(float(d[0]))     # x = (hi_0, 0) is in the unsafe region (exactly)
+    res = decide(model, Query("q", "custom", (Disjunct(lo, hi, C, d),)),
+                 VerifyOptions(timeout=20, confirm_timeout=10, use_marabou=False, workers=1))
+    assert res.verdict != Verdict.PROVED, res.verdict       # (was PROVED: "1 box closed by CROWN bounds")
 
 
 _FTZ_C = r"""

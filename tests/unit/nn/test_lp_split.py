@@ -3,8 +3,10 @@ networks against Z3, the worker path, and the ACAS Xu rows input splitting alone
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -227,6 +229,74 @@ def test_leaves_in_worker_processes_give_the_answers_of_this_process():
     assert there[48][0] == "candidate" and np.array_equal(there[48][1], here[48][1])
     assert all(there[k] == here[k] or there[k] == ("open", "not reached") for k in range(64) if k != 48)
     assert float(C[0] @ ir.evaluate(here[48][1][None])[0] - d[0]) <= 0
+
+
+def _stream(ir, C, d, boxes, deadline=float("inf"), pause=0.0, extra=0):
+    """LeafStream fed the boxes one by one (``pause`` s after each chunk, as input splitting files its leaves
+    while it works); the last ``extra`` boxes go to finish() as the caller's open boxes."""
+    s = lp_split.LeafStream(ir, C, d, deadline, workers=2)
+    cut = len(boxes) - extra
+    for k, b in enumerate(boxes[:cut]):
+        s.add(b, None)
+        if pause and (k + 1) % lp_split.LEAF_CHUNK == 0:
+            time.sleep(pause)
+    return s, s.finish(boxes[cut:], None)
+
+
+def test_the_leaf_stream_gives_the_answers_of_close_leaves():
+    """The leaves handed to the workers while the caller goes on (LeafStream): the answers close_leaves gives
+    for the same boxes, in the same order; the same LP counts where every box closes; with a point of the
+    region, the same candidate, and every other box either the same answer or "not reached" (never a closed
+    box without its LPs); the caller's open boxes (``extra``) answered after the leaves."""
+    from conftest import spawned_workers
+    rng = np.random.default_rng(7)
+    ir = _random_dag(rng, 3, [10, 10], 2)
+    C = np.array([[1.0, -1.0]])
+    edges = np.linspace(-1, 1, 5)[:-1]
+    boxes = [(np.array([a, b, c]), np.array([a + 0.5, b + 0.5, c + 0.5])) for a in edges for b in edges for c in edges]
+    ys = ir.evaluate(-1 + 2 * rng.random((5000, 3)))
+    d = np.array([float(np.min(ys @ C.T)) - 0.5])
+    ref = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
+    for pause, extra in ((0.0, 0), (0.3, 5), (0.0, 64)):
+        stream, got = _stream(ir, C, d, boxes, pause=pause, extra=extra)
+        assert got == ref, (pause, extra)
+        # 64 boxes, two chunks of 32 (the extra boxes chunked after the leaves); no leaf filed: close_leaves itself
+        assert len(stream._items) == (0 if extra == 64 else 2)
+    assert spawned_workers(os.getpid()) == []
+    d = np.array([float(np.min(ys @ C.T)) - 0.02])   # points of the region in boxes 48, 52 and 56
+    here = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
+    _, there = _stream(ir, C, d, boxes, pause=0.2)
+    assert [k for k, _ in here] == ["closed"] * 48 + ["candidate"] + ["open"] * 15
+    assert there[48][0] == "candidate" and np.array_equal(there[48][1], here[48][1])
+    assert all(there[k] == here[k] or there[k] == ("open", "not reached") for k in range(64) if k != 48)
+    assert all(there[k] == ("open", "not reached") for k in range(49, 64))
+    assert spawned_workers(os.getpid()) == []
+
+
+def test_the_leaf_stream_keeps_its_deadline_and_cancel_leaves_no_worker():
+    """A stream whose leaves cannot be decided in time: finish() returns by the deadline (+ 2 s) with the
+    undecided boxes "not reached" or "open" (never "closed"); cancel() while a chunk runs stops the workers."""
+    from conftest import spawned_workers
+    rng = np.random.default_rng(3)
+    ir = _random_dag(rng, 4, [40, 40, 40], 2)
+    C = np.array([[1.0, -1.0]])
+    ys = ir.evaluate(-1 + 2 * rng.random((5000, 4)))
+    d = np.array([float(np.min(ys @ C.T)) - 0.05])
+    boxes = [(-np.ones(4) + 0.01 * k, np.ones(4)) for k in range(96)]
+    t0 = time.monotonic()
+    stream, got = _stream(ir, C, d, boxes, deadline=t0 + 3.0)
+    assert time.monotonic() - t0 < 3.0 + 2.0
+    assert len(got) == 96 and all(k != "closed" or n >= 1 for k, n in got)
+    assert any(k == "open" for k, _ in got)
+    assert spawned_workers(os.getpid()) == []
+    s = lp_split.LeafStream(ir, C, d, float("inf"), workers=2)
+    for b in boxes[:64]:
+        s.add(b, None)
+    time.sleep(1.5)   # the workers are on the first chunks
+    t0 = time.monotonic()
+    s.cancel()
+    assert time.monotonic() - t0 < 2.0
+    assert spawned_workers(os.getpid()) == []
 
 
 def test_highs_prints_nothing_on_stdout():

@@ -230,7 +230,7 @@ def test_bound_region_and_split_leaf_leave_open_a_box_that_holds_a_point_of_the_
 def test_decide_does_not_prove_a_query_the_real_valued_network_violates(tmp_path):
     """End to end: ONNX graph Y = Relu(X)·[1, 0]ᵀ + Σ Relu(X_1 - 10) (65 dead ReLUs: 67 > 64, no Z3
     confirmation), X_0 in [-3e100, 8.09e-220], X_1 in [0, 1], unsafe region -1e12·Y <= d. At X = (HI, 0)
-    the real-valued network gives -1e12·Y = -8.0948e-208 <= d; decide answers PROVED."""
+    the real-valued network gives -1e12·Y = -8.0948e-208 <= d; decide answered PROVED before the fix."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     from mi_certify.generator.frontend.model import load_model

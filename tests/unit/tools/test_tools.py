@@ -360,6 +360,34 @@ def test_a_function_that_does_not_pickle_falls_back_and_leaves_no_worker():
     assert spawned_workers(os.getpid()) == [] and workers.map_in_processes(abs, [-1, -2, 3], 2) == [1, 2, 3]
 
 
+def test_items_that_come_while_the_workers_run_are_all_done_in_order():
+    """map_in_processes with ``more``: another thread appends items while the workers run (the LP leaves of
+    input splitting, lp_split.LeafStream); every item is done, the results in item order, and the call ends
+    once ``more()`` turns False; ``cancel()`` ends it as the deadline does (WorkersTimedOut), no worker left."""
+    import threading
+    from conftest import spawned_workers
+    items, state = [-1], {"open": True}
+
+    def feed():
+        for k in range(2, 40):
+            time.sleep(0.01)
+            items.append(-k if k % 2 else k)
+        items.append(-40)   # appended just before more() turns False: still done
+        state["open"] = False
+    t = threading.Thread(target=feed)
+    t.start()
+    got = workers.map_in_processes(abs, items, 2, more=lambda: state["open"])
+    t.join()
+    assert got == list(range(1, 41))
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(workers.WorkersTimedOut):
+        workers.map_in_processes(time.sleep, [0.0, 30.0, 30.0], 2, cancel=stop.is_set, more=lambda: True)
+    assert time.monotonic() - t0 < 5.0
+    assert spawned_workers(os.getpid()) == []
+
+
 # --- time and memory limits of the hardware tools (issue 17) ---------------------------------
 
 def test_the_memory_limit_is_configurable_and_lifts_with_zero(monkeypatch):

@@ -203,13 +203,17 @@ def test_split_leaf_decides_small_networks_as_z3_does(seed):
             assert float(C[0] @ y - d[0]) <= 1e-6
 
 
-def test_leaves_in_worker_processes_give_the_answers_of_this_process():
+def _boxes_64():
+    """A random 3-input network, the row y0 - y1, 64 boxes tiling [-1, 1]^3 and 5,000 sampled outputs."""
     rng = np.random.default_rng(7)
     ir = _random_dag(rng, 3, [10, 10], 2)
-    C = np.array([[1.0, -1.0]])
     edges = np.linspace(-1, 1, 5)[:-1]
     boxes = [(np.array([a, b, c]), np.array([a + 0.5, b + 0.5, c + 0.5])) for a in edges for b in edges for c in edges]
-    ys = ir.evaluate(-1 + 2 * rng.random((5000, 3)))
+    return ir, np.array([[1.0, -1.0]]), boxes, ir.evaluate(-1 + 2 * rng.random((5000, 3)))
+
+
+def test_leaves_in_worker_processes_give_the_answers_of_this_process():
+    ir, C, boxes, ys = _boxes_64()
     # a region empty on every box: all closed, the same LP counts whichever process ran them
     d = np.array([float(np.min(ys @ C.T)) - 0.5])
     one = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
@@ -249,12 +253,7 @@ def test_the_leaf_stream_gives_the_answers_of_close_leaves():
     region, the same candidate, and every other box either the same answer or "not reached" (never a closed
     box without its LPs); the caller's open boxes (``extra``) answered after the leaves."""
     from conftest import spawned_workers
-    rng = np.random.default_rng(7)
-    ir = _random_dag(rng, 3, [10, 10], 2)
-    C = np.array([[1.0, -1.0]])
-    edges = np.linspace(-1, 1, 5)[:-1]
-    boxes = [(np.array([a, b, c]), np.array([a + 0.5, b + 0.5, c + 0.5])) for a in edges for b in edges for c in edges]
-    ys = ir.evaluate(-1 + 2 * rng.random((5000, 3)))
+    ir, C, boxes, ys = _boxes_64()
     d = np.array([float(np.min(ys @ C.T)) - 0.5])
     ref = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
     for pause, extra in ((0.0, 0), (0.3, 5), (0.0, 64)):

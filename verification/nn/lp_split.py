@@ -673,6 +673,7 @@ class LeafStream:
         self._open = True           # items may still come
         self._cancel = threading.Event()
         self._error: BaseException | None = None
+        self._lost = False          # no worker process could run (WorkersLost): finish() decides the rest here
 
     def add(self, box: tuple, nb: NodeBounds | None) -> None:
         """File one leaf ``(lo, hi)`` with its node bounds (or None)."""
@@ -729,12 +730,16 @@ class LeafStream:
             self._chunk(start)
         self._open = False
         if self._thread is not None:
-            self._thread.join()
+            try:
+                self._thread.join()
+            except BaseException:   # (Ctrl-C while waiting: the thread stops its workers within 0.1 s)
+                self._cancel.set()
+                raise
         if self._error is not None:
             raise self._error
         out = []
         for k, item in enumerate(self._items):   # as close_leaves assembles its chunks' answers
-            if k not in self._results and getattr(self, "_lost", False) and time.monotonic() < self._deadline \
+            if k not in self._results and self._lost and time.monotonic() < self._deadline \
                     and not any(kind != "closed" for r in self._results.values() for kind, _ in r):
                 self._results[k] = _leaf_task(item)   # no worker process (WorkersLost): in this process
             res = [(kind, np.array(what) if kind == "candidate" else what) for kind, what in self._results.get(k, [])]

@@ -222,10 +222,10 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
                     if len(items) > seen:
                         todo += range(seen, len(items))
                         seen = len(items)
-                    while idle and todo:
+                    while idle and todo:   # (written by a thread: a worker still starting cannot hold us)
                         c = idle.pop(0)
                         k = todo.pop(0)
-                        sender[c].send((k, items[k]))
+                        threads.append(_send_in_thread(sender[c], [_pickled((k, items[k]))], send_errors))
                         busy[c] = k
                 if not busy and more is not None and not (cancel is not None and cancel()):
                     if deadline is not None and time.monotonic() >= deadline:

@@ -272,6 +272,20 @@ def test_the_leaf_stream_gives_the_answers_of_close_leaves():
     assert spawned_workers(os.getpid()) == []
 
 
+def test_a_leaf_stream_without_worker_processes_decides_in_this_process(monkeypatch):
+    """No worker process can start (WorkersLost): finish() decides every leaf here, the same answers."""
+    from mi_certify.verification.tools import workers
+
+    def refuse(fn):
+        raise OSError("no processes here")
+    ir, C, boxes, ys = _boxes_64()
+    d = np.array([float(np.min(ys @ C.T)) - 0.5])
+    ref = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
+    monkeypatch.setattr(workers, "_start_worker", refuse)
+    stream, got = _stream(ir, C, d, boxes)
+    assert stream._lost and got == ref
+
+
 def test_the_leaf_stream_keeps_its_deadline_and_cancel_leaves_no_worker():
     """A stream whose leaves cannot be decided in time: finish() returns by the deadline (+ 2 s) with the
     undecided boxes "not reached" or "open" (never "closed"); cancel() while a chunk runs stops the workers."""

@@ -295,6 +295,10 @@ class Receipt(NamedTuple):
 
 #: A whole decision line without key (append_step): the head, the record template, the prev tail.
 _DECISION_LINE = b'{"seq":%d,"kind":"decision",' + _DECISION + b',"prev":"%s"}\n'
+# The live loop's whole decision line without key (append_decision): the head, the record, the verdict,
+# the extra fields (b"" or ',"extra":' and their JSON), the operator fields (b"" or ',"operator":' and
+# theirs), the prev tail; the bytes _encode's template and append_fields' head and tail give.
+_LIVE_LINE = b'{"seq":%d,"kind":"decision",' + _DECISION + _VERDICT + b'%s%s,"prev":"%s"}\n'
 _new_tuple = tuple.__new__
 _sha256 = hashlib.sha256
 
@@ -458,6 +462,49 @@ class AuditLog:
             proposal, b"null" if confident is None else b"true" if confident else b"false",
             b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY),
             token, _ascii(action), _ascii(reason), _dumps(latency_ms), _dumps(accuracy_loss_pct), self._prev)
+        return self._commit(seq, line)
+
+    def append_decision(self, readings, addr, probe_fault, proposal, confident, sla_violation, before, after,
+                        token, action, reason, latency_ms, accuracy_loss_pct, verdict, probes_json=None,
+                        extra_json=None, operator_json=None) -> Receipt:
+        """Append one ``decision`` record: the same bytes as ``append_fields("decision",
+        encode_decision(...))`` with these arguments (positional, in :func:`encode_decision`'s order;
+        ``probes_json``/``extra_json`` as ASCII bytes or str), in one call: the live loop's path
+        (:meth:`~mi_certify.runtime.live.ControlLoop.complete`). Without a key, for a step with a LUT
+        address and a verdict, the whole line is one byte template; any other record takes the
+        two-call path. Returns when acknowledged."""
+        if self._key is not None or self.closed or verdict is None or addr is None or proposal is None:
+            return self.append_fields("decision", _encode(
+                readings, addr, probe_fault, proposal, confident, sla_violation, before, after, token, action,
+                reason, latency_ms, accuracy_loss_pct, verdict, probes_json, extra_json, operator_json))
+        try:   # _readings, inlined
+            text = _dumps(readings)
+        except (TypeError, orjson.JSONEncodeError):
+            text = b"null"
+        if 110 in text and b"null" in text:
+            text = ("[" + ",".join(map(_num, readings)) + "]").encode("ascii")
+        lat, acc = verdict.latency_ms, verdict.accuracy_loss_pct
+        seq = self.seq
+        line = _LIVE_LINE % (
+            seq, _mono_ns(), _wall_ns(), text,
+            b"" if probes_json is None else b',"probes":' + (
+                probes_json if type(probes_json) is bytes else probes_json.encode("ascii")),
+            addr, b"true" if probe_fault else b"false", proposal,
+            b"null" if confident is None else b"true" if confident else b"false",
+            b"true" if sla_violation else b"false", _dumps(before, option=_NUMPY), _dumps(after, option=_NUMPY),
+            token, _ascii(action), _ascii(reason),
+            _dumps(latency_ms) if type(latency_ms) is float and -_INF < latency_ms < _INF else _number(latency_ms),
+            _dumps(accuracy_loss_pct) if type(accuracy_loss_pct) is float and -_INF < accuracy_loss_pct < _INF
+            else _number(accuracy_loss_pct),
+            verdict.action, b"true" if verdict.violation else b"false", b"true" if verdict.latency else b"false",
+            b"true" if verdict.accuracy else b"false",
+            _dumps(lat) if type(lat) is float and -_INF < lat < _INF else _number(lat),
+            _dumps(acc) if type(acc) is float and -_INF < acc < _INF else _number(acc), verdict.samples,
+            b"" if extra_json is None else b',"extra":' + (
+                extra_json if type(extra_json) is bytes else extra_json.encode("ascii")),
+            b"" if operator_json is None else b',"operator":' + (
+                operator_json if type(operator_json) is bytes else operator_json.encode("ascii")),
+            self._prev)
         return self._commit(seq, line)
 
     @property

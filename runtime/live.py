@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from .audit import AuditLog, encode_decision, read_records
+import orjson
+
+from .audit import AuditLog, read_records
 from .frozen import maker
 from .fsm import FsmConfig, LutFsm, MaskBox, OperatorConfig, Reason
 from .lut_file import decode_lut_hex
@@ -195,6 +197,7 @@ class ControlLoop:
         # between samples a request derives nothing twice (keyed by identity; the mapping is held, so its
         # id is not reused); from any other probe nothing is kept
         self._shared = bool(getattr(probe, "shares_readings", False))
+        self._actions, self._reasons = build.actions, build.module.REASONS
         self._features_of: tuple = (None, None, None, None)
         self._probes_of: tuple = (None, None)
 
@@ -212,7 +215,6 @@ class ControlLoop:
     def decide(self) -> Decision:
         """Read the probe and step the controller (never raises for sensor trouble); with an operator
         intake, the oldest pending command goes into this step or is refused (a ``command`` record)."""
-        m = self.build.module
         sample = self.probe.read()
         cached = self._features_of
         if sample.readings is cached[0]:
@@ -228,7 +230,8 @@ class ControlLoop:
         if hasattr(self.ctl, "step_record"):  # one call: quantize, LUT entry, states around the step
             addr, fault, proposal, confident, before, after, token, reason = self.ctl.step_record(values, sla)
             return _decision(sample, readings, errors, addr, fault, proposal, confident, sla, before,
-                             after, token, m.REASONS[reason])
+                             after, token, self._reasons[reason])
+        m = self.build.module
         addr, fault = m.quantize(values)  # a runtime generated before step_record existed
         proposal = confident = None
         if not fault:
@@ -291,14 +294,13 @@ class ControlLoop:
         ``decision`` record is composed: on a probe fault ``probes._probe_fault`` names each
         faulty input, its reading and the bound it broke)."""
         verdict = self.monitor.observe(d.token, latency_ms, accuracy_loss_pct)
-        if self.audit is not None:
-            self.audit.append_fields("decision", encode_decision(
-                readings=d.readings, addr=d.addr, probe_fault=d.probe_fault, proposal=d.proposal,
-                confident=d.confident, sla_violation=d.sla_violation, before=d.before, after=d.after, token=d.token,
-                action=self.build.actions[d.token], reason=d.reason, latency_ms=latency_ms,
-                accuracy_loss_pct=accuracy_loss_pct, verdict=verdict, probes_json=self._probes_json(d),
-                extra_json=None if extra is None else _EXTRA_JSON(extra),
-                operator_json=None if d.operator is None else _operator_json(d.operator)))
+        audit = self.audit
+        if audit is not None:   # the record: AuditLog.append_decision, the bytes of append_fields(encode_decision)
+            audit.append_decision(
+                d.readings, d.addr, d.probe_fault, d.proposal, d.confident, d.sla_violation, d.before, d.after,
+                d.token, self._actions[d.token], d.reason, latency_ms, accuracy_loss_pct, verdict,
+                self._probes_json(d), None if extra is None else _extra_json(extra),
+                None if d.operator is None else _operator_json(d.operator))
         return verdict
 
     def _probes_json(self, d: Decision) -> bytes:
@@ -322,7 +324,48 @@ class ControlLoop:
 
 #: ``json.dumps(x, sort_keys=True, separators=(",", ":"))`` with its encoder made once (the same text:
 #: dumps makes this encoder per call)
+_orjson_dumps = orjson.dumps
 _EXTRA_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+#: a str that json.dumps writes as it is (ensure_ascii): printable ASCII other than '"' and '\\'
+_PLAIN = re.compile(r'[ !#-\[\]-~]*').fullmatch
+_ORJSON_SORTED = orjson.OPT_SORT_KEYS
+_PLAIN_SEEN: dict = {}   # strings found plain (the keys and phase names a loop repeats), at most 1024
+
+
+def _plain(text: str) -> bool:
+    if text in _PLAIN_SEEN:
+        return True
+    if _PLAIN(text) is None:
+        return False
+    if len(_PLAIN_SEEN) < 1024:
+        _PLAIN_SEEN[text] = True
+    return True
+
+
+def _extra_json(extra) -> bytes:
+    """:data:`_EXTRA_JSON` of a record's ``extra`` fields, as ASCII bytes. A dict whose keys are plain
+    strings (:data:`_PLAIN`) and whose values are ints, plain strings, booleans or None (what the live
+    loop passes: the request number, its phase) is written by orjson with sorted keys: the same text (the
+    same key order, no escapes, the same integer digits); an int beyond 64 bits (orjson refuses it), a
+    float, a list, anything else goes to the encoder."""
+    if type(extra) is dict:
+        for k, v in extra.items():
+            if type(k) is not str or (k not in _PLAIN_SEEN and not _plain(k)):
+                break
+            t = type(v)
+            if t is str:
+                if v not in _PLAIN_SEEN and not _plain(v):
+                    break
+            elif t is not int and t is not bool and v is not None:
+                break
+        else:
+            try:
+                return _orjson_dumps(extra, option=_ORJSON_SORTED)
+            except orjson.JSONEncodeError:
+                pass
+    return _EXTRA_JSON(extra).encode("ascii")
+
+
 _OPERATOR_JSON = json.JSONEncoder(separators=(",", ":")).encode
 _OPERATOR = '{"cmd":%d,"arg":%d,"before":[%d,%d,%d],"after":[%d,%d,%d]}'
 
@@ -331,9 +374,11 @@ def _operator_json(op: dict) -> str:
     """``json.dumps(op, separators=(",", ":"))`` of a decision's operator fields (:class:`Decision`),
     by one template when they are what the step gives (ints), else by the encoder."""
     b, a = op["before"], op["after"]
-    if (len(op) == 4 and len(b) == 3 and len(a) == 3 and type(op["cmd"]) is int and type(op["arg"]) is int
-            and all(type(x) is int for x in b) and all(type(x) is int for x in a)):
-        return _OPERATOR % (op["cmd"], op["arg"], *b, *a)
+    if len(op) == 4 and len(b) == 3 and len(a) == 3:
+        cmd, arg, (b0, b1, b2), (a0, a1, a2) = op["cmd"], op["arg"], b, a
+        if (type(cmd) is int and type(arg) is int and type(b0) is int and type(b1) is int and type(b2) is int
+                and type(a0) is int and type(a1) is int and type(a2) is int):   # no generator: the hot path
+            return _OPERATOR % (cmd, arg, b0, b1, b2, a0, a1, a2)
     return _OPERATOR_JSON(op)
 
 

@@ -477,6 +477,16 @@ class SampledProbe(HardwareProbe):
         self._thread.start()
 
     def _run(self) -> None:
+        # every exit of this thread (stopped, a probe that raised) ends the published sample's freshness
+        # first (finally): read() then takes its checked path, which also sees the thread's end; so read()
+        # need not ask the thread whether it is alive while the published sample is fresh
+        try:
+            self._sample()
+        finally:
+            with self._lock:
+                self._published = (self._published[0], -1)
+
+    def _sample(self) -> None:
         try:
             while not self._stop.is_set():
                 t0 = time.monotonic_ns()
@@ -506,7 +516,7 @@ class SampledProbe(HardwareProbe):
         mapping's identity: ``shares_readings``); a stale or failed reading gives a new dict."""
         t, wall = time.monotonic_ns(), time.time_ns()
         readings, until = self._published
-        if t <= until and self.error is None and self._thread.is_alive():
+        if t <= until and self.error is None:   # fresh, and the sampler still running (_run: until is -1 after)
             return _probe_sample(readings, t, wall)
         with self._lock:
             latest = dict(self._latest)

@@ -169,7 +169,7 @@ class _Window:
     for ``mean`` the exact sum of the finite values (scaled by 2^1074, :func:`_scaled`) and the
     number of +inf among them, updated per measurement instead of summed again per verdict."""
 
-    __slots__ = ("values", "statistic", "mean", "total", "infs")
+    __slots__ = ("values", "statistic", "mean", "total", "infs", "p")
 
     def __init__(self, n: int, statistic: str):
         self.values: deque[float] = deque(maxlen=n)
@@ -177,44 +177,50 @@ class _Window:
         self.mean = statistic == "mean"
         self.total = 0
         self.infs = 0
+        #: the percentile of ``pNN`` (NN), 100 for ``max`` (nearest rank: the largest), 0 for ``mean``
+        self.p = 0 if self.mean else 100 if statistic == "max" else int(statistic[1:])
 
     def clear(self) -> None:
         self.values.clear()
         self.total = self.infs = 0
 
-    def add(self, x: float) -> None:
+    def push(self, x: float, limit, scaled_limit: int | None) -> tuple[bool, float]:
+        """Add measurement ``x`` (the oldest leaves a full window) and judge the window against ``limit``:
+        (:func:`exceeds`, :func:`window_statistic`) of the window, in one call per metric and request.
+        ``max`` is ``max(values)`` and ``pNN`` the value of rank ceil(NN * n / 100) of ``sorted(values)``, as
+        :func:`window_statistic` takes them; ``mean`` keeps its exact sum as values come and go.
+        ``scaled_limit``: ``limit`` scaled by 2^1074 when that is an integer (a float or int limit), else None."""
         v = self.values
-        if self.mean:
-            if len(v) == v.maxlen:   # the oldest value leaves the window
-                old = v[0]
-                if old == _INF_F:
-                    self.infs -= 1
-                else:
-                    self.total -= _scaled(old)
-            if x == _INF_F:
-                self.infs += 1
+        if not self.mean:
+            v.append(x)
+            if self.p == 100:
+                stat = max(v)
             else:
-                self.total += _scaled(x)
+                n = len(v)
+                stat = sorted(v)[max(1, -(-self.p * n // 100)) - 1]
+            return limit is not None and stat > limit, stat
+        if len(v) == v.maxlen:   # the oldest value leaves the window
+            old = v[0]
+            if old == _INF_F:
+                self.infs -= 1
+            else:
+                self.total -= _scaled(old)
+        if x == _INF_F:
+            self.infs += 1
+        else:
+            self.total += _scaled(x)
         v.append(x)
-
-    def judge(self, limit, scaled_limit: int | None) -> tuple[bool, float]:
-        """(:func:`exceeds`, :func:`window_statistic`) of the window; ``scaled_limit``: ``limit`` scaled
-        by 2^1074 when that is an integer (a float or int limit), else None."""
-        v = self.values
         n = len(v)
-        if self.mean:
-            if self.infs:   # a mean over a window holding +inf (a failed request) exceeds every limit
-                return limit is not None, _INF_F
-            total = self.total
-            if limit is None:
-                bad = False
-            elif scaled_limit is not None:
-                bad = total > scaled_limit * n
-            else:
-                bad = _sum_exceeds(total, n, limit)
-            return bad, total / (n << _EXACT_SHIFT)   # int / int is correctly rounded (= float(Fraction))
-        stat = window_statistic(v, self.statistic)
-        return limit is not None and stat > limit, stat
+        if self.infs:   # a mean over a window holding +inf (a failed request) exceeds every limit
+            return limit is not None, _INF_F
+        total = self.total
+        if limit is None:
+            bad = False
+        elif scaled_limit is not None:
+            bad = total > scaled_limit * n
+        else:
+            bad = _sum_exceeds(total, n, limit)
+        return bad, total / (n << _EXACT_SHIFT)
 
 
 _INF_F = math.inf
@@ -282,16 +288,15 @@ class SlaMonitor:
             self._lat.clear()
             self._acc.clear()
             self._action = action
-        self._lat.add(latency_ms if type(latency_ms) is float and -_INF_F < latency_ms < _INF_F
-                      else _measure(latency_ms))
-        self._acc.add(accuracy_loss_pct if type(accuracy_loss_pct) is float and -_INF_F < accuracy_loss_pct < _INF_F
-                      else _measure(accuracy_loss_pct))
         if self._scaled_for is not self.limits:   # limits replaced since: scale them again
             self._rescale()
         lim = self.limits[action]
         s_lat, s_acc = self._scaled[action]
-        lat_bad, lat = self._lat.judge(lim.latency_ms, s_lat)
-        acc_bad, acc = self._acc.judge(lim.accuracy_loss_pct, s_acc)
+        lat_bad, lat = self._lat.push(latency_ms if type(latency_ms) is float and -_INF_F < latency_ms < _INF_F
+                                      else _measure(latency_ms), lim.latency_ms, s_lat)
+        acc_bad, acc = self._acc.push(accuracy_loss_pct if type(accuracy_loss_pct) is float
+                                      and -_INF_F < accuracy_loss_pct < _INF_F else _measure(accuracy_loss_pct),
+                                      lim.accuracy_loss_pct, s_acc)
         self.violation = violation = lat_bad or acc_bad
         return _verdict(action, violation, lat_bad, acc_bad, lat, acc, len(self._lat.values))
 

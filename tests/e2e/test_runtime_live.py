@@ -225,6 +225,85 @@ def test_records_derived_once_per_shared_sample_equal_those_derived_per_read(qui
     assert faults and all("_probe_fault" in r["probes"] for r in faults)
 
 
+class _TwoCallLoop(ControlLoop):
+    """ControlLoop with the record composed as before AuditLog.append_decision (commit f1b183b):
+    encode_decision by keywords, json.dumps of the extra fields, append_fields. The oracle of the one-call
+    path."""
+
+    def complete(self, d, latency_ms, accuracy_loss_pct, extra=None):
+        from mi_certify.runtime.audit import encode_decision
+        from mi_certify.runtime.live import _operator_json
+        verdict = self.monitor.observe(d.token, latency_ms, accuracy_loss_pct)
+        if self.audit is not None:
+            self.audit.append_fields("decision", encode_decision(
+                readings=d.readings, addr=d.addr, probe_fault=d.probe_fault, proposal=d.proposal,
+                confident=d.confident, sla_violation=d.sla_violation, before=d.before, after=d.after, token=d.token,
+                action=self.build.actions[d.token], reason=d.reason, latency_ms=latency_ms,
+                accuracy_loss_pct=accuracy_loss_pct, verdict=verdict, probes_json=self._probes_json(d),
+                extra_json=None if extra is None else json.dumps(extra, sort_keys=True, separators=(",", ":")),
+                operator_json=None if d.operator is None else _operator_json(d.operator)))
+        return verdict
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_the_live_loops_log_is_the_bytes_of_the_two_call_record_on_the_incident_trace(quick_build, tmp_path,
+                                                                                        monkeypatch, key):
+    """ControlLoop.complete (one AuditLog.append_decision per request, the extra fields by orjson when they
+    are plain) writes the log the previous composition wrote, byte for byte, on the incident trace read
+    three times per row through a shared mapping and three reads past its end (switches, SLA violations,
+    fallbacks, recoveries, probe faults), with measurements of every kind and extra fields of every kind; the
+    verdicts and decisions returned are equal too, and the log replays."""
+    import itertools
+
+    from mi_certify.runtime import audit
+    monkeypatch.setattr(audit, "_wall_ns", lambda: 1_700_000_000_000_000_000)
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    monkeypatch.setattr("os.getpid", lambda: 4242)
+    extras = [None, {"request": 0}, {"request": 5, "phase": "quiet", "accuracy": "top-1 vs fp32"},
+              {"b": 1.5, "a": [1, 2], "z": None, "y": True}, {"x": "\u00e9\u007f\n\"\\"}, {"n": 2 ** 70, "f": math.nan},
+              {}, {"request": -3, "phase": "loaded"}, {"k": 1e16, "m": 1e-7}, {"big": 2 ** 63, "neg": -2 ** 63}]
+    lats = [5.0, 0.0, -0.0, None, math.nan, math.inf, 3, 12.5, 1e-300, 7.25]
+    b = load_build(quick_build)
+    out = []
+    for cls in (_TwoCallLoop, ControlLoop):
+        clock = itertools.count(1_000_000, 1000)
+        monkeypatch.setattr(audit, "_mono_ns", lambda: next(clock))
+        monkeypatch.setattr(time, "monotonic_ns", lambda: next(clock))
+        probe = _Repeated(INCIDENT, 3, "shared")
+        loop = cls(b, probe, FeatureMap.build(b.inputs, offered=probe.columns))
+        path = tmp_path / f"{cls.__name__}.log"
+        results = []
+        with AuditLog(path, key=key, fsync="never", header=loop.audit_header()) as log:
+            loop.audit = log
+            rows = len(probe.rows)
+            for i in range(3 * rows + 3):
+                d = loop.decide()
+                # as _FakeWorkload (merge_conv too slow), and now and then a measurement of another kind
+                lat = lats[i // 23 % len(lats)] if i % 23 == 0 else 100.0 if d.token == 1 else 5.0
+                acc = [1.5, None, 100.0, 0.25, -0.0][i // 29 % 5] if i % 29 == 0 else 0.0
+                v = loop.complete(d, lat, acc, extra=extras[i % len(extras)])
+                results.append((d, v))
+        out.append((path.read_bytes(), results))
+    assert out[0][0] == out[1][0] and out[0][1] == out[1][1]
+    text = out[1][0].decode()
+    assert all(f'"reason":"{r}"' in text for r in ("SWITCH", "PROBE_FAULT", "FALLBACK", "RECOVER"))
+    assert '"extra":{"accuracy":"top-1 vs fp32","phase":"quiet","request":5}' in text
+    rep = replay(tmp_path / "ControlLoop.log", b, key)
+    assert rep.ok and rep.decisions == 3 * len(TraceProbe(INCIDENT).rows) + 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(extra=st.dictionaries(st.one_of(st.text(max_size=6), st.sampled_from(["request", "phase", "accuracy"])),
+                             st.one_of(st.integers(-2 ** 70, 2 ** 70), st.text(max_size=8), st.booleans(), st.none(),
+                                       st.floats(), st.lists(st.integers(), max_size=2),
+                                       st.sampled_from(["quiet", "loaded", "top-1 vs fp32", 'a"b', "a\\b", "\x7f"])),
+                             max_size=4))
+def test_the_extra_fields_are_written_as_json_dumps_writes_them(extra):
+    from mi_certify.runtime.live import _extra_json
+    assert _extra_json(extra) == json.dumps(extra, sort_keys=True, separators=(",", ":")).encode("ascii")
+    assert _extra_json(extra) == json.dumps(extra, sort_keys=True, separators=(",", ":")).encode("ascii")  # cached
+
+
 @settings(max_examples=200, deadline=None)
 @given(cmd=st.integers(0, 3), arg=st.integers(0, 300), before=st.lists(st.integers(0, 2**40), min_size=3, max_size=3),
        after=st.lists(st.one_of(st.integers(-5, 2**40), st.booleans()), min_size=3, max_size=3))

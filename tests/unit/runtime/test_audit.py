@@ -337,6 +337,57 @@ def test_encode_step_writes_the_bytes_of_encode_decision(monkeypatch):
                              "a", "b").count(b'"before":[0,1,2,3,4,5,6]') == 1
 
 
+@pytest.mark.parametrize("key", [None, KEY])
+def test_append_decision_writes_the_bytes_of_append_fields_of_encode_decision(tmp_path, monkeypatch, key):
+    """The live loop's one-call record (AuditLog.append_decision: one template for the whole line) and
+    the two-call path it replaced (append_fields("decision", encode_decision(...))) write the same log,
+    byte for byte and chain for chain: steps and probe faults, verdicts with finite, infinite and integer
+    statistics, measurements of every kind, probes and extra fields (str and bytes) or none, operator
+    fields, with and without a key."""
+    import itertools
+    import math
+
+    import numpy as np
+
+    from mi_certify.runtime import audit
+    from mi_certify.runtime.audit import encode_decision
+    from mi_certify.runtime.sla import SlaVerdict
+
+    monkeypatch.setattr(audit, "_wall_ns", lambda: 1700000000000000000)
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    cases = list(itertools.product(
+        ([0.1 + 0.2, 1e-05, 1e22, -0.0, 5e-324], [None, math.nan, math.inf, 0.5, 7], [np.float32(0.1), 3, 0.5]),
+        ((1234, False, 2, True), (0, False, 0, False), (None, True, None, None), (None, True, 3, None),
+         (7, False, None, 1)),
+        (False, True), (5.0, math.nan, None, 3, -0.0, math.inf), (0.25, None, 1e300),
+        (None, SlaVerdict(1, True, False, True, 5.0, math.inf, 3), SlaVerdict(2, False, False, False, 4, -0.0, 20),
+         SlaVerdict(0, True, True, True, math.inf, math.nan, 1)),
+        (None, '{"p":[1,"u"]}', b'{"q":null}'), (None, '{"request":1}', b'{"request":2,"phase":"quiet"}'),
+        (None, '{"cmd":0,"arg":0,"before":[0,0,0],"after":[0,0,0]}')))
+    logs = []
+    for how in ("two calls", "append_decision"):
+        clock = itertools.count(1000, 7)
+        monkeypatch.setattr(audit, "_mono_ns", lambda: next(clock))
+        path = tmp_path / f"{how.replace(' ', '_')}.log"
+        with AuditLog(path, key=key, fsync="never", header={"controller": "t"}) as log:
+            for readings, (addr, fault, prop, conf), sla, lat, acc, verdict, probes, extra, op in cases:
+                args = (readings, addr, fault, prop, conf, sla, (0, 0, 0, 0, 0, 0, 0), np.array([1, 1, 0, 10, 0, 0, 0]),
+                        1, "merge_conv", "SWITCH", lat, acc, verdict, probes, extra, op)
+                if how == "two calls":
+                    names = ("readings", "addr", "probe_fault", "proposal", "confident", "sla_violation", "before",
+                             "after", "token", "action", "reason", "latency_ms", "accuracy_loss_pct", "verdict",
+                             "probes_json", "extra_json", "operator_json")
+                    receipt = log.append_fields("decision", encode_decision(**dict(zip(names, args))))
+                else:
+                    receipt = log.append_decision(*args)
+                assert receipt.seq == log.seq - 1 and receipt.sha256 == log.prev
+        logs.append(path.read_bytes())
+    assert logs[0] == logs[1] and logs[0].count(b'"kind":"decision"') == len(cases) == 3 * 5 * 2 * 6 * 3 * 4 * 3 * 3 * 2
+    assert verify_log(tmp_path / "append_decision.log", key).ok
+    with pytest.raises(AuditError, match="closed"):
+        log.append_decision(*args)
+
+
 @pytest.mark.parametrize("key, fsync", [(None, "never"), (None, "every:3"), (KEY, "always")])
 def test_append_step_writes_the_records_of_append_fields_and_encode_step(tmp_path, monkeypatch, key, fsync):
     """append_step (one template for the whole line) against the two-call path, record by

@@ -83,6 +83,31 @@ def test_a_sampler_whose_probe_raises_reports_every_reading_unavailable():
         SampledProbe([Counting()], period_s=0)
 
 
+class _Exits(Counting):
+    """A probe whose third read ends the sampler thread by an exception no ``except Exception`` catches."""
+
+    def read(self) -> ProbeSample:
+        if self.n >= 2:
+            raise SystemExit
+        return super().read()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_sampler_thread_that_ended_is_never_read_as_fresh():
+    """read() serves the published sample without asking whether the sampler thread is alive (the thread
+    ends the sample's freshness on its way out): a thread ended by SystemExit, whose sample is young
+    enough to be fresh, gives unavailable readings, as after close()."""
+    p = SampledProbe([_Exits()], period_s=0.005, max_age_s=60.0)
+    try:
+        assert p.wait_first(5.0)
+        p._thread.join(10.0)
+        assert not p._thread.is_alive() and p.error is None
+        r = p.read().readings["compute_util"]
+        assert r.value is None and "stopped" in r.error
+    finally:
+        p.close()
+
+
 def test_microbenchmarks_measure_bandwidth_and_a_chase_that_slows_when_the_buffer_leaves_the_cache():
     assert last_level_cache_bytes() >= 256 << 10
     small = MicrobenchProbe(copy_bytes=8 << 20, chase_bytes=16 << 10, chase_steps=1 << 16)

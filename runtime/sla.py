@@ -169,10 +169,13 @@ class _Window:
     for ``mean`` the exact sum of the finite values (scaled by 2^1074, :func:`_scaled`) and the
     number of +inf among them, updated per measurement instead of summed again per verdict."""
 
-    __slots__ = ("values", "statistic", "mean", "total", "infs", "p")
+    __slots__ = ("values", "scaled", "statistic", "mean", "total", "infs", "p")
 
     def __init__(self, n: int, statistic: str):
         self.values: deque[float] = deque(maxlen=n)
+        #: for ``mean``: each value's :func:`_scaled` (None for +inf), kept so that a value leaving the
+        #: window is not scaled a second time
+        self.scaled: deque[int | None] = deque(maxlen=n)
         self.statistic = statistic
         self.mean = statistic == "mean"
         self.total = 0
@@ -182,6 +185,7 @@ class _Window:
 
     def clear(self) -> None:
         self.values.clear()
+        self.scaled.clear()
         self.total = self.infs = 0
 
     def push(self, x: float, limit, scaled_limit: int | None) -> tuple[bool, float]:
@@ -199,16 +203,20 @@ class _Window:
                 n = len(v)
                 stat = sorted(v)[max(1, -(-self.p * n // 100)) - 1]
             return limit is not None and stat > limit, stat
-        if len(v) == v.maxlen:   # the oldest value leaves the window
-            old = v[0]
-            if old == _INF_F:
+        sc = self.scaled
+        if len(sc) == sc.maxlen:   # the oldest value leaves the window
+            old = sc[0]
+            if old is None:
                 self.infs -= 1
             else:
-                self.total -= _scaled(old)
+                self.total -= old
         if x == _INF_F:
             self.infs += 1
+            sc.append(None)
         else:
-            self.total += _scaled(x)
+            s = _scaled(x)
+            self.total += s
+            sc.append(s)
         v.append(x)
         n = len(v)
         if self.infs:   # a mean over a window holding +inf (a failed request) exceeds every limit

@@ -27,7 +27,8 @@ the same for every variant. Printed as ratios measured in this run:
   ``ControlLoop.decide`` (probe read on this machine, ``LinuxProbe``, + step) and
   ``ControlLoop.complete`` (SLA monitor + audit record, fsync always as ``mi-certify run``
   defaults to, and never) as a share of the request's inference time (``Workload.run`` of
-  the keep plan: onnxruntime on the workload)
+  the keep plan: onnxruntime on the workload); the same request part by part, and the floor of a
+  record (its ``write(2)`` and SHA-256 after the inference): bench/live_loop_parts.py
 
 - the C step (issue 36, docs/c-runtime.md): the build's ``<name>.c`` compiled by gcc -O2; its
   decision time natively (``<name>_bench`` of the co-simulation harness: a C loop of ``<name>_step``

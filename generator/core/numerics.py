@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["SPARSE_MAX_DENSITY", "Sparse", "check_gradual_underflow", "exp", "exp_upper", "gram", "held_sparse", "log", "matmul", "operand",
+__all__ = ["SPARSE_MAX_DENSITY", "Sparse", "check_gradual_underflow", "exp", "exp_upper", "gram", "held_sparse",
+           "log", "matmul", "operand",
            "pair_rows_product", "rowdot", "softmax_lower", "sparse", "sparse_coo", "sum_last", "vdot"]
 
 _F = np.float64

@@ -30,7 +30,8 @@ bias, a ReLU's bounds); a backward pass from rows λ (output_matrix_lower's C) s
 max(1, ‖λ_r‖₁), since its coefficients scale with the rows (found by a helper's attack: a slope
 u/(u − l) that underflows, under a row of -1e4, had moved a bound above the value). On trained
 networks this is below 1e-280 and changes no decision; on weights like 1e300 and 5e-324 it makes
-the bound as loose as the arithmetic warrants (or infinite). Gradual underflow is assumed of the FPU and checked at every call
+the bound as loose as the arithmetic warrants (or infinite). Gradual underflow is assumed of the
+FPU and checked at every bound pass and LP
 (:func:`~mi_certify.generator.core.numerics.check_gradual_underflow`: a library that sets the
 flush-to-zero or denormals-are-zero flags raises an error instead of giving unsound bounds).
 
@@ -148,11 +149,12 @@ def _underflow_pad(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, bounds: Nod
                    below: int, gather: np.ndarray | None = None) -> np.ndarray:
     """The absolute pad ``2 · UNDERFLOW_ERROR · P · Γ · V`` (B, 1) for bounds over the boxes lo/hi
     (B, n_inputs) that sums of underflowed products can miss (module docstring; P, Γ from
-    :func:`_underflow_constants`), for unit rows (a backward pass from rows λ scales it by max(1, ‖λ_r‖₁)). V per box: the largest of 1, |lo|, |hi|, every |bias| and the
-    magnitudes of the bounds of every ReLU's source in ``bounds`` (rows ``gather`` of it when given) for
-    the ReLU nodes with ids below ``below`` (those a pass to node ``below`` meets),
-    the values an erring coefficient can finally be multiplied by (the box, a bias, a relaxation's
-    intercept −l·s, a slope's error times x − l). Infinite where any of these is (the bound is then ∓inf)."""
+    :func:`_underflow_constants`), for unit rows (a backward pass from rows λ scales it by
+    max(1, ‖λ_r‖₁)). V per box: the largest of 1, |lo|, |hi|, every |bias| and twice the magnitudes of
+    the bounds of every ReLU's source in ``bounds`` (rows ``gather`` of it when given) for the ReLU nodes
+    with ids below ``below`` (those a pass to node ``below`` meets): the values an erring coefficient can
+    finally be multiplied by (the box, a bias, a relaxation's intercept −l·s, a slope's error times
+    x − l). Infinite where any of these is (the bound is then ∓inf)."""
     count, gamma = _underflow_constants(ir)
     memo = weight_memo(ir)
     if "bias_reach" not in memo:
@@ -519,7 +521,7 @@ def _backward_lower_batch(ir: ControllerIR, target: int, lam: np.ndarray | None,
             mag = mag + rowdot(A, np.maximum(np.abs(lo), np.abs(hi)))
             if tiny is None:
                 tiny = _underflow_pad(ir, lo, hi, bounds, first, gather)
-            if lam is not None:   # rows of any size: an error in Λ scales with them (‖λ_r‖₁; Γ holds weights only)
+            if lam is not None:   # rows of any size: an error in Λ scales with them (‖λ_r‖₁; Γ: weights only)
                 with np.errstate(over="ignore", invalid="ignore"):
                     tiny = tiny * np.maximum(1.0, sum_last(np.abs(lam)))
             return _inflate(val, mag, True, tiny), L

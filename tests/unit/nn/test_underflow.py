@@ -57,7 +57,9 @@ def _below(bound: float, v: Fraction) -> bool:
 
 
 def _show(v: Fraction) -> str:
-    return f"{float(v):.6g}" if abs(v) < Fraction(10) ** 300 else f"~1e{len(str(abs(v.numerator))) - len(str(v.denominator))}"
+    if abs(v) < Fraction(10) ** 300:
+        return f"{float(v):.6g}"
+    return f"~1e{len(str(abs(v.numerator))) - len(str(v.denominator))}"
 
 
 def _assert_contains(nb: B.NodeBounds, ir: ControllerIR, pts: list[np.ndarray]) -> None:
@@ -252,7 +254,8 @@ def test_decide_does_not_prove_a_query_the_real_valued_network_violates(tmp_path
     model = load_model(tmp_path / "relu_in.onnx")
     lo, hi = np.array([-3e100, 0.0]), np.array([1e100 * 2.0 ** -1060, 1.0])
     C, d = np.array([[-1e12]]), np.array([-8.094524723442426e-208])
-    assert Fraction(-1e12) * Fraction(float(hi[0])) <= Fraction(float(d[0]))     # x = (hi_0, 0) is in the unsafe region (exactly)
+    # x = (hi_0, 0) is in the unsafe region (exactly)
+    assert Fraction(-1e12) * Fraction(float(hi[0])) <= Fraction(float(d[0]))
     res = decide(model, Query("q", "custom", (Disjunct(lo, hi, C, d),)),
                  VerifyOptions(timeout=20, confirm_timeout=10, use_marabou=False, workers=1))
     assert res.verdict != Verdict.PROVED, res.verdict       # (was PROVED: "1 box closed by CROWN bounds")

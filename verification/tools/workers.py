@@ -215,9 +215,12 @@ def map_in_processes(fn: Callable, items: Sequence, workers: int,
                     send.send_bytes(fn_buf)   # here so that no later item can overtake it
                     idle.append(recv)
             stopped = False
-            # (streaming: items appended just before ``more()`` turned False are still handed out)
-            while (busy or todo or len(items) > seen or (more is not None and more())) and failed is None \
-                    and not stopped:
+            while failed is None and not stopped:
+                # more() read before the items: the caller appends its last items, then turns more() False,
+                # so a False here means every item is in ``items`` already (read next)
+                coming = more is not None and more()
+                if not (busy or todo or len(items) > seen or coming):
+                    break
                 if more is not None:
                     if len(items) > seen:
                         todo += range(seen, len(items))

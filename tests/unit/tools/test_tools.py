@@ -388,6 +388,20 @@ def test_items_that_come_while_the_workers_run_are_all_done_in_order():
     assert spawned_workers(os.getpid()) == []
 
 
+def test_an_item_appended_as_more_turns_false_is_still_done():
+    """A helper's finding: the loop read the items, then more(); an item appended (and more() turned False)
+    between the two reads was dropped (WorkersTimedOut with no deadline). more() is now read first."""
+    items, t0 = [-1], time.monotonic()
+
+    def more():
+        if time.monotonic() - t0 > 1.0:   # the producer appends its last item, then says "no more"
+            if len(items) == 1:
+                items.append(-2)
+            return False
+        return True
+    assert workers.map_in_processes(abs, items, 2, more=more) == [1, 2]
+
+
 # --- time and memory limits of the hardware tools (issue 17) ---------------------------------
 
 def test_the_memory_limit_is_configurable_and_lifts_with_zero(monkeypatch):

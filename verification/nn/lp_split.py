@@ -656,9 +656,10 @@ class LeafStream:
     worker processes, started once with the first item
     (:func:`~mi_certify.verification.tools.workers.map_in_processes` with ``more``; the thread only waits on
     pipes). :meth:`finish` adds the last leaves and the caller's other boxes, waits for every item (bounded
-    by ``deadline``) and returns one answer per box in the order added: what :func:`close_leaves` returns
-    for the same boxes (the same chunks, done in order; it stops at the first chunk with a leaf that does
-    not close: the boxes of the chunks not done are "not reached"). :meth:`cancel` kills the workers.
+    by ``deadline``) and returns one answer per box in the order added: what :func:`close_leaves` with the
+    same workers returns for the same boxes (the same chunks, handed out in order; it stops at the first
+    chunk with a leaf that does not close, and the chunks not done then are "not reached": which ones, as
+    with close_leaves' workers, depends on the order the workers finish). :meth:`cancel` kills the workers.
     """
 
     def __init__(self, ir: ControllerIR, C: np.ndarray, d: np.ndarray, deadline: float, workers: int = 2):

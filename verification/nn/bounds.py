@@ -132,7 +132,8 @@ def _underflow_constants(ir: ControllerIR) -> tuple[float, float]:
                 rho += max(float(np.max(cols, initial=0.0)), float(np.max(rows, initial=0.0)))
             gamma *= 1.0 + rho
         if np.isfinite(gamma):   # the power of two at or above it (frexp is exact): no last-bit differences
-            gamma = math.ldexp(1.0, math.frexp(gamma)[1])
+            e = math.frexp(gamma)[1]
+            gamma = math.ldexp(1.0, e) if e <= 1023 else math.inf   # (2^1024 is not a float)
         memo["underflow"] = (8.0 * (ir.n_inputs + 2) * count, gamma if not np.isnan(gamma) else np.inf)
     return memo["underflow"]
 

@@ -114,7 +114,8 @@ def _hull(l: np.ndarray, u: np.ndarray, ph: np.ndarray | None):
     den = np.where(unstable, u - l, 1.0)
     s = np.where(unstable, u / den, np.where(l >= 0, 1.0, 0.0))
     b = np.where(unstable, -s * l, 0.0)
-    b = np.where(unstable, b + 4 * _PAD * (np.abs(l) + np.abs(u)), b)
+    # (plus a few units of 2^-1074: with subnormal l and u the relative part rounds to nothing)
+    b = np.where(unstable, b + 4 * _PAD * (np.abs(l) + np.abs(u)) + 4 * UNDERFLOW_ERROR, b)
     return l, u, s, b
 
 
@@ -154,7 +155,11 @@ class _TriangleLP:
         Cp, Cn = np.maximum(self.C, 0.0), np.minimum(self.C, 0.0)
         row_lo = Cp @ yl + Cn @ yu - self.d
         row_hi = Cp @ yu + Cn @ yl - self.d
-        pad = _PAD * (np.abs(self.C) @ np.maximum(np.abs(yl), np.abs(yu)) + np.abs(self.d))
+        # relative rounding, and 2^-1074 per product that may underflow (a helper's attack: 20 products of
+        # 0.55 units each rounded up put t's lower bound above the rows' minimum, and a leaf full of points
+        # of the region was closed)
+        pad = _PAD * (np.abs(self.C) @ np.maximum(np.abs(yl), np.abs(yu)) + np.abs(self.d)) \
+            + UNDERFLOW_ERROR * (2 * self.C.shape[1] + 2)
         return float(np.max(row_lo - pad)), max(0.0, float(np.max(row_hi + pad))) + 1.0
 
     def solve(self, lo: np.ndarray, hi: np.ndarray, nb: NodeBounds, phases: dict[int, np.ndarray],

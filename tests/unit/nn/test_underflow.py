@@ -261,6 +261,29 @@ def test_decide_does_not_prove_a_query_the_real_valued_network_violates(tmp_path
     assert res.verdict != Verdict.PROVED, res.verdict       # (was PROVED: "1 box closed by CROWN bounds")
 
 
+def test_the_leaf_lp_bound_of_t_covers_products_that_underflow():
+    """A second helper's attack (2026-12-07): 20 products C_j·y_j of 0.55 units of 2^-1074 each, rounded up,
+    put the LP's lower bound of t above the rows' minimum; split_leaf closed a box all of whose points are
+    in the region (C·y - d is -1 unit everywhere)."""
+    k, unit = 20, 2.0 ** -1074
+    ir = ControllerIR((InputNode(1), AffineNode(((0, np.zeros((k, 1))),), np.full(k, 1e-30))), (1,))
+    C = np.full((1, k), float(Fraction(55, 100) * Fraction(2) ** -1074 / Fraction(1e-30)))
+    d = np.array([12 * unit])
+    lo, hi = np.array([0.0]), np.array([1e-40])
+    assert sum(Fraction(float(C[0, j])) * Fraction(1e-30) for j in range(k)) <= Fraction(float(d[0]))
+    for nb in (B.crown_bounds(ir, lo, hi), None):
+        got = split_leaf(ir, C, d, lo, hi, time.monotonic() + 30, nb=nb)
+        assert got[0] != "closed", got   # (was ('closed', 1))
+
+
+def test_a_network_whose_gamma_passes_the_largest_float_gets_an_infinite_pad_not_an_error():
+    """Γ finite but above 2^1023 (a weight of 1.5e308): the power of two above it is not a float; the pad is
+    infinite (the linear bounds -inf/+inf, the interval bounds stand), not an OverflowError."""
+    ir = ControllerIR((InputNode(1), AffineNode(((0, np.array([[1.5e308]])),), np.zeros(1))), (1,))
+    nb = B.forward_bounds(ir, np.array([0.0]), np.array([1.0]))
+    assert nb.lower[1][0] <= 0.0 and nb.upper[1][0] >= 1.5e308
+
+
 _FTZ_C = r"""
 #include <xmmintrin.h>
 unsigned int set_ftz_daz(void) { unsigned int old = _mm_getcsr(); _mm_setcsr(old | 0x8040u); return old; }

@@ -64,9 +64,6 @@ _PAD = 1e-9
 MAX_LPS = 5000
 #: Leaves handed to a worker process at a time.
 LEAF_CHUNK = 32
-#: Leaves a :class:`LeafStream` collects before its thread hands them to a worker (each batch starts a
-#: worker process: about 0.8 s of start-up).
-STREAM_BATCH = 4 * LEAF_CHUNK
 
 
 def _highs():
@@ -609,13 +606,10 @@ def _leaf_task(item) -> list:
 
 
 def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, deadline: float,
-                 workers: int = 2, bounds: list | None = None, processes: bool = False,
-                 cancel=None) -> list:
+                 workers: int = 2, bounds: list | None = None) -> list:
     """:func:`split_leaf` on every box, in ``workers`` processes (:mod:`.workers`), in chunks
     of LEAF_CHUNK in box order; stops at the first box that does not close. ``bounds``: per box
-    its sound node bounds or None (then CROWN's), or None for all. ``processes``: worker processes even
-    for one worker (else one worker computes in this process). ``cancel()`` True: stop as at the deadline
-    (:class:`LeafStream`; the boxes not reached are "not reached").
+    its sound node bounds or None (then CROWN's), or None for all.
 
     Returns:
         one answer per box in box order: ("closed", LPs), ("candidate", x (n_inputs,)),
@@ -626,13 +620,12 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
     items = [(ir, C, d, triples[k:k + LEAF_CHUNK], time.time() + max(0.0, deadline - time.monotonic()))
              for k in range(0, len(boxes), LEAF_CHUNK)]
     got: dict = {}
-    if (workers > 1 and len(items) > 1) or (processes and items):
+    if workers > 1 and len(items) > 1:
         from mi_certify.verification.tools.workers import WorkersLost, WorkersTimedOut, exiting, map_in_processes
         try:
             got = dict(enumerate(map_in_processes(_leaf_task, items, workers,
                                                   deadline=deadline if math.isfinite(deadline) else None,
-                                                  stop=lambda r: any(k != "closed" for k, _ in r),
-                                                  cancel=cancel)))
+                                                  stop=lambda r: any(k != "closed" for k, _ in r))))
         except WorkersTimedOut as late:
             got = late.done
             got.update({k: [("open", "not reached")] for k in range(len(items)) if k not in got})
@@ -642,7 +635,7 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
             got = lost.done
     for k, item in enumerate(items):
         if k not in got:
-            if any(kind != "closed" for r in got.values() for kind, _ in r) or (cancel is not None and cancel()):
+            if any(kind != "closed" for r in got.values() for kind, _ in r):
                 got[k] = [("open", "not reached")]
             else:
                 got[k] = _leaf_task(item)

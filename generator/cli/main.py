@@ -742,9 +742,15 @@ def _terminate(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, exit 13
 def main(argv: list[str] | None = None) -> int:
     """The ``mi-certify`` command (``argv`` defaults to sys.argv[1:]); returns the exit code.
     Callable from Python (a notebook, a script, another thread): SIGTERM is handled as Ctrl-C
-    only in the main thread, and the caller's handler is put back on return."""
+    only in the main thread, and the caller's handler is put back on return. The process keeps
+    its freed heap (:func:`~mi_certify.verification.tools.registry.keep_freed_heap`: the bound passes'
+    temporaries are not faulted in again)."""
     import signal
     import threading
+
+    from mi_certify.verification.tools.registry import keep_freed_heap
+
+    keep_freed_heap()
 
     previous = None
     if threading.current_thread() is threading.main_thread():

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from mi_certify.verification.tools.registry import die_with_parent
+from mi_certify.verification.tools.registry import die_with_parent, keep_freed_heap
 
 __all__ = ["WorkersLost", "WorkersTimedOut", "exiting", "map_in_processes"]
 
@@ -72,6 +72,7 @@ def _serve(conn_in, conn_out, parent_pid: int | None) -> None:
     """Worker body: the function first, then ``(index, item)`` messages until ``None``; each
     answer ``(True, result)`` or ``(False, exception)``."""
     die_with_parent(parent_pid)
+    keep_freed_heap()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:

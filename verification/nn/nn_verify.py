@@ -45,7 +45,8 @@ from mi_certify.verification.tools.registry import keep_freed_heap
 from mi_certify.verification.nn.falsify import pgd_search
 from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds
 from mi_certify.verification.nn.input_split import (Batch, Box, Frontier, bound_children, bound_region, boxes_per_pass,
-                                                    choose_splits, frontier_of, halvings, hinted_lower, lp_hints)
+                                                    choose_splits, frontier_of, halvings, hinted_lower, lp_hints,
+                                                    unstable_counts)
 from mi_certify.verification.nn.lp_relax import TriangleLP, is_lp_ready
 from mi_certify.verification.nn.lp_split import LeafStream, close_leaves
 from mi_certify.verification.nn.properties import Disjunct, Query
@@ -205,6 +206,7 @@ class _Search:
     tried: list[int] = field(default_factory=lambda: [0])
     leaf_bounds: list = field(default_factory=list)
     stream: LeafStream | None = None
+    probe_lp: object = None
 
 
 def _attack(sr: _Search, batch: Batch, rounds: int, deadline: float) -> tuple | None:
@@ -228,15 +230,32 @@ def _attack(sr: _Search, batch: Batch, rounds: int, deadline: float) -> tuple | 
     return None
 
 
-def _file_children(sr: _Search, kids, front: Frontier) -> None:
-    """Each child to ``closed`` (bound > 0), to the leaves (``leaf_depth`` halvings deep) or back
-    on the heap, in child order."""
+def _file_children(sr: _Search, kids, front: Frontier, batch: Batch, deadline: float) -> tuple | None:
+    """Each child to ``closed`` (bound > 0), to the leaves (``leaf_depth`` halvings deep), to an LP
+    probe (:func:`_probe`) or back on the heap, in child order. Returns the decision (VIOLATED by a
+    probe's replayed point) or None."""
     deep = np.zeros(kids.lo.shape[0], dtype=bool)
+    probe = np.zeros(kids.lo.shape[0], dtype=bool)
+    probed = np.zeros(kids.lo.shape[0], dtype=bool)
     if sr.leaves is not None:
-        deep = halvings(kids.lo, kids.hi, sr.dj.lo, sr.dj.hi) >= sr.leaf_depth
+        s = sr.opts.search
+        depth = halvings(kids.lo, kids.hi, sr.dj.lo, sr.dj.hi)
+        deep = depth >= sr.leaf_depth
+        if s.probe_max_lps > 0 and kids.nb is not None and sr.model.ir.n_relus > s.z3_confirm_max_relus:
+            k = np.rint(depth)
+            probe = ~deep & (k % s.probe_every == 0) & (k <= s.probe_max_depth) & (k > 0) & \
+                (unstable_counts(sr.model.ir, kids.nb) <= s.probe_unstable)
     for c in range(kids.lo.shape[0]):
         if kids.bound[c] > 0:
             sr.closed.append((kids.lo[c], kids.hi[c]))
+        elif probe[c]:
+            closed, decided = _probe(sr, kids, c, deadline)
+            if decided is not None:
+                return decided
+            if closed:
+                continue
+            front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c],
+                       True)
         elif deep[c]:
             sr.leaves.append((kids.lo[c], kids.hi[c]))
             keep = kids.nb is not None and sum(v.shape[1] for v in kids.nb.lower) <= LEAF_BOUNDS_MAX
@@ -246,7 +265,37 @@ def _file_children(sr: _Search, kids, front: Frontier) -> None:
             if sr.stream is not None:
                 sr.stream.add(sr.leaves[-1], sr.leaf_bounds[-1])
         else:
-            front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c])
+            front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c],
+                       bool(probed[c]))
+    return None
+
+
+def _probe(sr: _Search, kids, c: int, deadline: float) -> tuple[bool, tuple | None]:
+    """ReLU-split LP on child ``c`` with at most ``probe_max_lps`` LPs, in this process. Returns (closed,
+    decision): closed, it is in ``closed``; a candidate that replays decides the disjunct (VIOLATED);
+    otherwise (False, None) and the caller puts it back on the heap, marked probed (its descendants are
+    not probed again)."""
+    from mi_certify.verification.nn.lp_split import SplitLP, split_leaf
+    ir, dj, stats = sr.model.ir, sr.dj, sr.stats
+    if sr.probe_lp is None:
+        sr.probe_lp = SplitLP(ir, dj.C, dj.d)
+    lo, hi = kids.lo[c], kids.hi[c]
+    nb = NodeBounds([v[c] for v in kids.nb.lower], [v[c] for v in kids.nb.upper])
+    kind, what = split_leaf(ir, dj.C, dj.d, lo, hi, deadline, sr.probe_lp, max_lps=sr.opts.search.probe_max_lps,
+                            nb=nb)
+    stats["lp_probes"] = stats.get("lp_probes", 0) + 1
+    if kind == "closed":
+        stats["lp_calls"] = stats.get("lp_calls", 0) + int(what)
+        stats["lp_probe_closed"] = stats.get("lp_probe_closed", 0) + 1
+        sr.closed.append((lo, hi))
+        return True, None
+    if kind == "candidate":
+        ok, wit = replay(sr.model, dj, np.clip(what, lo, hi))
+        if ok:
+            return False, (Verdict.VIOLATED, wit, "bounds+lp", f"{stats['boxes']} boxes, LP witness")
+        sr.errors.append(f"LP point {np.round(what, 6).tolist()} does not replay "
+                         f"(max slack {wit['max_row_slack_onnxruntime']:.3g})")
+    return False, None
 
 
 def _marabou_can_take(ir: ControllerIR, n_open: int, left: float, s: SearchSettings) -> bool:
@@ -294,7 +343,9 @@ def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_d
         except BoundsTimeout:
             open_boxes += batch.pairs() + front.pairs()
             break
-        _file_children(sr, kids, front)
+        decided = _file_children(sr, kids, front, batch, deadline)
+        if decided is not None:
+            return decided, open_boxes
     return None, open_boxes
 
 
@@ -400,14 +451,23 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
             return decided
         if not open_boxes:
             return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
-                f"{len(todo)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
+                f"{_probe_detail(stats)}{len(todo)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
     if sr.stream is not None:
         sr.stream.cancel()   # (no leaves: nothing started)
     if not open_boxes:
+        if stats.get("lp_probe_closed"):
+            return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
+                f"{_probe_detail(stats)[:-2]} ({stats.get('lp_calls', 0)} LPs)"
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
     where = f"{len(open_boxes)} boxes open" if not stats.get("lp_leaves") else \
         f"{len(open_boxes)} boxes open ({stats['lp_leaves']} went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
     return _marabou_stage(sr, open_boxes, where, deadline)
+
+
+def _probe_detail(stats: dict) -> str:
+    """"P by LP probes, " when probes closed P boxes, else ""."""
+    n = stats.get("lp_probe_closed", 0)
+    return f"{n} by LP probes ({stats['lp_probes']} tried), " if n else ""
 
 
 def _marabou_stage(sr: _Search, open_boxes: list, where: str, deadline: float) -> tuple:

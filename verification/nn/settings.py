@@ -88,6 +88,12 @@ class SearchSettings:
     leaf_lp_time_limit: float = 1.0
     #: Leaves handed to a worker process at a time, in box order (chosen).
     leaf_chunk: int = 32
+    #: An open box whose node bounds leave at most ``probe_unstable`` ReLUs unstable is first tried by the
+    #: ReLU-split LP with at most ``probe_max_lps`` LPs, once per lineage (0: never).
+    probe_unstable: int = 64
+    probe_max_lps: int = 16
+    probe_every: int = 4
+    probe_max_depth: int = 8
 
     # -- Marabou on the boxes left open (nn_verify._marabou_stage) --
     #: Open boxes are handed to Marabou only when there are at most this many; with more, branch

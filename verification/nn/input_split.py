@@ -337,10 +337,10 @@ def halvings(lo: np.ndarray, hi: np.ndarray, region_lo: np.ndarray, region_hi: n
 
 
 def frontier_of(ir: ControllerIR, dj: Disjunct, boxes: list, deadline: float, closed: list,
-                s: SearchSettings = DEFAULT_SEARCH) -> list[Box]:
+                s: SearchSettings = DEFAULT_SEARCH, probed: bool = False) -> list[Box]:
     """Heap entries for open boxes ((lo, hi) pairs, bounded again in batches of
-    :func:`batch_size`, ``seq`` in box order, no LP hint); boxes that close go to ``closed``.
-    Raises BoundsTimeout."""
+    :func:`batch_size`, ``seq`` in box order, no LP hint, ``probed`` as given); boxes that close go to
+    ``closed``. Raises BoundsTimeout."""
     out: list[Box] = []
     step = batch_size(ir, s)
     for k in range(0, len(boxes), step):
@@ -353,5 +353,5 @@ def frontier_of(ir: ControllerIR, dj: Disjunct, boxes: list, deadline: float, cl
             if best[j] > 0:
                 closed.append((los[j], his[j]))
             else:
-                out.append(Box(float(best[j]), len(out), los[j], his[j], lin[j], int(row[j]), None))
+                out.append(Box(float(best[j]), len(out), los[j], his[j], lin[j], int(row[j]), None, probed))
     return out

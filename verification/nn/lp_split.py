@@ -55,7 +55,7 @@ from mi_certify.verification.nn.bounds import (UNDERFLOW_ERROR, BoundsTimeout, N
                                                output_matrix_lower)
 from mi_certify.verification.nn.lp_relax import affine_equalities, node_offsets, region_rows
 
-__all__ = ["LeafStream", "SplitLP", "close_leaves", "split_leaf"]
+__all__ = ["LeafStream", "SplitLP", "close_leaves", "ends_leaves", "split_leaf"]
 
 #: Relative padding of every rounded sum (the float64 error of a sum of k terms is below
 #: k · 1.2e-16 of the sum of their absolute values; 1e-9 covers k up to ~8 million).
@@ -498,7 +498,7 @@ class BoxLP(_TriangleLP):
 
 def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                deadline: float, lp: SplitLP | None = None, max_lps: int = MAX_LPS,
-               warm_root: bool = True, nb: NodeBounds | None = None) -> tuple[str, object]:
+               warm_root: bool = True, nb: NodeBounds | None = None, give_back: bool = False) -> tuple[str, object]:
     """Decide one box by ReLU-split branch and bound with the triangle LP (depth first).
 
     Args:
@@ -510,6 +510,8 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
             :class:`SplitLP` only);
         nb: sound node bounds over the box ((size_i,) arrays; input splitting's), or None: CROWN's
             (:func:`~.bounds.crown_bounds`).
+        give_back: when ``max_lps`` runs out, answer ("split", LPs) instead of ("open", ...): the
+            caller (input splitting's LP probe) splits the box further.
     Returns:
         ("closed", number of LPs) when every subdomain's safe bound (or CROWN output bound) is positive;
         ("candidate", x (n_inputs,)) for a point the network must be evaluated at (an
@@ -533,7 +535,7 @@ def split_leaf(ir: ControllerIR, C: np.ndarray, d: np.ndarray, lo: np.ndarray, h
         if left <= 0:
             return "open", "timeout"
         if n_lp >= max_lps:
-            return "open", f"{n_lp} LPs"
+            return ("split", n_lp) if give_back else ("open", f"{n_lp} LPs")
         phases, nb, basis = stack.pop()
         bound, x, cand = solver.solve(lo, hi, nb, phases, time_limit=min(1.0, left), basis=basis)
         if n_lp == 0 and solver is lp and lp.basis is not None:
@@ -586,9 +588,16 @@ def _source_phases(kids: list, relu_src: dict) -> dict:
 _LPS: dict = {}  # in a worker: the SplitLP of the rows it serves (one disjunct per call)
 
 
+def ends_leaves(kind: str) -> bool:
+    """Whether an answer of :func:`split_leaf` ends the leaf phase (the query is not proved by the leaves):
+    "candidate" and "open"; not "closed" nor "split" (an LP probe gives its box back to input splitting)."""
+    return kind not in ("closed", "split")
+
+
 def _leaf_task(item) -> list:
-    """Worker body: ``(ir, C, d, [(lo, hi, node bounds or None), ...], wall-clock deadline)`` -> one
-    :func:`split_leaf` answer per box (the second element of "closed" is the LP count)."""
+    """Worker body: ``(ir, C, d, [(lo, hi, node bounds or None, LP budget or None), ...], wall-clock
+    deadline)`` -> one :func:`split_leaf` answer per box (the second element of "closed" is the LP
+    count); a box with a budget is an LP probe (:func:`split_leaf` ``give_back``)."""
     ir, C, d, boxes, wall_deadline = item
     key = (C.tobytes(), d.tobytes())
     lp = _LPS.get(key)
@@ -597,26 +606,31 @@ def _leaf_task(item) -> list:
         lp = _LPS[key] = SplitLP(ir, C, d)
     deadline = time.monotonic() + (wall_deadline - time.time())
     out = []
-    for lo, hi, nb in boxes:
-        kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp, nb=nb)
+    for lo, hi, nb, budget in boxes:
+        if budget is None:
+            kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp, nb=nb)
+        else:
+            kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp, nb=nb, max_lps=budget, give_back=True)
         out.append((kind, what.tolist() if kind == "candidate" else what))
-        if kind != "closed":
+        if ends_leaves(kind):
             break  # the caller needs no more of this chunk: the query is not proved by it
     return out
 
 
 def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, deadline: float,
-                 workers: int = 2, bounds: list | None = None) -> list:
+                 workers: int = 2, bounds: list | None = None, budgets: list | None = None) -> list:
     """:func:`split_leaf` on every box, in ``workers`` processes (:mod:`.workers`), in chunks
-    of LEAF_CHUNK in box order; stops at the first box that does not close. ``bounds``: per box
-    its sound node bounds or None (then CROWN's), or None for all.
+    of LEAF_CHUNK in box order; stops at the first box that does not close (:func:`ends_leaves`).
+    ``bounds``: per box its sound node bounds or None (then CROWN's), or None for all; ``budgets``:
+    per box None (a leaf) or the LPs an LP probe may take, or None for all.
 
     Returns:
         one answer per box in box order: ("closed", LPs), ("candidate", x (n_inputs,)),
-        ("open", reason); boxes not reached: ("open", "not reached").
+        ("open", reason), ("split", LPs) (a probe's budget ran out); boxes not reached: ("open", "not reached").
     """
     bounds = bounds if bounds is not None else [None] * len(boxes)
-    triples = [(lo, hi, nb) for (lo, hi), nb in zip(boxes, bounds)]
+    budgets = budgets if budgets is not None else [None] * len(boxes)
+    triples = [(lo, hi, nb, b) for (lo, hi), nb, b in zip(boxes, bounds, budgets)]
     items = [(ir, C, d, triples[k:k + LEAF_CHUNK], time.time() + max(0.0, deadline - time.monotonic()))
              for k in range(0, len(boxes), LEAF_CHUNK)]
     got: dict = {}
@@ -625,7 +639,7 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
         try:
             got = dict(enumerate(map_in_processes(_leaf_task, items, workers,
                                                   deadline=deadline if math.isfinite(deadline) else None,
-                                                  stop=lambda r: any(k != "closed" for k, _ in r))))
+                                                  stop=lambda r: any(ends_leaves(k) for k, _ in r))))
         except WorkersTimedOut as late:
             got = late.done
             got.update({k: [("open", "not reached")] for k in range(len(items)) if k not in got})
@@ -635,7 +649,7 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
             got = lost.done
     for k, item in enumerate(items):
         if k not in got:
-            if any(kind != "closed" for r in got.values() for kind, _ in r):
+            if any(ends_leaves(kind) for r in got.values() for kind, _ in r):
                 got[k] = [("open", "not reached")]
             else:
                 got[k] = _leaf_task(item)
@@ -674,15 +688,16 @@ class LeafStream:
         self._error: BaseException | None = None
         self._lost = False          # no worker process could run (WorkersLost): finish() decides the rest here
 
-    def add(self, box: tuple, nb: NodeBounds | None) -> None:
-        """File one leaf ``(lo, hi)`` with its node bounds (or None)."""
-        self._boxes.append((box, nb))
+    def add(self, box: tuple, nb: NodeBounds | None, budget: int | None = None) -> None:
+        """File one leaf ``(lo, hi)`` with its node bounds (or None); with ``budget``, an LP probe of at most
+        that many LPs (answered "split" when they run out)."""
+        self._boxes.append((box, nb, budget))
         if len(self._boxes) % LEAF_CHUNK == 0:
             self._chunk(len(self._boxes) - LEAF_CHUNK)
 
     def _chunk(self, start: int) -> None:
         part = self._boxes[start:start + LEAF_CHUNK]
-        self._items.append((self._ir, self._C, self._d, [(lo, hi, b) for (lo, hi), b in part], self._wall))
+        self._items.append((self._ir, self._C, self._d, [(lo, hi, b, n) for (lo, hi), b, n in part], self._wall))
         if self._thread is None and not self._cancel.is_set():
             import threading
             self._thread = threading.Thread(target=self._run, name="mi-certify-leaf-stream", daemon=True)
@@ -699,7 +714,7 @@ class LeafStream:
         try:
             map_in_processes(_leaf_task, self._items, self._workers, on_result=keep,
                              deadline=self._deadline if math.isfinite(self._deadline) else None,
-                             stop=lambda r: any(kind != "closed" for kind, _ in r), cancel=self._cancel.is_set,
+                             stop=lambda r: any(ends_leaves(kind) for kind, _ in r), cancel=self._cancel.is_set,
                              more=self._more)
         except WorkersTimedOut:   # timed out, stopped or cancelled: the chunks not done are "not reached"
             pass
@@ -720,10 +735,11 @@ class LeafStream:
         ("closed", LPs), ("candidate", x) or ("open", reason), as :func:`close_leaves`. Raises what a worker
         raised."""
         for k, box in enumerate(boxes):
-            self._boxes.append((box, None if bounds is None else bounds[k]))
+            self._boxes.append((box, None if bounds is None else bounds[k], None))
         if self._thread is None:   # no chunk was filed before: close_leaves itself (one chunk stays here)
-            return close_leaves(self._ir, self._C, self._d, [b for b, _ in self._boxes], self._deadline,
-                                workers=self._workers, bounds=[nb for _, nb in self._boxes])
+            return close_leaves(self._ir, self._C, self._d, [b for b, _, _ in self._boxes], self._deadline,
+                                workers=self._workers, bounds=[nb for _, nb, _ in self._boxes],
+                                budgets=[n for _, _, n in self._boxes])
         done = len(self._items) * LEAF_CHUNK
         for start in range(done, len(self._boxes), LEAF_CHUNK):
             self._chunk(start)
@@ -739,7 +755,7 @@ class LeafStream:
         out = []
         for k, item in enumerate(self._items):   # as close_leaves assembles its chunks' answers
             if k not in self._results and self._lost and time.monotonic() < self._deadline \
-                    and not any(kind != "closed" for r in self._results.values() for kind, _ in r):
+                    and not any(ends_leaves(kind) for r in self._results.values() for kind, _ in r):
                 self._results[k] = _leaf_task(item)   # no worker process (WorkersLost): in this process
             res = [(kind, np.array(what) if kind == "candidate" else what) for kind, what in self._results.get(k, [])]
             out += res + [("open", "not reached")] * (len(item[3]) - len(res))

@@ -189,7 +189,8 @@ class _Search:
     of the region when PROVED). lp: the triangle LP for hints, or None. leaves: where open boxes
     ``leaf_depth`` halvings deep go (None: no exact leaves, ``leaf_depth`` inf); leaf_bounds: per
     leaf its node bounds from input splitting (:class:`~.bounds.NodeBounds`), or None where they are
-    not kept (more than ``LEAF_BOUNDS_MAX`` node values). tried: candidate replays so far
+    not kept (more than ``LEAF_BOUNDS_MAX`` node values); leaf_budget: per leaf None, or the LPs it may take
+    as an LP probe (:func:`_probes`). tried: candidate replays so far
     (``tried[0]``, at most ``opts.search.max_replays``). stream: where the leaves also go as they are
     filed, to be decided while input splitting goes on (:class:`~.lp_split.LeafStream`), or None.
     """
@@ -206,7 +207,7 @@ class _Search:
     tried: list[int] = field(default_factory=lambda: [0])
     leaf_bounds: list = field(default_factory=list)
     stream: LeafStream | None = None
-    probe_lp: object = None
+    leaf_budget: list = field(default_factory=list)
 
 
 def _attack(sr: _Search, batch: Batch, rounds: int, deadline: float) -> tuple | None:
@@ -230,72 +231,54 @@ def _attack(sr: _Search, batch: Batch, rounds: int, deadline: float) -> tuple | 
     return None
 
 
-def _file_children(sr: _Search, kids, front: Frontier, batch: Batch, deadline: float) -> tuple | None:
-    """Each child to ``closed`` (bound > 0), to the leaves (``leaf_depth`` halvings deep), to an LP
-    probe (:func:`_probe`) or back on the heap, in child order. Returns the decision (VIOLATED by a
-    probe's replayed point) or None."""
-    deep = np.zeros(kids.lo.shape[0], dtype=bool)
-    probe = np.zeros(kids.lo.shape[0], dtype=bool)
-    probed = np.zeros(kids.lo.shape[0], dtype=bool)
+def _file_children(sr: _Search, kids, front: Frontier, batch: Batch) -> None:
+    """Each child to ``closed`` (bound > 0), to the leaves (``leaf_depth`` halvings deep), to the leaves
+    as an LP probe (:func:`_probes`) or back on the heap, in child order."""
+    n = kids.lo.shape[0]
+    deep = np.zeros(n, dtype=bool)
+    probe = np.zeros(n, dtype=bool)
+    probed = np.array([batch.boxes[p].probed for p in kids.parent], dtype=bool)
     if sr.leaves is not None:
-        s = sr.opts.search
         depth = halvings(kids.lo, kids.hi, sr.dj.lo, sr.dj.hi)
         deep = depth >= sr.leaf_depth
-        if s.probe_max_lps > 0 and kids.nb is not None and sr.model.ir.n_relus > s.z3_confirm_max_relus:
-            k = np.rint(depth)
-            probe = ~deep & (k % s.probe_every == 0) & (k <= s.probe_max_depth) & (k > 0) & \
-                (unstable_counts(sr.model.ir, kids.nb) <= s.probe_unstable)
-    for c in range(kids.lo.shape[0]):
+        probe = ~deep & ~probed & _probes(sr, kids, depth)
+    for c in range(n):
         if kids.bound[c] > 0:
             sr.closed.append((kids.lo[c], kids.hi[c]))
-        elif probe[c]:
-            closed, decided = _probe(sr, kids, c, deadline)
-            if decided is not None:
-                return decided
-            if closed:
-                continue
-            front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c],
-                       True)
-        elif deep[c]:
+        elif deep[c] or probe[c]:
             sr.leaves.append((kids.lo[c], kids.hi[c]))
             keep = kids.nb is not None and sum(v.shape[1] for v in kids.nb.lower) <= LEAF_BOUNDS_MAX
             # copies: a view would keep the whole batch's arrays alive for as long as the leaf waits
             sr.leaf_bounds.append(NodeBounds([v[c].copy() for v in kids.nb.lower], [v[c].copy() for v in kids.nb.upper])
                                   if keep else None)
+            sr.leaf_budget.append(sr.opts.search.probe_max_lps if probe[c] else None)
             if sr.stream is not None:
-                sr.stream.add(sr.leaves[-1], sr.leaf_bounds[-1])
+                sr.stream.add(sr.leaves[-1], sr.leaf_bounds[-1], sr.leaf_budget[-1])
         else:
             front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c],
                        bool(probed[c]))
-    return None
 
 
-def _probe(sr: _Search, kids, c: int, deadline: float) -> tuple[bool, tuple | None]:
-    """ReLU-split LP on child ``c`` with at most ``probe_max_lps`` LPs, in this process. Returns (closed,
-    decision): closed, it is in ``closed``; a candidate that replays decides the disjunct (VIOLATED);
-    otherwise (False, None) and the caller puts it back on the heap, marked probed (its descendants are
-    not probed again)."""
-    from mi_certify.verification.nn.lp_split import SplitLP, split_leaf
-    ir, dj, stats = sr.model.ir, sr.dj, sr.stats
-    if sr.probe_lp is None:
-        sr.probe_lp = SplitLP(ir, dj.C, dj.d)
-    lo, hi = kids.lo[c], kids.hi[c]
-    nb = NodeBounds([v[c] for v in kids.nb.lower], [v[c] for v in kids.nb.upper])
-    kind, what = split_leaf(ir, dj.C, dj.d, lo, hi, deadline, sr.probe_lp, max_lps=sr.opts.search.probe_max_lps,
-                            nb=nb)
-    stats["lp_probes"] = stats.get("lp_probes", 0) + 1
-    if kind == "closed":
-        stats["lp_calls"] = stats.get("lp_calls", 0) + int(what)
-        stats["lp_probe_closed"] = stats.get("lp_probe_closed", 0) + 1
-        sr.closed.append((lo, hi))
-        return True, None
-    if kind == "candidate":
-        ok, wit = replay(sr.model, dj, np.clip(what, lo, hi))
-        if ok:
-            return False, (Verdict.VIOLATED, wit, "bounds+lp", f"{stats['boxes']} boxes, LP witness")
-        sr.errors.append(f"LP point {np.round(what, 6).tolist()} does not replay "
-                         f"(max slack {wit['max_row_slack_onnxruntime']:.3g})")
-    return False, None
+def _probes(sr: _Search, kids, depth: np.ndarray) -> np.ndarray:
+    """Which children become LP probes (C,) bool: leaves with a budget of ``probe_max_lps`` LPs, given
+    back to input splitting when it runs out (:func:`~.lp_split.split_leaf` ``give_back``). A child is
+    one when it is ``probe_every``, 2·``probe_every`` … at most ``probe_max_depth`` halvings deep and its
+    node bounds leave at most ``probe_unstable`` ReLUs unstable (the caller excludes the boxes of a lineage
+    given back once). Only on networks that get no exact confirmation (more than
+    ``z3_confirm_max_relus`` ReLUs): there the boxes closed are confirmed one by one, and the large boxes a
+    probe closes cost Z3 far more than the small ones input splitting closes (measured on the reference
+    controller's P2: 0.29 s without probes, 1.35 s and 8 Z3 calls with them).
+
+    Why (issue 38, measured 2026-12-07): on ACAS Xu 4_1 / property 3 input splitting does not make the
+    boxes' ReLUs stable (about 50 unstable at 14 halvings as at 4): 13,229 boxes and 760 leaves (10.8 s)
+    where the 19 boxes open at 4 halvings close with 89 LPs. On 3_3 / property 2, 11 of the 13 boxes at 8
+    halvings with at most 64 unstable ReLUs close within 16 LPs each."""
+    s = sr.opts.search
+    if s.probe_max_lps <= 0 or kids.nb is None or sr.model.ir.n_relus <= s.z3_confirm_max_relus:
+        return np.zeros(depth.shape[0], dtype=bool)
+    k = np.rint(depth)
+    return (k > 0) & (k % s.probe_every == 0) & (k <= s.probe_max_depth) & \
+        (unstable_counts(sr.model.ir, kids.nb) <= s.probe_unstable)
 
 
 def _marabou_can_take(ir: ControllerIR, n_open: int, left: float, s: SearchSettings) -> bool:
@@ -343,9 +326,7 @@ def _branch_and_bound(sr: _Search, root: Box | list[Box], deadline: float, bab_d
         except BoundsTimeout:
             open_boxes += batch.pairs() + front.pairs()
             break
-        decided = _file_children(sr, kids, front, batch, deadline)
-        if decided is not None:
-            return decided, open_boxes
+        _file_children(sr, kids, front, batch)
     return None, open_boxes
 
 
@@ -422,52 +403,70 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
     if root.bound > 0:
         closed.append((dj.lo.copy(), dj.hi.copy()))
         return Verdict.PROVED, None, "bounds", "1 box closed by CROWN bounds"
-    if opts.lp_leaves and is_lp_ready(ir):
-        sr.leaves, sr.leaf_depth = [], opts.search.leaf_depth
-        if opts.workers > 1:   # the leaves go to the worker processes as they are filed
-            sr.stream = LeafStream(ir, dj.C, dj.d, deadline, workers=opts.workers)
-    try:
-        decided, open_boxes = _split_inputs(sr, root, deadline, bab_deadline)
-    except BaseException:
-        if sr.stream is not None:
-            sr.stream.cancel()
-        raise
-    if decided is not None:
-        if sr.stream is not None:
-            sr.stream.cancel()
-        return decided
-    leaves = sr.leaves
-    marabou_next = opts.use_marabou and not leaves and len(open_boxes) <= opts.search.marabou_max_boxes
-    if leaves is not None and (leaves or open_boxes) and not marabou_next:
-        # the phases hand over: the leaves, and the boxes input splitting left open when its time
-        # or its box budget ran out, go to the ReLU-split LP with all the time left (before, open
-        # boxes beside the leaves ended the query: "14276 boxes open (14270 went to the ReLU-split
-        # LP, 0 LPs)" after 3.4 of 10 s); leaves first (deep boxes close fastest). A few open boxes
-        # and no leaves go to Marabou as before (input splitting stopped early for it).
-        todo = leaves + open_boxes
-        decided, open_boxes = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors,
-                                             sr.leaf_bounds + [None] * len(open_boxes), sr.stream, open_boxes)
+    frontier: list[Box] = []
+    while True:   # a second round splits the boxes the LP probes gave back (they are not probed again)
+        if opts.lp_leaves and is_lp_ready(ir):
+            sr.leaves, sr.leaf_bounds, sr.leaf_budget, sr.leaf_depth = [], [], [], opts.search.leaf_depth
+            if opts.workers > 1:   # the leaves go to the worker processes as they are filed
+                sr.stream = LeafStream(ir, dj.C, dj.d, deadline, workers=opts.workers)
+        try:
+            decided, open_boxes = (_branch_and_bound(sr, frontier, deadline, bab_deadline, "smart") if frontier
+                                   else _split_inputs(sr, root, deadline, bab_deadline))
+        except BaseException:
+            if sr.stream is not None:
+                sr.stream.cancel()
+            raise
         if decided is not None:
+            if sr.stream is not None:
+                sr.stream.cancel()
             return decided
-        if not open_boxes:
-            return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
-                f"{_probe_detail(stats)}{len(todo)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
-    if sr.stream is not None:
-        sr.stream.cancel()   # (no leaves: nothing started)
+        leaves = sr.leaves
+        marabou_next = opts.use_marabou and not leaves and len(open_boxes) <= opts.search.marabou_max_boxes
+        if leaves is not None and (leaves or open_boxes) and not marabou_next:
+            # the phases hand over: the leaves, and the boxes input splitting left open when its time
+            # or its box budget ran out, go to the ReLU-split LP with all the time left (before, open
+            # boxes beside the leaves ended the query: "14276 boxes open (14270 went to the ReLU-split
+            # LP, 0 LPs)" after 3.4 of 10 s); leaves first (deep boxes close fastest). A few open boxes
+            # and no leaves go to Marabou as before (input splitting stopped early for it).
+            todo = leaves + open_boxes
+            decided, open_boxes, again = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors,
+                                                        sr.leaf_bounds + [None] * len(open_boxes), sr.stream,
+                                                        open_boxes, sr.leaf_budget + [None] * len(open_boxes))
+            if decided is not None:
+                return decided
+            if again and not open_boxes:   # every box closed but those the probes gave back: split them
+                try:
+                    frontier = frontier_of(ir, dj, again, deadline, closed, opts.search, probed=True)
+                except BoundsTimeout:
+                    open_boxes = again
+                else:
+                    if frontier:
+                        continue
+            else:
+                open_boxes += again
+            if not open_boxes:
+                return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
+                    f"{_lp_detail(stats)}"
+        if sr.stream is not None:
+            sr.stream.cancel()   # (no leaves: nothing started)
+        break
     if not open_boxes:
-        if stats.get("lp_probe_closed"):
+        if stats.get("lp_probe_closed"):   # (a second round closed the boxes given back by bounds alone)
             return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
-                f"{_probe_detail(stats)[:-2]} ({stats.get('lp_calls', 0)} LPs)"
+                f"{_lp_detail(stats)}"
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
     where = f"{len(open_boxes)} boxes open" if not stats.get("lp_leaves") else \
         f"{len(open_boxes)} boxes open ({stats['lp_leaves']} went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
     return _marabou_stage(sr, open_boxes, where, deadline)
 
 
-def _probe_detail(stats: dict) -> str:
-    """"P by LP probes, " when probes closed P boxes, else ""."""
-    n = stats.get("lp_probe_closed", 0)
-    return f"{n} by LP probes ({stats['lp_probes']} tried), " if n else ""
+def _lp_detail(stats: dict) -> str:
+    """What the ReLU-split LP closed: "L by ReLU-split LP (N LPs)", with the LP probes' part when there were
+    any ("P by LP probes (T tried, G given back), ...")."""
+    probes = stats.get("lp_probes", 0)
+    part = f"{stats.get('lp_probe_closed', 0)} by LP probes ({probes} tried, {stats.get('lp_given_back', 0)} " \
+        f"given back to input splitting), " if probes else ""
+    return f"{part}{stats.get('lp_leaves', 0)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
 
 
 def _marabou_stage(sr: _Search, open_boxes: list, where: str, deadline: float) -> tuple:
@@ -510,32 +509,44 @@ def _marabou_stage(sr: _Search, open_boxes: list, where: str, deadline: float) -
 
 def _decide_leaves(model: LoadedModel, dj: Disjunct, leaves: list, deadline: float, opts: VerifyOptions,
                    stats: dict, closed: list, errors: list[str], bounds: list | None = None,
-                   stream: LeafStream | None = None, extra: list = ()):
+                   stream: LeafStream | None = None, extra: list = (), budgets: list | None = None):
     """ReLU-split LP on the leaves (:func:`~.lp_split.close_leaves`, with their node bounds where
-    ``bounds`` has them); candidates are replayed. With ``stream`` (which input splitting filed the first
-    ``len(leaves) - len(extra)`` of them to), the stream decides them, and ``extra`` (the rest) too
-    (:meth:`~.lp_split.LeafStream.finish`: the same answers).
-    Returns (decided (verdict, witness, method, detail) or None, leaves left open)."""
+    ``bounds`` has them, and as LP probes where ``budgets`` gives a budget); candidates are replayed. With
+    ``stream`` (which input splitting filed the first ``len(leaves) - len(extra)`` of them to), the stream
+    decides them, and ``extra`` (the rest) too (:meth:`~.lp_split.LeafStream.finish`: the same answers).
+    Returns (decided (verdict, witness, method, detail) or None, leaves left open, probes given back)."""
+    budgets = budgets if budgets is not None else [None] * len(leaves)
     if stream is not None:
         n = len(leaves) - len(extra)
         answers = stream.finish(list(extra), None if bounds is None else bounds[n:])
     else:
-        answers = close_leaves(model.ir, dj.C, dj.d, leaves, deadline, workers=opts.workers, bounds=bounds)
-    stats["lp_leaves"] = stats.get("lp_leaves", 0) + len(leaves)
-    left = []
-    for (lo, hi), (kind, what) in zip(leaves, answers):
+        answers = close_leaves(model.ir, dj.C, dj.d, leaves, deadline, workers=opts.workers, bounds=bounds,
+                               budgets=budgets)
+    n_probes = sum(b is not None for b in budgets)
+    stats["lp_leaves"] = stats.get("lp_leaves", 0) + len(leaves) - n_probes
+    if n_probes:
+        stats["lp_probes"] = stats.get("lp_probes", 0) + n_probes
+    left, again = [], []
+    for (lo, hi), (kind, what), budget in zip(leaves, answers, budgets):
         if kind == "closed":
             closed.append((lo, hi))
             stats["lp_calls"] = stats.get("lp_calls", 0) + int(what)
+            if budget is not None:
+                stats["lp_probe_closed"] = stats.get("lp_probe_closed", 0) + 1
+            continue
+        if kind == "split":   # an LP probe's budget ran out: input splitting goes on with the box
+            stats["lp_calls"] = stats.get("lp_calls", 0) + int(what)
+            stats["lp_given_back"] = stats.get("lp_given_back", 0) + 1
+            again.append((lo, hi))
             continue
         if kind == "candidate":
             ok, wit = replay(model, dj, np.clip(what, lo, hi))
             if ok:
-                return (Verdict.VIOLATED, wit, "bounds+lp", f"{stats['boxes']} boxes, LP witness"), left
+                return (Verdict.VIOLATED, wit, "bounds+lp", f"{stats['boxes']} boxes, LP witness"), left, again
             errors.append(f"LP point {np.round(what, 6).tolist()} does not replay "
                           f"(max slack {wit['max_row_slack_onnxruntime']:.3g})")
         left.append((lo, hi))
-    return None, left
+    return None, left, again
 
 
 def _with_implied_rows(dj: Disjunct, pair_rows_max: int) -> Disjunct:

@@ -420,3 +420,30 @@ def test_two_relus_on_one_source_pass_both_phases_to_crown():
     assert sorted(got) == [1, 5]
     assert got[1].tolist() == [[1, -1, 0], [-1, 0, 0]]
     assert got[5].tolist() == [[0, 0, 1], [0, 0, 0]]
+
+
+def test_an_lp_probe_gives_its_box_back_when_its_budget_runs_out_and_the_other_boxes_go_on():
+    """A box with an LP budget (input splitting's LP probe) whose budget runs out is answered ("split", LPs)
+    and does not stop the leaves after it (an "open" leaf would); a probe whose budget suffices closes with
+    the same LP count as a leaf. The same answers in this process, in worker processes and streamed."""
+    from conftest import spawned_workers
+    ir, C, boxes, ys = _boxes_64()
+    d = np.array([float(np.min(ys @ C.T)) - 0.5])
+    ref = close_leaves(ir, C, d, boxes, float("inf"), workers=1)
+    assert [n for _, n in ref][48:57:4] == [2, 5, 5]   # boxes 48, 52, 56 need 2, 5, 5 LPs; the others 1
+    budgets = [None] * 64
+    budgets[48], budgets[52], budgets[56] = 1, 2, 5
+    want = list(ref)
+    want[48], want[52] = ("split", 1), ("split", 2)
+    for workers in (1, 2):
+        assert close_leaves(ir, C, d, boxes, float("inf"), workers=workers, budgets=budgets) == want, workers
+    s = lp_split.LeafStream(ir, C, d, float("inf"), workers=2)
+    for b, n in zip(boxes, budgets):
+        s.add(b, None, n)
+    assert s.finish() == want
+    assert spawned_workers(os.getpid()) == []
+    # without give_back the budget running out leaves the box open, as before
+    assert split_leaf(ir, C, d, *boxes[52], float("inf"), max_lps=2) == ("open", "2 LPs")
+    assert split_leaf(ir, C, d, *boxes[52], float("inf"), max_lps=2, give_back=True) == ("split", 2)
+    assert lp_split.ends_leaves("open") and lp_split.ends_leaves("candidate")
+    assert not lp_split.ends_leaves("closed") and not lp_split.ends_leaves("split")

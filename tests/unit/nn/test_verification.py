@@ -236,13 +236,14 @@ def test_pgd_finds_a_point_of_a_region_random_points_miss_and_only_points_inside
 
 @pytest.mark.parametrize("net,prop", [("1_1", 2), ("2_1", 1), ("2_1", 3), ("1_1", 4)])
 def test_acasxu_rows_the_input_split_alone_left_open_are_proved(net, prop):
-    """Undecided at 60 s before the batched smart-branching search (bench/verify.py: 0.5–7 s now)."""
+    """Undecided at 60 s before the batched smart-branching search (bench/verify.py: 0.5–7 s now). Since the
+    LP probes (2026-12-07) the ReLU-split LP may close some boxes (1_1/p2: 12 of 14 probes)."""
     root = ANCHORS / "acasxu"
     model = load_model(root / "onnx" / f"ACASXU_run2a_{net}_batch_2000.onnx")
     res = decide(model, parse_vnnlib(root / "vnnlib" / f"prop_{prop}.vnnlib", 5, 5),
                  VerifyOptions(timeout=120, use_marabou=False))
     assert res.verdict == Verdict.PROVED, res
-    assert res.method == "bounds" and res.stats["boxes"] > 1
+    assert res.method in ("bounds", "bounds+lp") and res.stats["boxes"] > 1
 
 
 def _expected(root):
@@ -777,3 +778,45 @@ def test_marabou_takes_the_open_boxes_only_when_each_gets_its_time():
     assert _marabou_can_take(acas, 19, 24.0, S) and not _marabou_can_take(acas, 20, 24.0, S)   # 0.8 · 24 = 19.2 s
     assert not _marabou_can_take(tll, 62, 24.0, S) and not _marabou_can_take(tll, 1, 20.4, S)
     assert _marabou_can_take(tll, 1, 20.5, S) and _marabou_can_take(acas, 0, 0.0, S)
+
+
+@pytest.mark.parametrize("net,prop,given_back", [("4_1", 3, 0), ("1_1", 2, 2)])
+def test_lp_probes_close_what_input_splitting_cannot_and_give_the_rest_back(net, prop, given_back):
+    """ACAS Xu 4_1 / property 3: input splitting alone took 13,229 boxes and 760 leaves (10.8 s; the
+    boxes' ReLUs stay unstable however small they get); the LP probes at 4 and 8 halvings close it in under
+    1,000 boxes. 1_1 / property 2: two probes run out of LPs, their boxes are split again (the second round)
+    and the query is still proved. Every probe is either closed or given back."""
+    root = ANCHORS / "acasxu"
+    model = load_model(root / "onnx" / f"ACASXU_run2a_{net}_batch_2000.onnx")
+    res = decide(model, parse_vnnlib(root / "vnnlib" / f"prop_{prop}.vnnlib", 5, 5),
+                 VerifyOptions(timeout=60, use_marabou=False))
+    s = res.stats
+    assert res.verdict == Verdict.PROVED and res.method == "bounds+lp", res
+    assert s["lp_probe_closed"] >= 1 and s["lp_probes"] == s["lp_probe_closed"] + s.get("lp_given_back", 0)
+    assert s.get("lp_given_back", 0) == given_back
+    assert f"{s['lp_probe_closed']} by LP probes ({s['lp_probes']} tried, {given_back} given back" in res.detail
+    assert s["boxes"] < (1000 if net == "4_1" else 5000)
+
+
+def test_lp_probes_only_where_no_exact_confirmation_follows():
+    """A box is an LP probe at 4 or 8 halvings (not 6, not 12) with at most 64 unstable ReLUs, and only on a
+    network of more than z3_confirm_max_relus ReLUs: on smaller ones the exact confirmation re-proves every
+    closed box, and a probe's large boxes cost it far more (the reference's P2: 0.29 s, with probes 1.35 s)."""
+    from types import SimpleNamespace
+    from mi_certify.verification.nn.input_split import unstable_counts
+    from mi_certify.verification.nn.nn_verify import _probes
+    from mi_certify.verification.nn.settings import DEFAULT_SEARCH
+    rng = np.random.default_rng(5)
+    depth = np.array([4.0, 8.0, 6.0, 12.0, 0.0, 4.0])
+    lo = np.array([[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [-9, -9, -9]], dtype=float)
+    hi = lo + np.array([[0.01], [0.01], [0.01], [0.01], [0.01], [18.0]])
+    for widths in ([10, 10], [50, 50]):
+        ir = _random_dag(rng, 3, widths, 2)
+        nb = crown_bounds(ir, lo, hi)
+        sr = SimpleNamespace(opts=SimpleNamespace(search=DEFAULT_SEARCH), model=SimpleNamespace(ir=ir))
+        got = _probes(sr, SimpleNamespace(nb=nb), depth)
+        unstable = unstable_counts(ir, nb)
+        # the small boxes: at most 64 unstable (all of them for the 20-ReLU network); the wide one: more
+        assert unstable[0] <= 64 and (unstable[5] > 64 or ir.n_relus <= 64)
+        want = [False] * 6 if ir.n_relus <= 64 else [True, True, False, False, False, False]
+        assert got.tolist() == want, (widths, unstable)

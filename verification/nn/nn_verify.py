@@ -270,9 +270,12 @@ def _probes(sr: _Search, kids, depth: np.ndarray) -> np.ndarray:
     controller's P2: 0.29 s without probes, 1.35 s and 8 Z3 calls with them).
 
     Why (issue 38, measured 2026-12-07): on ACAS Xu 4_1 / property 3 input splitting does not make the
-    boxes' ReLUs stable (about 50 unstable at 14 halvings as at 4): 13,229 boxes and 760 leaves (10.8 s)
-    where the 19 boxes open at 4 halvings close with 89 LPs. On 3_3 / property 2, 11 of the 13 boxes at 8
-    halvings with at most 64 unstable ReLUs close within 16 LPs each."""
+    boxes' ReLUs stable (a median of 37 unstable at 5 to 12 halvings, 50 at 14): 13,229 boxes and 760
+    leaves (10.8 s) where its 12 boxes open at 4 halvings close with 74 LPs (0.4 s). Where input splitting
+    does make them stable (3_3 / property 2: 186 unstable at 4 halvings, 87 at 8, 38 at 12; random
+    networks) probes at 8 halvings closed most boxes they tried but cost more than splitting them (random
+    80-120-ReLU networks: 2-5x the time), so the default probes at 4 halvings only: at most 2^4 boxes of
+    ``probe_max_lps`` LPs per disjunct."""
     s = sr.opts.search
     if s.probe_max_lps <= 0 or kids.nb is None or sr.model.ir.n_relus <= s.z3_confirm_max_relus:
         return np.zeros(depth.shape[0], dtype=bool)

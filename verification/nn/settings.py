@@ -88,12 +88,20 @@ class SearchSettings:
     leaf_lp_time_limit: float = 1.0
     #: Leaves handed to a worker process at a time, in box order (chosen).
     leaf_chunk: int = 32
-    #: An open box whose node bounds leave at most ``probe_unstable`` ReLUs unstable is first tried by the
-    #: ReLU-split LP with at most ``probe_max_lps`` LPs, once per lineage (0: never).
+    # -- LP probes (nn_verify._probes): a box of probe_every, 2 probe_every … <= probe_max_depth halvings
+    # whose node bounds leave at most probe_unstable ReLUs unstable goes to the leaves with a budget of
+    # probe_max_lps LPs; when they run out the box comes back to input splitting (once per lineage) --
+    #: Unstable ReLUs a probed box may have at most (measured: ACAS Xu 4_1/p3's boxes at 4 halvings have
+    #: 31-56 and close with at most 15 LPs each; 3_3/p2's and 4_2/p2's 118-231 (not probed)).
     probe_unstable: int = 64
+    #: LPs a probe may take (0: no probes). 16 closed 4_1/p3's 19 boxes at 4 halvings (at most 15 each)
+    #: and 11 of 13 (3_3/p2), 47 of 49 (4_2/p2) at 8 halvings (measured).
     probe_max_lps: int = 16
+    #: Halvings between probe depths (chosen).
     probe_every: int = 4
-    probe_max_depth: int = 8
+    #: Deepest probe depth: 4 (measured, docs/verification.md "LP probes": probes at 8 halvings too cost
+    #: random 80-120-ReLU networks 2-5x their time and gained nothing on ACAS Xu; at 12, 3_3/p2 took longer).
+    probe_max_depth: int = 4
 
     # -- Marabou on the boxes left open (nn_verify._marabou_stage) --
     #: Open boxes are handed to Marabou only when there are at most this many; with more, branch

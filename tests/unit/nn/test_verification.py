@@ -780,16 +780,20 @@ def test_marabou_takes_the_open_boxes_only_when_each_gets_its_time():
     assert _marabou_can_take(tll, 1, 20.5, S) and _marabou_can_take(acas, 0, 0.0, S)
 
 
-@pytest.mark.parametrize("net,prop,given_back", [("4_1", 3, 0), ("1_1", 2, 2)])
-def test_lp_probes_close_what_input_splitting_cannot_and_give_the_rest_back(net, prop, given_back):
+@pytest.mark.parametrize("net,prop,depth,given_back", [("4_1", 3, 4, 0), ("1_1", 2, 8, 2)])
+def test_lp_probes_close_what_input_splitting_cannot_and_give_the_rest_back(net, prop, depth, given_back):
     """ACAS Xu 4_1 / property 3: input splitting alone took 13,229 boxes and 760 leaves (10.8 s; the
-    boxes' ReLUs stay unstable however small they get); the LP probes at 4 and 8 halvings close it in under
-    1,000 boxes. 1_1 / property 2: two probes run out of LPs, their boxes are split again (the second round)
-    and the query is still proved. Every probe is either closed or given back."""
+    boxes' ReLUs stay unstable however small they get); the LP probes at 4 halvings close it in under
+    1,000 boxes. 1_1 / property 2 with probes at 8 halvings too (``probe_max_depth``: not the default): two
+    probes run out of LPs, their boxes are split again (the second round) and the query is still proved.
+    Every probe is either closed or given back."""
+    import dataclasses
+    from mi_certify.verification.nn.settings import DEFAULT_SEARCH
     root = ANCHORS / "acasxu"
     model = load_model(root / "onnx" / f"ACASXU_run2a_{net}_batch_2000.onnx")
     res = decide(model, parse_vnnlib(root / "vnnlib" / f"prop_{prop}.vnnlib", 5, 5),
-                 VerifyOptions(timeout=60, use_marabou=False))
+                 VerifyOptions(timeout=60, use_marabou=False,
+                               search=dataclasses.replace(DEFAULT_SEARCH, probe_max_depth=depth)))
     s = res.stats
     assert res.verdict == Verdict.PROVED and res.method == "bounds+lp", res
     assert s["lp_probe_closed"] >= 1 and s["lp_probes"] == s["lp_probe_closed"] + s.get("lp_given_back", 0)
@@ -799,7 +803,7 @@ def test_lp_probes_close_what_input_splitting_cannot_and_give_the_rest_back(net,
 
 
 def test_lp_probes_only_where_no_exact_confirmation_follows():
-    """A box is an LP probe at 4 or 8 halvings (not 6, not 12) with at most 64 unstable ReLUs, and only on a
+    """A box is an LP probe at 4 halvings (not 6, 8 or 12) with at most 64 unstable ReLUs, and only on a
     network of more than z3_confirm_max_relus ReLUs: on smaller ones the exact confirmation re-proves every
     closed box, and a probe's large boxes cost it far more (the reference's P2: 0.29 s, with probes 1.35 s)."""
     from types import SimpleNamespace
@@ -818,5 +822,38 @@ def test_lp_probes_only_where_no_exact_confirmation_follows():
         unstable = unstable_counts(ir, nb)
         # the small boxes: at most 64 unstable (all of them for the 20-ReLU network); the wide one: more
         assert unstable[0] <= 64 and (unstable[5] > 64 or ir.n_relus <= 64)
-        want = [False] * 6 if ir.n_relus <= 64 else [True, True, False, False, False, False]
+        want = [False] * 6 if ir.n_relus <= 64 else [True, False, False, False, False, False]
         assert got.tolist() == want, (widths, unstable)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lp_probes_change_no_verdict_on_random_networks(tmp_path, seed):
+    """Random ReLU networks of 3–4 inputs and 80–120 ReLUs, two output rows at once, limits just beyond the
+    sampled outputs' corner (some regions empty, some not), the probes forced onto every box of 4 halvings
+    with 4 LPs each (most run out and give their box back to input splitting): the verdict equals the
+    verdict without probes, a PROVED region holds none of 20,000 sampled points, and a VIOLATED one comes
+    with a witness in it. Every probe is closed or given back."""
+    import dataclasses
+    from mi_certify.verification.nn.settings import DEFAULT_SEARCH
+    rng = np.random.default_rng(300 + seed)
+    n_in = int(rng.integers(3, 5))
+    sizes = [n_in] + [int(v) for v in rng.integers(40, 61, size=2)] + [3]
+    model = load_model(_random_mlp(tmp_path, sizes, seed=300 + seed))
+    lo, hi = -np.ones(n_in), np.ones(n_in)
+    x = lo + (hi - lo) * rng.random((20000, n_in))
+    C = np.array([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]])
+    rows = model.ir.evaluate(x) @ C.T
+    score = np.max((rows - rows.min(axis=0)) / (rows.max(axis=0) - rows.min(axis=0)), axis=1)
+    d = rows[int(np.argmin(score))] - [0.05, 0.03, 0.1, 0.02][seed % 4]
+    query = Query("q", "custom", (Disjunct(lo, hi, C, d),))
+    forced = dataclasses.replace(DEFAULT_SEARCH, probe_unstable=10_000, probe_max_depth=8, probe_max_lps=4)
+    off = dataclasses.replace(DEFAULT_SEARCH, probe_max_lps=0)
+    got = decide(model, query, VerifyOptions(timeout=60, use_marabou=False, search=forced))
+    ref = decide(model, query, VerifyOptions(timeout=60, use_marabou=False, search=off))
+    assert got.verdict == ref.verdict != Verdict.UNKNOWN, (got.detail, ref.detail)
+    if got.verdict == Verdict.PROVED:
+        assert not np.all(rows - d <= 0, axis=1).any()
+        assert got.stats["lp_probes"] == 16 == got.stats.get("lp_probe_closed", 0) + got.stats.get("lp_given_back", 0)
+    else:
+        assert np.all(C @ np.asarray(got.witness["y_ir"]) - d <= 1e-6)
+    assert "lp_probes" not in ref.stats

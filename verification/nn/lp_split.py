@@ -42,20 +42,21 @@ failure or time limit leaves the subdomain open (fails closed).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 
 import numpy as np
 import scipy.sparse as sp
 
-from mi_certify.generator.core.ir import ControllerIR, InputNode, ReluNode, prepared_terms
+from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode, prepared_terms, weight_memo
 from mi_certify.generator.core.numerics import check_gradual_underflow, matmul
 
 from mi_certify.verification.nn.bounds import (UNDERFLOW_ERROR, BoundsTimeout, NodeBounds, crown_bounds,
                                                output_matrix_lower)
 from mi_certify.verification.nn.lp_relax import affine_equalities, node_offsets, region_rows
 
-__all__ = ["LeafStream", "SplitLP", "close_leaves", "ends_leaves", "split_leaf"]
+__all__ = ["LeafStream", "SplitLP", "close_leaves", "ends_leaves", "network_key", "split_leaf"]
 
 #: Relative padding of every rounded sum (the float64 error of a sum of k terms is below
 #: k · 1.2e-16 of the sum of their absolute values; 1e-9 covers k up to ~8 million).
@@ -585,7 +586,34 @@ def _source_phases(kids: list, relu_src: dict) -> dict:
     return out
 
 
-_LPS: dict = {}  # in a worker: the SplitLP of the rows it serves (one disjunct per call)
+_LPS: dict = {}  # the SplitLP of the network and rows last served here (one disjunct at a time)
+
+
+def network_key(ir: ControllerIR) -> bytes:
+    """A SHA-256 of the network (every node's kind, sources, sizes, weights and biases, and the outputs),
+    memoized per IR: what :func:`_leaf_task`'s LP cache is keyed by beside the rows, computed once in the
+    caller and sent with every chunk.
+
+    Why: the cache was keyed by the rows ``C, d`` alone, so a second network with the same rows and layer
+    sizes decided in the same process reused the first one's LP, and a leaf whose box LP was not usable
+    (too large, a coefficient above 1e15) could be closed by the other network's relaxation (a helper's
+    reproducer, 2026-12-07: PROVED on a network with a point of the region after another network's query)."""
+    memo = weight_memo(ir)
+    key = memo.get("network_key")
+    if key is None:
+        h = hashlib.sha256(repr(ir.outputs).encode())
+        for node in ir.nodes:
+            if isinstance(node, AffineNode):
+                h.update(b"affine")
+                for src, w in node.terms:
+                    w = np.ascontiguousarray(w, dtype=np.float64)
+                    h.update(repr((src, w.shape)).encode())
+                    h.update(w.data)
+                h.update(np.ascontiguousarray(node.bias, dtype=np.float64).data)
+            else:
+                h.update(repr(node).encode())
+        key = memo["network_key"] = h.digest()
+    return key
 
 
 def ends_leaves(kind: str) -> bool:
@@ -596,10 +624,10 @@ def ends_leaves(kind: str) -> bool:
 
 def _leaf_task(item) -> list:
     """Worker body: ``(ir, C, d, [(lo, hi, node bounds or None, LP budget or None), ...], wall-clock
-    deadline)`` -> one :func:`split_leaf` answer per box (the second element of "closed" is the LP
-    count); a box with a budget is an LP probe (:func:`split_leaf` ``give_back``)."""
-    ir, C, d, boxes, wall_deadline = item
-    key = (C.tobytes(), d.tobytes())
+    deadline, network_key(ir))`` -> one :func:`split_leaf` answer per box (the second element of "closed"
+    is the LP count); a box with a budget is an LP probe (:func:`split_leaf` ``give_back``)."""
+    ir, C, d, boxes, wall_deadline, net = item
+    key = (net, C.tobytes(), d.tobytes())
     lp = _LPS.get(key)
     if lp is None:
         _LPS.clear()
@@ -631,7 +659,8 @@ def close_leaves(ir: ControllerIR, C: np.ndarray, d: np.ndarray, boxes: list, de
     bounds = bounds if bounds is not None else [None] * len(boxes)
     budgets = budgets if budgets is not None else [None] * len(boxes)
     triples = [(lo, hi, nb, b) for (lo, hi), nb, b in zip(boxes, bounds, budgets)]
-    items = [(ir, C, d, triples[k:k + LEAF_CHUNK], time.time() + max(0.0, deadline - time.monotonic()))
+    net = network_key(ir)
+    items = [(ir, C, d, triples[k:k + LEAF_CHUNK], time.time() + max(0.0, deadline - time.monotonic()), net)
              for k in range(0, len(boxes), LEAF_CHUNK)]
     got: dict = {}
     if workers > 1 and len(items) > 1:
@@ -697,7 +726,8 @@ class LeafStream:
 
     def _chunk(self, start: int) -> None:
         part = self._boxes[start:start + LEAF_CHUNK]
-        self._items.append((self._ir, self._C, self._d, [(lo, hi, b, n) for (lo, hi), b, n in part], self._wall))
+        self._items.append((self._ir, self._C, self._d, [(lo, hi, b, n) for (lo, hi), b, n in part], self._wall,
+                            network_key(self._ir)))
         if self._thread is None and not self._cancel.is_set():
             import threading
             self._thread = threading.Thread(target=self._run, name="mi-certify-leaf-stream", daemon=True)

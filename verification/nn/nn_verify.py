@@ -407,6 +407,8 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
         closed.append((dj.lo.copy(), dj.hi.copy()))
         return Verdict.PROVED, None, "bounds", "1 box closed by CROWN bounds"
     frontier: list[Box] = []
+    still_open: list = []   # boxes the first round left open while its probes gave others back
+    lp_closed = 0           # boxes of this disjunct the ReLU-split LP closed (probes and leaves)
     while True:   # a second round splits the boxes the LP probes gave back (they are not probed again)
         if opts.lp_leaves and is_lp_ready(ir):
             sr.leaves, sr.leaf_bounds, sr.leaf_budget, sr.leaf_depth = [], [], [], opts.search.leaf_depth
@@ -432,12 +434,15 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
             # LP, 0 LPs)" after 3.4 of 10 s); leaves first (deep boxes close fastest). A few open boxes
             # and no leaves go to Marabou as before (input splitting stopped early for it).
             todo = leaves + open_boxes
+            n_closed = len(closed)
             decided, open_boxes, again = _decide_leaves(model, dj, todo, deadline, opts, stats, closed, errors,
                                                         sr.leaf_bounds + [None] * len(open_boxes), sr.stream,
                                                         open_boxes, sr.leaf_budget + [None] * len(open_boxes))
+            lp_closed += len(closed) - n_closed
             if decided is not None:
                 return decided
-            if again and not open_boxes:   # every box closed but those the probes gave back: split them
+            if again:   # the boxes the probes gave back: split them (a point in them may still decide the query)
+                still_open += open_boxes
                 try:
                     frontier = frontier_of(ir, dj, again, deadline, closed, opts.search, probed=True)
                 except BoundsTimeout:
@@ -445,31 +450,31 @@ def _decide_disjunct(model: LoadedModel, dj: Disjunct, deadline: float, opts: Ve
                 else:
                     if frontier:
                         continue
-            else:
-                open_boxes += again
-            if not open_boxes:
-                return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
-                    f"{_lp_detail(stats)}"
+                    open_boxes = []   # every one closed when bounded again
         if sr.stream is not None:
             sr.stream.cancel()   # (no leaves: nothing started)
         break
+    open_boxes = still_open + open_boxes
     if not open_boxes:
-        if stats.get("lp_probe_closed"):   # (a second round closed the boxes given back by bounds alone)
+        if lp_closed:
             return Verdict.PROVED, None, "bounds+lp", f"{stats['boxes']} boxes closed by CROWN bounds, " \
                 f"{_lp_detail(stats)}"
         return Verdict.PROVED, None, "bounds", f"{stats['boxes']} boxes closed by CROWN bounds"
-    where = f"{len(open_boxes)} boxes open" if not stats.get("lp_leaves") else \
-        f"{len(open_boxes)} boxes open ({stats['lp_leaves']} went to the ReLU-split LP, {stats.get('lp_calls', 0)} LPs)"
+    where = f"{len(open_boxes)} boxes open" if not (stats.get("lp_leaves") or stats.get("lp_probes")) else \
+        f"{len(open_boxes)} boxes open ({_lp_detail(stats, tried=True)})"
     return _marabou_stage(sr, open_boxes, where, deadline)
 
 
-def _lp_detail(stats: dict) -> str:
-    """What the ReLU-split LP closed: "L by ReLU-split LP (N LPs)", with the LP probes' part when there were
-    any ("P by LP probes (T tried, G given back), ...")."""
-    probes = stats.get("lp_probes", 0)
-    part = f"{stats.get('lp_probe_closed', 0)} by LP probes ({probes} tried, {stats.get('lp_given_back', 0)} " \
-        f"given back to input splitting), " if probes else ""
-    return f"{part}{stats.get('lp_leaves', 0)} by ReLU-split LP ({stats.get('lp_calls', 0)} LPs)"
+def _lp_detail(stats: dict, tried: bool = False) -> str:
+    """The ReLU-split LP's part of a detail (the query's counts so far): "L by ReLU-split LP (N LPs)", with
+    the LP probes' part when there were any ("P by LP probes (T tried, G given back to input splitting), L
+    by ReLU-split LP; N LPs in all"); with ``tried`` (boxes left open) "L went to the ReLU-split LP"."""
+    probes, leaves, lps = stats.get("lp_probes", 0), stats.get("lp_leaves", 0), stats.get("lp_calls", 0)
+    what = f"{leaves} went to the ReLU-split LP" if tried else f"{leaves} by ReLU-split LP"
+    if not probes:
+        return f"{what}, {lps} LPs" if tried else f"{what} ({lps} LPs)"
+    return f"{stats.get('lp_probe_closed', 0)} {'closed ' if tried else ''}by LP probes ({probes} tried, " \
+        f"{stats.get('lp_given_back', 0)} given back to input splitting), {what}; {lps} LPs in all"
 
 
 def _marabou_stage(sr: _Search, open_boxes: list, where: str, deadline: float) -> tuple:

@@ -447,3 +447,57 @@ def test_an_lp_probe_gives_its_box_back_when_its_budget_runs_out_and_the_other_b
     assert split_leaf(ir, C, d, *boxes[52], float("inf"), max_lps=2, give_back=True) == ("split", 2)
     assert lp_split.ends_leaves("open") and lp_split.ends_leaves("candidate")
     assert not lp_split.ends_leaves("closed") and not lp_split.ends_leaves("split")
+
+
+def _spike_network(tmp_path, spike: float, name: str):
+    """2 inputs, 40 + 40 ReLUs: a random network plus, with ``spike`` > 0, a narrow spike at c (layer-2 neuron 0
+    = relu(1 - 500 |x - c|_1)) that lowers y0 - y1 by ``spike`` there (a helper's reproducer, 2026-12-07)."""
+    from conftest import save_model, tensor
+    from onnx import helper
+    rng = np.random.default_rng(7)
+    sizes = [2, 40, 40, 2]
+    W = [rng.standard_normal((a, b)) * np.sqrt(2.0 / a) for a, b in zip(sizes[:-1], sizes[1:])]
+    B = [0.1 * rng.standard_normal(b) for b in sizes[1:]]
+    c = np.array([0.3071, -0.4419])
+    W[0][:, :4] = 0.0
+    for j, (i, sgn) in enumerate([(0, 1), (0, -1), (1, 1), (1, -1)]):
+        W[0][i, j], B[0][j] = sgn, -sgn * c[i]
+    W[1][:4, :] = 0.0
+    W[1][:, 0] = 0.0
+    W[1][:4, 0], B[1][0] = -500.0, 1.0
+    W[2][0, :] = 0.0
+    W[2][0, 0] = -spike
+    nodes, inits, cur = [], [], "x"
+    for k in range(3):
+        inits += [(f"W{k}", W[k]), (f"B{k}", B[k])]
+        nodes += [helper.make_node("MatMul", [cur, f"W{k}"], [f"m{k}"]),
+                  helper.make_node("Add", [f"m{k}", f"B{k}"], ["y" if k == 2 else f"a{k}"])]
+        if k < 2:
+            nodes.append(helper.make_node("Relu", [f"a{k}"], [f"r{k}"]))
+            cur = f"r{k}"
+    path = save_model(tmp_path, name, nodes, [tensor("x", [1, 2])], [tensor("y", [1, 2])], inits)
+    return load_model(path), c
+
+
+def test_the_leaf_lp_cache_tells_networks_apart(tmp_path, monkeypatch):
+    """The leaves' SplitLP cache was keyed by the rows alone: after a query on network B, the same rows on
+    network A (same sizes, plus a spike that puts points in the region) reused B's LP for leaves whose box LP
+    is not usable (here: none is, BOX_LP_MAX_ENTRIES = 0, as for a wide network), and A was PROVED. Keyed by
+    the network too: A is VIOLATED after B as alone."""
+    from mi_certify.verification.nn.properties import Disjunct, Query
+    from mi_certify.verification.nn.nn_verify import VerifyOptions
+    monkeypatch.setattr(lp_split, "BOX_LP_MAX_ENTRIES", 0)
+    b, c = _spike_network(tmp_path, 0.0, "spike_b")
+    a, _ = _spike_network(tmp_path, 10.0, "spike_a")
+    lo, hi = -np.ones(2), np.ones(2)
+    C = np.array([[1.0, -1.0]])
+    x = lo + (hi - lo) * np.random.default_rng(0).random((400000, 2))
+    d = np.array([float((b.ir.evaluate(x) @ C.T).min()) - 0.02])
+    assert float(C[0] @ a.ir.evaluate(c[None])[0] - d[0]) < -9   # A has points of the region near c
+    q = Query("q", "custom", (Disjunct(lo, hi, C, d),))
+    opts = VerifyOptions(timeout=60, workers=1, use_marabou=False)
+    assert decide(b, q, opts).verdict == Verdict.PROVED
+    got = decide(a, q, opts)
+    assert got.verdict == Verdict.VIOLATED, got.detail
+    assert lp_split.network_key(a.ir) != lp_split.network_key(b.ir)
+    assert lp_split.network_key(a.ir) == lp_split.network_key(_spike_network(tmp_path, 10.0, "spike_a2")[0].ir)

@@ -857,3 +857,23 @@ def test_lp_probes_change_no_verdict_on_random_networks(tmp_path, seed):
     else:
         assert np.all(C @ np.asarray(got.witness["y_ir"]) - d <= 1e-6)
     assert "lp_probes" not in ref.stats
+
+
+def test_the_method_says_lp_when_leaves_closed_boxes_before_a_second_round(tmp_path):
+    """A helper's reproducer (2026-12-07): the first round's leaves close by the LP, both probes give their
+    boxes back, the second round closes those by bounds alone; the answer said "bounds" and "N boxes closed by
+    CROWN bounds". It says "bounds+lp" with the LP's part, whichever round closed what."""
+    rng = np.random.default_rng(5002)
+    n_in = int(rng.integers(2, 4))
+    sizes = [n_in] + [int(v) for v in rng.integers(35, 50, size=2)] + [2]
+    model = load_model(_random_mlp(tmp_path, sizes, seed=5002))
+    lo, hi = -np.ones(n_in), np.ones(n_in)
+    C = np.array([[1.0, -1.0]])
+    rows = model.ir.evaluate(lo + (hi - lo) * rng.random((20000, n_in))) @ C.T
+    d = np.array([rows.min() - rng.choice([0.005, 0.02, 0.05])])
+    r = decide(model, Query("q", "custom", (Disjunct(lo, hi, C, d),)), VerifyOptions(timeout=30, workers=1))
+    s = r.stats
+    assert r.verdict == Verdict.PROVED and s["lp_leaves"] > 0 and s["lp_given_back"] == s["lp_probes"] == 2, s
+    assert r.method == "bounds+lp"
+    assert f"0 by LP probes (2 tried, 2 given back to input splitting), {s['lp_leaves']} by ReLU-split LP; " \
+        f"{s['lp_calls']} LPs in all" in r.detail

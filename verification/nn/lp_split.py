@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import pickle
 import time
 
 import numpy as np
@@ -610,8 +611,8 @@ def network_key(ir: ControllerIR) -> bytes:
                     h.update(repr((src, w.shape)).encode())
                     h.update(w.data)
                 h.update(np.ascontiguousarray(node.bias, dtype=np.float64).data)
-            else:
-                h.update(repr(node).encode())
+            else:   # InputNode, ReluNode (and any other kind: pickled whole, arrays included; its repr could
+                h.update(pickle.dumps(node, protocol=5))   # abbreviate an array and hide a difference)
         key = memo["network_key"] = h.digest()
     return key
 

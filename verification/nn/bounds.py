@@ -80,14 +80,14 @@ class NodeBounds:
     lower: list[np.ndarray]
     upper: list[np.ndarray]
 
-    def unstable(self, ir: ControllerIR) -> int:
-        """Number of ReLUs whose input bounds straddle zero."""
+    def unstable(self, ir: ControllerIR):
+        """Number of ReLUs whose input bounds straddle zero (lower < 0 < upper): an int for (size_i,)
+        arrays, per box (B,) int64 for batched (B, size_i) arrays."""
         n = 0
         for node in ir.nodes:
             if isinstance(node, ReluNode):
-                lo, hi = self.lower[node.src], self.upper[node.src]
-                n += int(np.sum((lo < 0) & (hi > 0)))
-        return n
+                n = n + np.count_nonzero((self.lower[node.src] < 0) & (self.upper[node.src] > 0), axis=-1)
+        return int(n) if np.ndim(n) == 0 else n
 
 
 def _inflate(value: np.ndarray, mag: np.ndarray, down: bool, tiny: np.ndarray | float = 0.0) -> np.ndarray:

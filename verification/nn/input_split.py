@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mi_certify.generator.core.ir import ControllerIR, ReluNode
+from mi_certify.generator.core.ir import ControllerIR
 
 from mi_certify.verification.nn.bounds import (NodeBounds, combined_row_lower, crown_bounds, forward_bounds,
                                                output_matrix_lower)
@@ -37,8 +37,7 @@ from mi_certify.verification.nn.properties import Disjunct
 from mi_certify.verification.nn.settings import DEFAULT_SEARCH, SearchSettings
 
 __all__ = ["Batch", "Box", "Children", "Frontier", "Split", "batch_size", "bound_children", "bound_region",
-           "boxes_per_pass", "choose_splits", "frontier_of", "halvings", "hinted_lower", "lp_hints",
-           "unstable_counts"]
+           "boxes_per_pass", "choose_splits", "frontier_of", "halvings", "hinted_lower", "lp_hints"]
 
 
 @dataclass(order=True, slots=True)
@@ -313,16 +312,6 @@ def bound_children(ir: ControllerIR, dj: Disjunct, batch: Batch, split: Split, l
     ch_best = np.maximum(ch_best, hinted_lower(ir, dj, ch_lo, ch_hi, ch_nb, fresh, deadline))
     return Children(ch_lo, ch_hi, ch_best, ch_row, ch_lin,
                     [f if f is not None else h for f, h in zip(fresh, hints)], ch_nb, parent)
-
-
-def unstable_counts(ir: ControllerIR, nb: NodeBounds) -> np.ndarray:
-    """Per box, the ReLU neurons its node bounds leave unstable (pre-activation lower < 0 < upper) (B,);
-    ``nb`` holds (B, size_i) arrays."""
-    out = np.zeros(nb.lower[0].shape[0], dtype=np.int64)
-    for node in ir.nodes:
-        if isinstance(node, ReluNode):
-            out += np.count_nonzero((nb.lower[node.src] < 0) & (nb.upper[node.src] > 0), axis=1)
-    return out
 
 
 def halvings(lo: np.ndarray, hi: np.ndarray, region_lo: np.ndarray, region_hi: np.ndarray) -> np.ndarray:

@@ -45,8 +45,7 @@ from mi_certify.verification.tools.registry import keep_freed_heap
 from mi_certify.verification.nn.falsify import pgd_search
 from mi_certify.verification.nn.bounds import BoundsTimeout, NodeBounds, crown_bounds
 from mi_certify.verification.nn.input_split import (Batch, Box, Frontier, bound_children, bound_region, boxes_per_pass,
-                                                    choose_splits, frontier_of, halvings, hinted_lower, lp_hints,
-                                                    unstable_counts)
+                                                    choose_splits, frontier_of, halvings, hinted_lower, lp_hints)
 from mi_certify.verification.nn.lp_relax import TriangleLP, is_lp_ready
 from mi_certify.verification.nn.lp_split import LeafStream, close_leaves
 from mi_certify.verification.nn.properties import Disjunct, Query
@@ -281,7 +280,7 @@ def _probes(sr: _Search, kids, depth: np.ndarray) -> np.ndarray:
         return np.zeros(depth.shape[0], dtype=bool)
     k = np.rint(depth)
     return (k > 0) & (k % s.probe_every == 0) & (k <= s.probe_max_depth) & \
-        (unstable_counts(sr.model.ir, kids.nb) <= s.probe_unstable)
+        (kids.nb.unstable(sr.model.ir) <= s.probe_unstable)
 
 
 def _marabou_can_take(ir: ControllerIR, n_open: int, left: float, s: SearchSettings) -> bool:

@@ -807,7 +807,6 @@ def test_lp_probes_only_where_no_exact_confirmation_follows():
     network of more than z3_confirm_max_relus ReLUs: on smaller ones the exact confirmation re-proves every
     closed box, and a probe's large boxes cost it far more (the reference's P2: 0.29 s, with probes 1.35 s)."""
     from types import SimpleNamespace
-    from mi_certify.verification.nn.input_split import unstable_counts
     from mi_certify.verification.nn.nn_verify import _probes
     from mi_certify.verification.nn.settings import DEFAULT_SEARCH
     rng = np.random.default_rng(5)
@@ -819,7 +818,7 @@ def test_lp_probes_only_where_no_exact_confirmation_follows():
         nb = crown_bounds(ir, lo, hi)
         sr = SimpleNamespace(opts=SimpleNamespace(search=DEFAULT_SEARCH), model=SimpleNamespace(ir=ir))
         got = _probes(sr, SimpleNamespace(nb=nb), depth)
-        unstable = unstable_counts(ir, nb)
+        unstable = nb.unstable(ir)
         # the small boxes: at most 64 unstable (all of them for the 20-ReLU network); the wide one: more
         assert unstable[0] <= 64 and (unstable[5] > 64 or ir.n_relus <= 64)
         want = [False] * 6 if ir.n_relus <= 64 else [True, False, False, False, False, False]

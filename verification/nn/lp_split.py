@@ -636,10 +636,8 @@ def _leaf_task(item) -> list:
     deadline = time.monotonic() + (wall_deadline - time.time())
     out = []
     for lo, hi, nb, budget in boxes:
-        if budget is None:
-            kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp, nb=nb)
-        else:
-            kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp, nb=nb, max_lps=budget, give_back=True)
+        kind, what = split_leaf(ir, C, d, lo, hi, deadline, lp, nb=nb, max_lps=MAX_LPS if budget is None else budget,
+                                give_back=budget is not None)
         out.append((kind, what.tolist() if kind == "candidate" else what))
         if ends_leaves(kind):
             break  # the caller needs no more of this chunk: the query is not proved by it

@@ -42,10 +42,10 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
     level ranges) by :func:`mi_certify.generator.core.boxtree.build_tree`. A LUT of one entry is a
     continuous assignment with every encoding but rom.
 
-    latency: decision latency in clock cycles, 1 | 2 | 3 (default ``spec.hdl.latency``; "auto"
+    latency: decision latency in clock cycles, 1 | 2 | 3 | 4 (default ``spec.hdl.latency``; "auto"
     is resolved by the caller, and until it is, it means 1): latency L delays addr,
     probe_fault and sla_violation together through L-1 register stages and registers the LUT
-    read (docs/hdl.md, "Latency"; a sliced ROM with slices at latency 3:
+    read L-1 times (docs/hdl.md, "Latency"; a sliced ROM with slices at latency 3 and 4:
     :func:`~mi_certify.generator.build.lut_sliced_rom.split_select`).
     Raises ValueError on an unknown encoding or latency.
 
@@ -86,17 +86,18 @@ def _lut_variables(spec: Spec, machine: LutFsmArtefact, encoding: str, latency: 
                    boxes) -> dict:
     """The template variables of the LUT logic: the encoding's (:data:`ENCODERS`), or one continuous
     assignment for a table of one entry (every encoding but rom), then the registers that carry
-    the entry to the decision stage at latency 2 and 3."""
+    the entry to the decision stage at latency 2, 3 and 4."""
     tw = spec.token_bits
     entries = lut_entries(spec, machine)
     values, counts = np.unique(entries, return_counts=True)
     default = int(values[int(np.argmax(counts))])
     const = len(values) == 1 and encoding != "rom"
     # the address the LUT logic reads: at latency 3 the inputs are registered first (stage 1), the
-    # LUT logic is a register-to-register path into lut_entry (stage 2); the ROM read itself is the
-    # synchronous stage-1 read of addr
-    c = LutContext(spec, machine, entries, default, fields, latency, "addr_q1" if latency == 3 else "addr",
-                   "lut_entry" if latency == 1 else "lut_read", boxes)
+    # LUT logic is a register-to-register path into lut_entry (stage 2); at latency 4 it reads stage 2
+    # into lut_entry (stage 3); a ROM read itself is synchronous (docs/hdl.md, "Latency")
+    c = LutContext(spec, machine, entries, default, fields, latency,
+                   {3: "addr_q1", 4: "addr_q2"}.get(latency, "addr"), "lut_entry" if latency == 1 else "lut_read",
+                   boxes)
     logic = (LutLogic("one entry for every address (a continuous assignment)", c.lut_out) if const else
              ENCODERS[encoding](c))
     variables = {**template_defaults(spec), **logic.variables}
@@ -105,17 +106,22 @@ def _lut_variables(spec: Spec, machine: LutFsmArtefact, encoding: str, latency: 
         rows.append(("reg", tw + 1, "lut_read", "the LUT logic's entry, registered into lut_entry"))
     split = variables["split"]
     # what the register in front of the decision stage loads (None: no such register)
-    lut_reg_src = (None if const or latency == 1 or (encoding == "rom" and latency == 2) or split else
+    decoded = bool(split) and latency == 3   # the decision stage decodes the stage-2 partial ORs
+    lut_reg_src = (None if const or latency == 1 or (encoding == "rom" and latency == 2) or decoded else
                    "lut_word" if encoding == "rom" else "lut_read")
-    stage = ("" if latency == 1 else " (decoded from the stage-2 partial ORs)" if split else
+    stage = ("" if latency == 1 else " (decoded from the stage-2 partial ORs)" if decoded else
              f" (registered: stage {latency - 1})")
     rows += [("wire" if const else "reg", tw + 1, "lut_entry", "{confident, proposed token}" + stage),
              ("wire", tw, "lut_p", "proposed token p"), ("wire", 1, "lut_c", "confident bit c")]
     if latency > 1:
-        note += f"; the read registered{' twice' if latency == 3 else ''} (latency {latency})"
+        note += f"; the read registered{TIMES[latency - 1]} (latency {latency})"
     return {**variables, "lut_default": c.entry(default), "lut_const": c.entry(default) if const else None,
             "lut_addr": c.lut_addr, "lut_out": lut_out, "lut_reg_src": lut_reg_src, "lut_decls": decls(rows),
             "encoding_note": note, "tw": tw}
+
+
+#: How often the LUT read is registered, by count (latency - 1), in the header's words.
+TIMES = {1: "", 2: " twice", 3: " three times"}
 
 
 def _mask_lines(spec: Spec, masks: list, fields: list[dict], addr: str) -> list[str]:
@@ -229,7 +235,7 @@ def _fsm_variables(spec: Spec, latency: int, addr: str) -> dict:
     reasons = list(Reason)
     if op:   # the override's outputs (x_*) go to token and reason; its state to op_*
         nxt += [("reg", tw, "x_token"), ("reg", REASON_BITS, "x_reason"), ("reg", 2, "c_mode"), ("reg", tw, "c_act"),
-                ("reg", ew, "c_left"), ("reg", 2, "n_mode"), ("reg", tw, "n_act"), ("reg", ew, "n_left")]
+                ("reg", 1, "c_more"), ("reg", ew, "c_dec"), ("reg", 2, "n_mode"), ("reg", tw, "n_act"), ("reg", ew, "n_left")]
         loads = [(r, {"token": "x_token", "reason": "x_reason"}.get(r, f"n_{r}")) for r in regs]
         loads += [("op_mode", "n_mode"), ("op_act", "n_act"), ("op_left", "n_left")]
         regs += ["op_mode", "op_act", "op_left"]

@@ -102,9 +102,10 @@ def sliced_rom(entries: np.ndarray, address_bits: int, low_bits: int | None = No
 
 
 def split_select(sr: SlicedRom) -> dict:
-    """The latency-3 form of a sliced ROM with slices (docs/hdl.md, "Latency"): the slice
+    """The latency-3 and -4 form of a sliced ROM with slices (docs/hdl.md, "Latency"): the slice
     multiplexer cut in two register stages, so that no path from the block RAM's output
-    crosses more than one 4-input LUT before a register.
+    crosses more than one 4-input LUT before a register (at latency 4 the decoded entry is
+    registered once more, stage 3, before the decision stage).
 
     Code bit b is ``OR over slices s of sel_s & term(s, b)``. The slices are grouped per bit:
     one group of the slices where the bit is the constant 1, one group per stored column
@@ -162,10 +163,12 @@ def _code(bits) -> str:
 
 
 def lut_logic(c: LutContext) -> LutLogic:
-    """The sliced ROM of ``c``'s table; at latency 3 with slices, the slice multiplexer in two
-    register stages (:func:`split_select`)."""
+    """The sliced ROM of ``c``'s table; at latency 3 and 4 with slices, the slice multiplexer in two
+    register stages (:func:`split_select`), at 4 decoded into ``c.lut_out`` (registered by the
+    emitter, stage 3). At 3 and 4 the columns are read synchronously: at ``addr`` (stage 1), or
+    without slices at latency 4 at ``addr_q1`` (stage 2)."""
     sr = sliced_rom(c.entries, c.spec.address_bits)
-    split = split_select(sr) if c.latency == 3 and sr.high_bits else None
+    split = split_select(sr) if c.latency >= 3 and sr.high_bits else None
     text = columns_hex(sr)
     variables = {
         "rom_sha256": hashlib.sha256(text.encode("ascii")).hexdigest(), "rom_words": rom_words(text),
@@ -173,7 +176,7 @@ def lut_logic(c: LutContext) -> LutLogic:
                    "lb": sr.low_bits, "hb": sr.high_bits, "ncols": len(sr.columns),
                    "slices": [(s, _code(bits)) for s, bits in enumerate(sr.select)],
                    "select_addr": "addr" if split else c.lut_addr},
-        "col_sync": c.latency == 3, "split": split}
+        "col_sync": c.latency >= 3, "col_addr": "addr_q1" if c.latency == 4 and not split else "addr", "split": split}
     note = (f"sliced ROM: {len(sr.dictionary)} distinct entries coded in {sr.code_bits} bit"
             f"{'s' if sr.code_bits > 1 else ''}, {1 << sr.high_bits} slice{'s' if sr.high_bits else ''} of "
             f"{1 << sr.low_bits} cells, {len(sr.columns)} stored column{'s' if len(sr.columns) != 1 else ''} of "
@@ -183,11 +186,13 @@ def lut_logic(c: LutContext) -> LutLogic:
     if sr.columns:
         rows.append(("reg", len(sr.columns), f"lut_cols [0:{(1 << sr.low_bits) - 1}]",
                      "the stored columns, one word per addr[%d:0]" % (sr.low_bits - 1)))
-        rows.append(("reg" if c.latency == 3 else "wire", len(sr.columns), "lut_col",
-                     "the columns at addr[%d:0]%s" % (sr.low_bits - 1, " (stage 1)" if c.latency == 3 else "")))
+        rows.append(("reg" if c.latency >= 3 else "wire", len(sr.columns), "lut_col",
+                     "the columns at %s[%d:0]%s" % ("addr_q1" if c.latency == 4 and not split else "addr",
+                                                    sr.low_bits - 1, {3: " (stage 1)", 4: " (stage 2)" if not split
+                                                                       else " (stage 1)"}.get(c.latency, ""))))
     if split:
         rows += [("reg", len(split["groups"]), "lut_sel_d", "the selects of the slice at addr"),
                  ("reg", len(split["groups"]), "lut_sel", "the selects at addr (stage 1)"),
                  ("reg", len(split["ors"]), "lut_or", "partial ORs of the code bits (stage 2)")]
     rows.append(("reg" if sr.high_bits and not split else "wire", sr.code_bits, "lut_code", "the entry's code"))
-    return LutLogic(note, "lut_entry" if split else c.lut_out, rows, variables)
+    return LutLogic(note, "lut_entry" if split and c.latency == 3 else c.lut_out, rows, variables)

@@ -20,7 +20,7 @@ from mi_certify.generator.core.spec import Spec
 ENCODINGS = ("case", "rom", "boxtree", "sliced_rom")
 
 #: Decision latencies of the generated Verilog (sla.yaml ``hdl.latency``; "auto" is resolved by the pipeline).
-LATENCIES = (1, 2, 3)
+LATENCIES = (1, 2, 3, 4)
 
 
 def lut_entries(spec: Spec, lut: Lut | LutFsmArtefact) -> np.ndarray:
@@ -97,8 +97,8 @@ class LutContext:
     """What an encoding needs to write the LUT logic of one design.
 
     entries: (2**address_bits,) int64, :func:`lut_entries`; default: the most common entry;
-    fields: :func:`address_fields`; latency: 1 | 2 | 3; lut_addr: the address the LUT logic
-    reads (``addr_q1`` at latency 3, else ``addr``); lut_out: the register or wire the LUT logic
+    fields: :func:`address_fields`; latency: 1 | 2 | 3 | 4; lut_addr: the address the LUT logic
+    reads (``addr_q1`` at latency 3, ``addr_q2`` at 4, else ``addr``); lut_out: the register or wire the LUT logic
     assigns unless the encoding says otherwise; boxes: the distillation partition (inclusive
     level ranges) for ``boxtree``, or None."""
 
@@ -136,5 +136,5 @@ class LutLogic:
 def template_defaults(spec: Spec) -> dict:
     """The encoding-specific variables of ``verilog/fsm.v.j2`` as no encoding sets them."""
     return {"rom_words": [], "rom_block": ROM_BLOCK, "rom_sha256": "", "tree_lines": [], "tree_comparators": 0,
-            "tree_leaves": 0, "sliced": None, "tree_field_decls": [], "col_sync": False, "split": None,
-            "lut_cases": []}
+            "tree_leaves": 0, "sliced": None, "tree_field_decls": [], "col_sync": False, "col_addr": "addr",
+            "rom_addr": "addr", "split": None, "lut_cases": []}

@@ -183,8 +183,8 @@ SCHEMA: dict = {
                                             "box tree of comparators on the quantized inputs, sliced ROM (entries "
                                             "dictionary-coded, constant and duplicate slice columns removed, the rest "
                                             "a ROM inline), or auto: the smallest by Yosys estimate (docs/hdl.md)"},
-                "latency": {"enum": [1, 2, 3, "auto"],
-                            "description": "decision latency in clock cycles: 1 (default), 2 or 3 register the "
+                "latency": {"enum": [1, 2, 3, 4, "auto"],
+                            "description": "decision latency in clock cycles: 1 (default), 2, 3 or 4 register the "
                                            "LUT read and delay every input together (outputs at cycle t = the "
                                            "one-cycle machine's for the inputs of cycle t - (latency - 1)), or "
                                            "auto: the smallest that meets the declared clock (docs/hdl.md)"},
@@ -354,7 +354,7 @@ class HdlOptions:
 
     reset: "sync" | "async"; reset_polarity: "high" (port ``rst``) | "low" (port ``rst_n``);
     prefix: prepended to the module name; encoding: "case" | "rom" | "boxtree" | "sliced_rom" | "auto";
-    clock_mhz: target clock in MHz or None; latency: decision latency in clock cycles, 1 | 2 | 3, or
+    clock_mhz: target clock in MHz or None; latency: decision latency in clock cycles, 1 | 2 | 3 | 4, or
     "auto" (chosen by measurement before emit; docs/hdl.md, "Latency").
     """
 

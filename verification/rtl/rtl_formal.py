@@ -92,7 +92,7 @@ def cut_lut(design: str, top: str) -> str:
     """The design with the LUT read as a cut point: ``lut_entry`` becomes a free function
     of the state (so proofs hold for every LUT content), and definitions no longer
     reachable from the transition relation or the bound signals are dropped. With a
-    pipelined LUT read (latency 2, 3) ``lut_entry`` is a register: the next-state functions
+    pipelined LUT read (latency 2 to 4) ``lut_entry`` is a register: the next-state functions
     of the ``lut_*`` registers (the registered table read) become free functions instead.
     A constant LUT has no read to cut: the design is returned unchanged."""
     import re
@@ -229,7 +229,7 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
     alphabet: its :func:`~.fsm_proofs.entry_alphabet`; top: the module name; reset_port /
     reset_active_low: the reset input (sla.yaml ``hdl.reset_polarity``: ``rst`` active high or
     ``rst_n`` active low); latency: the decision latency the RTL was emitted with (sla.yaml
-    ``hdl.latency``, 1 | 2 | 3). With latency L > 1 the decision stage's inputs are the
+    ``hdl.latency``, 1 | 2 | 3 | 4). With latency L > 1 the decision stage's inputs are the
     stage L-1 pipeline registers (:func:`decision_signals`): ``rtl.equivalence`` steps the
     reference on them when ``valid_q<L-1>`` is set and proves the reset values otherwise (a
     bubble), ``rtl.pipeline`` proves that every stage loads the one before it (stage 1 the

@@ -41,7 +41,7 @@ def small(tmp_path_factory):
     text = re.sub(r"\noperator: \{.*\}", "", REFERENCE_SLA.read_text())
     text = re.sub(r"bits: \d\}", "bits: 2}", text)
     sla.write_text(text)
-    # the one-cycle machine (the reference spec sets latency 3; the latency tests set it per test)
+    # the one-cycle machine (the reference spec sets latency 4; the latency tests set it per test)
     spec = load_spec(sla)
     spec = dataclasses.replace(spec, hdl=dataclasses.replace(spec.hdl, latency=1))
     lut, _ = apply_masks(spec, sample_lut(spec, import_onnx(REFERENCE_MODEL)), property_masks(spec))
@@ -284,7 +284,7 @@ def test_spec_hdl_section_defaults_and_errors(tmp_path):
     from mi_certify.runtime.quantize import FixedPoint
     raw = (FixedPoint(False, 1, 15), FixedPoint(False, 12, 4), FixedPoint(False, 8, 8), FixedPoint(False, 12, 0),
            FixedPoint(True, 9, 3))
-    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="sliced_rom", clock_mhz=50.0, latency=3,
+    assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="sliced_rom", clock_mhz=50.0, latency=4,
                                                       target=HdlTarget("up5k", 50.0, True), input_formats=raw)
     text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
     plain = tmp_path / "plain.yaml"
@@ -442,7 +442,7 @@ def test_the_decision_stream_delays_every_input_and_a_reset_empties_the_pipeline
 def test_every_latency_is_proved_with_the_delay_and_read_back(small, tmp_path, encoding):
     from mi_certify.verification.tools.verilog_reader import read_lut
     spec0, lut, boxes = small
-    for latency in (2, 3):
+    for latency in (2, 3, 4):
         spec, v = _emit(spec0, lut, boxes, tmp_path / str(latency), encoding, latency=latency, reset="async",
                         reset_polarity="low")
         obs = _proofs(spec, v, lut)
@@ -568,23 +568,28 @@ def wide():
 
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")
-def test_latency_3_cuts_the_slice_multiplexer_and_stays_proved_read_back_and_co_simulated(wide, tmp_path):
+@pytest.mark.parametrize("latency", [3, 4])
+def test_latency_3_and_4_cut_the_slice_multiplexer_and_stay_proved_read_back_and_co_simulated(wide, tmp_path,
+                                                                                               latency):
     from mi_certify.verification.cosim.cocotb_sim import run_cosim
     from mi_certify.verification.rtl.hdl_adapter import prepare
     from mi_certify.verification.tools.verilog_reader import read_lut
     spec0, lut = wide
-    spec, v = _emit(spec0, lut, None, tmp_path / "rtl", "sliced_rom", latency=3)
+    spec, v = _emit(spec0, lut, None, tmp_path / "rtl", "sliced_rom", latency=latency)
     src = v.read_text()
     sr = sliced_rom(lut_entries(spec, lut), spec.address_bits)
-    assert sr.high_bits == 5 and "lut_sel <= lut_sel_d;" in src and "lut_entry <=" not in src
+    assert sr.high_bits == 5 and "lut_sel <= lut_sel_d;" in src and "lut_or  <= {" in src
+    # latency 3: the decision stage decodes the partial ORs; 4: stage 3 registers the decoded entry
+    assert ("lut_entry <= lut_read;" in src) == (latency == 4) and ("lut_entry <=" in src) == (latency == 4)
     obs = _proofs(spec, v, lut)
     assert {k: o.verdict for k, o in obs.items() if o.verdict != "proved"} == {}
-    assert obs["rtl.lut_table"].detail == f"{1 << spec.address_bits} entries equal (read through 2 registers)"
+    assert obs["rtl.lut_table"].detail == (f"{1 << spec.address_bits} entries equal "
+                                           f"(read through {latency - 1} registers)")
     got = read_lut(v, spec.address_bits)
-    assert got.latency == 3 and np.array_equal(got.entries, lut_entries(spec, lut))
+    assert got.latency == latency and np.array_equal(got.entries, lut_entries(spec, lut))
     machine = LutFsmArtefact.from_lut(spec, lut, property_masks(spec))
     sim_v, top = prepare(v, spec.module_name, spec.hdl.reset_port, machine, tmp_path / "work")
-    res = run_cosim(sim_v, top, machine, tmp_path / "work", random_cycles=1000, latency=3)
+    res = run_cosim(sim_v, top, machine, tmp_path / "work", random_cycles=1000, latency=latency)
     assert res.passed and res.mismatches == 0, res.to_json()
     # one select bit of one slice flipped: both the Yosys table proof and the pyverilog reader see it
     line = next(ln for ln in src.splitlines() if "5'd20: lut_sel_d" in ln)
@@ -600,7 +605,7 @@ def test_every_generated_file_parses_with_pyverilog_and_matches_header_and_spec(
     from mi_certify.verification.tools.verilog_reader import check_all, check_controller, read_lut
     spec0, lut, boxes = small
     combos = [(enc, 1, opt) for enc in ("case", "rom", "boxtree", "sliced_rom") for opt in OPTIONS]
-    combos += [(enc, lat, OPTIONS[-1]) for enc in ("case", "rom", "boxtree", "sliced_rom") for lat in (2, 3)]
+    combos += [(enc, lat, OPTIONS[-1]) for enc in ("case", "rom", "boxtree", "sliced_rom") for lat in (2, 3, 4)]
     for k, (enc, lat, opt) in enumerate(combos):
         spec, v = _emit(spec0, lut, boxes, tmp_path / str(k), enc, latency=lat, **opt)
         got = check_controller(v, spec, [r.name for r in Reason], REASON_BITS)
@@ -642,12 +647,12 @@ def test_a_header_or_port_that_disagrees_with_the_spec_and_a_parse_failure_are_n
 def test_spec_hdl_latency_defaults_to_one_and_accepts_auto(tmp_path):
     text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
     sla = tmp_path / "sla.yaml"
-    for value, want in (("2", 2), ("3", 3), ("auto", "auto")):
+    for value, want in (("2", 2), ("3", 3), ("4", 4), ("auto", "auto")):
         sla.write_text(text + f"\nhdl: {{latency: {value}}}\n")
         assert load_spec(sla).hdl.latency == want
     assert load_spec(sla).hdl.latency_cycles == 1 and HdlOptions().latency == 1   # auto, until the build measures
     assert load_spec(sla).hdl.with_latency(3).latency_cycles == 3 and HdlOptions().with_latency(3) == HdlOptions()
-    sla.write_text(text + "\nhdl: {latency: 4}\n")
+    sla.write_text(text + "\nhdl: {latency: 5}\n")
     with pytest.raises(SpecError) as e:
         load_spec(sla)
     assert "hdl.latency" in str(e.value)

@@ -262,7 +262,7 @@ def test_cosim_drives_random_commands_and_catches_a_lock_that_outlives_its_durat
     assert (res.passed, res.mismatches, res.error) == (True, 0, None) and res.cycles > 20_000
     assert res.reasons_seen["LOCKED"] > 1000 and res.reasons_seen["FORCED"] > 100
     # mutant: the override stays in force one step past its duration
-    v.write_text(text.replace("if (c_left > 3'd1) begin", "if (c_left > 3'd0) begin"))
+    v.write_text(text.replace("c_more = (op_left > 3'd1);", "c_more = (op_left > 3'd0);"))
     assert v.read_text() != text
     bad = cocotb_sim.run_cosim(v, "op_ctl", art, tmp_path / "w2", random_cycles=20_000, seed=3, latency=latency,
                                operator=spec.operator.config())

@@ -18,7 +18,7 @@ LFE5U-25F CABGA256: every device of :data:`mi_certify.verification.rtl.synth.DEV
 
 Prints Fmax per device (min / max over the seeds) and the ratio to the goal
 (130 MHz HX8K, 50 MHz UP5K, 200 MHz ECP5-25F; docs/hdl.md). Per latency: run it on builds made
-with ``hdl.latency`` 1, 2 and 3 (``--build``). Takes about 30 s per variant and seed (YoWASP).
+with ``hdl.latency`` 1, 2, 3 and 4 (``--build``). Takes about 30 s per variant and seed (YoWASP).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ arithmetic after quantization (quantization itself is exact, with fractions.Frac
 
 Sources (sha256):
     model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-    spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
+    spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
     LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 
 Inputs, in ONNX order (physical units; outside [min, max] or NaN = probe fault):

@@ -3,7 +3,7 @@
 //
 // Sources (sha256):
 //   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
+//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
 //   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 //
 // Ports:
@@ -31,17 +31,17 @@
 //
 // Audit port: sample (audit_token, audit_reason, audit_addr) at every rising edge where
 // audit_valid is high; that is one record per controller step, in order.
-// Latency: 3 cycles (sla.yaml hdl.latency). addr, probe_fault, sla_violation and step pass together
-// through 2 register stages (the LUT read is registered twice): token/reason after edge t are
-// the one-cycle machine's decision on the inputs sampled at edge t-2 when step was high then, and audit_addr
+// Latency: 4 cycles (sla.yaml hdl.latency). addr, probe_fault, sla_violation and step pass together
+// through 3 register stages (the LUT read is registered three times): token/reason after edge t are
+// the one-cycle machine's decision on the inputs sampled at edge t-3 when step was high then, and audit_addr
 // is that addr; when it was low, every register of the decision stage but audit_valid (0) holds.
 // Reset value: token = 0 (keep), reason = 0 (HOLD), audit_valid = 0, audit_addr = 0,
 // every counter 0, not in fallback, the pipeline empty; the reset values hold until the first
-// input sampled after the reset reaches the decision (2 cycles later).
-// LUT encoding: sliced ROM: 7 distinct entries coded in 3 bits, 32 slices of 512 cells, 71 stored columns of 512 bits read synchronously, their words inline (initial values); the read registered twice (latency 3)
-// Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target, advisory).
-// Advisory: a measured Fmax below it is reported, the build does not fail.
-// Measured: up5k 45.96 MHz: MISSED.
+// input sampled after the reset reaches the decision (3 cycles later).
+// LUT encoding: sliced ROM: 7 distinct entries coded in 3 bits, 32 slices of 512 cells, 71 stored columns of 512 bits read synchronously, their words inline (initial values); the read registered three times (latency 4)
+// Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target).
+// A measured Fmax below it fails the build.
+// Measured: up5k 55.12 MHz: met.
 // FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
 // LUT cells: 16384 (7578 proven, 8806 resolved, 0 sampled at the cell centre, not proven).
 `default_nettype none
@@ -113,6 +113,12 @@ module meta_controller (
     reg        valid_q2;   // a step, sampled 2 cycles ago, and no reset since
     reg [1:0]  op_cmd_q2;
     reg [1:0]  op_arg_q2;
+    reg [13:0] addr_q3;    // addr sampled 3 cycles ago
+    reg        probe_fault_q3;
+    reg        sla_violation_q3;
+    reg        valid_q3;   // a step, sampled 3 cycles ago, and no reset since
+    reg [1:0]  op_cmd_q3;
+    reg [1:0]  op_arg_q3;
 
     always @(posedge clk) begin
         addr_q1          <= addr;
@@ -125,15 +131,22 @@ module meta_controller (
         sla_violation_q2 <= sla_violation_q1;
         op_cmd_q2        <= op_cmd_q1;
         op_arg_q2        <= op_arg_q1;
+        addr_q3          <= addr_q2;
+        probe_fault_q3   <= probe_fault_q2;
+        sla_violation_q3 <= sla_violation_q2;
+        op_cmd_q3        <= op_cmd_q2;
+        op_arg_q3        <= op_arg_q2;
     end
 
     always @(posedge clk) begin
         if (rst) begin
             valid_q1 <= 1'b0;
             valid_q2 <= 1'b0;
+            valid_q3 <= 1'b0;
         end else begin
             valid_q1 <= step;
             valid_q2 <= valid_q1;
+            valid_q3 <= valid_q2;
         end
     end
 
@@ -144,7 +157,8 @@ module meta_controller (
     reg  [71:0] lut_sel;            // the selects at addr (stage 1)
     reg  [36:0] lut_or;             // partial ORs of the code bits (stage 2)
     wire [2:0]  lut_code;           // the entry's code
-    reg  [2:0]  lut_entry;          // {confident, proposed token} (decoded from the stage-2 partial ORs)
+    reg  [2:0]  lut_read;           // the LUT logic's entry, registered into lut_entry
+    reg  [2:0]  lut_entry;          // {confident, proposed token} (registered: stage 3)
     wire [1:0]  lut_p;              // proposed token p
     wire        lut_c;              // confident bit c
     // LUT logic begin: left out of code coverage (proved entry by entry at every address: rtl.lut_table)
@@ -673,10 +687,10 @@ module meta_controller (
     always @(posedge clk) begin
         lut_col <= lut_cols[addr[8:0]];
     end
-    // the slice multiplexer in two register stages (latency 3, docs/hdl.md "Latency"): code bit b
+    // the slice multiplexer in two register stages (latency 4, docs/hdl.md "Latency"): code bit b
     // is the OR, over the slices, of (slice selected) & (its constant or column); lut_sel holds one
     // select per group of slices giving a bit the same term (stage 1, beside the ROM read),
-    // lut_or the ORs of at most two terms (stage 2); the decision stage ORs them and decodes
+    // lut_or the ORs of at most two terms (stage 2); stage 3 ORs them and decodes into lut_entry
     always @(*) begin
         case (addr[13:9])
             5'd0: lut_sel_d = 72'b000000000000000000000000000010000000000000000000000000000000000000000000;
@@ -758,23 +772,28 @@ module meta_controller (
     assign lut_code = {lut_or[22] | lut_or[23] | lut_or[24] | lut_or[25] | lut_or[26] | lut_or[27] | lut_or[28] | lut_or[29] | lut_or[30] | lut_or[31] | lut_or[32] | lut_or[33] | lut_or[34] | lut_or[35] | lut_or[36], lut_or[13] | lut_or[14] | lut_or[15] | lut_or[16] | lut_or[17] | lut_or[18] | lut_or[19] | lut_or[20] | lut_or[21], lut_or[0] | lut_or[1] | lut_or[2] | lut_or[3] | lut_or[4] | lut_or[5] | lut_or[6] | lut_or[7] | lut_or[8] | lut_or[9] | lut_or[10] | lut_or[11] | lut_or[12]};
     always @(*) begin
         case (lut_code)
-            3'd0: lut_entry = {1'b0, 2'd0};
-            3'd1: lut_entry = {1'b0, 2'd1};
-            3'd2: lut_entry = {1'b0, 2'd2};
-            3'd3: lut_entry = {1'b0, 2'd3};
-            3'd4: lut_entry = {1'b1, 2'd0};
-            3'd5: lut_entry = {1'b1, 2'd1};
-            default: lut_entry = {1'b1, 2'd2};   // code 6 (codes above it are never stored)
+            3'd0: lut_read = {1'b0, 2'd0};
+            3'd1: lut_read = {1'b0, 2'd1};
+            3'd2: lut_read = {1'b0, 2'd2};
+            3'd3: lut_read = {1'b0, 2'd3};
+            3'd4: lut_read = {1'b1, 2'd0};
+            3'd5: lut_read = {1'b1, 2'd1};
+            default: lut_read = {1'b1, 2'd2};   // code 6 (codes above it are never stored)
         endcase
     end
     // LUT logic end
 
+    // the LUT read, registered: the decision stage reads it with the inputs of stage 3
+    always @(posedge clk) begin
+        lut_entry <= lut_read;
+    end
+
     assign lut_p = lut_entry[1:0];
     assign lut_c = lut_entry[2];
 
-    // ---- actions the sla.yaml properties allow at addr_q2 (docs/fsm.md rule 3a) ---
-    wire       in_0 = (addr_q2[2:0] >= 3'd6);     // P1
-    wire       in_1 = (addr_q2[13:10] <= 4'd1);   // P2
+    // ---- actions the sla.yaml properties allow at addr_q3 (docs/fsm.md rule 3a) ---
+    wire       in_0 = (addr_q3[2:0] >= 3'd6);     // P1
+    wire       in_1 = (addr_q3[13:10] <= 4'd1);   // P2
     wire [3:0] allowed = (in_0 ? 4'b1011 : 4'b1111)
                        & (in_1 ? 4'b0001 : 4'b1111);
 
@@ -791,7 +810,8 @@ module meta_controller (
     reg [3:0] x_reason;
     reg [1:0] c_mode;
     reg [1:0] c_act;
-    reg [5:0] c_left;
+    reg       c_more;
+    reg [5:0] c_dec;
     reg [1:0] n_mode;
     reg [1:0] n_act;
     reg [5:0] n_left;
@@ -805,7 +825,7 @@ module meta_controller (
         n_fb     = fb;
         n_rcnt   = rcnt;
         n_reason = R_HOLD;
-        if (probe_fault_q2) begin                       // 1. probe fault
+        if (probe_fault_q3) begin                       // 1. probe fault
             n_token  = CONSERVATIVE;
             n_cand   = CONSERVATIVE;
             n_hcnt   = 2'd0;
@@ -816,7 +836,7 @@ module meta_controller (
             n_reason = R_PROBE_FAULT;
         end else if (fb) begin                          // 2. in fallback
             n_token  = CONSERVATIVE;                    // an override that did not yield may have left another action
-            if (sla_violation_q2) begin
+            if (sla_violation_q3) begin
                 n_rcnt   = 3'd0;
                 n_reason = R_FALLBACK;
             end else if (rcnt == RECOV_LAST) begin
@@ -828,7 +848,7 @@ module meta_controller (
                 n_rcnt   = rcnt + 3'd1;
                 n_reason = R_FALLBACK;
             end
-        end else if (sla_violation_q2 && vcnt == VIOL_LAST) begin   // 3. fall back
+        end else if (sla_violation_q3 && vcnt == VIOL_LAST) begin   // 3. fall back
             n_token  = CONSERVATIVE;
             n_cand   = CONSERVATIVE;
             n_hcnt   = 2'd0;
@@ -838,7 +858,7 @@ module meta_controller (
             n_rcnt   = 3'd0;
             n_reason = R_FALLBACK;
         end else begin
-            n_vcnt = sla_violation_q2 ? vcnt + 2'd1 : 2'd0;
+            n_vcnt = sla_violation_q3 ? vcnt + 2'd1 : 2'd0;
             if (!allowed[token]) begin                  // 3a. active action not allowed here
                 n_token  = CONSERVATIVE;
                 n_cand   = CONSERVATIVE;
@@ -872,23 +892,29 @@ module meta_controller (
     end
 
     // ---- operator override (docs/fsm.md, "Operator interventions"): the command, then the
-    // override on the base step's decision, then its step count ---------------------------
+    // override on the base step's decision, then its step count: c_more (the override in force
+    // after the command has more than one step left) and c_dec (its steps left less one) come
+    // from op_left or the constant OP_STEPS, so no subtraction follows the command's decode --------
     always @(*) begin
         c_mode = op_mode;
         c_act  = op_act;
-        c_left = op_left;
-        if (op_cmd_q2 == 2'd1 && OP_LOCKABLE[op_arg_q2]) begin
+        c_more = (op_left > 6'd1);
+        c_dec  = op_left - 6'd1;
+        if (op_cmd_q3 == 2'd1 && OP_LOCKABLE[op_arg_q3]) begin
             c_mode = 2'd1;
-            c_act  = op_arg_q2;
-            c_left = OP_STEPS;
-        end else if (op_cmd_q2 == 2'd2) begin
+            c_act  = op_arg_q3;
+            c_more = (OP_STEPS > 6'd1);
+            c_dec  = OP_STEPS - 6'd1;
+        end else if (op_cmd_q3 == 2'd2) begin
             c_mode = 2'd2;
             c_act  = CONSERVATIVE;
-            c_left = OP_STEPS;
-        end else if (op_cmd_q2 == 2'd3) begin
+            c_more = (OP_STEPS > 6'd1);
+            c_dec  = OP_STEPS - 6'd1;
+        end else if (op_cmd_q3 == 2'd3) begin
             c_mode = 2'd0;
             c_act  = CONSERVATIVE;
-            c_left = 6'd0;
+            c_more = 1'b0;
+            c_dec  = 6'd0;
         end
         x_token  = n_token;
         x_reason = n_reason;
@@ -896,14 +922,14 @@ module meta_controller (
         n_act    = CONSERVATIVE;
         n_left   = 6'd0;
         if (c_mode != 2'd0) begin
-            if ((!probe_fault_q2 && !(fb || (sla_violation_q2 && vcnt == VIOL_LAST))) && (probe_fault_q2 || allowed[c_act])) begin
+            if ((!probe_fault_q3 && !(fb || (sla_violation_q3 && vcnt == VIOL_LAST))) && (probe_fault_q3 || allowed[c_act])) begin
                 x_token  = c_act;
                 x_reason = (c_mode == 2'd1) ? R_LOCKED : R_FORCED;
             end
-            if (c_left > 6'd1) begin
+            if (c_more) begin
                 n_mode = c_mode;
                 n_act  = c_act;
-                n_left = c_left - 6'd1;
+                n_left = c_dec;
             end
         end
     end
@@ -924,7 +950,7 @@ module meta_controller (
             op_left     <= 6'd0;
             audit_valid <= 1'b0;
             audit_addr  <= 14'd0;
-        end else if (!valid_q2) begin   // no step reached the decision: hold, no decision to log
+        end else if (!valid_q3) begin   // no step reached the decision: hold, no decision to log
             audit_valid <= 1'b0;
         end else begin
             token       <= x_token;
@@ -939,7 +965,7 @@ module meta_controller (
             op_act      <= n_act;
             op_left     <= n_left;
             audit_valid <= 1'b1;
-            audit_addr  <= addr_q2;
+            audit_addr  <= addr_q3;
         end
     end
 

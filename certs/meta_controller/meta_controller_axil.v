@@ -3,7 +3,7 @@
 // (the register core; register map meta_controller_regs.rdl) and what it needs.
 //
 // Sources (sha256):
-//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
+//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
 //
 // AXI4-Lite (AMBA AXI and ACE Protocol Specification, B1): 32-bit data, 8-bit byte addresses,
 // WSTRB byte enables, no PROT checks. A write is taken when AWVALID and WVALID are both high and the

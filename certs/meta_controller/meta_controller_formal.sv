@@ -4,12 +4,12 @@
 //
 // Sources (sha256):
 //   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
+//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
 //   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 //
 // An observer harness: it instantiates meta_controller and asserts over its ports only (no
 // hierarchical reference, no bind), so it checks the RTL as delivered. It delays addr and probe_fault
-// through 3 register stages itself (decision latency 3, docs/hdl.md "Latency"): f_addr_d and
+// through 4 register stages itself (decision latency 4, docs/hdl.md "Latency"): f_addr_d and
 // f_pf_d are the inputs of the decision on token/reason, f_ok_d says no reset came since. f_lut is
 // the LUT (lut.hex, {confident, token} per address) held by the harness, independent of the RTL's
 // encoding, so a changed table entry in the RTL shows on its outputs. The first cycle is a reset
@@ -68,7 +68,7 @@ module meta_controller_formal (
     // one controller step per clock (see the header)
     always @(*) assume (step);
 
-    // the inputs of the decision on the outputs, 3 cycles back
+    // the inputs of the decision on the outputs, 4 cycles back
     reg [13:0] f_addr_q1;
     reg        f_pf_q1;
     reg        f_ok_q1;
@@ -78,6 +78,9 @@ module meta_controller_formal (
     reg [13:0] f_addr_q3;
     reg        f_pf_q3;
     reg        f_ok_q3;
+    reg [13:0] f_addr_q4;
+    reg        f_pf_q4;
+    reg        f_ok_q4;
     always @(posedge clk) begin
         f_addr_q1 <= addr;
         f_pf_q1   <= probe_fault;
@@ -88,10 +91,13 @@ module meta_controller_formal (
         f_addr_q3 <= f_addr_q2;
         f_pf_q3   <= f_pf_q2;
         f_ok_q3   <= f_ok_q2 && !f_rst;
+        f_addr_q4 <= f_addr_q3;
+        f_pf_q4   <= f_pf_q3;
+        f_ok_q4   <= f_ok_q3 && !f_rst;
     end
-    wire [13:0] f_addr_d = f_addr_q3;
-    wire        f_pf_d   = f_pf_q3;
-    wire        f_ok_d   = f_ok_q3;
+    wire [13:0] f_addr_d = f_addr_q4;
+    wire        f_pf_d   = f_pf_q4;
+    wire        f_ok_d   = f_ok_q4;
 
     // the active token before the last edge
     reg  [1:0] f_token_q;

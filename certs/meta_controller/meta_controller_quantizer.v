@@ -2,7 +2,7 @@
 // Do not edit: regenerate with `mi-certify build`. Verilog-2001, combinational.
 //
 // Sources (sha256):
-//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
+//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
 //
 // meta_controller_quantizer (combinational) turns each input's raw word into its level and fault; meta_controller_raw
 // feeds them to meta_controller (addr, probe_fault), whose ports and timing it keeps otherwise.

@@ -3,7 +3,7 @@
 // shipped beside this file; semantics: docs/runtime.md "SLA monitor", ports: docs/hdl-cosim.md).
 //
 // Sources (sha256):
-//   spec   556ad7489ff82926ec4ebc62cf0935e913a2ef15567bf53c04656a4ef368450a
+//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
 //
 // Clock: 50.0 MHz.
 // Latency limit in cycles = floor(latency_ms * 50.0 MHz * 1000), exact; a request

@@ -13,6 +13,7 @@
                      (= (ubv_to_int nxt_op_left) 0)
                      (= nxt_reason #x0)
                      (= nxt_valid_q1 #b0)
-                     (= nxt_valid_q2 #b0)))))
+                     (= nxt_valid_q2 #b0)
+                     (= nxt_valid_q3 #b0)))))
   (and (= cur_rst #b1) a!0)))
 (check-sat)

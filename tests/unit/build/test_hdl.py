@@ -285,7 +285,7 @@ def test_spec_hdl_section_defaults_and_errors(tmp_path):
     raw = (FixedPoint(False, 1, 15), FixedPoint(False, 12, 4), FixedPoint(False, 8, 8), FixedPoint(False, 12, 0),
            FixedPoint(True, 9, 3))
     assert load_spec(REFERENCE_SLA).hdl == HdlOptions(encoding="sliced_rom", clock_mhz=50.0, latency=4,
-                                                      target=HdlTarget("up5k", 50.0, True), input_formats=raw)
+                                                      target=HdlTarget("up5k", 50.0, False), input_formats=raw)
     text = "\n".join(ln for ln in REFERENCE_SLA.read_text().splitlines() if not ln.startswith("hdl:"))
     plain = tmp_path / "plain.yaml"
     plain.write_text(text)

@@ -162,6 +162,12 @@ def _code(bits) -> str:
     return terms[0] if len(terms) == 1 else "{" + ", ".join(terms) + "}"
 
 
+def _vec(width: int) -> int | str:
+    """The declared width of a signal the logic bit-selects (``lut_col[0]``, ``lut_sel[0]``): one bit is
+    ``[0:0]``, a vector, since a select of a scalar is not Verilog (Verilator: "Illegal bit or array select")."""
+    return "[0:0]" if width == 1 else width
+
+
 def lut_logic(c: LutContext) -> LutLogic:
     """The sliced ROM of ``c``'s table; at latency 3 and 4 with slices, the slice multiplexer in two
     register stages (:func:`split_select`), at 4 decoded into ``c.lut_out`` (registered by the
@@ -184,15 +190,15 @@ def lut_logic(c: LutContext) -> LutLogic:
                                            "their words inline (initial values)" if sr.columns else ""))
     rows: list[tuple] = []
     if sr.columns:
-        rows.append(("reg", len(sr.columns), f"lut_cols [0:{(1 << sr.low_bits) - 1}]",
+        rows.append(("reg", _vec(len(sr.columns)), f"lut_cols [0:{(1 << sr.low_bits) - 1}]",
                      "the stored columns, one word per addr[%d:0]" % (sr.low_bits - 1)))
-        rows.append(("reg" if c.latency >= 3 else "wire", len(sr.columns), "lut_col",
+        rows.append(("reg" if c.latency >= 3 else "wire", _vec(len(sr.columns)), "lut_col",
                      "the columns at %s[%d:0]%s" % ("addr_q1" if c.latency == 4 and not split else "addr",
                                                     sr.low_bits - 1, {3: " (stage 1)", 4: " (stage 2)" if not split
                                                                        else " (stage 1)"}.get(c.latency, ""))))
     if split:
-        rows += [("reg", len(split["groups"]), "lut_sel_d", "the selects of the slice at addr"),
-                 ("reg", len(split["groups"]), "lut_sel", "the selects at addr (stage 1)"),
-                 ("reg", len(split["ors"]), "lut_or", "partial ORs of the code bits (stage 2)")]
+        rows += [("reg", _vec(len(split["groups"])), "lut_sel_d", "the selects of the slice at addr"),
+                 ("reg", _vec(len(split["groups"])), "lut_sel", "the selects at addr (stage 1)"),
+                 ("reg", _vec(len(split["ors"])), "lut_or", "partial ORs of the code bits (stage 2)")]
     rows.append(("reg" if sr.high_bits and not split else "wire", sr.code_bits, "lut_code", "the entry's code"))
     return LutLogic(note, "lut_entry" if split and c.latency == 3 else c.lut_out, rows, variables)

@@ -180,7 +180,14 @@ def _operator_variables(spec: Spec, latency: int, fault: str) -> dict | None:
     else:
         cond = "1'b1"
     return {"cmd": "op_cmd" if k == 0 else f"op_cmd_q{k}", "arg": "op_arg" if k == 0 else f"op_arg_q{k}",
-            "ew": width(op.max_lock_steps), "not_yield": cond}
+            "ew": _op_width(op), "not_yield": cond}
+
+
+def _op_width(op) -> int:
+    """Bits of ``OP_STEPS`` and ``op_left``: :func:`width` of ``max_lock_steps``, at least 2 (with one
+    step a 1-bit ``op_left`` makes the step count's ``op_left > 1`` a constant comparison: Verilator
+    -Wall CMPCONST)."""
+    return max(2, width(op.max_lock_steps))
 
 
 def _localparams(rows: list[tuple[str, int, int]]) -> list[str]:
@@ -202,7 +209,7 @@ def _fsm_variables(spec: Spec, latency: int, addr: str) -> dict:
         params.append(("HYST_LAST", hw, f.hysteresis - 1))
     params += [("COOLDOWN", dw, f.cooldown), ("VIOL_LAST", vw, f.violations_to_fallback - 1),
                ("RECOV_LAST", rw, f.recovery - 1)]
-    op, ew = spec.operator, width(spec.operator.max_lock_steps) if spec.operator else 0
+    op, ew = spec.operator, _op_width(spec.operator) if spec.operator else 0
     if op:
         params += [("OP_STEPS", ew, op.max_lock_steps), ("OP_LOCKABLE", 1 << tw, op.config().lockable)]
     state = [("reg", tw, "cand", "candidate k"),

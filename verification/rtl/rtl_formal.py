@@ -30,6 +30,7 @@ expected answer is ``unsat``; the design is the shared prelude ``proofs/rtl/desi
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -162,9 +163,15 @@ class RtlModel:
             if line.startswith("; yosys-smt2-register ") or line.startswith("; yosys-smt2-wire "):
                 _, _, name, w = line.split()
                 widths.setdefault(name, int(w))
-        # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved
+        # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved;
+        # a state register of the reference machine then gets the width of its whole range (free in
+        # the state a cycle starts from, the invariant bounds it)
         self.missing = [r for r in regs + list(pipe) if r not in widths]
-        sigs.update({r: widths.get(r, 1) for r in regs})
+        def bits(n: int) -> int:
+            return max(1, int(n).bit_length())
+        full = {"token": token_bits, "cand": token_bits, "hcnt": bits(cfg.hysteresis - 1), "dcnt": bits(cfg.cooldown),
+                "vcnt": bits(cfg.violations_to_fallback - 1), "fb": 1, "rcnt": bits(cfg.recovery - 1)}
+        sigs.update({r: widths.get(r, full.get(r, 1)) for r in regs})
         sigs.update(pipe)
         audit = {"audit_valid": 1, "audit_token": token_bits, "audit_reason": REASON_BITS,
                  "audit_addr": address_bits}
@@ -301,12 +308,12 @@ class _OneCycle:
         self.nxt_ref, self.why_ref = ref.step(s, inp)
         self.entry_ok = ref.input_ok(inp)
         self.rst = rtl.cur(reset_port) == (0 if reset_active_low else 1)
-        # with hysteresis 1 the candidate k and the count h never affect an output (rules 6/7 switch at
-        # once; h stays 0), nor d with cooldown 0: the RTL does not read them, so Yosys removes those
-        # registers, and the claims are about the others
-        cfg = self.cfg
-        self.unread = {v for v, r, none in (("k", "cand", cfg.hysteresis == 1), ("h", "hcnt", cfg.hysteresis == 1),
-                                            ("d", "dcnt", cfg.cooldown == 0)) if none and r in rtl.missing}
+        # a state register no output depends on is removed by Yosys (opt_clean): with hysteresis 1 the
+        # candidate k and the count h (rules 6/7 switch at once), d with cooldown 0, k and h under a
+        # table that is never confident (rule 5 before them). The claims are then about the others, with
+        # the removed ones free in the state the cycle starts from (a harder claim, not a weaker one:
+        # it must hold whatever they hold)
+        self.unread = {v for r, v in REGISTERS.items() if r in rtl.missing and r != "token"}
 
     def run(self, oid: str, requirement: str, claim: str, bad: z3.BoolRef) -> None:
         """Check that ``bad`` (the claim's negation over one cycle) is unsatisfiable: PROVED on unsat,
@@ -358,13 +365,17 @@ class _OneCycle:
     def pipeline(self) -> None:
         """rtl.pipeline (latency > 1): stage 1 loads the ports, stage k stage k-1, valid_q1 is step."""
         rtl, latency = self.rtl, self.latency
+        # with no lockable action (sla.yaml operator.lock: []) op_arg is never read: Yosys removes its
+        # stages, and the claim is about the others
+        args = self.op is not None and self.op.lockable != 0
         loads = []
         for k in range(1, latency):
-            for name in ("addr", "probe_fault", "sla_violation") + (("op_cmd", "op_arg") if self.op else ()):
+            for name in ("addr", "probe_fault", "sla_violation") + (("op_cmd",) if self.op else ()) + (
+                    ("op_arg",) if args else ()):
                 loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
             loads.append(rtl.nxt(f"valid_q{k}") == (rtl.cur("step") if k == 1 else rtl.cur(f"valid_q{k - 1}")))
         missing = [r for r in pipeline_registers(latency, sum(self.bits), rtl.tw if self.op else None)
-                   if r in rtl.missing]
+                   if r in rtl.missing and (args or not r.startswith("op_arg_q"))]
         if missing:
             self.record_missing("rtl.pipeline", "rtl", "the RTL has its pipeline registers", missing)
             return
@@ -639,6 +650,10 @@ def lut_table(design: str, top: str, lut: bytes, address_bits: int, token_bits: 
         regs = lut_registers(design, top)
     except (ValueError, KeyError, IndexError, StopIteration, OverflowError, TypeError) as exc:
         ob.verdict, ob.detail = Verdict.UNKNOWN, f"cannot evaluate the RTL's LUT: {exc}"
+        return ob
+    except RecursionError:   # the evaluator recurses along the LUT logic's expression depth
+        ob.verdict, ob.detail = Verdict.UNKNOWN, "cannot evaluate the RTL's LUT: its logic is nested deeper than " \
+                                                 f"the evaluator's recursion limit ({sys.getrecursionlimit()})"
         return ob
     if regs != latency - 1 and not np.all(got == got.flat[0] if got.size else True):
         ob.verdict = Verdict.VIOLATED

@@ -243,6 +243,54 @@ def test_rtl_with_the_command_port_is_proved_equal_to_the_reference_and_a_mutant
     assert bad["rtl.equivalence"] == "violated" and bad["rtl.property.P1"] == "violated"
 
 
+
+@pytest.mark.skipif(shutil.which("yosys") is None or shutil.which("verilator") is None,
+                    reason="yosys and verilator are required (make setup)")
+@pytest.mark.parametrize("latency", [1, 4])
+def test_no_lockable_action_a_one_step_lock_and_a_never_confident_table_lint_clean_and_prove(tmp_path, latency):
+    """Specs a helper found failing on correct RTL (2026-12-07): operator.lock [] (op_arg and its stages
+    read by nothing: Verilator UNUSED warnings, and rtl.pipeline required the stages Yosys removed);
+    max_lock_steps 1 (a 1-bit op_left compared with 1: Verilator CMPCONST); a table never confident with
+    hysteresis 2 (cand and hcnt read by nothing: rtl.reset / rtl.equivalence required them)."""
+    from mi_certify.generator.build.emit_verilog import emit_verilog
+    from mi_certify.verification.rtl.fsm_proofs import entry_alphabet
+    from mi_certify.verification.rtl.rtl_formal import rtl_obligations
+    cases = [("no lock", {"lock": [], "force": True, "yf": True, "yp": False, "L": 5}, None),
+             ("one step", {"lock": [1, 2], "force": False, "yf": False, "yp": True, "L": 1}, None),
+             ("never confident", {"lock": [1], "force": True, "yf": True, "yp": True, "L": 3}, 2)]
+    for k, (name, op, const) in enumerate(cases):
+        (tmp_path / str(k)).mkdir()
+        spec, _mod, ref = _controller(tmp_path / str(k), 5 + k, (2, 2), 3, (2, 1, 2, 2), op)
+        entries = [const] * len(ref.tokens) if const is not None else [t | (c << 7) for t, c in
+                                                                        zip(ref.tokens, ref.confident)]
+        art = LutFsmArtefact.from_table(spec, bytes(entries), property_masks(spec))
+        v = tmp_path / str(k) / "op_ctl.v"
+        v.write_text(emit_verilog(spec, art, SourceHashes("0" * 64, "1" * 64, art.sha256), "test", latency=latency))
+        lint = subprocess.run(["verilator", "--lint-only", "-Wall", str(v)], capture_output=True, text=True)
+        assert lint.returncode == 0, (name, lint.stderr)
+        obs = rtl_obligations(v, "op_ctl", art, entry_alphabet(art), latency=latency, operator=spec.operator.config())[0]
+        assert {o.id: o.verdict for o in obs if o.verdict != "proved"} == {}, name
+        assert len(obs) >= (6 if latency > 1 else 5), name
+    # not vacuous on the never-confident table: with the rule-5 check dropped the RTL must fail
+    v = tmp_path / "2" / "op_ctl.v"
+    text = v.read_text()
+    v.write_text(text.replace("end else if (!lut_c) begin", "end else if (1'b0) begin"))
+    assert v.read_text() != text
+    bad = {o.id: o.verdict for o in rtl_obligations(v, "op_ctl", art, entry_alphabet(art), latency=latency,
+                                                     operator=spec.operator.config())[0]}
+    assert "violated" in bad.values(), bad
+
+
+def test_a_lut_too_deep_for_the_evaluator_is_unknown_not_a_crash(monkeypatch):
+    """rtl.lut_table fails closed when its evaluator runs out of recursion depth (a very deep box tree)."""
+    from mi_certify.verification.rtl import rtl_formal
+
+    def deep(*_a, **_k):
+        raise RecursionError("maximum recursion depth exceeded")
+    monkeypatch.setattr(rtl_formal, "lut_from_smt2", deep)
+    ob = rtl_formal.lut_table("", "top", bytes(4), 2, 1)
+    assert ob.verdict == "unknown" and "nested deeper than the evaluator's recursion limit" in ob.detail
+
 # --- co-simulation with the command port (verification/cosim/cocotb_sim.py) -------------------
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="iverilog is required (make setup)")

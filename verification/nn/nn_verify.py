@@ -264,9 +264,9 @@ def _probes(sr: _Search, kids, depth: np.ndarray) -> np.ndarray:
     one when it is ``probe_every``, 2·``probe_every`` … at most ``probe_max_depth`` halvings deep and its
     node bounds leave at most ``probe_unstable`` ReLUs unstable (the caller excludes the boxes of a lineage
     given back once). Only on networks that get no exact confirmation (more than
-    ``z3_confirm_max_relus`` ReLUs): there the boxes closed are confirmed one by one, and the large boxes a
-    probe closes cost Z3 far more than the small ones input splitting closes (measured on the reference
-    controller's P2: 0.29 s without probes, 1.35 s and 8 Z3 calls with them).
+    ``z3_confirm_max_relus`` ReLUs): on the smaller networks the boxes closed are confirmed one by one, and
+    the large boxes a probe closes cost Z3 far more than the small ones input splitting closes (measured on
+    the reference controller's P2: 0.29 s without probes, 1.35 s and 8 Z3 calls with them).
 
     Why (issue 38, measured 2026-12-07): on ACAS Xu 4_1 / property 3 input splitting does not make the
     boxes' ReLUs stable (a median of 37 unstable at 5 to 12 halvings, 50 at 14): 13,229 boxes and 760

@@ -350,21 +350,23 @@ _PR_SET_PDEATHSIG = 1
 _SIGKILL = int(signal.SIGKILL)
 
 
-def _load_prctl():
+def _libc_function(name: str, argtypes: tuple[str, ...], restype: str, use_errno: bool = False):
+    """The C library's function ``name`` of this process (ctypes), typed (ctypes type names, e.g.
+    ``"c_int"``); None off Linux or when the C library has no such function (musl has no ``mallopt``)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
-        fn = ctypes.CDLL(None, use_errno=True).prctl
+        fn = getattr(ctypes.CDLL(None, use_errno=use_errno), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
+    fn.argtypes = [getattr(ctypes, t) for t in argtypes]
+    fn.restype = getattr(ctypes, restype)
     return fn
 
 
 #: libc ``prctl`` (resolved here, in the parent: the child between fork and exec only calls it).
-_PRCTL = _load_prctl()
+_PRCTL = _libc_function("prctl", ("c_int", "c_ulong", "c_ulong", "c_ulong", "c_ulong"), "c_int", use_errno=True)
 
 _LIVE: set[int] = set()          # process groups of running children (killed at interpreter exit)
 _OWNER: dict[int, int] = {}      # process group -> the thread (threading.get_ident) that started it
@@ -509,15 +511,9 @@ def keep_freed_heap() -> bool:
     global _HEAP_KEPT
     if _HEAP_KEPT:
         return True
-    if not sys.platform.startswith("linux"):
+    mallopt = _libc_function("mallopt", ("c_int", "c_int"), "c_int")
+    if mallopt is None:   # not Linux, or not glibc
         return False
-    try:
-        import ctypes
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):   # not glibc (musl has no mallopt)
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     _HEAP_KEPT = bool(mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)) and \
         bool(mallopt(_M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD))
     return _HEAP_KEPT

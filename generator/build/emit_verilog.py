@@ -69,7 +69,9 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
         encoding=encoding, hdl=spec.hdl, latency=latency, addr_fields=fields, d=d,
         target_lines=(spec.hdl.declared_target.header_lines(target_measured)
                       if spec.hdl.declared_target is not None else []),
-        mask_lines=_mask_lines(spec, list(machine.masks), fields, d["addr"]),
+        mask_lines=_mask_lines(spec, list(machine.masks), fields, mask_address(latency),
+                               "allowed" if latency == 1 else "allowed_d"),
+        mask_reg=latency > 1 and bool(machine.masks),
         **_lut_variables(spec, machine, encoding, latency, fields, boxes),
         **_fsm_variables(spec, latency, d["addr"]),
         op=_operator_variables(spec, latency, d["fault"]),
@@ -124,11 +126,19 @@ def _lut_variables(spec: Spec, machine: LutFsmArtefact, encoding: str, latency: 
 TIMES = {1: "", 2: " twice", 3: " three times"}
 
 
-def _mask_lines(spec: Spec, masks: list, fields: list[dict], addr: str) -> list[str]:
-    """Declarations of rule 3a's mask: per property box, a wire ``in_<j>`` (the decision stage's
-    address ``addr`` is in the box: comparators on its fields, full ranges omitted), and
-    ``allowed``, the AND over the boxes of their allowed-token bits (one bit per token, tokens no
-    action has never allowed). No lines without masks."""
+def mask_address(latency: int) -> str:
+    """The address rule 3a's property mask is computed on (docs/hdl.md, "Latency"): the decision's
+    (``addr``) at latency 1; from latency 2 on the stage before the decision's (``addr``, ``addr_q<L-2>``),
+    the mask registered beside the pipeline into ``allowed``, the mask of the decision's address
+    ``addr_q<L-1>`` (a level of logic out of the decision stage)."""
+    return "addr" if latency <= 2 else f"addr_q{latency - 2}"
+
+
+def _mask_lines(spec: Spec, masks: list, fields: list[dict], addr: str, name: str = "allowed") -> list[str]:
+    """Declarations of rule 3a's mask: per property box, a wire ``in_<j>`` (the address ``addr`` is in
+    the box: comparators on its fields, full ranges omitted), and the wire ``name``, the AND over the
+    boxes of their allowed-token bits (one bit per token, tokens no action has never allowed). No lines
+    without masks."""
     tw = spec.token_bits
     n_act, full = len(spec.actions), 1 << tw
     mask_rows, factors = [], []
@@ -150,7 +160,7 @@ def _mask_lines(spec: Spec, masks: list, fields: list[dict], addr: str) -> list[
         factors.insert(0, f"{full}'b{'1' * n_act:0>{full}}")
     if not masks:
         return []
-    lines = decls(mask_rows + [("wire", full, "allowed = " + factors[0])])
+    lines = decls(mask_rows + [("wire", full, f"{name} = " + factors[0])])
     head = lines[-1][:-len(factors[0]) - 1]
     lines[-1] = lines[-1][:-1]
     lines += [" " * (len(head) - 2) + "& " + fac for fac in factors[1:]]

@@ -76,16 +76,18 @@ def pipeline_registers(latency: int, address_bits: int, token_bits: int | None =
     return out
 
 
-def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0, entry_bits: int | None = None) -> str:
+def yosys_smt2(verilog: Path, top: str, timeout_s: float = 600.0, entry_bits: int | None = None,
+               keep: tuple[str, ...] = ()) -> str:
     """SMT-LIB 2 of the design (Yosys ``prep`` steps; ``write_smt2 -wires``): :func:`.yosys.smt2`,
     script ``templates/yosys/smt2.ys.j2``. When the LUT's entries share constant upper bits
     (e.g. two entries that differ in one bit), Yosys narrows ``lut_entry`` below its declared
     ``entry_bits`` (even to a Bool): the design is then read again with that wire kept, so the
-    proofs see the whole entry. Raises RuntimeError (:class:`.yosys.YosysError`: Yosys missing
+    proofs see the whole entry; ``keep``: more wires kept so (the registered property mask
+    ``allowed``). Raises RuntimeError (:class:`.yosys.YosysError`: Yosys missing
     or too old, failed, or timed out)."""
-    design = yosys.smt2(verilog, top, timeout_s)
+    design = yosys.smt2(verilog, top, timeout_s, keep=keep)
     if entry_bits is not None and f"; yosys-smt2-wire lut_entry {entry_bits}\n" not in design:
-        design = yosys.smt2(verilog, top, timeout_s, keep=("lut_entry",))
+        design = yosys.smt2(verilog, top, timeout_s, keep=("lut_entry", *keep))
     return design
 
 
@@ -147,7 +149,7 @@ class RtlModel:
 
     def __init__(self, design: str, top: str, cfg: FsmConfig, address_bits: int, token_bits: int,
                  reset_port: str = "rst", reset_active_low: bool = False, latency: int = 1,
-                 operator: OperatorConfig | None = None):
+                 operator: OperatorConfig | None = None, mask_width: int = 0):
         self.design, self.top, self.cfg = design, top, cfg
         self.ab, self.tw = address_bits, token_bits
         sigs = {"addr": address_bits, "probe_fault": 1, "sla_violation": 1, "step": 1, reset_port: 1,
@@ -166,6 +168,9 @@ class RtlModel:
         # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved;
         # a state register of the reference machine then gets the width of its whole range (free in
         # the state a cycle starts from, the invariant bounds it)
+        # the registered property mask (latency > 1 with sla.yaml properties), one bit per token
+        if mask_width:
+            pipe = {**pipe, "allowed": mask_width}
         self.missing = [r for r in regs + list(pipe) if r not in widths]
         def bits(n: int) -> int:
             return max(1, int(n).bit_length())
@@ -249,9 +254,10 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
     command)."""
     operator = operator if operator is not None else machine.operator   # the machine's own, by default
     bits, token_bits = list(machine.input_bits), machine.token_bits
-    design = yosys_smt2(verilog, top, entry_bits=token_bits + 1)
+    mask_reg = latency > 1 and bool(machine.masks)   # the property mask registered (docs/hdl.md, "Latency")
+    design = yosys_smt2(verilog, top, entry_bits=token_bits + 1, keep=("allowed",) if mask_reg else ())
     rtl = RtlModel(cut_lut(design, top), top, machine.config, sum(bits), token_bits, reset_port, reset_active_low,
-                   latency, operator)
+                   latency, operator, mask_width=(1 << token_bits) if mask_reg else 0)
     q = _OneCycle(rtl, machine, alphabet, latency, reset_port, reset_active_low, timeout_s, operator)
     q.reset_and_equivalence()
     if latency > 1:
@@ -278,7 +284,7 @@ class _OneCycle:
         self.op = operator
         regs = {**REGISTERS, **(OPERATOR_REGISTERS if operator else {})}
         self.masks, bits, tw = list(machine.masks), list(machine.input_bits), machine.token_bits
-        self.bits = bits
+        self.bits, self.tw = bits, tw
         self.obligations: list[Obligation] = []
         self.cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in regs.items()}
         self.nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in regs.items()}
@@ -288,13 +294,8 @@ class _OneCycle:
         entry = rtl.cur("lut_entry")
         inp = {"p": _as_int(z3.Extract(tw - 1, 0, entry)), "c": z3.Extract(tw, tw, entry) == 1,
                "pf": rtl.cur(sig["fault"]) == 1, "sv": rtl.cur(sig["viol"]) == 1}
-        for j, m in enumerate(self.masks):
-            conds, shift = [], sum(bits)
-            for lo, hi, b in zip(m.lo, m.hi, bits):
-                shift -= b
-                q = z3.Extract(shift + b - 1, shift, self.addr)
-                conds += [z3.UGE(q, lo), z3.ULE(q, hi)]
-            inp[f"in{j}"] = z3.And(conds)
+        for j, inside in enumerate(self.boxes(self.addr)):
+            inp[f"in{j}"] = inside
         if operator:
             k = latency - 1
             inp["cmd"] = _as_int(rtl.cur("op_cmd" if k == 0 else f"op_cmd_q{k}"))
@@ -305,6 +306,14 @@ class _OneCycle:
         s = dict(ref.state("rtlghost"))
         s.update(self.cur)
         self.ghost_free = _ghost_free_invariant(self.cfg, s, operator)
+        # from latency 2 on, rule 3a's mask is a register loaded with the mask of the stage before
+        # (docs/hdl.md, "Latency"): when the decision stage holds a step it holds the mask of its address,
+        # as rtl.pipeline proves of every cycle with rst low (a step reaches the decision stage only
+        # through such a cycle)
+        self.mask_reg = "allowed" in rtl.widths and latency > 1
+        if self.mask_reg:
+            self.ghost_free = z3.And(self.ghost_free,
+                                     z3.Implies(self.valid, rtl.cur("allowed") == self.mask_of(self.addr)))
         self.nxt_ref, self.why_ref = ref.step(s, inp)
         self.entry_ok = ref.input_ok(inp)
         self.rst = rtl.cur(reset_port) == (0 if reset_active_low else 1)
@@ -314,6 +323,29 @@ class _OneCycle:
         # the removed ones free in the state the cycle starts from (a harder claim, not a weaker one:
         # it must hold whatever they hold)
         self.unread = {v for r, v in REGISTERS.items() if r in rtl.missing and r != "token"}
+
+    def boxes(self, addr: z3.BitVecRef) -> list:
+        """Per property box (machine.masks), whether ``addr`` (the LUT address, input 0 most
+        significant) is in it: z3 Booleans."""
+        out = []
+        for m in self.masks:
+            conds, shift = [], sum(self.bits)
+            for lo, hi, b in zip(m.lo, m.hi, self.bits):
+                shift -= b
+                q = z3.Extract(shift + b - 1, shift, addr)
+                conds += [z3.UGE(q, lo), z3.ULE(q, hi)]
+            out.append(z3.And(conds))
+        return out
+
+    def mask_of(self, addr: z3.BitVecRef) -> z3.BitVecRef:
+        """Rule 3a's allowed tokens at ``addr`` as one bit per token of the 2**token_bits (a token no
+        action has is never allowed): the AND, over the property boxes holding ``addr``, of their
+        allowed bits (docs/fsm.md)."""
+        full, actions = 1 << self.tw, (1 << self.cfg.n_actions) - 1
+        v = z3.BitVecVal(actions, full)
+        for m, inside in zip(self.masks, self.boxes(addr)):
+            v = v & z3.If(inside, z3.BitVecVal(int(m.allowed) & actions, full), z3.BitVecVal((1 << full) - 1, full))
+        return v
 
     def run(self, oid: str, requirement: str, claim: str, bad: z3.BoolRef) -> None:
         """Check that ``bad`` (the claim's negation over one cycle) is unsatisfiable: PROVED on unsat,
@@ -374,15 +406,21 @@ class _OneCycle:
                     ("op_arg",) if args else ()):
                 loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
             loads.append(rtl.nxt(f"valid_q{k}") == (rtl.cur("step") if k == 1 else rtl.cur(f"valid_q{k - 1}")))
+        if self.mask_reg:   # the mask register: the mask of the stage before the decision's
+            loads.append(rtl.nxt("allowed") == self.mask_of(rtl.cur("addr" if latency == 2 else f"addr_q{latency - 2}")))
         missing = [r for r in pipeline_registers(latency, sum(self.bits), rtl.tw if self.op else None)
                    if r in rtl.missing and (args or not r.startswith("op_arg_q"))]
+        if self.mask_reg and "allowed" in rtl.missing:
+            missing.append("allowed")
         if missing:
             self.record_missing("rtl.pipeline", "rtl", "the RTL has its pipeline registers", missing)
             return
         self.run("rtl.pipeline", "rtl", f"a cycle with rst low loads stage 1 of the input pipeline from addr, "
-                 f"probe_fault, sla_violation (valid_q1 from step) and stage k from stage k-1, k = 2..{latency - 1}: "
-                 f"the decision reads the inputs of {latency - 1} cycle{'s' if latency > 2 else ''} before, valid when "
-                 "they were a step and no reset came since", z3.And(z3.Not(self.rst), z3.Not(z3.And(loads))))
+                 f"probe_fault, sla_violation (valid_q1 from step) and stage k from stage k-1, k = 2..{latency - 1}"
+                 + (", and the property mask register `allowed` with the mask of "
+                    + ("addr" if latency == 2 else f"addr_q{latency - 2}") if self.mask_reg else "") + f": the decision reads the inputs of {latency - 1} "
+                 f"cycle{'s' if latency > 2 else ''} before, valid when they were a step and no reset came since",
+                 z3.And(z3.Not(self.rst), z3.Not(z3.And(loads))))
 
     def invariant_and_properties(self) -> None:
         """rtl.invariant (the range invariant on the RTL registers) and rtl.property.<id> per mask

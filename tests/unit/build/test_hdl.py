@@ -620,6 +620,16 @@ def test_latency_3_and_4_cut_the_slice_multiplexer_and_stay_proved_read_back_and
     sim_v, top = prepare(v, spec.module_name, spec.hdl.reset_port, machine, tmp_path / "work")
     res = run_cosim(sim_v, top, machine, tmp_path / "work", random_cycles=1000, latency=latency)
     assert res.passed and res.mismatches == 0, res.to_json()
+    # the property mask is registered beside the pipeline: computed on the stage before the decision's
+    # address, the decision reads the register; a mask one stage late or read unregistered is caught
+    before = f"addr_q{latency - 2}"
+    assert f"wire       in_0 = ({before}[2:0] >= 3'd6);" in src and "allowed <= allowed_d;" in src
+    late = src.replace(f"wire       in_0 = ({before}[2:0] >= 3'd6);", f"wire       in_0 = (addr_q{latency - 1}[2:0] >= 3'd6);")
+    unregistered = src.replace("if (!allowed[token]) begin", "if (!allowed_d[token]) begin")
+    for mutant, caught in ((late, "rtl.pipeline"), (unregistered, "rtl.equivalence")):
+        assert mutant != src
+        v.write_text(mutant)
+        assert _proofs(spec, v, lut)[caught].verdict == "violated", caught
     # one select bit of one slice flipped: both the Yosys table proof and the pyverilog reader see it
     line = next(ln for ln in src.splitlines() if "5'd20: lut_sel_d" in ln)
     word = line.split("'b")[1][:-1]

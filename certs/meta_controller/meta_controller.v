@@ -41,7 +41,7 @@
 // LUT encoding: sliced ROM: 7 distinct entries coded in 3 bits, 32 slices of 512 cells, 71 stored columns of 512 bits read synchronously, their words inline (initial values); the read registered three times (latency 4)
 // Declared target: 50 MHz on iCE40 UP5K (SG48) (hdl.target).
 // A measured Fmax below it fails the build.
-// Measured: up5k 55.12 MHz: met.
+// Measured: up5k 60.4 MHz: met.
 // FSM: hysteresis 3, cooldown 10, violations_to_fallback 3, recovery 8.
 // LUT cells: 16384 (7578 proven, 8806 resolved, 0 sampled at the cell centre, not proven).
 `default_nettype none
@@ -791,11 +791,17 @@ module meta_controller (
     assign lut_p = lut_entry[1:0];
     assign lut_c = lut_entry[2];
 
-    // ---- actions the sla.yaml properties allow at addr_q3 (docs/fsm.md rule 3a) ---
-    wire       in_0 = (addr_q3[2:0] >= 3'd6);     // P1
-    wire       in_1 = (addr_q3[13:10] <= 4'd1);   // P2
-    wire [3:0] allowed = (in_0 ? 4'b1011 : 4'b1111)
-                       & (in_1 ? 4'b0001 : 4'b1111);
+    // ---- actions the sla.yaml properties allow at addr_q3 (docs/fsm.md rule 3a): computed on the
+    // stage before (addr_q2) and registered with it (docs/hdl.md, "Latency") ---
+    wire       in_0 = (addr_q2[2:0] >= 3'd6);     // P1
+    wire       in_1 = (addr_q2[13:10] <= 4'd1);   // P2
+    wire [3:0] allowed_d = (in_0 ? 4'b1011 : 4'b1111)
+                         & (in_1 ? 4'b0001 : 4'b1111);
+    reg  [3:0] allowed;   // allowed_d registered: the mask of addr_q3
+
+    always @(posedge clk) begin
+        allowed <= allowed_d;
+    end
 
     // ---- next state (docs/fsm.md, rules 1-7) -----------------------------------------
     reg [1:0] n_token;

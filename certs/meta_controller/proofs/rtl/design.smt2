@@ -18,71 +18,75 @@
 (declare-fun |meta_controller#3| (|meta_controller_s|) (_ BitVec 14)) ; \addr_q3
 ; yosys-smt2-register addr_q3 14
 ; yosys-smt2-wire addr_q3 14
+; yosys-smt2-witness {"offset": 0, "path": ["\\allowed"], "smtname": 4, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#4| (|meta_controller_s|) (_ BitVec 4)) ; \allowed
+; yosys-smt2-register allowed 4
 ; yosys-smt2-wire allowed 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\audit_addr"], "smtname": 9, "smtoffset": 0, "type": "reg", "width": 14}
-(declare-fun |meta_controller#9| (|meta_controller_s|) (_ BitVec 14)) ; \audit_addr
+; yosys-smt2-wire allowed_d 4
+; yosys-smt2-witness {"offset": 0, "path": ["\\audit_addr"], "smtname": 10, "smtoffset": 0, "type": "reg", "width": 14}
+(declare-fun |meta_controller#10| (|meta_controller_s|) (_ BitVec 14)) ; \audit_addr
 ; yosys-smt2-output audit_addr 14
 ; yosys-smt2-register audit_addr 14
 ; yosys-smt2-wire audit_addr 14
-; yosys-smt2-witness {"offset": 0, "path": ["\\reason"], "smtname": 10, "smtoffset": 0, "type": "reg", "width": 4}
-(declare-fun |meta_controller#10| (|meta_controller_s|) (_ BitVec 4)) ; \reason
+; yosys-smt2-witness {"offset": 0, "path": ["\\reason"], "smtname": 11, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#11| (|meta_controller_s|) (_ BitVec 4)) ; \reason
 ; yosys-smt2-output audit_reason 4
 ; yosys-smt2-wire audit_reason 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\token"], "smtname": 11, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#11| (|meta_controller_s|) (_ BitVec 2)) ; \token
+; yosys-smt2-witness {"offset": 0, "path": ["\\token"], "smtname": 12, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#12| (|meta_controller_s|) (_ BitVec 2)) ; \token
 ; yosys-smt2-output audit_token 2
 ; yosys-smt2-wire audit_token 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\audit_valid"], "smtname": 12, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#12| (|meta_controller_s|) (_ BitVec 1)) ; \audit_valid
+; yosys-smt2-witness {"offset": 0, "path": ["\\audit_valid"], "smtname": 13, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#13| (|meta_controller_s|) (_ BitVec 1)) ; \audit_valid
 ; yosys-smt2-output audit_valid 1
 ; yosys-smt2-register audit_valid 1
 ; yosys-smt2-wire audit_valid 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_act"], "smtname": 13, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#13| (|meta_controller_s|) (_ BitVec 2)) ; \op_act
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q3"], "smtname": 14, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#14| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q3
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q3"], "smtname": 19, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#19| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q3
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_act"], "smtname": 14, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#14| (|meta_controller_s|) (_ BitVec 2)) ; \op_act
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q3"], "smtname": 15, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#15| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q3
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q3"], "smtname": 20, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#20| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q3
 ; yosys-smt2-wire c_act 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_left"], "smtname": 24, "smtoffset": 0, "type": "reg", "width": 6}
-(declare-fun |meta_controller#24| (|meta_controller_s|) (_ BitVec 6)) ; \op_left
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_left"], "smtname": 25, "smtoffset": 0, "type": "reg", "width": 6}
+(declare-fun |meta_controller#25| (|meta_controller_s|) (_ BitVec 6)) ; \op_left
 ; yosys-smt2-wire c_dec 6
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_mode"], "smtname": 29, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#29| (|meta_controller_s|) (_ BitVec 2)) ; \op_mode
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_mode"], "smtname": 30, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#30| (|meta_controller_s|) (_ BitVec 2)) ; \op_mode
 ; yosys-smt2-wire c_mode 2
 ; yosys-smt2-wire c_more 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 37, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#37| (|meta_controller_s|) (_ BitVec 2)) ; \cand
+; yosys-smt2-witness {"offset": 0, "path": ["\\cand"], "smtname": 38, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#38| (|meta_controller_s|) (_ BitVec 2)) ; \cand
 ; yosys-smt2-register cand 2
 ; yosys-smt2-wire cand 2
-(declare-fun |meta_controller#38| (|meta_controller_s|) Bool) ; \clk
+(declare-fun |meta_controller#39| (|meta_controller_s|) Bool) ; \clk
 ; yosys-smt2-input clk 1
 ; yosys-smt2-wire clk 1
 ; yosys-smt2-clock clk posedge
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "posedge", "width": 1}
 ; yosys-smt2-witness {"offset": 0, "path": ["\\clk"], "smtname": "clk", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 39, "smtoffset": 0, "type": "reg", "width": 4}
-(declare-fun |meta_controller#39| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\dcnt"], "smtname": 40, "smtoffset": 0, "type": "reg", "width": 4}
+(declare-fun |meta_controller#40| (|meta_controller_s|) (_ BitVec 4)) ; \dcnt
 ; yosys-smt2-register dcnt 4
 ; yosys-smt2-wire dcnt 4
-; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 40, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#40| (|meta_controller_s|) (_ BitVec 1)) ; \fb
+; yosys-smt2-witness {"offset": 0, "path": ["\\fb"], "smtname": 41, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#41| (|meta_controller_s|) (_ BitVec 1)) ; \fb
 ; yosys-smt2-register fb 1
 ; yosys-smt2-wire fb 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 41, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#41| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\hcnt"], "smtname": 42, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#42| (|meta_controller_s|) (_ BitVec 2)) ; \hcnt
 ; yosys-smt2-register hcnt 2
 ; yosys-smt2-wire hcnt 2
 ; yosys-smt2-wire in_0 1
 ; yosys-smt2-wire in_1 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_entry"], "smtname": 42, "smtoffset": 0, "type": "reg", "width": 3}
-(declare-fun |meta_controller#42| (|meta_controller_s|) (_ BitVec 3)) ; \lut_entry
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_entry"], "smtname": 43, "smtoffset": 0, "type": "reg", "width": 3}
+(declare-fun |meta_controller#43| (|meta_controller_s|) (_ BitVec 3)) ; \lut_entry
 ; yosys-smt2-wire lut_c 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_or"], "smtname": 43, "smtoffset": 0, "type": "reg", "width": 37}
-(declare-fun |meta_controller#43| (|meta_controller_s|) (_ BitVec 37)) ; \lut_or
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_or"], "smtname": 44, "smtoffset": 0, "type": "reg", "width": 37}
+(declare-fun |meta_controller#44| (|meta_controller_s|) (_ BitVec 37)) ; \lut_or
 ; yosys-smt2-wire lut_code 3
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_col"], "smtname": 78, "smtoffset": 0, "type": "reg", "width": 71}
-(declare-fun |meta_controller#78| (|meta_controller_s|) (_ BitVec 71)) ; \lut_col
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_col"], "smtname": 79, "smtoffset": 0, "type": "reg", "width": 71}
+(declare-fun |meta_controller#79| (|meta_controller_s|) (_ BitVec 71)) ; \lut_col
 ; yosys-smt2-register lut_col 71
 ; yosys-smt2-wire lut_col 71
 ; yosys-smt2-register lut_entry 3
@@ -90,24 +94,24 @@
 ; yosys-smt2-register lut_or 37
 ; yosys-smt2-wire lut_or 37
 ; yosys-smt2-wire lut_p 2
-(declare-fun |meta_controller#85| (|meta_controller_s|) (_ BitVec 3))
+(declare-fun |meta_controller#86| (|meta_controller_s|) (_ BitVec 3))
 ; yosys-smt2-wire lut_read 3
-; yosys-smt2-witness {"offset": 0, "path": ["\\lut_sel"], "smtname": 86, "smtoffset": 0, "type": "reg", "width": 72}
-(declare-fun |meta_controller#86| (|meta_controller_s|) (_ BitVec 72)) ; \lut_sel
+; yosys-smt2-witness {"offset": 0, "path": ["\\lut_sel"], "smtname": 87, "smtoffset": 0, "type": "reg", "width": 72}
+(declare-fun |meta_controller#87| (|meta_controller_s|) (_ BitVec 72)) ; \lut_sel
 ; yosys-smt2-register lut_sel 72
 ; yosys-smt2-wire lut_sel 72
-(declare-fun |meta_controller#120| (|meta_controller_s|) (_ BitVec 72))
+(declare-fun |meta_controller#121| (|meta_controller_s|) (_ BitVec 72))
 ; yosys-smt2-wire lut_sel_d 72
 ; yosys-smt2-wire n_act 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q3"], "smtname": 133, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#133| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q3
-; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 134, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#134| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
-; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q3"], "smtname": 139, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#139| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q3
+; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q3"], "smtname": 134, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#134| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q3
+; yosys-smt2-witness {"offset": 0, "path": ["\\vcnt"], "smtname": 135, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#135| (|meta_controller_s|) (_ BitVec 2)) ; \vcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q3"], "smtname": 140, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#140| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q3
 ; yosys-smt2-wire n_cand 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 150, "smtoffset": 0, "type": "reg", "width": 3}
-(declare-fun |meta_controller#150| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
+; yosys-smt2-witness {"offset": 0, "path": ["\\rcnt"], "smtname": 151, "smtoffset": 0, "type": "reg", "width": 3}
+(declare-fun |meta_controller#151| (|meta_controller_s|) (_ BitVec 3)) ; \rcnt
 ; yosys-smt2-wire n_dcnt 4
 ; yosys-smt2-wire n_fb 1
 ; yosys-smt2-wire n_hcnt 2
@@ -119,30 +123,30 @@
 ; yosys-smt2-wire n_vcnt 2
 ; yosys-smt2-register op_act 2
 ; yosys-smt2-wire op_act 2
-(declare-fun |meta_controller#207| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg
+(declare-fun |meta_controller#208| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg
 ; yosys-smt2-input op_arg 2
 ; yosys-smt2-wire op_arg 2
 ; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg"], "smtname": "op_arg", "smtoffset": 0, "type": "input", "width": 2}
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q1"], "smtname": 208, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#208| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q1"], "smtname": 209, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#209| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q1
 ; yosys-smt2-register op_arg_q1 2
 ; yosys-smt2-wire op_arg_q1 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q2"], "smtname": 209, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#209| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_arg_q2"], "smtname": 210, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#210| (|meta_controller_s|) (_ BitVec 2)) ; \op_arg_q2
 ; yosys-smt2-register op_arg_q2 2
 ; yosys-smt2-wire op_arg_q2 2
 ; yosys-smt2-register op_arg_q3 2
 ; yosys-smt2-wire op_arg_q3 2
-(declare-fun |meta_controller#210| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd
+(declare-fun |meta_controller#211| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd
 ; yosys-smt2-input op_cmd 2
 ; yosys-smt2-wire op_cmd 2
 ; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd"], "smtname": "op_cmd", "smtoffset": 0, "type": "input", "width": 2}
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q1"], "smtname": 211, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#211| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q1"], "smtname": 212, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#212| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q1
 ; yosys-smt2-register op_cmd_q1 2
 ; yosys-smt2-wire op_cmd_q1 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q2"], "smtname": 212, "smtoffset": 0, "type": "reg", "width": 2}
-(declare-fun |meta_controller#212| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\op_cmd_q2"], "smtname": 213, "smtoffset": 0, "type": "reg", "width": 2}
+(declare-fun |meta_controller#213| (|meta_controller_s|) (_ BitVec 2)) ; \op_cmd_q2
 ; yosys-smt2-register op_cmd_q2 2
 ; yosys-smt2-wire op_cmd_q2 2
 ; yosys-smt2-register op_cmd_q3 2
@@ -151,16 +155,16 @@
 ; yosys-smt2-wire op_left 6
 ; yosys-smt2-register op_mode 2
 ; yosys-smt2-wire op_mode 2
-(declare-fun |meta_controller#213| (|meta_controller_s|) Bool) ; \probe_fault
+(declare-fun |meta_controller#214| (|meta_controller_s|) Bool) ; \probe_fault
 ; yosys-smt2-input probe_fault 1
 ; yosys-smt2-wire probe_fault 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault"], "smtname": "probe_fault", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q1"], "smtname": 214, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#214| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q1"], "smtname": 215, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#215| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q1
 ; yosys-smt2-register probe_fault_q1 1
 ; yosys-smt2-wire probe_fault_q1 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q2"], "smtname": 215, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#215| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\probe_fault_q2"], "smtname": 216, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#216| (|meta_controller_s|) (_ BitVec 1)) ; \probe_fault_q2
 ; yosys-smt2-register probe_fault_q2 1
 ; yosys-smt2-wire probe_fault_q2 1
 ; yosys-smt2-register probe_fault_q3 1
@@ -170,448 +174,450 @@
 ; yosys-smt2-output reason 4
 ; yosys-smt2-register reason 4
 ; yosys-smt2-wire reason 4
-(declare-fun |meta_controller#216| (|meta_controller_s|) Bool) ; \rst
+(declare-fun |meta_controller#217| (|meta_controller_s|) Bool) ; \rst
 ; yosys-smt2-input rst 1
 ; yosys-smt2-wire rst 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\rst"], "smtname": "rst", "smtoffset": 0, "type": "input", "width": 1}
-(declare-fun |meta_controller#217| (|meta_controller_s|) Bool) ; \sla_violation
+(declare-fun |meta_controller#218| (|meta_controller_s|) Bool) ; \sla_violation
 ; yosys-smt2-input sla_violation 1
 ; yosys-smt2-wire sla_violation 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation"], "smtname": "sla_violation", "smtoffset": 0, "type": "input", "width": 1}
-; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q1"], "smtname": 218, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#218| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q1"], "smtname": 219, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#219| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q1
 ; yosys-smt2-register sla_violation_q1 1
 ; yosys-smt2-wire sla_violation_q1 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q2"], "smtname": 219, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#219| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\sla_violation_q2"], "smtname": 220, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#220| (|meta_controller_s|) (_ BitVec 1)) ; \sla_violation_q2
 ; yosys-smt2-register sla_violation_q2 1
 ; yosys-smt2-wire sla_violation_q2 1
 ; yosys-smt2-register sla_violation_q3 1
 ; yosys-smt2-wire sla_violation_q3 1
-(declare-fun |meta_controller#220| (|meta_controller_s|) Bool) ; \step
+(declare-fun |meta_controller#221| (|meta_controller_s|) Bool) ; \step
 ; yosys-smt2-input step 1
 ; yosys-smt2-wire step 1
 ; yosys-smt2-witness {"offset": 0, "path": ["\\step"], "smtname": "step", "smtoffset": 0, "type": "input", "width": 1}
 ; yosys-smt2-output token 2
 ; yosys-smt2-register token 2
 ; yosys-smt2-wire token 2
-; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q1"], "smtname": 221, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#221| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q1
+; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q1"], "smtname": 222, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#222| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q1
 ; yosys-smt2-register valid_q1 1
 ; yosys-smt2-wire valid_q1 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q2"], "smtname": 222, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#222| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q2
+; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q2"], "smtname": 223, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#223| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q2
 ; yosys-smt2-register valid_q2 1
 ; yosys-smt2-wire valid_q2 1
-; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q3"], "smtname": 223, "smtoffset": 0, "type": "reg", "width": 1}
-(declare-fun |meta_controller#223| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q3
+; yosys-smt2-witness {"offset": 0, "path": ["\\valid_q3"], "smtname": 224, "smtoffset": 0, "type": "reg", "width": 1}
+(declare-fun |meta_controller#224| (|meta_controller_s|) (_ BitVec 1)) ; \valid_q3
 ; yosys-smt2-register valid_q3 1
 ; yosys-smt2-wire valid_q3 1
 ; yosys-smt2-register vcnt 2
 ; yosys-smt2-wire vcnt 2
 ; yosys-smt2-wire x_reason 4
 ; yosys-smt2-wire x_token 2
-(declare-fun |meta_controller#750| (|meta_controller_s|) (_ BitVec 71))
-(declare-fun |meta_controller#856| (|meta_controller_s|) (_ BitVec 1))
+(declare-fun |meta_controller#751| (|meta_controller_s|) (_ BitVec 71))
+(declare-fun |meta_controller#857| (|meta_controller_s|) (_ BitVec 1))
 ; yosys-smt2-topmod meta_controller
 ; end of yosys output
-(define-fun |meta_controller#4| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#3| state)) #b110)) ; \in_0
-(define-fun |meta_controller#5| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#4| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$2817 [2:0]
-(define-fun |meta_controller#6| ((state |meta_controller_s|)) Bool (bvule ((_ extract 13 10) (|meta_controller#3| state)) #b0001)) ; \in_1
-(define-fun |meta_controller#7| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#6| state) #b0001 #b1111)) ; $ternary$meta_controller.v:798$664_Y
-(define-fun |meta_controller#8| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (concat #b1 (|meta_controller#5| state)) (|meta_controller#7| state))) ; \allowed
-(define-fun |meta_controller#15| ((state |meta_controller_s|)) Bool (= (|meta_controller#14| state) #b11)) ; $eq$meta_controller.v:913$689_Y
-(define-fun |meta_controller#16| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#15| state) #b00 (|meta_controller#13| state))) ; $3\c_act[1:0]
-(define-fun |meta_controller#17| ((state |meta_controller_s|)) Bool (= (|meta_controller#14| state) #b10)) ; $eq$meta_controller.v:908$688_Y
-(define-fun |meta_controller#18| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#17| state) #b00 (|meta_controller#16| state))) ; $2\c_act[1:0]
-(define-fun |meta_controller#20| ((state |meta_controller_s|)) Bool (= (|meta_controller#14| state) #b01)) ; $eq$meta_controller.v:903$685_Y
-(define-fun |meta_controller#21| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr #b0100 (concat #b00 (|meta_controller#19| state))))) ; $shiftx$meta_controller.v:0$686_Y
-(define-fun |meta_controller#22| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#20| state) false) (or  (= ((_ extract 0 0) (|meta_controller#21| state)) #b1) false))) ; $logic_and$meta_controller.v:903$687_Y
-(define-fun |meta_controller#23| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#22| state) (|meta_controller#19| state) (|meta_controller#18| state))) ; \c_act
-(define-fun |meta_controller#25| ((state |meta_controller_s|)) (_ BitVec 6) (bvsub (|meta_controller#24| state) #b000001)) ; $sub$meta_controller.v:902$684_Y
-(define-fun |meta_controller#26| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#15| state) #b000000 (|meta_controller#25| state))) ; $3\c_dec[5:0]
-(define-fun |meta_controller#27| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#17| state) #b111011 (|meta_controller#26| state))) ; $2\c_dec[5:0]
-(define-fun |meta_controller#28| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#22| state) #b111011 (|meta_controller#27| state))) ; \c_dec
-(define-fun |meta_controller#30| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#15| state) #b00 (|meta_controller#29| state))) ; $3\c_mode[1:0]
-(define-fun |meta_controller#31| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#17| state) #b10 (|meta_controller#30| state))) ; $2\c_mode[1:0]
-(define-fun |meta_controller#32| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#22| state) #b01 (|meta_controller#31| state))) ; \c_mode
-(define-fun |meta_controller#33| ((state |meta_controller_s|)) Bool (bvugt (|meta_controller#24| state) #b000001)) ; $gt$meta_controller.v:901$683_Y
-(define-fun |meta_controller#34| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#15| state) #b0 (ite (|meta_controller#33| state) #b1 #b0))) ; $3\c_more[0:0]
-(define-fun |meta_controller#35| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#17| state) #b1 (|meta_controller#34| state))) ; $2\c_more[0:0]
-(define-fun |meta_controller#36| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#22| state) #b1 (|meta_controller#35| state))) ; \c_more
-(define-fun |meta_controller#44| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 0 0) (|meta_controller#43| state)) ((_ extract 1 1) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$625_Y
-(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#44| state) ((_ extract 2 2) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$626_Y
-(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#45| state) ((_ extract 3 3) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$627_Y
-(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#46| state) ((_ extract 4 4) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$628_Y
-(define-fun |meta_controller#48| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#47| state) ((_ extract 5 5) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$629_Y
-(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#48| state) ((_ extract 6 6) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$630_Y
-(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#49| state) ((_ extract 7 7) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$631_Y
-(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#50| state) ((_ extract 8 8) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$632_Y
-(define-fun |meta_controller#52| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#51| state) ((_ extract 9 9) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$633_Y
-(define-fun |meta_controller#53| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#52| state) ((_ extract 10 10) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$634_Y
-(define-fun |meta_controller#54| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#53| state) ((_ extract 11 11) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$635_Y
-(define-fun |meta_controller#55| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#54| state) ((_ extract 12 12) (|meta_controller#43| state)))) ; \lut_code [0]
-(define-fun |meta_controller#56| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 13 13) (|meta_controller#43| state)) ((_ extract 14 14) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$637_Y
-(define-fun |meta_controller#57| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#56| state) ((_ extract 15 15) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$638_Y
-(define-fun |meta_controller#58| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#57| state) ((_ extract 16 16) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$639_Y
-(define-fun |meta_controller#59| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#58| state) ((_ extract 17 17) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$640_Y
-(define-fun |meta_controller#60| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#59| state) ((_ extract 18 18) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$641_Y
-(define-fun |meta_controller#61| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#60| state) ((_ extract 19 19) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$642_Y
-(define-fun |meta_controller#62| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#61| state) ((_ extract 20 20) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$643_Y
-(define-fun |meta_controller#63| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#62| state) ((_ extract 21 21) (|meta_controller#43| state)))) ; \lut_code [1]
-(define-fun |meta_controller#64| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 22 22) (|meta_controller#43| state)) ((_ extract 23 23) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$645_Y
-(define-fun |meta_controller#65| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#64| state) ((_ extract 24 24) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$646_Y
-(define-fun |meta_controller#66| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#65| state) ((_ extract 25 25) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$647_Y
-(define-fun |meta_controller#67| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#66| state) ((_ extract 26 26) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$648_Y
-(define-fun |meta_controller#68| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#67| state) ((_ extract 27 27) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$649_Y
-(define-fun |meta_controller#69| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#68| state) ((_ extract 28 28) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$650_Y
-(define-fun |meta_controller#70| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#69| state) ((_ extract 29 29) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$651_Y
-(define-fun |meta_controller#71| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#70| state) ((_ extract 30 30) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$652_Y
-(define-fun |meta_controller#72| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#71| state) ((_ extract 31 31) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$653_Y
-(define-fun |meta_controller#73| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#72| state) ((_ extract 32 32) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$654_Y
-(define-fun |meta_controller#74| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#73| state) ((_ extract 33 33) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$655_Y
-(define-fun |meta_controller#75| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#74| state) ((_ extract 34 34) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$656_Y
-(define-fun |meta_controller#76| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#75| state) ((_ extract 35 35) (|meta_controller#43| state)))) ; $or$meta_controller.v:772$657_Y
-(define-fun |meta_controller#77| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#76| state) ((_ extract 36 36) (|meta_controller#43| state)))) ; \lut_code [2]
-(define-fun |meta_controller#121| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#36| state)) #b1) (|meta_controller#23| state) #b00)) ; $2\n_act[1:0]
-(define-fun |meta_controller#122| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#32| state)) #b1) (= ((_ extract 1 1) (|meta_controller#32| state)) #b1))) ; $ne$meta_controller.v:924$690_Y
-(define-fun |meta_controller#123| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#122| state) (|meta_controller#121| state) #b00)) ; \n_act
-(define-fun |meta_controller#124| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#42| state)) (|meta_controller#37| state))) ; $ne$meta_controller.v:878$679_Y
-(define-fun |meta_controller#125| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#124| state) ((_ extract 1 0) (|meta_controller#42| state)) (|meta_controller#37| state))) ; $8\n_cand[1:0]
-(define-fun |meta_controller#126| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#42| state)) (|meta_controller#11| state))) ; $eq$meta_controller.v:875$678_Y
-(define-fun |meta_controller#127| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#126| state) (|meta_controller#37| state) (|meta_controller#125| state))) ; $7\n_cand[1:0]
-(define-fun |meta_controller#128| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#42| state)) #b1) (|meta_controller#127| state) (|meta_controller#37| state))) ; $6\n_cand[1:0]
-(define-fun |meta_controller#129| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#39| state) #b0000)) ; $ne$meta_controller.v:869$675_Y
-(define-fun |meta_controller#130| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#129| state) (|meta_controller#37| state) (|meta_controller#128| state))) ; $5\n_cand[1:0]
-(define-fun |meta_controller#131| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#8| state) (concat #b00 (|meta_controller#11| state))))) ; $shiftx$meta_controller.v:0$673_Y
-(define-fun |meta_controller#132| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#131| state)) #b1) (|meta_controller#130| state) #b00)) ; $4\n_cand[1:0]
-(define-fun |meta_controller#135| ((state |meta_controller_s|)) Bool (= (|meta_controller#134| state) #b10)) ; $eq$meta_controller.v:851$669_Y
-(define-fun |meta_controller#136| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) false) (or  (|meta_controller#135| state) false))) ; $logic_and$meta_controller.v:851$670_Y
-(define-fun |meta_controller#137| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#136| state) #b00 (|meta_controller#132| state))) ; $3\n_cand[1:0]
-(define-fun |meta_controller#138| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) (|meta_controller#37| state) (|meta_controller#137| state))) ; $2\n_cand[1:0]
-(define-fun |meta_controller#140| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b00 (|meta_controller#138| state))) ; \n_cand
-(define-fun |meta_controller#141| ((state |meta_controller_s|)) Bool (= (|meta_controller#41| state) #b10)) ; $eq$meta_controller.v:882$680_Y
-(define-fun |meta_controller#142| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#141| state) #b1010 (|meta_controller#39| state))) ; $11\n_dcnt[3:0]
-(define-fun |meta_controller#143| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#124| state) (|meta_controller#39| state) (|meta_controller#142| state))) ; $10\n_dcnt[3:0]
-(define-fun |meta_controller#144| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#126| state) (|meta_controller#39| state) (|meta_controller#143| state))) ; $9\n_dcnt[3:0]
-(define-fun |meta_controller#145| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#42| state)) #b1) (|meta_controller#144| state) (|meta_controller#39| state))) ; $8\n_dcnt[3:0]
-(define-fun |meta_controller#146| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#39| state) #b0001)) ; $sub$meta_controller.v:870$676_Y
-(define-fun |meta_controller#147| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#129| state) (|meta_controller#146| state) (|meta_controller#145| state))) ; $7\n_dcnt[3:0]
-(define-fun |meta_controller#148| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#131| state)) #b1) (|meta_controller#147| state) #b1010)) ; $6\n_dcnt[3:0]
-(define-fun |meta_controller#149| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#136| state) #b0000 (|meta_controller#148| state))) ; $5\n_dcnt[3:0]
-(define-fun |meta_controller#151| ((state |meta_controller_s|)) Bool (= (|meta_controller#150| state) #b111)) ; $eq$meta_controller.v:842$667_Y
-(define-fun |meta_controller#152| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#151| state) #b1010 (|meta_controller#39| state))) ; $4\n_dcnt[3:0]
-(define-fun |meta_controller#153| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) (|meta_controller#39| state) (|meta_controller#152| state))) ; $3\n_dcnt[3:0]
-(define-fun |meta_controller#154| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) (|meta_controller#153| state) (|meta_controller#149| state))) ; $2\n_dcnt[3:0]
-(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b0000 (|meta_controller#154| state))) ; \n_dcnt
-(define-fun |meta_controller#156| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#136| state) #b1 #b0)) ; $5\n_fb[0:0]
-(define-fun |meta_controller#157| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#151| state) #b0 #b1)) ; $4\n_fb[0:0]
-(define-fun |meta_controller#158| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b1 (|meta_controller#157| state))) ; $3\n_fb[0:0]
-(define-fun |meta_controller#159| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) (|meta_controller#158| state) (|meta_controller#156| state))) ; $2\n_fb[0:0]
-(define-fun |meta_controller#160| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b1 (|meta_controller#159| state))) ; \n_fb
-(define-fun |meta_controller#161| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#41| state) #b01)) ; $add$meta_controller.v:888$681_Y
-(define-fun |meta_controller#162| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#141| state) #b00 (|meta_controller#161| state))) ; $9\n_hcnt[1:0]
-(define-fun |meta_controller#163| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#124| state) #b01 (|meta_controller#162| state))) ; $8\n_hcnt[1:0]
-(define-fun |meta_controller#164| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#126| state) #b00 (|meta_controller#163| state))) ; $7\n_hcnt[1:0]
-(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#42| state)) #b1) (|meta_controller#164| state) #b00)) ; $6\n_hcnt[1:0]
-(define-fun |meta_controller#166| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#129| state) (|meta_controller#41| state) (|meta_controller#165| state))) ; $5\n_hcnt[1:0]
-(define-fun |meta_controller#167| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#131| state)) #b1) (|meta_controller#166| state) #b00)) ; $4\n_hcnt[1:0]
-(define-fun |meta_controller#168| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#136| state) #b00 (|meta_controller#167| state))) ; $3\n_hcnt[1:0]
-(define-fun |meta_controller#169| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) (|meta_controller#41| state) (|meta_controller#168| state))) ; $2\n_hcnt[1:0]
-(define-fun |meta_controller#170| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b00 (|meta_controller#169| state))) ; \n_hcnt
-(define-fun |meta_controller#171| ((state |meta_controller_s|)) (_ BitVec 6) (ite (= ((_ extract 0 0) (|meta_controller#36| state)) #b1) (|meta_controller#28| state) #b000000)) ; $2\n_left[5:0]
-(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#122| state) (|meta_controller#171| state) #b000000)) ; \n_left
-(define-fun |meta_controller#173| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#36| state)) #b1) (|meta_controller#32| state) #b00)) ; $2\n_mode[1:0]
-(define-fun |meta_controller#174| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#122| state) (|meta_controller#173| state) #b00)) ; \n_mode
-(define-fun |meta_controller#175| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#131| state)) #b1) (|meta_controller#150| state) #b000)) ; $6\n_rcnt[2:0]
-(define-fun |meta_controller#176| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#136| state) #b000 (|meta_controller#175| state))) ; $5\n_rcnt[2:0]
-(define-fun |meta_controller#177| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#150| state) #b001)) ; $add$meta_controller.v:848$668_Y
-(define-fun |meta_controller#178| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#151| state) #b000 (|meta_controller#177| state))) ; $4\n_rcnt[2:0]
-(define-fun |meta_controller#179| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b000 (|meta_controller#178| state))) ; $3\n_rcnt[2:0]
-(define-fun |meta_controller#180| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) (|meta_controller#179| state) (|meta_controller#176| state))) ; $2\n_rcnt[2:0]
-(define-fun |meta_controller#181| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b000 (|meta_controller#180| state))) ; \n_rcnt
-(define-fun |meta_controller#182| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#141| state) #b10 #b01)) ; $11\n_reason[3:0]
-(define-fun |meta_controller#183| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#124| state) #b01 (|meta_controller#182| state))) ; $10\n_reason[3:0]
-(define-fun |meta_controller#184| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#126| state) #b00 (|meta_controller#183| state))) ; $9\n_reason[3:0]
-(define-fun |meta_controller#185| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#42| state)) #b1) (concat #b0 (|meta_controller#184| state)) #b100)) ; $8\n_reason[3:0]
-(define-fun |meta_controller#186| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#129| state) #b011 (|meta_controller#185| state))) ; $7\n_reason[3:0]
-(define-fun |meta_controller#187| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#131| state)) #b1) (concat #b0 (|meta_controller#186| state)) #b1000)) ; $6\n_reason[3:0]
-(define-fun |meta_controller#188| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#136| state) #b0101 (|meta_controller#187| state))) ; $5\n_reason[3:0]
-(define-fun |meta_controller#189| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#151| state) #b10 #b01)) ; $4\n_reason[3:0]
-(define-fun |meta_controller#190| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) #b01 (|meta_controller#189| state))) ; $3\n_reason[3:0]
-(define-fun |meta_controller#191| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) (concat #b01 (|meta_controller#190| state)) (|meta_controller#188| state))) ; $2\n_reason[3:0]
-(define-fun |meta_controller#192| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b0111 (|meta_controller#191| state))) ; \n_reason
-(define-fun |meta_controller#193| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#141| state) ((_ extract 1 0) (|meta_controller#42| state)) (|meta_controller#11| state))) ; $9\n_token[1:0]
-(define-fun |meta_controller#194| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#124| state) (|meta_controller#11| state) (|meta_controller#193| state))) ; $8\n_token[1:0]
-(define-fun |meta_controller#195| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#126| state) (|meta_controller#11| state) (|meta_controller#194| state))) ; $7\n_token[1:0]
-(define-fun |meta_controller#196| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#42| state)) #b1) (|meta_controller#195| state) (|meta_controller#11| state))) ; $6\n_token[1:0]
-(define-fun |meta_controller#197| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#129| state) (|meta_controller#11| state) (|meta_controller#196| state))) ; $5\n_token[1:0]
-(define-fun |meta_controller#198| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#131| state)) #b1) (|meta_controller#197| state) #b00)) ; $4\n_token[1:0]
-(define-fun |meta_controller#199| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#136| state) #b00 (|meta_controller#198| state))) ; $3\n_token[1:0]
-(define-fun |meta_controller#200| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) #b00 (|meta_controller#199| state))) ; $2\n_token[1:0]
-(define-fun |meta_controller#201| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b00 (|meta_controller#200| state))) ; \n_token
-(define-fun |meta_controller#202| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#134| state) #b01)) ; $add$meta_controller.v:861$671_Y
-(define-fun |meta_controller#203| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#133| state)) #b1) (|meta_controller#202| state) #b00)) ; $ternary$meta_controller.v:861$672_Y
-(define-fun |meta_controller#204| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#136| state) #b00 (|meta_controller#203| state))) ; $3\n_vcnt[1:0]
-(define-fun |meta_controller#205| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) (|meta_controller#134| state) (|meta_controller#204| state))) ; $2\n_vcnt[1:0]
-(define-fun |meta_controller#206| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) #b00 (|meta_controller#205| state))) ; \n_vcnt
-(define-fun |meta_controller#224| ((state |meta_controller_s|)) Bool (= (|meta_controller#32| state) #b01)) ; $eq$meta_controller.v:927$700_Y
-(define-fun |meta_controller#225| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#224| state) #b01 #b10)) ; $auto$wreduce.cc:455:run$2818 [1:0]
-(define-fun |meta_controller#226| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) false))) ; $logic_not$meta_controller.v:925$691_Y
-(define-fun |meta_controller#227| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#40| state)) #b1) false  (|meta_controller#136| state) false)) ; $logic_or$meta_controller.v:925$694_Y
-(define-fun |meta_controller#228| ((state |meta_controller_s|)) Bool (not (or  (|meta_controller#227| state) false))) ; $logic_not$meta_controller.v:925$695_Y
-(define-fun |meta_controller#229| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#226| state) false) (or  (|meta_controller#228| state) false))) ; $logic_and$meta_controller.v:925$696_Y
-(define-fun |meta_controller#230| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#8| state) (concat #b00 (|meta_controller#23| state))))) ; $shiftx$meta_controller.v:0$697_Y
-(define-fun |meta_controller#231| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#139| state)) #b1) false  (= ((_ extract 0 0) (|meta_controller#230| state)) #b1) false)) ; $logic_or$meta_controller.v:925$698_Y
-(define-fun |meta_controller#232| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#229| state) false) (or  (|meta_controller#231| state) false))) ; $logic_and$meta_controller.v:925$699_Y
-(define-fun |meta_controller#233| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#232| state) (concat #b10 (|meta_controller#225| state)) (|meta_controller#192| state))) ; $2\x_reason[3:0]
-(define-fun |meta_controller#234| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#122| state) (|meta_controller#233| state) (|meta_controller#192| state))) ; \x_reason
-(define-fun |meta_controller#235| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#232| state) (|meta_controller#23| state) (|meta_controller#201| state))) ; $2\x_token[1:0]
-(define-fun |meta_controller#236| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#122| state) (|meta_controller#235| state) (|meta_controller#201| state))) ; \x_token
-(define-fun |meta_controller#237| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#216| state) #b0 (|meta_controller#222| state))) ; $0\valid_q3[0:0]
-(define-fun |meta_controller#238| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#216| state) #b0 (|meta_controller#221| state))) ; $0\valid_q2[0:0]
-(define-fun |meta_controller#239| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#216| state) #b0 (ite (|meta_controller#220| state) #b1 #b0))) ; $0\valid_q1[0:0]
-(define-fun |meta_controller#240| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#181| state) (|meta_controller#150| state))) ; $procmux$1755_Y
-(define-fun |meta_controller#241| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#216| state) #b000 (|meta_controller#240| state))) ; $0\rcnt[2:0]
-(define-fun |meta_controller#242| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#206| state) (|meta_controller#134| state))) ; $procmux$1767_Y
-(define-fun |meta_controller#243| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#216| state) #b00 (|meta_controller#242| state))) ; $0\vcnt[1:0]
-(define-fun |meta_controller#751| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 0 0) (|meta_controller#86| state)) ((_ extract 2 2) (|meta_controller#78| state)))) ; $and$meta_controller.v:769$519_Y
-(define-fun |meta_controller#752| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 1 1) (|meta_controller#86| state)) ((_ extract 5 5) (|meta_controller#78| state)))) ; $and$meta_controller.v:769$520_Y
-(define-fun |meta_controller#753| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#751| state) (|meta_controller#752| state))) ; $0\lut_or[36:0] [0]
-(define-fun |meta_controller#754| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 2 2) (|meta_controller#86| state)) ((_ extract 7 7) (|meta_controller#78| state)))) ; $and$meta_controller.v:768$522_Y
-(define-fun |meta_controller#755| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 3 3) (|meta_controller#86| state)) ((_ extract 9 9) (|meta_controller#78| state)))) ; $and$meta_controller.v:768$523_Y
-(define-fun |meta_controller#756| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#754| state) (|meta_controller#755| state))) ; $0\lut_or[36:0] [1]
-(define-fun |meta_controller#757| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 4 4) (|meta_controller#86| state)) ((_ extract 12 12) (|meta_controller#78| state)))) ; $and$meta_controller.v:767$525_Y
-(define-fun |meta_controller#758| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 5 5) (|meta_controller#86| state)) ((_ extract 14 14) (|meta_controller#78| state)))) ; $and$meta_controller.v:767$526_Y
-(define-fun |meta_controller#759| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#757| state) (|meta_controller#758| state))) ; $0\lut_or[36:0] [2]
-(define-fun |meta_controller#760| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 6 6) (|meta_controller#86| state)) ((_ extract 17 17) (|meta_controller#78| state)))) ; $and$meta_controller.v:766$528_Y
-(define-fun |meta_controller#761| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 7 7) (|meta_controller#86| state)) ((_ extract 19 19) (|meta_controller#78| state)))) ; $and$meta_controller.v:766$529_Y
-(define-fun |meta_controller#762| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#760| state) (|meta_controller#761| state))) ; $0\lut_or[36:0] [3]
-(define-fun |meta_controller#763| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 8 8) (|meta_controller#86| state)) ((_ extract 22 22) (|meta_controller#78| state)))) ; $and$meta_controller.v:765$531_Y
-(define-fun |meta_controller#764| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 9 9) (|meta_controller#86| state)) ((_ extract 24 24) (|meta_controller#78| state)))) ; $and$meta_controller.v:765$532_Y
-(define-fun |meta_controller#765| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#763| state) (|meta_controller#764| state))) ; $0\lut_or[36:0] [4]
-(define-fun |meta_controller#766| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 10 10) (|meta_controller#86| state)) ((_ extract 27 27) (|meta_controller#78| state)))) ; $and$meta_controller.v:764$534_Y
-(define-fun |meta_controller#767| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 11 11) (|meta_controller#86| state)) ((_ extract 30 30) (|meta_controller#78| state)))) ; $and$meta_controller.v:764$535_Y
-(define-fun |meta_controller#768| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#766| state) (|meta_controller#767| state))) ; $0\lut_or[36:0] [5]
-(define-fun |meta_controller#769| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 12 12) (|meta_controller#86| state)) ((_ extract 33 33) (|meta_controller#78| state)))) ; $and$meta_controller.v:763$537_Y
-(define-fun |meta_controller#770| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 13 13) (|meta_controller#86| state)) ((_ extract 36 36) (|meta_controller#78| state)))) ; $and$meta_controller.v:763$538_Y
-(define-fun |meta_controller#771| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#769| state) (|meta_controller#770| state))) ; $0\lut_or[36:0] [6]
-(define-fun |meta_controller#772| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 14 14) (|meta_controller#86| state)) ((_ extract 39 39) (|meta_controller#78| state)))) ; $and$meta_controller.v:762$540_Y
-(define-fun |meta_controller#773| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 15 15) (|meta_controller#86| state)) ((_ extract 42 42) (|meta_controller#78| state)))) ; $and$meta_controller.v:762$541_Y
-(define-fun |meta_controller#774| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#772| state) (|meta_controller#773| state))) ; $0\lut_or[36:0] [7]
-(define-fun |meta_controller#775| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 16 16) (|meta_controller#86| state)) ((_ extract 45 45) (|meta_controller#78| state)))) ; $and$meta_controller.v:761$543_Y
-(define-fun |meta_controller#776| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 17 17) (|meta_controller#86| state)) ((_ extract 48 48) (|meta_controller#78| state)))) ; $and$meta_controller.v:761$544_Y
-(define-fun |meta_controller#777| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#775| state) (|meta_controller#776| state))) ; $0\lut_or[36:0] [8]
-(define-fun |meta_controller#778| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 18 18) (|meta_controller#86| state)) ((_ extract 51 51) (|meta_controller#78| state)))) ; $and$meta_controller.v:760$546_Y
-(define-fun |meta_controller#779| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 19 19) (|meta_controller#86| state)) ((_ extract 54 54) (|meta_controller#78| state)))) ; $and$meta_controller.v:760$547_Y
-(define-fun |meta_controller#780| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#778| state) (|meta_controller#779| state))) ; $0\lut_or[36:0] [9]
-(define-fun |meta_controller#781| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 20 20) (|meta_controller#86| state)) ((_ extract 57 57) (|meta_controller#78| state)))) ; $and$meta_controller.v:759$549_Y
-(define-fun |meta_controller#782| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 21 21) (|meta_controller#86| state)) ((_ extract 60 60) (|meta_controller#78| state)))) ; $and$meta_controller.v:759$550_Y
-(define-fun |meta_controller#783| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#781| state) (|meta_controller#782| state))) ; $0\lut_or[36:0] [10]
-(define-fun |meta_controller#784| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 22 22) (|meta_controller#86| state)) ((_ extract 63 63) (|meta_controller#78| state)))) ; $and$meta_controller.v:758$552_Y
-(define-fun |meta_controller#785| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 23 23) (|meta_controller#86| state)) ((_ extract 66 66) (|meta_controller#78| state)))) ; $and$meta_controller.v:758$553_Y
-(define-fun |meta_controller#786| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#784| state) (|meta_controller#785| state))) ; $0\lut_or[36:0] [11]
-(define-fun |meta_controller#787| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 24 24) (|meta_controller#86| state)) ((_ extract 68 68) (|meta_controller#78| state)))) ; $0\lut_or[36:0] [12]
-(define-fun |meta_controller#788| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 25 25) (|meta_controller#86| state)) ((_ extract 10 10) (|meta_controller#78| state)))) ; $and$meta_controller.v:756$556_Y
-(define-fun |meta_controller#789| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 26 26) (|meta_controller#86| state)) ((_ extract 15 15) (|meta_controller#78| state)))) ; $and$meta_controller.v:756$557_Y
-(define-fun |meta_controller#790| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#788| state) (|meta_controller#789| state))) ; $0\lut_or[36:0] [13]
-(define-fun |meta_controller#791| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 27 27) (|meta_controller#86| state)) ((_ extract 20 20) (|meta_controller#78| state)))) ; $and$meta_controller.v:755$559_Y
-(define-fun |meta_controller#792| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 28 28) (|meta_controller#86| state)) ((_ extract 25 25) (|meta_controller#78| state)))) ; $and$meta_controller.v:755$560_Y
-(define-fun |meta_controller#793| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#791| state) (|meta_controller#792| state))) ; $0\lut_or[36:0] [14]
-(define-fun |meta_controller#794| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 29 29) (|meta_controller#86| state)) ((_ extract 28 28) (|meta_controller#78| state)))) ; $and$meta_controller.v:754$562_Y
-(define-fun |meta_controller#795| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 30 30) (|meta_controller#86| state)) ((_ extract 31 31) (|meta_controller#78| state)))) ; $and$meta_controller.v:754$563_Y
-(define-fun |meta_controller#796| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#794| state) (|meta_controller#795| state))) ; $0\lut_or[36:0] [15]
-(define-fun |meta_controller#797| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 31 31) (|meta_controller#86| state)) ((_ extract 34 34) (|meta_controller#78| state)))) ; $and$meta_controller.v:753$565_Y
-(define-fun |meta_controller#798| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 32 32) (|meta_controller#86| state)) ((_ extract 37 37) (|meta_controller#78| state)))) ; $and$meta_controller.v:753$566_Y
-(define-fun |meta_controller#799| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#797| state) (|meta_controller#798| state))) ; $0\lut_or[36:0] [16]
-(define-fun |meta_controller#800| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 33 33) (|meta_controller#86| state)) ((_ extract 40 40) (|meta_controller#78| state)))) ; $and$meta_controller.v:752$568_Y
-(define-fun |meta_controller#801| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 34 34) (|meta_controller#86| state)) ((_ extract 43 43) (|meta_controller#78| state)))) ; $and$meta_controller.v:752$569_Y
-(define-fun |meta_controller#802| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#800| state) (|meta_controller#801| state))) ; $0\lut_or[36:0] [17]
-(define-fun |meta_controller#803| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 35 35) (|meta_controller#86| state)) ((_ extract 46 46) (|meta_controller#78| state)))) ; $and$meta_controller.v:751$571_Y
-(define-fun |meta_controller#804| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 36 36) (|meta_controller#86| state)) ((_ extract 49 49) (|meta_controller#78| state)))) ; $and$meta_controller.v:751$572_Y
-(define-fun |meta_controller#805| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#803| state) (|meta_controller#804| state))) ; $0\lut_or[36:0] [18]
-(define-fun |meta_controller#806| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 37 37) (|meta_controller#86| state)) ((_ extract 52 52) (|meta_controller#78| state)))) ; $and$meta_controller.v:750$574_Y
-(define-fun |meta_controller#807| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 38 38) (|meta_controller#86| state)) ((_ extract 55 55) (|meta_controller#78| state)))) ; $and$meta_controller.v:750$575_Y
-(define-fun |meta_controller#808| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#806| state) (|meta_controller#807| state))) ; $0\lut_or[36:0] [19]
-(define-fun |meta_controller#809| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 39 39) (|meta_controller#86| state)) ((_ extract 58 58) (|meta_controller#78| state)))) ; $and$meta_controller.v:749$577_Y
-(define-fun |meta_controller#810| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 40 40) (|meta_controller#86| state)) ((_ extract 61 61) (|meta_controller#78| state)))) ; $and$meta_controller.v:749$578_Y
-(define-fun |meta_controller#811| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#809| state) (|meta_controller#810| state))) ; $0\lut_or[36:0] [20]
-(define-fun |meta_controller#812| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 41 41) (|meta_controller#86| state)) ((_ extract 64 64) (|meta_controller#78| state)))) ; $and$meta_controller.v:748$580_Y
-(define-fun |meta_controller#813| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 42 42) (|meta_controller#86| state)) ((_ extract 69 69) (|meta_controller#78| state)))) ; $and$meta_controller.v:748$581_Y
-(define-fun |meta_controller#814| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#812| state) (|meta_controller#813| state))) ; $0\lut_or[36:0] [21]
-(define-fun |meta_controller#815| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 44 44) (|meta_controller#86| state)) ((_ extract 0 0) (|meta_controller#78| state)))) ; $and$meta_controller.v:747$583_Y
-(define-fun |meta_controller#816| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 43 43) (|meta_controller#86| state)) (|meta_controller#815| state))) ; $0\lut_or[36:0] [22]
-(define-fun |meta_controller#817| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 45 45) (|meta_controller#86| state)) ((_ extract 1 1) (|meta_controller#78| state)))) ; $and$meta_controller.v:746$585_Y
-(define-fun |meta_controller#818| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 46 46) (|meta_controller#86| state)) ((_ extract 3 3) (|meta_controller#78| state)))) ; $and$meta_controller.v:746$586_Y
-(define-fun |meta_controller#819| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#817| state) (|meta_controller#818| state))) ; $0\lut_or[36:0] [23]
-(define-fun |meta_controller#820| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 47 47) (|meta_controller#86| state)) ((_ extract 4 4) (|meta_controller#78| state)))) ; $and$meta_controller.v:745$588_Y
-(define-fun |meta_controller#821| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 48 48) (|meta_controller#86| state)) ((_ extract 6 6) (|meta_controller#78| state)))) ; $and$meta_controller.v:745$589_Y
-(define-fun |meta_controller#822| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#820| state) (|meta_controller#821| state))) ; $0\lut_or[36:0] [24]
-(define-fun |meta_controller#823| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 49 49) (|meta_controller#86| state)) ((_ extract 8 8) (|meta_controller#78| state)))) ; $and$meta_controller.v:744$591_Y
-(define-fun |meta_controller#824| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 50 50) (|meta_controller#86| state)) ((_ extract 11 11) (|meta_controller#78| state)))) ; $and$meta_controller.v:744$592_Y
-(define-fun |meta_controller#825| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#823| state) (|meta_controller#824| state))) ; $0\lut_or[36:0] [25]
-(define-fun |meta_controller#826| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 51 51) (|meta_controller#86| state)) ((_ extract 13 13) (|meta_controller#78| state)))) ; $and$meta_controller.v:743$594_Y
-(define-fun |meta_controller#827| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 52 52) (|meta_controller#86| state)) ((_ extract 16 16) (|meta_controller#78| state)))) ; $and$meta_controller.v:743$595_Y
-(define-fun |meta_controller#828| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#826| state) (|meta_controller#827| state))) ; $0\lut_or[36:0] [26]
-(define-fun |meta_controller#829| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 53 53) (|meta_controller#86| state)) ((_ extract 18 18) (|meta_controller#78| state)))) ; $and$meta_controller.v:742$597_Y
-(define-fun |meta_controller#830| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 54 54) (|meta_controller#86| state)) ((_ extract 21 21) (|meta_controller#78| state)))) ; $and$meta_controller.v:742$598_Y
-(define-fun |meta_controller#831| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#829| state) (|meta_controller#830| state))) ; $0\lut_or[36:0] [27]
-(define-fun |meta_controller#832| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 55 55) (|meta_controller#86| state)) ((_ extract 23 23) (|meta_controller#78| state)))) ; $and$meta_controller.v:741$600_Y
-(define-fun |meta_controller#833| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 56 56) (|meta_controller#86| state)) ((_ extract 26 26) (|meta_controller#78| state)))) ; $and$meta_controller.v:741$601_Y
-(define-fun |meta_controller#834| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#832| state) (|meta_controller#833| state))) ; $0\lut_or[36:0] [28]
-(define-fun |meta_controller#835| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 57 57) (|meta_controller#86| state)) ((_ extract 29 29) (|meta_controller#78| state)))) ; $and$meta_controller.v:740$603_Y
-(define-fun |meta_controller#836| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 58 58) (|meta_controller#86| state)) ((_ extract 32 32) (|meta_controller#78| state)))) ; $and$meta_controller.v:740$604_Y
-(define-fun |meta_controller#837| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#835| state) (|meta_controller#836| state))) ; $0\lut_or[36:0] [29]
-(define-fun |meta_controller#838| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 59 59) (|meta_controller#86| state)) ((_ extract 35 35) (|meta_controller#78| state)))) ; $and$meta_controller.v:739$606_Y
-(define-fun |meta_controller#839| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 60 60) (|meta_controller#86| state)) ((_ extract 38 38) (|meta_controller#78| state)))) ; $and$meta_controller.v:739$607_Y
-(define-fun |meta_controller#840| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#838| state) (|meta_controller#839| state))) ; $0\lut_or[36:0] [30]
-(define-fun |meta_controller#841| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 61 61) (|meta_controller#86| state)) ((_ extract 41 41) (|meta_controller#78| state)))) ; $and$meta_controller.v:738$609_Y
-(define-fun |meta_controller#842| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 62 62) (|meta_controller#86| state)) ((_ extract 44 44) (|meta_controller#78| state)))) ; $and$meta_controller.v:738$610_Y
-(define-fun |meta_controller#843| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#841| state) (|meta_controller#842| state))) ; $0\lut_or[36:0] [31]
-(define-fun |meta_controller#844| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 63 63) (|meta_controller#86| state)) ((_ extract 47 47) (|meta_controller#78| state)))) ; $and$meta_controller.v:737$612_Y
-(define-fun |meta_controller#845| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 64 64) (|meta_controller#86| state)) ((_ extract 50 50) (|meta_controller#78| state)))) ; $and$meta_controller.v:737$613_Y
-(define-fun |meta_controller#846| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#844| state) (|meta_controller#845| state))) ; $0\lut_or[36:0] [32]
-(define-fun |meta_controller#847| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 65 65) (|meta_controller#86| state)) ((_ extract 53 53) (|meta_controller#78| state)))) ; $and$meta_controller.v:736$615_Y
-(define-fun |meta_controller#848| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 66 66) (|meta_controller#86| state)) ((_ extract 56 56) (|meta_controller#78| state)))) ; $and$meta_controller.v:736$616_Y
-(define-fun |meta_controller#849| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#847| state) (|meta_controller#848| state))) ; $0\lut_or[36:0] [33]
-(define-fun |meta_controller#850| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 67 67) (|meta_controller#86| state)) ((_ extract 59 59) (|meta_controller#78| state)))) ; $and$meta_controller.v:735$618_Y
-(define-fun |meta_controller#851| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 68 68) (|meta_controller#86| state)) ((_ extract 62 62) (|meta_controller#78| state)))) ; $and$meta_controller.v:735$619_Y
-(define-fun |meta_controller#852| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#850| state) (|meta_controller#851| state))) ; $0\lut_or[36:0] [34]
-(define-fun |meta_controller#853| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 69 69) (|meta_controller#86| state)) ((_ extract 65 65) (|meta_controller#78| state)))) ; $and$meta_controller.v:734$621_Y
-(define-fun |meta_controller#854| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 70 70) (|meta_controller#86| state)) ((_ extract 67 67) (|meta_controller#78| state)))) ; $and$meta_controller.v:734$622_Y
-(define-fun |meta_controller#855| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#853| state) (|meta_controller#854| state))) ; $0\lut_or[36:0] [35]
-(define-fun |meta_controller#857| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#170| state) (|meta_controller#41| state))) ; $procmux$1779_Y
-(define-fun |meta_controller#858| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#216| state) #b00 (|meta_controller#857| state))) ; $0\hcnt[1:0]
-(define-fun |meta_controller#859| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#160| state) (|meta_controller#40| state))) ; $procmux$1761_Y
-(define-fun |meta_controller#860| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#216| state) #b0 (|meta_controller#859| state))) ; $0\fb[0:0]
-(define-fun |meta_controller#861| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#155| state) (|meta_controller#39| state))) ; $procmux$1773_Y
-(define-fun |meta_controller#862| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#216| state) #b0000 (|meta_controller#861| state))) ; $0\dcnt[3:0]
-(define-fun |meta_controller#863| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#140| state) (|meta_controller#37| state))) ; $procmux$1785_Y
-(define-fun |meta_controller#864| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#216| state) #b00 (|meta_controller#863| state))) ; $0\cand[1:0]
-(define-fun |meta_controller#865| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#174| state) (|meta_controller#29| state))) ; $procmux$1749_Y
-(define-fun |meta_controller#866| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#216| state) #b00 (|meta_controller#865| state))) ; $0\op_mode[1:0]
-(define-fun |meta_controller#867| ((state |meta_controller_s|)) (_ BitVec 6) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#172| state) (|meta_controller#24| state))) ; $procmux$1737_Y
-(define-fun |meta_controller#868| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#216| state) #b000000 (|meta_controller#867| state))) ; $0\op_left[5:0]
-(define-fun |meta_controller#869| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#123| state) (|meta_controller#13| state))) ; $procmux$1743_Y
-(define-fun |meta_controller#870| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#216| state) #b00 (|meta_controller#869| state))) ; $0\op_act[1:0]
-(define-fun |meta_controller#871| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) #b1 #b0)) ; $procmux$1731_Y
-(define-fun |meta_controller#872| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#216| state) #b0 (|meta_controller#871| state))) ; $0\audit_valid[0:0]
-(define-fun |meta_controller#873| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#236| state) (|meta_controller#11| state))) ; $procmux$1803_Y
-(define-fun |meta_controller#874| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#216| state) #b00 (|meta_controller#873| state))) ; $0\token[1:0]
-(define-fun |meta_controller#875| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#234| state) (|meta_controller#10| state))) ; $procmux$1797_Y
-(define-fun |meta_controller#876| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#216| state) #b0000 (|meta_controller#875| state))) ; $0\reason[3:0]
-(define-fun |meta_controller#877| ((state |meta_controller_s|)) (_ BitVec 14) (ite (= ((_ extract 0 0) (|meta_controller#223| state)) #b1) (|meta_controller#3| state) (|meta_controller#9| state))) ; $procmux$1791_Y
-(define-fun |meta_controller#878| ((state |meta_controller_s|)) (_ BitVec 14) (ite (|meta_controller#216| state) #b00000000000000 (|meta_controller#877| state))) ; $0\audit_addr[13:0]
+(define-fun |meta_controller#5| ((state |meta_controller_s|)) Bool (bvuge ((_ extract 2 0) (|meta_controller#2| state)) #b110)) ; \in_0
+(define-fun |meta_controller#6| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#5| state) #b011 #b111)) ; $auto$wreduce.cc:455:run$2819 [2:0]
+(define-fun |meta_controller#7| ((state |meta_controller_s|)) Bool (bvule ((_ extract 13 10) (|meta_controller#2| state)) #b0001)) ; \in_1
+(define-fun |meta_controller#8| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#7| state) #b0001 #b1111)) ; $ternary$meta_controller.v:799$664_Y
+(define-fun |meta_controller#9| ((state |meta_controller_s|)) (_ BitVec 4) (bvand (concat #b1 (|meta_controller#6| state)) (|meta_controller#8| state))) ; \allowed_d
+(define-fun |meta_controller#16| ((state |meta_controller_s|)) Bool (= (|meta_controller#15| state) #b11)) ; $eq$meta_controller.v:919$690_Y
+(define-fun |meta_controller#17| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#16| state) #b00 (|meta_controller#14| state))) ; $3\c_act[1:0]
+(define-fun |meta_controller#18| ((state |meta_controller_s|)) Bool (= (|meta_controller#15| state) #b10)) ; $eq$meta_controller.v:914$689_Y
+(define-fun |meta_controller#19| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#18| state) #b00 (|meta_controller#17| state))) ; $2\c_act[1:0]
+(define-fun |meta_controller#21| ((state |meta_controller_s|)) Bool (= (|meta_controller#15| state) #b01)) ; $eq$meta_controller.v:909$686_Y
+(define-fun |meta_controller#22| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr #b0100 (concat #b00 (|meta_controller#20| state))))) ; $shiftx$meta_controller.v:0$687_Y
+(define-fun |meta_controller#23| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#21| state) false) (or  (= ((_ extract 0 0) (|meta_controller#22| state)) #b1) false))) ; $logic_and$meta_controller.v:909$688_Y
+(define-fun |meta_controller#24| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#23| state) (|meta_controller#20| state) (|meta_controller#19| state))) ; \c_act
+(define-fun |meta_controller#26| ((state |meta_controller_s|)) (_ BitVec 6) (bvsub (|meta_controller#25| state) #b000001)) ; $sub$meta_controller.v:908$685_Y
+(define-fun |meta_controller#27| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#16| state) #b000000 (|meta_controller#26| state))) ; $3\c_dec[5:0]
+(define-fun |meta_controller#28| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#18| state) #b111011 (|meta_controller#27| state))) ; $2\c_dec[5:0]
+(define-fun |meta_controller#29| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#23| state) #b111011 (|meta_controller#28| state))) ; \c_dec
+(define-fun |meta_controller#31| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#16| state) #b00 (|meta_controller#30| state))) ; $3\c_mode[1:0]
+(define-fun |meta_controller#32| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#18| state) #b10 (|meta_controller#31| state))) ; $2\c_mode[1:0]
+(define-fun |meta_controller#33| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#23| state) #b01 (|meta_controller#32| state))) ; \c_mode
+(define-fun |meta_controller#34| ((state |meta_controller_s|)) Bool (bvugt (|meta_controller#25| state) #b000001)) ; $gt$meta_controller.v:907$684_Y
+(define-fun |meta_controller#35| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#16| state) #b0 (ite (|meta_controller#34| state) #b1 #b0))) ; $3\c_more[0:0]
+(define-fun |meta_controller#36| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#18| state) #b1 (|meta_controller#35| state))) ; $2\c_more[0:0]
+(define-fun |meta_controller#37| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#23| state) #b1 (|meta_controller#36| state))) ; \c_more
+(define-fun |meta_controller#45| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 0 0) (|meta_controller#44| state)) ((_ extract 1 1) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$625_Y
+(define-fun |meta_controller#46| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#45| state) ((_ extract 2 2) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$626_Y
+(define-fun |meta_controller#47| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#46| state) ((_ extract 3 3) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$627_Y
+(define-fun |meta_controller#48| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#47| state) ((_ extract 4 4) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$628_Y
+(define-fun |meta_controller#49| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#48| state) ((_ extract 5 5) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$629_Y
+(define-fun |meta_controller#50| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#49| state) ((_ extract 6 6) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$630_Y
+(define-fun |meta_controller#51| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#50| state) ((_ extract 7 7) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$631_Y
+(define-fun |meta_controller#52| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#51| state) ((_ extract 8 8) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$632_Y
+(define-fun |meta_controller#53| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#52| state) ((_ extract 9 9) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$633_Y
+(define-fun |meta_controller#54| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#53| state) ((_ extract 10 10) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$634_Y
+(define-fun |meta_controller#55| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#54| state) ((_ extract 11 11) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$635_Y
+(define-fun |meta_controller#56| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#55| state) ((_ extract 12 12) (|meta_controller#44| state)))) ; \lut_code [0]
+(define-fun |meta_controller#57| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 13 13) (|meta_controller#44| state)) ((_ extract 14 14) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$637_Y
+(define-fun |meta_controller#58| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#57| state) ((_ extract 15 15) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$638_Y
+(define-fun |meta_controller#59| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#58| state) ((_ extract 16 16) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$639_Y
+(define-fun |meta_controller#60| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#59| state) ((_ extract 17 17) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$640_Y
+(define-fun |meta_controller#61| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#60| state) ((_ extract 18 18) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$641_Y
+(define-fun |meta_controller#62| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#61| state) ((_ extract 19 19) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$642_Y
+(define-fun |meta_controller#63| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#62| state) ((_ extract 20 20) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$643_Y
+(define-fun |meta_controller#64| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#63| state) ((_ extract 21 21) (|meta_controller#44| state)))) ; \lut_code [1]
+(define-fun |meta_controller#65| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 22 22) (|meta_controller#44| state)) ((_ extract 23 23) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$645_Y
+(define-fun |meta_controller#66| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#65| state) ((_ extract 24 24) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$646_Y
+(define-fun |meta_controller#67| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#66| state) ((_ extract 25 25) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$647_Y
+(define-fun |meta_controller#68| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#67| state) ((_ extract 26 26) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$648_Y
+(define-fun |meta_controller#69| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#68| state) ((_ extract 27 27) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$649_Y
+(define-fun |meta_controller#70| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#69| state) ((_ extract 28 28) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$650_Y
+(define-fun |meta_controller#71| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#70| state) ((_ extract 29 29) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$651_Y
+(define-fun |meta_controller#72| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#71| state) ((_ extract 30 30) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$652_Y
+(define-fun |meta_controller#73| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#72| state) ((_ extract 31 31) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$653_Y
+(define-fun |meta_controller#74| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#73| state) ((_ extract 32 32) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$654_Y
+(define-fun |meta_controller#75| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#74| state) ((_ extract 33 33) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$655_Y
+(define-fun |meta_controller#76| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#75| state) ((_ extract 34 34) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$656_Y
+(define-fun |meta_controller#77| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#76| state) ((_ extract 35 35) (|meta_controller#44| state)))) ; $or$meta_controller.v:772$657_Y
+(define-fun |meta_controller#78| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#77| state) ((_ extract 36 36) (|meta_controller#44| state)))) ; \lut_code [2]
+(define-fun |meta_controller#122| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#37| state)) #b1) (|meta_controller#24| state) #b00)) ; $2\n_act[1:0]
+(define-fun |meta_controller#123| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#33| state)) #b1) (= ((_ extract 1 1) (|meta_controller#33| state)) #b1))) ; $ne$meta_controller.v:930$691_Y
+(define-fun |meta_controller#124| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#123| state) (|meta_controller#122| state) #b00)) ; \n_act
+(define-fun |meta_controller#125| ((state |meta_controller_s|)) Bool (distinct ((_ extract 1 0) (|meta_controller#43| state)) (|meta_controller#38| state))) ; $ne$meta_controller.v:884$680_Y
+(define-fun |meta_controller#126| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#125| state) ((_ extract 1 0) (|meta_controller#43| state)) (|meta_controller#38| state))) ; $8\n_cand[1:0]
+(define-fun |meta_controller#127| ((state |meta_controller_s|)) Bool (= ((_ extract 1 0) (|meta_controller#43| state)) (|meta_controller#12| state))) ; $eq$meta_controller.v:881$679_Y
+(define-fun |meta_controller#128| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#127| state) (|meta_controller#38| state) (|meta_controller#126| state))) ; $7\n_cand[1:0]
+(define-fun |meta_controller#129| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#43| state)) #b1) (|meta_controller#128| state) (|meta_controller#38| state))) ; $6\n_cand[1:0]
+(define-fun |meta_controller#130| ((state |meta_controller_s|)) Bool (distinct (|meta_controller#40| state) #b0000)) ; $ne$meta_controller.v:875$676_Y
+(define-fun |meta_controller#131| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) (|meta_controller#38| state) (|meta_controller#129| state))) ; $5\n_cand[1:0]
+(define-fun |meta_controller#132| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#4| state) (concat #b00 (|meta_controller#12| state))))) ; $shiftx$meta_controller.v:0$674_Y
+(define-fun |meta_controller#133| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#132| state)) #b1) (|meta_controller#131| state) #b00)) ; $4\n_cand[1:0]
+(define-fun |meta_controller#136| ((state |meta_controller_s|)) Bool (= (|meta_controller#135| state) #b10)) ; $eq$meta_controller.v:857$670_Y
+(define-fun |meta_controller#137| ((state |meta_controller_s|)) Bool (and (or  (= ((_ extract 0 0) (|meta_controller#134| state)) #b1) false) (or  (|meta_controller#136| state) false))) ; $logic_and$meta_controller.v:857$671_Y
+(define-fun |meta_controller#138| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#137| state) #b00 (|meta_controller#133| state))) ; $3\n_cand[1:0]
+(define-fun |meta_controller#139| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) (|meta_controller#38| state) (|meta_controller#138| state))) ; $2\n_cand[1:0]
+(define-fun |meta_controller#141| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b00 (|meta_controller#139| state))) ; \n_cand
+(define-fun |meta_controller#142| ((state |meta_controller_s|)) Bool (= (|meta_controller#42| state) #b10)) ; $eq$meta_controller.v:888$681_Y
+(define-fun |meta_controller#143| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#142| state) #b1010 (|meta_controller#40| state))) ; $11\n_dcnt[3:0]
+(define-fun |meta_controller#144| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#125| state) (|meta_controller#40| state) (|meta_controller#143| state))) ; $10\n_dcnt[3:0]
+(define-fun |meta_controller#145| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#127| state) (|meta_controller#40| state) (|meta_controller#144| state))) ; $9\n_dcnt[3:0]
+(define-fun |meta_controller#146| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 2 2) (|meta_controller#43| state)) #b1) (|meta_controller#145| state) (|meta_controller#40| state))) ; $8\n_dcnt[3:0]
+(define-fun |meta_controller#147| ((state |meta_controller_s|)) (_ BitVec 4) (bvsub (|meta_controller#40| state) #b0001)) ; $sub$meta_controller.v:876$677_Y
+(define-fun |meta_controller#148| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#130| state) (|meta_controller#147| state) (|meta_controller#146| state))) ; $7\n_dcnt[3:0]
+(define-fun |meta_controller#149| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#132| state)) #b1) (|meta_controller#148| state) #b1010)) ; $6\n_dcnt[3:0]
+(define-fun |meta_controller#150| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#137| state) #b0000 (|meta_controller#149| state))) ; $5\n_dcnt[3:0]
+(define-fun |meta_controller#152| ((state |meta_controller_s|)) Bool (= (|meta_controller#151| state) #b111)) ; $eq$meta_controller.v:848$668_Y
+(define-fun |meta_controller#153| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#152| state) #b1010 (|meta_controller#40| state))) ; $4\n_dcnt[3:0]
+(define-fun |meta_controller#154| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#134| state)) #b1) (|meta_controller#40| state) (|meta_controller#153| state))) ; $3\n_dcnt[3:0]
+(define-fun |meta_controller#155| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) (|meta_controller#154| state) (|meta_controller#150| state))) ; $2\n_dcnt[3:0]
+(define-fun |meta_controller#156| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b0000 (|meta_controller#155| state))) ; \n_dcnt
+(define-fun |meta_controller#157| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#137| state) #b1 #b0)) ; $5\n_fb[0:0]
+(define-fun |meta_controller#158| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#152| state) #b0 #b1)) ; $4\n_fb[0:0]
+(define-fun |meta_controller#159| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#134| state)) #b1) #b1 (|meta_controller#158| state))) ; $3\n_fb[0:0]
+(define-fun |meta_controller#160| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) (|meta_controller#159| state) (|meta_controller#157| state))) ; $2\n_fb[0:0]
+(define-fun |meta_controller#161| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b1 (|meta_controller#160| state))) ; \n_fb
+(define-fun |meta_controller#162| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#42| state) #b01)) ; $add$meta_controller.v:894$682_Y
+(define-fun |meta_controller#163| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#142| state) #b00 (|meta_controller#162| state))) ; $9\n_hcnt[1:0]
+(define-fun |meta_controller#164| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#125| state) #b01 (|meta_controller#163| state))) ; $8\n_hcnt[1:0]
+(define-fun |meta_controller#165| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#127| state) #b00 (|meta_controller#164| state))) ; $7\n_hcnt[1:0]
+(define-fun |meta_controller#166| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#43| state)) #b1) (|meta_controller#165| state) #b00)) ; $6\n_hcnt[1:0]
+(define-fun |meta_controller#167| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) (|meta_controller#42| state) (|meta_controller#166| state))) ; $5\n_hcnt[1:0]
+(define-fun |meta_controller#168| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#132| state)) #b1) (|meta_controller#167| state) #b00)) ; $4\n_hcnt[1:0]
+(define-fun |meta_controller#169| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#137| state) #b00 (|meta_controller#168| state))) ; $3\n_hcnt[1:0]
+(define-fun |meta_controller#170| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) (|meta_controller#42| state) (|meta_controller#169| state))) ; $2\n_hcnt[1:0]
+(define-fun |meta_controller#171| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b00 (|meta_controller#170| state))) ; \n_hcnt
+(define-fun |meta_controller#172| ((state |meta_controller_s|)) (_ BitVec 6) (ite (= ((_ extract 0 0) (|meta_controller#37| state)) #b1) (|meta_controller#29| state) #b000000)) ; $2\n_left[5:0]
+(define-fun |meta_controller#173| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#123| state) (|meta_controller#172| state) #b000000)) ; \n_left
+(define-fun |meta_controller#174| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#37| state)) #b1) (|meta_controller#33| state) #b00)) ; $2\n_mode[1:0]
+(define-fun |meta_controller#175| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#123| state) (|meta_controller#174| state) #b00)) ; \n_mode
+(define-fun |meta_controller#176| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#132| state)) #b1) (|meta_controller#151| state) #b000)) ; $6\n_rcnt[2:0]
+(define-fun |meta_controller#177| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#137| state) #b000 (|meta_controller#176| state))) ; $5\n_rcnt[2:0]
+(define-fun |meta_controller#178| ((state |meta_controller_s|)) (_ BitVec 3) (bvadd (|meta_controller#151| state) #b001)) ; $add$meta_controller.v:854$669_Y
+(define-fun |meta_controller#179| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#152| state) #b000 (|meta_controller#178| state))) ; $4\n_rcnt[2:0]
+(define-fun |meta_controller#180| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#134| state)) #b1) #b000 (|meta_controller#179| state))) ; $3\n_rcnt[2:0]
+(define-fun |meta_controller#181| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) (|meta_controller#180| state) (|meta_controller#177| state))) ; $2\n_rcnt[2:0]
+(define-fun |meta_controller#182| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b000 (|meta_controller#181| state))) ; \n_rcnt
+(define-fun |meta_controller#183| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#142| state) #b10 #b01)) ; $11\n_reason[3:0]
+(define-fun |meta_controller#184| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#125| state) #b01 (|meta_controller#183| state))) ; $10\n_reason[3:0]
+(define-fun |meta_controller#185| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#127| state) #b00 (|meta_controller#184| state))) ; $9\n_reason[3:0]
+(define-fun |meta_controller#186| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 2 2) (|meta_controller#43| state)) #b1) (concat #b0 (|meta_controller#185| state)) #b100)) ; $8\n_reason[3:0]
+(define-fun |meta_controller#187| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#130| state) #b011 (|meta_controller#186| state))) ; $7\n_reason[3:0]
+(define-fun |meta_controller#188| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#132| state)) #b1) (concat #b0 (|meta_controller#187| state)) #b1000)) ; $6\n_reason[3:0]
+(define-fun |meta_controller#189| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#137| state) #b0101 (|meta_controller#188| state))) ; $5\n_reason[3:0]
+(define-fun |meta_controller#190| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#152| state) #b10 #b01)) ; $4\n_reason[3:0]
+(define-fun |meta_controller#191| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#134| state)) #b1) #b01 (|meta_controller#190| state))) ; $3\n_reason[3:0]
+(define-fun |meta_controller#192| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) (concat #b01 (|meta_controller#191| state)) (|meta_controller#189| state))) ; $2\n_reason[3:0]
+(define-fun |meta_controller#193| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b0111 (|meta_controller#192| state))) ; \n_reason
+(define-fun |meta_controller#194| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#142| state) ((_ extract 1 0) (|meta_controller#43| state)) (|meta_controller#12| state))) ; $9\n_token[1:0]
+(define-fun |meta_controller#195| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#125| state) (|meta_controller#12| state) (|meta_controller#194| state))) ; $8\n_token[1:0]
+(define-fun |meta_controller#196| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#127| state) (|meta_controller#12| state) (|meta_controller#195| state))) ; $7\n_token[1:0]
+(define-fun |meta_controller#197| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 2 2) (|meta_controller#43| state)) #b1) (|meta_controller#196| state) (|meta_controller#12| state))) ; $6\n_token[1:0]
+(define-fun |meta_controller#198| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#130| state) (|meta_controller#12| state) (|meta_controller#197| state))) ; $5\n_token[1:0]
+(define-fun |meta_controller#199| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#132| state)) #b1) (|meta_controller#198| state) #b00)) ; $4\n_token[1:0]
+(define-fun |meta_controller#200| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#137| state) #b00 (|meta_controller#199| state))) ; $3\n_token[1:0]
+(define-fun |meta_controller#201| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) #b00 (|meta_controller#200| state))) ; $2\n_token[1:0]
+(define-fun |meta_controller#202| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b00 (|meta_controller#201| state))) ; \n_token
+(define-fun |meta_controller#203| ((state |meta_controller_s|)) (_ BitVec 2) (bvadd (|meta_controller#135| state) #b01)) ; $add$meta_controller.v:867$672_Y
+(define-fun |meta_controller#204| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#134| state)) #b1) (|meta_controller#203| state) #b00)) ; $ternary$meta_controller.v:867$673_Y
+(define-fun |meta_controller#205| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#137| state) #b00 (|meta_controller#204| state))) ; $3\n_vcnt[1:0]
+(define-fun |meta_controller#206| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) (|meta_controller#135| state) (|meta_controller#205| state))) ; $2\n_vcnt[1:0]
+(define-fun |meta_controller#207| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) #b00 (|meta_controller#206| state))) ; \n_vcnt
+(define-fun |meta_controller#225| ((state |meta_controller_s|)) Bool (= (|meta_controller#33| state) #b01)) ; $eq$meta_controller.v:933$701_Y
+(define-fun |meta_controller#226| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#225| state) #b01 #b10)) ; $auto$wreduce.cc:455:run$2820 [1:0]
+(define-fun |meta_controller#227| ((state |meta_controller_s|)) Bool (not (or  (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) false))) ; $logic_not$meta_controller.v:931$692_Y
+(define-fun |meta_controller#228| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#41| state)) #b1) false  (|meta_controller#137| state) false)) ; $logic_or$meta_controller.v:931$695_Y
+(define-fun |meta_controller#229| ((state |meta_controller_s|)) Bool (not (or  (|meta_controller#228| state) false))) ; $logic_not$meta_controller.v:931$696_Y
+(define-fun |meta_controller#230| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#227| state) false) (or  (|meta_controller#229| state) false))) ; $logic_and$meta_controller.v:931$697_Y
+(define-fun |meta_controller#231| ((state |meta_controller_s|)) (_ BitVec 1) ((_ extract 0 0) (bvlshr (|meta_controller#4| state) (concat #b00 (|meta_controller#24| state))))) ; $shiftx$meta_controller.v:0$698_Y
+(define-fun |meta_controller#232| ((state |meta_controller_s|)) Bool (or  (= ((_ extract 0 0) (|meta_controller#140| state)) #b1) false  (= ((_ extract 0 0) (|meta_controller#231| state)) #b1) false)) ; $logic_or$meta_controller.v:931$699_Y
+(define-fun |meta_controller#233| ((state |meta_controller_s|)) Bool (and (or  (|meta_controller#230| state) false) (or  (|meta_controller#232| state) false))) ; $logic_and$meta_controller.v:931$700_Y
+(define-fun |meta_controller#234| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#233| state) (concat #b10 (|meta_controller#226| state)) (|meta_controller#193| state))) ; $2\x_reason[3:0]
+(define-fun |meta_controller#235| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#123| state) (|meta_controller#234| state) (|meta_controller#193| state))) ; \x_reason
+(define-fun |meta_controller#236| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#233| state) (|meta_controller#24| state) (|meta_controller#202| state))) ; $2\x_token[1:0]
+(define-fun |meta_controller#237| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#123| state) (|meta_controller#236| state) (|meta_controller#202| state))) ; \x_token
+(define-fun |meta_controller#238| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#217| state) #b0 (|meta_controller#223| state))) ; $0\valid_q3[0:0]
+(define-fun |meta_controller#239| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#217| state) #b0 (|meta_controller#222| state))) ; $0\valid_q2[0:0]
+(define-fun |meta_controller#240| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#217| state) #b0 (ite (|meta_controller#221| state) #b1 #b0))) ; $0\valid_q1[0:0]
+(define-fun |meta_controller#241| ((state |meta_controller_s|)) (_ BitVec 3) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#182| state) (|meta_controller#151| state))) ; $procmux$1756_Y
+(define-fun |meta_controller#242| ((state |meta_controller_s|)) (_ BitVec 3) (ite (|meta_controller#217| state) #b000 (|meta_controller#241| state))) ; $0\rcnt[2:0]
+(define-fun |meta_controller#243| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#207| state) (|meta_controller#135| state))) ; $procmux$1768_Y
+(define-fun |meta_controller#244| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#217| state) #b00 (|meta_controller#243| state))) ; $0\vcnt[1:0]
+(define-fun |meta_controller#752| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 0 0) (|meta_controller#87| state)) ((_ extract 2 2) (|meta_controller#79| state)))) ; $and$meta_controller.v:769$519_Y
+(define-fun |meta_controller#753| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 1 1) (|meta_controller#87| state)) ((_ extract 5 5) (|meta_controller#79| state)))) ; $and$meta_controller.v:769$520_Y
+(define-fun |meta_controller#754| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#752| state) (|meta_controller#753| state))) ; $0\lut_or[36:0] [0]
+(define-fun |meta_controller#755| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 2 2) (|meta_controller#87| state)) ((_ extract 7 7) (|meta_controller#79| state)))) ; $and$meta_controller.v:768$522_Y
+(define-fun |meta_controller#756| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 3 3) (|meta_controller#87| state)) ((_ extract 9 9) (|meta_controller#79| state)))) ; $and$meta_controller.v:768$523_Y
+(define-fun |meta_controller#757| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#755| state) (|meta_controller#756| state))) ; $0\lut_or[36:0] [1]
+(define-fun |meta_controller#758| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 4 4) (|meta_controller#87| state)) ((_ extract 12 12) (|meta_controller#79| state)))) ; $and$meta_controller.v:767$525_Y
+(define-fun |meta_controller#759| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 5 5) (|meta_controller#87| state)) ((_ extract 14 14) (|meta_controller#79| state)))) ; $and$meta_controller.v:767$526_Y
+(define-fun |meta_controller#760| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#758| state) (|meta_controller#759| state))) ; $0\lut_or[36:0] [2]
+(define-fun |meta_controller#761| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 6 6) (|meta_controller#87| state)) ((_ extract 17 17) (|meta_controller#79| state)))) ; $and$meta_controller.v:766$528_Y
+(define-fun |meta_controller#762| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 7 7) (|meta_controller#87| state)) ((_ extract 19 19) (|meta_controller#79| state)))) ; $and$meta_controller.v:766$529_Y
+(define-fun |meta_controller#763| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#761| state) (|meta_controller#762| state))) ; $0\lut_or[36:0] [3]
+(define-fun |meta_controller#764| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 8 8) (|meta_controller#87| state)) ((_ extract 22 22) (|meta_controller#79| state)))) ; $and$meta_controller.v:765$531_Y
+(define-fun |meta_controller#765| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 9 9) (|meta_controller#87| state)) ((_ extract 24 24) (|meta_controller#79| state)))) ; $and$meta_controller.v:765$532_Y
+(define-fun |meta_controller#766| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#764| state) (|meta_controller#765| state))) ; $0\lut_or[36:0] [4]
+(define-fun |meta_controller#767| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 10 10) (|meta_controller#87| state)) ((_ extract 27 27) (|meta_controller#79| state)))) ; $and$meta_controller.v:764$534_Y
+(define-fun |meta_controller#768| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 11 11) (|meta_controller#87| state)) ((_ extract 30 30) (|meta_controller#79| state)))) ; $and$meta_controller.v:764$535_Y
+(define-fun |meta_controller#769| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#767| state) (|meta_controller#768| state))) ; $0\lut_or[36:0] [5]
+(define-fun |meta_controller#770| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 12 12) (|meta_controller#87| state)) ((_ extract 33 33) (|meta_controller#79| state)))) ; $and$meta_controller.v:763$537_Y
+(define-fun |meta_controller#771| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 13 13) (|meta_controller#87| state)) ((_ extract 36 36) (|meta_controller#79| state)))) ; $and$meta_controller.v:763$538_Y
+(define-fun |meta_controller#772| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#770| state) (|meta_controller#771| state))) ; $0\lut_or[36:0] [6]
+(define-fun |meta_controller#773| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 14 14) (|meta_controller#87| state)) ((_ extract 39 39) (|meta_controller#79| state)))) ; $and$meta_controller.v:762$540_Y
+(define-fun |meta_controller#774| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 15 15) (|meta_controller#87| state)) ((_ extract 42 42) (|meta_controller#79| state)))) ; $and$meta_controller.v:762$541_Y
+(define-fun |meta_controller#775| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#773| state) (|meta_controller#774| state))) ; $0\lut_or[36:0] [7]
+(define-fun |meta_controller#776| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 16 16) (|meta_controller#87| state)) ((_ extract 45 45) (|meta_controller#79| state)))) ; $and$meta_controller.v:761$543_Y
+(define-fun |meta_controller#777| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 17 17) (|meta_controller#87| state)) ((_ extract 48 48) (|meta_controller#79| state)))) ; $and$meta_controller.v:761$544_Y
+(define-fun |meta_controller#778| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#776| state) (|meta_controller#777| state))) ; $0\lut_or[36:0] [8]
+(define-fun |meta_controller#779| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 18 18) (|meta_controller#87| state)) ((_ extract 51 51) (|meta_controller#79| state)))) ; $and$meta_controller.v:760$546_Y
+(define-fun |meta_controller#780| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 19 19) (|meta_controller#87| state)) ((_ extract 54 54) (|meta_controller#79| state)))) ; $and$meta_controller.v:760$547_Y
+(define-fun |meta_controller#781| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#779| state) (|meta_controller#780| state))) ; $0\lut_or[36:0] [9]
+(define-fun |meta_controller#782| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 20 20) (|meta_controller#87| state)) ((_ extract 57 57) (|meta_controller#79| state)))) ; $and$meta_controller.v:759$549_Y
+(define-fun |meta_controller#783| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 21 21) (|meta_controller#87| state)) ((_ extract 60 60) (|meta_controller#79| state)))) ; $and$meta_controller.v:759$550_Y
+(define-fun |meta_controller#784| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#782| state) (|meta_controller#783| state))) ; $0\lut_or[36:0] [10]
+(define-fun |meta_controller#785| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 22 22) (|meta_controller#87| state)) ((_ extract 63 63) (|meta_controller#79| state)))) ; $and$meta_controller.v:758$552_Y
+(define-fun |meta_controller#786| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 23 23) (|meta_controller#87| state)) ((_ extract 66 66) (|meta_controller#79| state)))) ; $and$meta_controller.v:758$553_Y
+(define-fun |meta_controller#787| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#785| state) (|meta_controller#786| state))) ; $0\lut_or[36:0] [11]
+(define-fun |meta_controller#788| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 24 24) (|meta_controller#87| state)) ((_ extract 68 68) (|meta_controller#79| state)))) ; $0\lut_or[36:0] [12]
+(define-fun |meta_controller#789| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 25 25) (|meta_controller#87| state)) ((_ extract 10 10) (|meta_controller#79| state)))) ; $and$meta_controller.v:756$556_Y
+(define-fun |meta_controller#790| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 26 26) (|meta_controller#87| state)) ((_ extract 15 15) (|meta_controller#79| state)))) ; $and$meta_controller.v:756$557_Y
+(define-fun |meta_controller#791| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#789| state) (|meta_controller#790| state))) ; $0\lut_or[36:0] [13]
+(define-fun |meta_controller#792| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 27 27) (|meta_controller#87| state)) ((_ extract 20 20) (|meta_controller#79| state)))) ; $and$meta_controller.v:755$559_Y
+(define-fun |meta_controller#793| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 28 28) (|meta_controller#87| state)) ((_ extract 25 25) (|meta_controller#79| state)))) ; $and$meta_controller.v:755$560_Y
+(define-fun |meta_controller#794| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#792| state) (|meta_controller#793| state))) ; $0\lut_or[36:0] [14]
+(define-fun |meta_controller#795| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 29 29) (|meta_controller#87| state)) ((_ extract 28 28) (|meta_controller#79| state)))) ; $and$meta_controller.v:754$562_Y
+(define-fun |meta_controller#796| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 30 30) (|meta_controller#87| state)) ((_ extract 31 31) (|meta_controller#79| state)))) ; $and$meta_controller.v:754$563_Y
+(define-fun |meta_controller#797| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#795| state) (|meta_controller#796| state))) ; $0\lut_or[36:0] [15]
+(define-fun |meta_controller#798| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 31 31) (|meta_controller#87| state)) ((_ extract 34 34) (|meta_controller#79| state)))) ; $and$meta_controller.v:753$565_Y
+(define-fun |meta_controller#799| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 32 32) (|meta_controller#87| state)) ((_ extract 37 37) (|meta_controller#79| state)))) ; $and$meta_controller.v:753$566_Y
+(define-fun |meta_controller#800| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#798| state) (|meta_controller#799| state))) ; $0\lut_or[36:0] [16]
+(define-fun |meta_controller#801| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 33 33) (|meta_controller#87| state)) ((_ extract 40 40) (|meta_controller#79| state)))) ; $and$meta_controller.v:752$568_Y
+(define-fun |meta_controller#802| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 34 34) (|meta_controller#87| state)) ((_ extract 43 43) (|meta_controller#79| state)))) ; $and$meta_controller.v:752$569_Y
+(define-fun |meta_controller#803| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#801| state) (|meta_controller#802| state))) ; $0\lut_or[36:0] [17]
+(define-fun |meta_controller#804| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 35 35) (|meta_controller#87| state)) ((_ extract 46 46) (|meta_controller#79| state)))) ; $and$meta_controller.v:751$571_Y
+(define-fun |meta_controller#805| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 36 36) (|meta_controller#87| state)) ((_ extract 49 49) (|meta_controller#79| state)))) ; $and$meta_controller.v:751$572_Y
+(define-fun |meta_controller#806| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#804| state) (|meta_controller#805| state))) ; $0\lut_or[36:0] [18]
+(define-fun |meta_controller#807| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 37 37) (|meta_controller#87| state)) ((_ extract 52 52) (|meta_controller#79| state)))) ; $and$meta_controller.v:750$574_Y
+(define-fun |meta_controller#808| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 38 38) (|meta_controller#87| state)) ((_ extract 55 55) (|meta_controller#79| state)))) ; $and$meta_controller.v:750$575_Y
+(define-fun |meta_controller#809| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#807| state) (|meta_controller#808| state))) ; $0\lut_or[36:0] [19]
+(define-fun |meta_controller#810| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 39 39) (|meta_controller#87| state)) ((_ extract 58 58) (|meta_controller#79| state)))) ; $and$meta_controller.v:749$577_Y
+(define-fun |meta_controller#811| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 40 40) (|meta_controller#87| state)) ((_ extract 61 61) (|meta_controller#79| state)))) ; $and$meta_controller.v:749$578_Y
+(define-fun |meta_controller#812| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#810| state) (|meta_controller#811| state))) ; $0\lut_or[36:0] [20]
+(define-fun |meta_controller#813| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 41 41) (|meta_controller#87| state)) ((_ extract 64 64) (|meta_controller#79| state)))) ; $and$meta_controller.v:748$580_Y
+(define-fun |meta_controller#814| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 42 42) (|meta_controller#87| state)) ((_ extract 69 69) (|meta_controller#79| state)))) ; $and$meta_controller.v:748$581_Y
+(define-fun |meta_controller#815| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#813| state) (|meta_controller#814| state))) ; $0\lut_or[36:0] [21]
+(define-fun |meta_controller#816| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 44 44) (|meta_controller#87| state)) ((_ extract 0 0) (|meta_controller#79| state)))) ; $and$meta_controller.v:747$583_Y
+(define-fun |meta_controller#817| ((state |meta_controller_s|)) (_ BitVec 1) (bvor ((_ extract 43 43) (|meta_controller#87| state)) (|meta_controller#816| state))) ; $0\lut_or[36:0] [22]
+(define-fun |meta_controller#818| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 45 45) (|meta_controller#87| state)) ((_ extract 1 1) (|meta_controller#79| state)))) ; $and$meta_controller.v:746$585_Y
+(define-fun |meta_controller#819| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 46 46) (|meta_controller#87| state)) ((_ extract 3 3) (|meta_controller#79| state)))) ; $and$meta_controller.v:746$586_Y
+(define-fun |meta_controller#820| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#818| state) (|meta_controller#819| state))) ; $0\lut_or[36:0] [23]
+(define-fun |meta_controller#821| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 47 47) (|meta_controller#87| state)) ((_ extract 4 4) (|meta_controller#79| state)))) ; $and$meta_controller.v:745$588_Y
+(define-fun |meta_controller#822| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 48 48) (|meta_controller#87| state)) ((_ extract 6 6) (|meta_controller#79| state)))) ; $and$meta_controller.v:745$589_Y
+(define-fun |meta_controller#823| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#821| state) (|meta_controller#822| state))) ; $0\lut_or[36:0] [24]
+(define-fun |meta_controller#824| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 49 49) (|meta_controller#87| state)) ((_ extract 8 8) (|meta_controller#79| state)))) ; $and$meta_controller.v:744$591_Y
+(define-fun |meta_controller#825| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 50 50) (|meta_controller#87| state)) ((_ extract 11 11) (|meta_controller#79| state)))) ; $and$meta_controller.v:744$592_Y
+(define-fun |meta_controller#826| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#824| state) (|meta_controller#825| state))) ; $0\lut_or[36:0] [25]
+(define-fun |meta_controller#827| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 51 51) (|meta_controller#87| state)) ((_ extract 13 13) (|meta_controller#79| state)))) ; $and$meta_controller.v:743$594_Y
+(define-fun |meta_controller#828| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 52 52) (|meta_controller#87| state)) ((_ extract 16 16) (|meta_controller#79| state)))) ; $and$meta_controller.v:743$595_Y
+(define-fun |meta_controller#829| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#827| state) (|meta_controller#828| state))) ; $0\lut_or[36:0] [26]
+(define-fun |meta_controller#830| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 53 53) (|meta_controller#87| state)) ((_ extract 18 18) (|meta_controller#79| state)))) ; $and$meta_controller.v:742$597_Y
+(define-fun |meta_controller#831| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 54 54) (|meta_controller#87| state)) ((_ extract 21 21) (|meta_controller#79| state)))) ; $and$meta_controller.v:742$598_Y
+(define-fun |meta_controller#832| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#830| state) (|meta_controller#831| state))) ; $0\lut_or[36:0] [27]
+(define-fun |meta_controller#833| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 55 55) (|meta_controller#87| state)) ((_ extract 23 23) (|meta_controller#79| state)))) ; $and$meta_controller.v:741$600_Y
+(define-fun |meta_controller#834| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 56 56) (|meta_controller#87| state)) ((_ extract 26 26) (|meta_controller#79| state)))) ; $and$meta_controller.v:741$601_Y
+(define-fun |meta_controller#835| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#833| state) (|meta_controller#834| state))) ; $0\lut_or[36:0] [28]
+(define-fun |meta_controller#836| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 57 57) (|meta_controller#87| state)) ((_ extract 29 29) (|meta_controller#79| state)))) ; $and$meta_controller.v:740$603_Y
+(define-fun |meta_controller#837| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 58 58) (|meta_controller#87| state)) ((_ extract 32 32) (|meta_controller#79| state)))) ; $and$meta_controller.v:740$604_Y
+(define-fun |meta_controller#838| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#836| state) (|meta_controller#837| state))) ; $0\lut_or[36:0] [29]
+(define-fun |meta_controller#839| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 59 59) (|meta_controller#87| state)) ((_ extract 35 35) (|meta_controller#79| state)))) ; $and$meta_controller.v:739$606_Y
+(define-fun |meta_controller#840| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 60 60) (|meta_controller#87| state)) ((_ extract 38 38) (|meta_controller#79| state)))) ; $and$meta_controller.v:739$607_Y
+(define-fun |meta_controller#841| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#839| state) (|meta_controller#840| state))) ; $0\lut_or[36:0] [30]
+(define-fun |meta_controller#842| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 61 61) (|meta_controller#87| state)) ((_ extract 41 41) (|meta_controller#79| state)))) ; $and$meta_controller.v:738$609_Y
+(define-fun |meta_controller#843| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 62 62) (|meta_controller#87| state)) ((_ extract 44 44) (|meta_controller#79| state)))) ; $and$meta_controller.v:738$610_Y
+(define-fun |meta_controller#844| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#842| state) (|meta_controller#843| state))) ; $0\lut_or[36:0] [31]
+(define-fun |meta_controller#845| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 63 63) (|meta_controller#87| state)) ((_ extract 47 47) (|meta_controller#79| state)))) ; $and$meta_controller.v:737$612_Y
+(define-fun |meta_controller#846| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 64 64) (|meta_controller#87| state)) ((_ extract 50 50) (|meta_controller#79| state)))) ; $and$meta_controller.v:737$613_Y
+(define-fun |meta_controller#847| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#845| state) (|meta_controller#846| state))) ; $0\lut_or[36:0] [32]
+(define-fun |meta_controller#848| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 65 65) (|meta_controller#87| state)) ((_ extract 53 53) (|meta_controller#79| state)))) ; $and$meta_controller.v:736$615_Y
+(define-fun |meta_controller#849| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 66 66) (|meta_controller#87| state)) ((_ extract 56 56) (|meta_controller#79| state)))) ; $and$meta_controller.v:736$616_Y
+(define-fun |meta_controller#850| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#848| state) (|meta_controller#849| state))) ; $0\lut_or[36:0] [33]
+(define-fun |meta_controller#851| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 67 67) (|meta_controller#87| state)) ((_ extract 59 59) (|meta_controller#79| state)))) ; $and$meta_controller.v:735$618_Y
+(define-fun |meta_controller#852| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 68 68) (|meta_controller#87| state)) ((_ extract 62 62) (|meta_controller#79| state)))) ; $and$meta_controller.v:735$619_Y
+(define-fun |meta_controller#853| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#851| state) (|meta_controller#852| state))) ; $0\lut_or[36:0] [34]
+(define-fun |meta_controller#854| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 69 69) (|meta_controller#87| state)) ((_ extract 65 65) (|meta_controller#79| state)))) ; $and$meta_controller.v:734$621_Y
+(define-fun |meta_controller#855| ((state |meta_controller_s|)) (_ BitVec 1) (bvand ((_ extract 70 70) (|meta_controller#87| state)) ((_ extract 67 67) (|meta_controller#79| state)))) ; $and$meta_controller.v:734$622_Y
+(define-fun |meta_controller#856| ((state |meta_controller_s|)) (_ BitVec 1) (bvor (|meta_controller#854| state) (|meta_controller#855| state))) ; $0\lut_or[36:0] [35]
+(define-fun |meta_controller#858| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#171| state) (|meta_controller#42| state))) ; $procmux$1780_Y
+(define-fun |meta_controller#859| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#217| state) #b00 (|meta_controller#858| state))) ; $0\hcnt[1:0]
+(define-fun |meta_controller#860| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#161| state) (|meta_controller#41| state))) ; $procmux$1762_Y
+(define-fun |meta_controller#861| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#217| state) #b0 (|meta_controller#860| state))) ; $0\fb[0:0]
+(define-fun |meta_controller#862| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#156| state) (|meta_controller#40| state))) ; $procmux$1774_Y
+(define-fun |meta_controller#863| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#217| state) #b0000 (|meta_controller#862| state))) ; $0\dcnt[3:0]
+(define-fun |meta_controller#864| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#141| state) (|meta_controller#38| state))) ; $procmux$1786_Y
+(define-fun |meta_controller#865| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#217| state) #b00 (|meta_controller#864| state))) ; $0\cand[1:0]
+(define-fun |meta_controller#866| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#175| state) (|meta_controller#30| state))) ; $procmux$1750_Y
+(define-fun |meta_controller#867| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#217| state) #b00 (|meta_controller#866| state))) ; $0\op_mode[1:0]
+(define-fun |meta_controller#868| ((state |meta_controller_s|)) (_ BitVec 6) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#173| state) (|meta_controller#25| state))) ; $procmux$1738_Y
+(define-fun |meta_controller#869| ((state |meta_controller_s|)) (_ BitVec 6) (ite (|meta_controller#217| state) #b000000 (|meta_controller#868| state))) ; $0\op_left[5:0]
+(define-fun |meta_controller#870| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#124| state) (|meta_controller#14| state))) ; $procmux$1744_Y
+(define-fun |meta_controller#871| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#217| state) #b00 (|meta_controller#870| state))) ; $0\op_act[1:0]
+(define-fun |meta_controller#872| ((state |meta_controller_s|)) (_ BitVec 1) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) #b1 #b0)) ; $procmux$1732_Y
+(define-fun |meta_controller#873| ((state |meta_controller_s|)) (_ BitVec 1) (ite (|meta_controller#217| state) #b0 (|meta_controller#872| state))) ; $0\audit_valid[0:0]
+(define-fun |meta_controller#874| ((state |meta_controller_s|)) (_ BitVec 2) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#237| state) (|meta_controller#12| state))) ; $procmux$1804_Y
+(define-fun |meta_controller#875| ((state |meta_controller_s|)) (_ BitVec 2) (ite (|meta_controller#217| state) #b00 (|meta_controller#874| state))) ; $0\token[1:0]
+(define-fun |meta_controller#876| ((state |meta_controller_s|)) (_ BitVec 4) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#235| state) (|meta_controller#11| state))) ; $procmux$1798_Y
+(define-fun |meta_controller#877| ((state |meta_controller_s|)) (_ BitVec 4) (ite (|meta_controller#217| state) #b0000 (|meta_controller#876| state))) ; $0\reason[3:0]
+(define-fun |meta_controller#878| ((state |meta_controller_s|)) (_ BitVec 14) (ite (= ((_ extract 0 0) (|meta_controller#224| state)) #b1) (|meta_controller#3| state) (|meta_controller#10| state))) ; $procmux$1792_Y
+(define-fun |meta_controller#879| ((state |meta_controller_s|)) (_ BitVec 14) (ite (|meta_controller#217| state) #b00000000000000 (|meta_controller#878| state))) ; $0\audit_addr[13:0]
 (define-fun |meta_controller_n addr| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#0| state))
 (define-fun |meta_controller_n addr_q1| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#1| state))
 (define-fun |meta_controller_n addr_q2| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#2| state))
 (define-fun |meta_controller_n addr_q3| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#3| state))
-(define-fun |meta_controller_n allowed| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#8| state))
-(define-fun |meta_controller_n audit_addr| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#9| state))
-(define-fun |meta_controller_n audit_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#10| state))
-(define-fun |meta_controller_n audit_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#11| state))
-(define-fun |meta_controller_n audit_valid| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#12| state)) #b1))
-(define-fun |meta_controller_n c_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#23| state))
-(define-fun |meta_controller_n c_dec| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#28| state))
-(define-fun |meta_controller_n c_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#32| state))
-(define-fun |meta_controller_n c_more| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#36| state)) #b1))
-(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#37| state))
-(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#38| state))
-(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#39| state))
-(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#40| state)) #b1))
-(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#41| state))
-(define-fun |meta_controller_n in_0| ((state |meta_controller_s|)) Bool (|meta_controller#4| state))
-(define-fun |meta_controller_n in_1| ((state |meta_controller_s|)) Bool (|meta_controller#6| state))
-(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#42| state)) #b1))
-(define-fun |meta_controller_n lut_code| ((state |meta_controller_s|)) (_ BitVec 3) (concat (|meta_controller#77| state) (concat (|meta_controller#63| state) (|meta_controller#55| state))))
-(define-fun |meta_controller_n lut_col| ((state |meta_controller_s|)) (_ BitVec 71) (|meta_controller#78| state))
-(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#42| state))
-(define-fun |meta_controller_n lut_or| ((state |meta_controller_s|)) (_ BitVec 37) (|meta_controller#43| state))
-(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#42| state)))
-(define-fun |meta_controller_n lut_read| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#85| state))
-(define-fun |meta_controller_n lut_sel| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#86| state))
-(define-fun |meta_controller_n lut_sel_d| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#120| state))
-(define-fun |meta_controller_n n_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#123| state))
-(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#140| state))
-(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#155| state))
-(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#160| state)) #b1))
-(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#170| state))
-(define-fun |meta_controller_n n_left| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#172| state))
-(define-fun |meta_controller_n n_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#174| state))
-(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#181| state))
-(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#192| state))
-(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#201| state))
-(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#206| state))
-(define-fun |meta_controller_n op_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#13| state))
-(define-fun |meta_controller_n op_arg| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#207| state))
-(define-fun |meta_controller_n op_arg_q1| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#208| state))
-(define-fun |meta_controller_n op_arg_q2| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#209| state))
-(define-fun |meta_controller_n op_arg_q3| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#19| state))
-(define-fun |meta_controller_n op_cmd| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#210| state))
-(define-fun |meta_controller_n op_cmd_q1| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#211| state))
-(define-fun |meta_controller_n op_cmd_q2| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#212| state))
-(define-fun |meta_controller_n op_cmd_q3| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#14| state))
-(define-fun |meta_controller_n op_left| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#24| state))
-(define-fun |meta_controller_n op_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#29| state))
-(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (|meta_controller#213| state))
-(define-fun |meta_controller_n probe_fault_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#214| state)) #b1))
-(define-fun |meta_controller_n probe_fault_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#215| state)) #b1))
-(define-fun |meta_controller_n probe_fault_q3| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#139| state)) #b1))
-(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#150| state))
-(define-fun |meta_controller_n reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#10| state))
-(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#216| state))
-(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#217| state))
-(define-fun |meta_controller_n sla_violation_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#218| state)) #b1))
-(define-fun |meta_controller_n sla_violation_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#219| state)) #b1))
-(define-fun |meta_controller_n sla_violation_q3| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#133| state)) #b1))
-(define-fun |meta_controller_n step| ((state |meta_controller_s|)) Bool (|meta_controller#220| state))
-(define-fun |meta_controller_n token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#11| state))
-(define-fun |meta_controller_n valid_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#221| state)) #b1))
-(define-fun |meta_controller_n valid_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#222| state)) #b1))
-(define-fun |meta_controller_n valid_q3| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#223| state)) #b1))
-(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#134| state))
-(define-fun |meta_controller_n x_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#234| state))
-(define-fun |meta_controller_n x_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#236| state))
+(define-fun |meta_controller_n allowed| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#4| state))
+(define-fun |meta_controller_n allowed_d| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#9| state))
+(define-fun |meta_controller_n audit_addr| ((state |meta_controller_s|)) (_ BitVec 14) (|meta_controller#10| state))
+(define-fun |meta_controller_n audit_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#11| state))
+(define-fun |meta_controller_n audit_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12| state))
+(define-fun |meta_controller_n audit_valid| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#13| state)) #b1))
+(define-fun |meta_controller_n c_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#24| state))
+(define-fun |meta_controller_n c_dec| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#29| state))
+(define-fun |meta_controller_n c_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#33| state))
+(define-fun |meta_controller_n c_more| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#37| state)) #b1))
+(define-fun |meta_controller_n cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#38| state))
+(define-fun |meta_controller_n clk| ((state |meta_controller_s|)) Bool (|meta_controller#39| state))
+(define-fun |meta_controller_n dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#40| state))
+(define-fun |meta_controller_n fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#41| state)) #b1))
+(define-fun |meta_controller_n hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#42| state))
+(define-fun |meta_controller_n in_0| ((state |meta_controller_s|)) Bool (|meta_controller#5| state))
+(define-fun |meta_controller_n in_1| ((state |meta_controller_s|)) Bool (|meta_controller#7| state))
+(define-fun |meta_controller_n lut_c| ((state |meta_controller_s|)) Bool (= ((_ extract 2 2) (|meta_controller#43| state)) #b1))
+(define-fun |meta_controller_n lut_code| ((state |meta_controller_s|)) (_ BitVec 3) (concat (|meta_controller#78| state) (concat (|meta_controller#64| state) (|meta_controller#56| state))))
+(define-fun |meta_controller_n lut_col| ((state |meta_controller_s|)) (_ BitVec 71) (|meta_controller#79| state))
+(define-fun |meta_controller_n lut_entry| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#43| state))
+(define-fun |meta_controller_n lut_or| ((state |meta_controller_s|)) (_ BitVec 37) (|meta_controller#44| state))
+(define-fun |meta_controller_n lut_p| ((state |meta_controller_s|)) (_ BitVec 2) ((_ extract 1 0) (|meta_controller#43| state)))
+(define-fun |meta_controller_n lut_read| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#86| state))
+(define-fun |meta_controller_n lut_sel| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#87| state))
+(define-fun |meta_controller_n lut_sel_d| ((state |meta_controller_s|)) (_ BitVec 72) (|meta_controller#121| state))
+(define-fun |meta_controller_n n_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#124| state))
+(define-fun |meta_controller_n n_cand| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#141| state))
+(define-fun |meta_controller_n n_dcnt| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#156| state))
+(define-fun |meta_controller_n n_fb| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#161| state)) #b1))
+(define-fun |meta_controller_n n_hcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#171| state))
+(define-fun |meta_controller_n n_left| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#173| state))
+(define-fun |meta_controller_n n_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#175| state))
+(define-fun |meta_controller_n n_rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#182| state))
+(define-fun |meta_controller_n n_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#193| state))
+(define-fun |meta_controller_n n_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#202| state))
+(define-fun |meta_controller_n n_vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#207| state))
+(define-fun |meta_controller_n op_act| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#14| state))
+(define-fun |meta_controller_n op_arg| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#208| state))
+(define-fun |meta_controller_n op_arg_q1| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#209| state))
+(define-fun |meta_controller_n op_arg_q2| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#210| state))
+(define-fun |meta_controller_n op_arg_q3| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#20| state))
+(define-fun |meta_controller_n op_cmd| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#211| state))
+(define-fun |meta_controller_n op_cmd_q1| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#212| state))
+(define-fun |meta_controller_n op_cmd_q2| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#213| state))
+(define-fun |meta_controller_n op_cmd_q3| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#15| state))
+(define-fun |meta_controller_n op_left| ((state |meta_controller_s|)) (_ BitVec 6) (|meta_controller#25| state))
+(define-fun |meta_controller_n op_mode| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#30| state))
+(define-fun |meta_controller_n probe_fault| ((state |meta_controller_s|)) Bool (|meta_controller#214| state))
+(define-fun |meta_controller_n probe_fault_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#215| state)) #b1))
+(define-fun |meta_controller_n probe_fault_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#216| state)) #b1))
+(define-fun |meta_controller_n probe_fault_q3| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#140| state)) #b1))
+(define-fun |meta_controller_n rcnt| ((state |meta_controller_s|)) (_ BitVec 3) (|meta_controller#151| state))
+(define-fun |meta_controller_n reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#11| state))
+(define-fun |meta_controller_n rst| ((state |meta_controller_s|)) Bool (|meta_controller#217| state))
+(define-fun |meta_controller_n sla_violation| ((state |meta_controller_s|)) Bool (|meta_controller#218| state))
+(define-fun |meta_controller_n sla_violation_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#219| state)) #b1))
+(define-fun |meta_controller_n sla_violation_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#220| state)) #b1))
+(define-fun |meta_controller_n sla_violation_q3| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#134| state)) #b1))
+(define-fun |meta_controller_n step| ((state |meta_controller_s|)) Bool (|meta_controller#221| state))
+(define-fun |meta_controller_n token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#12| state))
+(define-fun |meta_controller_n valid_q1| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#222| state)) #b1))
+(define-fun |meta_controller_n valid_q2| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#223| state)) #b1))
+(define-fun |meta_controller_n valid_q3| ((state |meta_controller_s|)) Bool (= ((_ extract 0 0) (|meta_controller#224| state)) #b1))
+(define-fun |meta_controller_n vcnt| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#135| state))
+(define-fun |meta_controller_n x_reason| ((state |meta_controller_s|)) (_ BitVec 4) (|meta_controller#235| state))
+(define-fun |meta_controller_n x_token| ((state |meta_controller_s|)) (_ BitVec 2) (|meta_controller#237| state))
 (define-fun |meta_controller_a| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_u| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_i| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_h| ((state |meta_controller_s|)) Bool true)
 (define-fun |meta_controller_t| ((state |meta_controller_s|) (next_state |meta_controller_s|)) Bool (and
-  (= (|meta_controller#237| state) (|meta_controller#223| next_state)) ; $procdff$2792 \valid_q3
-  (= (|meta_controller#238| state) (|meta_controller#222| next_state)) ; $procdff$2791 \valid_q2
-  (= (|meta_controller#239| state) (|meta_controller#221| next_state)) ; $procdff$2790 \valid_q1
-  (= (|meta_controller#218| state) (|meta_controller#219| next_state)) ; $procdff$2800 \sla_violation_q2
-  (= (ite (|meta_controller#217| state) #b1 #b0) (|meta_controller#218| next_state)) ; $procdff$2795 \sla_violation_q1
-  (= (|meta_controller#214| state) (|meta_controller#215| next_state)) ; $procdff$2799 \probe_fault_q2
-  (= (ite (|meta_controller#213| state) #b1 #b0) (|meta_controller#214| next_state)) ; $procdff$2794 \probe_fault_q1
-  (= (|meta_controller#211| state) (|meta_controller#212| next_state)) ; $procdff$2801 \op_cmd_q2
-  (= (|meta_controller#210| state) (|meta_controller#211| next_state)) ; $procdff$2796 \op_cmd_q1
-  (= (|meta_controller#208| state) (|meta_controller#209| next_state)) ; $procdff$2802 \op_arg_q2
-  (= (|meta_controller#207| state) (|meta_controller#208| next_state)) ; $procdff$2797 \op_arg_q1
-  (= (|meta_controller#241| state) (|meta_controller#150| next_state)) ; $procdff$2782 \rcnt
-  (= (|meta_controller#215| state) (|meta_controller#139| next_state)) ; $procdff$2804 \probe_fault_q3
-  (= (|meta_controller#243| state) (|meta_controller#134| next_state)) ; $procdff$2780 \vcnt
-  (= (|meta_controller#219| state) (|meta_controller#133| next_state)) ; $procdff$2805 \sla_violation_q3
-  (= (|meta_controller#120| state) (|meta_controller#86| next_state)) ; $procdff$2787 \lut_sel
-  (= (|meta_controller#750| state) (|meta_controller#78| next_state)) ; $procdff$2789 \lut_col
-  (= (concat (|meta_controller#856| state) (concat (|meta_controller#855| state) (concat (|meta_controller#852| state) (concat (|meta_controller#849| state) (concat (|meta_controller#846| state) (concat (|meta_controller#843| state) (concat (|meta_controller#840| state) (concat (|meta_controller#837| state) (concat (|meta_controller#834| state) (concat (|meta_controller#831| state) (concat (|meta_controller#828| state) (concat (|meta_controller#825| state) (concat (|meta_controller#822| state) (concat (|meta_controller#819| state) (concat (|meta_controller#816| state) (concat (|meta_controller#814| state) (concat (|meta_controller#811| state) (concat (|meta_controller#808| state) (concat (|meta_controller#805| state) (concat (|meta_controller#802| state) (concat (|meta_controller#799| state) (concat (|meta_controller#796| state) (concat (|meta_controller#793| state) (concat (|meta_controller#790| state) (concat (|meta_controller#787| state) (concat (|meta_controller#786| state) (concat (|meta_controller#783| state) (concat (|meta_controller#780| state) (concat (|meta_controller#777| state) (concat (|meta_controller#774| state) (concat (|meta_controller#771| state) (concat (|meta_controller#768| state) (concat (|meta_controller#765| state) (concat (|meta_controller#762| state) (concat (|meta_controller#759| state) (concat (|meta_controller#756| state) (|meta_controller#753| state))))))))))))))))))))))))))))))))))))) (|meta_controller#43| next_state)) ; $procdff$2788 \lut_or
-  (= (|meta_controller#85| state) (|meta_controller#42| next_state)) ; $procdff$2786 \lut_entry
-  (= (|meta_controller#858| state) (|meta_controller#41| next_state)) ; $procdff$2778 \hcnt
-  (= (|meta_controller#860| state) (|meta_controller#40| next_state)) ; $procdff$2781 \fb
-  (= (|meta_controller#862| state) (|meta_controller#39| next_state)) ; $procdff$2779 \dcnt
-  (= (|meta_controller#864| state) (|meta_controller#37| next_state)) ; $procdff$2777 \cand
-  (= (|meta_controller#866| state) (|meta_controller#29| next_state)) ; $procdff$2783 \op_mode
-  (= (|meta_controller#868| state) (|meta_controller#24| next_state)) ; $procdff$2785 \op_left
-  (= (|meta_controller#209| state) (|meta_controller#19| next_state)) ; $procdff$2807 \op_arg_q3
-  (= (|meta_controller#212| state) (|meta_controller#14| next_state)) ; $procdff$2806 \op_cmd_q3
-  (= (|meta_controller#870| state) (|meta_controller#13| next_state)) ; $procdff$2784 \op_act
-  (= (|meta_controller#872| state) (|meta_controller#12| next_state)) ; $procdff$2775 \audit_valid
-  (= (|meta_controller#874| state) (|meta_controller#11| next_state)) ; $procdff$2773 \token
-  (= (|meta_controller#876| state) (|meta_controller#10| next_state)) ; $procdff$2774 \reason
-  (= (|meta_controller#878| state) (|meta_controller#9| next_state)) ; $procdff$2776 \audit_addr
-  (= (|meta_controller#2| state) (|meta_controller#3| next_state)) ; $procdff$2803 \addr_q3
-  (= (|meta_controller#1| state) (|meta_controller#2| next_state)) ; $procdff$2798 \addr_q2
-  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$2793 \addr_q1
+  (= (|meta_controller#238| state) (|meta_controller#224| next_state)) ; $procdff$2794 \valid_q3
+  (= (|meta_controller#239| state) (|meta_controller#223| next_state)) ; $procdff$2793 \valid_q2
+  (= (|meta_controller#240| state) (|meta_controller#222| next_state)) ; $procdff$2792 \valid_q1
+  (= (|meta_controller#219| state) (|meta_controller#220| next_state)) ; $procdff$2802 \sla_violation_q2
+  (= (ite (|meta_controller#218| state) #b1 #b0) (|meta_controller#219| next_state)) ; $procdff$2797 \sla_violation_q1
+  (= (|meta_controller#215| state) (|meta_controller#216| next_state)) ; $procdff$2801 \probe_fault_q2
+  (= (ite (|meta_controller#214| state) #b1 #b0) (|meta_controller#215| next_state)) ; $procdff$2796 \probe_fault_q1
+  (= (|meta_controller#212| state) (|meta_controller#213| next_state)) ; $procdff$2803 \op_cmd_q2
+  (= (|meta_controller#211| state) (|meta_controller#212| next_state)) ; $procdff$2798 \op_cmd_q1
+  (= (|meta_controller#209| state) (|meta_controller#210| next_state)) ; $procdff$2804 \op_arg_q2
+  (= (|meta_controller#208| state) (|meta_controller#209| next_state)) ; $procdff$2799 \op_arg_q1
+  (= (|meta_controller#242| state) (|meta_controller#151| next_state)) ; $procdff$2783 \rcnt
+  (= (|meta_controller#216| state) (|meta_controller#140| next_state)) ; $procdff$2806 \probe_fault_q3
+  (= (|meta_controller#244| state) (|meta_controller#135| next_state)) ; $procdff$2781 \vcnt
+  (= (|meta_controller#220| state) (|meta_controller#134| next_state)) ; $procdff$2807 \sla_violation_q3
+  (= (|meta_controller#121| state) (|meta_controller#87| next_state)) ; $procdff$2789 \lut_sel
+  (= (|meta_controller#751| state) (|meta_controller#79| next_state)) ; $procdff$2791 \lut_col
+  (= (concat (|meta_controller#857| state) (concat (|meta_controller#856| state) (concat (|meta_controller#853| state) (concat (|meta_controller#850| state) (concat (|meta_controller#847| state) (concat (|meta_controller#844| state) (concat (|meta_controller#841| state) (concat (|meta_controller#838| state) (concat (|meta_controller#835| state) (concat (|meta_controller#832| state) (concat (|meta_controller#829| state) (concat (|meta_controller#826| state) (concat (|meta_controller#823| state) (concat (|meta_controller#820| state) (concat (|meta_controller#817| state) (concat (|meta_controller#815| state) (concat (|meta_controller#812| state) (concat (|meta_controller#809| state) (concat (|meta_controller#806| state) (concat (|meta_controller#803| state) (concat (|meta_controller#800| state) (concat (|meta_controller#797| state) (concat (|meta_controller#794| state) (concat (|meta_controller#791| state) (concat (|meta_controller#788| state) (concat (|meta_controller#787| state) (concat (|meta_controller#784| state) (concat (|meta_controller#781| state) (concat (|meta_controller#778| state) (concat (|meta_controller#775| state) (concat (|meta_controller#772| state) (concat (|meta_controller#769| state) (concat (|meta_controller#766| state) (concat (|meta_controller#763| state) (concat (|meta_controller#760| state) (concat (|meta_controller#757| state) (|meta_controller#754| state))))))))))))))))))))))))))))))))))))) (|meta_controller#44| next_state)) ; $procdff$2790 \lut_or
+  (= (|meta_controller#86| state) (|meta_controller#43| next_state)) ; $procdff$2788 \lut_entry
+  (= (|meta_controller#859| state) (|meta_controller#42| next_state)) ; $procdff$2779 \hcnt
+  (= (|meta_controller#861| state) (|meta_controller#41| next_state)) ; $procdff$2782 \fb
+  (= (|meta_controller#863| state) (|meta_controller#40| next_state)) ; $procdff$2780 \dcnt
+  (= (|meta_controller#865| state) (|meta_controller#38| next_state)) ; $procdff$2778 \cand
+  (= (|meta_controller#867| state) (|meta_controller#30| next_state)) ; $procdff$2784 \op_mode
+  (= (|meta_controller#869| state) (|meta_controller#25| next_state)) ; $procdff$2786 \op_left
+  (= (|meta_controller#210| state) (|meta_controller#20| next_state)) ; $procdff$2809 \op_arg_q3
+  (= (|meta_controller#213| state) (|meta_controller#15| next_state)) ; $procdff$2808 \op_cmd_q3
+  (= (|meta_controller#871| state) (|meta_controller#14| next_state)) ; $procdff$2785 \op_act
+  (= (|meta_controller#873| state) (|meta_controller#13| next_state)) ; $procdff$2776 \audit_valid
+  (= (|meta_controller#875| state) (|meta_controller#12| next_state)) ; $procdff$2774 \token
+  (= (|meta_controller#877| state) (|meta_controller#11| next_state)) ; $procdff$2775 \reason
+  (= (|meta_controller#879| state) (|meta_controller#10| next_state)) ; $procdff$2777 \audit_addr
+  (= (|meta_controller#9| state) (|meta_controller#4| next_state)) ; $procdff$2787 \allowed
+  (= (|meta_controller#2| state) (|meta_controller#3| next_state)) ; $procdff$2805 \addr_q3
+  (= (|meta_controller#1| state) (|meta_controller#2| next_state)) ; $procdff$2800 \addr_q2
+  (= (|meta_controller#0| state) (|meta_controller#1| next_state)) ; $procdff$2795 \addr_q1
 )) ; end of module meta_controller
 
 (declare-const rtl_s |meta_controller_s|)
@@ -692,6 +698,8 @@
 (assert (= cur_op_cmd_q3 (|meta_controller_n op_cmd_q3| rtl_s)))
 (declare-const cur_op_arg_q3 (_ BitVec 2))
 (assert (= cur_op_arg_q3 (|meta_controller_n op_arg_q3| rtl_s)))
+(declare-const cur_allowed (_ BitVec 4))
+(assert (= cur_allowed (|meta_controller_n allowed| rtl_s)))
 (declare-const cur_audit_valid (_ BitVec 1))
 (assert (= cur_audit_valid (ite (|meta_controller_n audit_valid| rtl_s) #b1 #b0)))
 (declare-const cur_audit_token (_ BitVec 2))
@@ -762,3 +770,5 @@
 (assert (= nxt_op_cmd_q3 (|meta_controller_n op_cmd_q3| rtl_s2)))
 (declare-const nxt_op_arg_q3 (_ BitVec 2))
 (assert (= nxt_op_arg_q3 (|meta_controller_n op_arg_q3| rtl_s2)))
+(declare-const nxt_allowed (_ BitVec 4))
+(assert (= nxt_allowed (|meta_controller_n allowed| rtl_s2)))

@@ -4,7 +4,7 @@
 //
 // Sources (sha256):
 //   model  96c1c50776a2792878113ef32551e4afa53025e482d88b55092431b4d392050e
-//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
+//   spec   4c81b9b9906f039fa35c7ec5f6f430960ed196c9e33cbd997bee079ab1645553
 //   LUT    a3765112c28e899657895e7a7084667666f33b21d2f14a8d4c34ce8350af606a
 //
 // An observer harness: it instantiates meta_controller and asserts over its ports only (no

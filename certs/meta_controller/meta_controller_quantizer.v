@@ -2,7 +2,7 @@
 // Do not edit: regenerate with `mi-certify build`. Verilog-2001, combinational.
 //
 // Sources (sha256):
-//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
+//   spec   4c81b9b9906f039fa35c7ec5f6f430960ed196c9e33cbd997bee079ab1645553
 //
 // meta_controller_quantizer (combinational) turns each input's raw word into its level and fault; meta_controller_raw
 // feeds them to meta_controller (addr, probe_fault), whose ports and timing it keeps otherwise.

@@ -3,7 +3,7 @@
 // meta_controller_quantizer.v, meta_controller.v, meta_controller_sla_monitor.v and sla_monitor.v.
 //
 // Sources (sha256):
-//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
+//   spec   4c81b9b9906f039fa35c7ec5f6f430960ed196c9e33cbd997bee079ab1645553
 //
 // Register map: meta_controller_regs.rdl (SystemRDL; the same description, generator/build/regmap.py), byte
 // offsets, 32-bit registers, address bits [1:0] ignored. The bus adapters (meta_controller_axil.v,

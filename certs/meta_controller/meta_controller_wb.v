@@ -3,7 +3,7 @@
 // (the register core; register map meta_controller_regs.rdl) and what it needs.
 //
 // Sources (sha256):
-//   spec   d6c17aa6ec09152f1056aff4aa3c8715560ae918e50c0e896a04d25c85ad22d6
+//   spec   4c81b9b9906f039fa35c7ec5f6f430960ed196c9e33cbd997bee079ab1645553
 //
 // Wishbone B4 (OpenCores, 2010), classic single read/write cycles: 32-bit data, 8-bit byte
 // addresses (wb_adr_i[1:0] ignored), wb_sel_i byte enables. A cycle (wb_cyc_i and wb_stb_i) is

@@ -82,7 +82,7 @@ def manual(spec: Spec, obligations: list[dict]) -> dict | None:
          "basis_if_none": "assumed (integrator)"},
         {"text": yield_fb + ".", "ids": ["fsm.fallback", "fsm.recovery"]},
         {"text": "The Verilog implements the same machine, command port (op_cmd, op_arg) included.",
-         "ids": ["rtl.equivalence", "rtl.invariant"]},
+         "ids": ["rtl.equivalence", "rtl.invariant"] + (["rtl.pipeline"] if spec.hdl.latency_cycles > 1 else [])},
         {"text": "The generated Python and C runtimes step the same machine on every co-simulated cycle, commands "
                  "included (cosim.json, c_runtime.json): checked by test on the co-simulation's vectors, not proved.",
          "ids": [], "basis_if_none": "checked by test"},

@@ -353,7 +353,9 @@ class _OneCycle:
         t = time.monotonic()
         ans, text = self.rtl.check(bad, self.timeout_s)
         ob = Obligation(oid, requirement, claim, method="Yosys write_smt2 + Z3, one cycle (inductive)",
-                        k=1, smt2=text, assumes=["fsm.invariant"] if oid not in ("rtl.reset", "rtl.pipeline") else [])
+                        k=1, smt2=text, assumes=[] if oid in ("rtl.reset", "rtl.pipeline", "rtl.audit") else
+                        # the registered property mask: assumed here, proved by rtl.pipeline
+                        ["fsm.invariant"] + (["rtl.pipeline"] if self.mask_reg else []))
         ob.verdict = {"unsat": Verdict.PROVED, "sat": Verdict.VIOLATED}.get(ans, Verdict.UNKNOWN)
         ob.time_s = time.monotonic() - t
         if ans == "sat":

@@ -481,6 +481,17 @@ def test_every_latency_is_proved_with_the_delay_and_read_back(small, tmp_path, e
         got = read_lut(v, spec.address_bits)
         assert got.latency == latency and np.array_equal(got.entries, lut_entries(spec, lut))
         assert f"// Latency: {latency} cycles (sla.yaml hdl.latency)" in v.read_text()
+        # the property mask is registered (computed on the stage before the decision's address): the
+        # obligations that assume it name rtl.pipeline, which proves it; a mask one stage late is caught
+        assert obs["rtl.equivalence"].assumes == ["fsm.invariant", "rtl.pipeline"]
+        assert obs["rtl.audit"].assumes == [] and obs["rtl.pipeline"].assumes == []
+        if encoding == "case":
+            src, before = v.read_text(), "addr" if latency == 2 else f"addr_q{latency - 2}"
+            late = "\n".join(ln.replace(f"({before}[", f"(addr_q{latency - 1}[") if ln.startswith("    wire       in_")
+                             else ln for ln in src.split("\n"))
+            assert late != src
+            v.write_text(late)
+            assert _proofs(spec, v, lut)["rtl.pipeline"].verdict == "violated", latency
 
 
 @pytest.mark.parametrize("encoding", ["rom", "sliced_rom"])

@@ -165,13 +165,14 @@ class RtlModel:
             if line.startswith("; yosys-smt2-register ") or line.startswith("; yosys-smt2-wire "):
                 _, _, name, w = line.split()
                 widths.setdefault(name, int(w))
-        # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved;
-        # a state register of the reference machine then gets the width of its whole range (free in
-        # the state a cycle starts from, the invariant bounds it)
         # the registered property mask (latency > 1 with sla.yaml properties), one bit per token
         if mask_width:
             pipe = {**pipe, "allowed": mask_width}
+        # a register Yosys removed (never read) is left unconstrained: no claim about it can be proved;
+        # a state register of the reference machine then gets the width of its whole range (free in
+        # the state a cycle starts from, the invariant bounds it)
         self.missing = [r for r in regs + list(pipe) if r not in widths]
+
         def bits(n: int) -> int:
             return max(1, int(n).bit_length())
         full = {"token": token_bits, "cand": token_bits, "hcnt": bits(cfg.hysteresis - 1), "dcnt": bits(cfg.cooldown),

@@ -16,7 +16,7 @@ from mi_certify.templates import environment
 from mi_certify.generator.build import lut_boxtree, lut_case, lut_rom, lut_sliced_rom
 from mi_certify.generator.build.emit_common import SourceHashes, common_variables
 from mi_certify.generator.build.verilog_parts import (ENCODINGS, LATENCIES, LutContext, LutLogic, address_fields,
-                                                      assigns, decision_inputs, decls, lut_entries,
+                                                      assigns, decision_inputs, decls, lut_entries, mask_address,
                                                       template_defaults, width)
 from mi_certify.generator.core.lut import LutFsmArtefact
 from mi_certify.generator.core.spec import Spec
@@ -71,7 +71,7 @@ def emit_verilog(spec: Spec, machine: LutFsmArtefact, hashes: SourceHashes, vers
                       if spec.hdl.declared_target is not None else []),
         mask_lines=_mask_lines(spec, list(machine.masks), fields, mask_address(latency),
                                "allowed" if latency == 1 else "allowed_d"),
-        mask_reg=latency > 1 and bool(machine.masks),
+        mask_reg=latency > 1 and bool(machine.masks), mask_addr=mask_address(latency), read_times=TIMES[latency - 1],
         **_lut_variables(spec, machine, encoding, latency, fields, boxes),
         **_fsm_variables(spec, latency, d["addr"]),
         op=_operator_variables(spec, latency, d["fault"]),
@@ -122,16 +122,8 @@ def _lut_variables(spec: Spec, machine: LutFsmArtefact, encoding: str, latency: 
             "encoding_note": note, "tw": tw}
 
 
-#: How often the LUT read is registered, by count (latency - 1), in the header's words.
-TIMES = {1: "", 2: " twice", 3: " three times"}
-
-
-def mask_address(latency: int) -> str:
-    """The address rule 3a's property mask is computed on (docs/hdl.md, "Latency"): the decision's
-    (``addr``) at latency 1; from latency 2 on the stage before the decision's (``addr``, ``addr_q<L-2>``),
-    the mask registered beside the pipeline into ``allowed``, the mask of the decision's address
-    ``addr_q<L-1>`` (a level of logic out of the decision stage)."""
-    return "addr" if latency <= 2 else f"addr_q{latency - 2}"
+#: How often the LUT read is registered, by count (latency - 1), in the header's words (0: not at all, latency 1).
+TIMES = {0: "", 1: "", 2: " twice", 3: " three times"}
 
 
 def _mask_lines(spec: Spec, masks: list, fields: list[dict], addr: str, name: str = "allowed") -> list[str]:

@@ -49,6 +49,14 @@ def decision_inputs(latency: int) -> dict[str, str]:
     return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
 
 
+def mask_address(latency: int) -> str:
+    """The address rule 3a's property mask is computed on (docs/hdl.md, "Latency"): the decision's
+    (``addr``) at latency 1; from latency 2 on the stage before the decision's (``addr``, ``addr_q<L-2>``),
+    the mask registered beside the pipeline into ``allowed``, the mask of the decision's address
+    ``addr_q<L-1>`` (a level of logic out of the decision stage)."""
+    return "addr" if latency <= 2 else f"addr_q{latency - 2}"
+
+
 def address_fields(spec: Spec) -> list[dict]:
     """The quantized input fields of the LUT address, input 0 most significant: name, unit,
     bits, min, max and the field's bit range (msb, lsb) in the address."""

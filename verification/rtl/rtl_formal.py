@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import z3
 
+from mi_certify.generator.build.verilog_parts import decision_inputs, mask_address
 from mi_certify.generator.core.lut import LutFsmArtefact, split_table
 from mi_certify.generator.core.results import Verdict
 from mi_certify.runtime.fsm import MODE_FORCE, MODE_LOCK, MODE_NONE, REASON_BITS, FsmConfig, OperatorConfig, Reason
@@ -53,16 +54,6 @@ OPERATOR_REGISTERS = {"op_mode": "o", "op_act": "a", "op_left": "e"}
 
 #: Audit port signals of the generated RTL (registers: audit_valid, audit_addr; wires: the others).
 AUDIT_PORT = ("audit_valid", "audit_token", "audit_reason", "audit_addr")
-
-
-def decision_signals(latency: int) -> dict[str, str | None]:
-    """The signals the decision stage of the generated RTL reads at ``latency`` (docs/hdl.md,
-    "Latency"): ``addr``, ``fault``, ``viol``, ``valid`` (the ``step`` port at latency 1); the
-    stage ``latency - 1`` pipeline registers ``addr_q<k>``, ``probe_fault_q<k>``, ... otherwise."""
-    if latency == 1:
-        return {"addr": "addr", "fault": "probe_fault", "viol": "sla_violation", "valid": "step"}
-    k = latency - 1
-    return {"addr": f"addr_q{k}", "fault": f"probe_fault_q{k}", "viol": f"sla_violation_q{k}", "valid": f"valid_q{k}"}
 
 
 def pipeline_registers(latency: int, address_bits: int, token_bits: int | None = None) -> dict[str, int]:
@@ -243,7 +234,7 @@ def rtl_obligations(verilog: Path, top: str, machine: LutFsmArtefact, alphabet: 
     reset_active_low: the reset input (sla.yaml ``hdl.reset_polarity``: ``rst`` active high or
     ``rst_n`` active low); latency: the decision latency the RTL was emitted with (sla.yaml
     ``hdl.latency``, 1 | 2 | 3 | 4). With latency L > 1 the decision stage's inputs are the
-    stage L-1 pipeline registers (:func:`decision_signals`): ``rtl.equivalence`` steps the
+    stage L-1 pipeline registers (:func:`~mi_certify.generator.build.verilog_parts.decision_inputs`): ``rtl.equivalence`` steps the
     reference on them when ``valid_q<L-1>`` is set and proves the reset values otherwise (a
     bubble), ``rtl.pipeline`` proves that every stage loads the one before it (stage 1 the
     ports), ``rtl.reset`` that a reset empties the pipeline, and ``rtl.lut_table`` evaluates
@@ -289,7 +280,7 @@ class _OneCycle:
         self.obligations: list[Obligation] = []
         self.cur = {v: (rtl.cur(r) == 1 if v == "f" else _as_int(rtl.cur(r))) for r, v in regs.items()}
         self.nxt = {v: (rtl.nxt(r) == 1 if v == "f" else _as_int(rtl.nxt(r))) for r, v in regs.items()}
-        self.sig = sig = decision_signals(latency)
+        self.sig = sig = decision_inputs(latency)
         self.addr = rtl.cur(sig["addr"])
         self.valid = rtl.cur(sig["valid"]) == 1
         entry = rtl.cur("lut_entry")
@@ -410,7 +401,7 @@ class _OneCycle:
                 loads.append(rtl.nxt(f"{name}_q{k}") == rtl.cur(name if k == 1 else f"{name}_q{k - 1}"))
             loads.append(rtl.nxt(f"valid_q{k}") == (rtl.cur("step") if k == 1 else rtl.cur(f"valid_q{k - 1}")))
         if self.mask_reg:   # the mask register: the mask of the stage before the decision's
-            loads.append(rtl.nxt("allowed") == self.mask_of(rtl.cur("addr" if latency == 2 else f"addr_q{latency - 2}")))
+            loads.append(rtl.nxt("allowed") == self.mask_of(rtl.cur(mask_address(latency))))
         missing = [r for r in pipeline_registers(latency, sum(self.bits), rtl.tw if self.op else None)
                    if r in rtl.missing and (args or not r.startswith("op_arg_q"))]
         if self.mask_reg and "allowed" in rtl.missing:
@@ -420,8 +411,8 @@ class _OneCycle:
             return
         self.run("rtl.pipeline", "rtl", f"a cycle with rst low loads stage 1 of the input pipeline from addr, "
                  f"probe_fault, sla_violation (valid_q1 from step) and stage k from stage k-1, k = 2..{latency - 1}"
-                 + (", and the property mask register `allowed` with the mask of "
-                    + ("addr" if latency == 2 else f"addr_q{latency - 2}") if self.mask_reg else "") + f": the decision reads the inputs of {latency - 1} "
+                 + (f", and the property mask register `allowed` with the mask of {mask_address(latency)}"
+                    if self.mask_reg else "") + f": the decision reads the inputs of {latency - 1} "
                  f"cycle{'s' if latency > 2 else ''} before, valid when they were a step and no reset came since",
                  z3.And(z3.Not(self.rst), z3.Not(z3.And(loads))))
 

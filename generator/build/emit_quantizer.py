@@ -78,6 +78,6 @@ def emit_raw_design(spec: Spec, version: str, spec_hash: str) -> dict[str, str]:
         inputs.append({"name": inp.name, "fmt": fmt, "field": fld, "cmp": comparators(qz, fmt)})
     env = environment()
     variables = dict(spec=spec, version=version, spec_hash=spec_hash, inputs=inputs, quantizer=quantizer_module(spec),
-                     top=raw_module(spec), hdl=spec.hdl, reason_bits=REASON_BITS)
+                     top=raw_module(spec), hdl=spec.hdl, reason_bits=REASON_BITS, reset_active=spec.hdl.reset_active)
     return {f"{quantizer_module(spec)}.v": env.get_template("verilog/quantizer.v.j2").render(**variables),
             f"{raw_module(spec)}.v": env.get_template("verilog/raw_top.v.j2").render(**variables)}

@@ -77,13 +77,12 @@ def emit_soc(spec: Spec, version: str, spec_hash: str) -> dict[str, str]:
     fields = {f"{r.name}.{f.name}": f for r in regs for f in r.fields}
     rows = [{"name": r.name, "offset": r.offset, "writable": r.writable, "read": _read_expr(r, raw)} for r in regs]
     aw = address_width(regs)
-    low = spec.hdl.reset_polarity == "low"
     variables = dict(
         spec=spec, hdl=spec.hdl, version=version, spec_hash=spec_hash, name=regs_module(spec), regs=rows,
         fields=fields, inputs=inputs, aw=aw, n=len(spec.inputs), tb=spec.token_bits, ab=spec.address_bits,
         acc_w=acc_w, nw=nw, max_name=max(len(r.name) for r in regs), raw_top=raw_module(spec),
         quantizer=quantizer_module(spec), monitor=monitor_module(spec),
-        reset_active=f"!{spec.hdl.reset_port}" if low else spec.hdl.reset_port,
+        reset_active=spec.hdl.reset_active,
         axil=axil_module(spec), wb=wb_module(spec))
     env = environment()
     return {f"{regs_module(spec)}.v": env.get_template("verilog/soc_regs.v.j2").render(**variables),

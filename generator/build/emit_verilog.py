@@ -258,4 +258,4 @@ def _fsm_variables(spec: Spec, latency: int, addr: str) -> dict:
         pipe_data=assigns(pipe_data) if pipe_data else [], next_decls=decls(nxt),
         reg_reset=assigns(list(zip(regs, reset_vals)) + [("audit_valid", "1'b0"), ("audit_addr", f"{ab}'d0")]),
         reg_next=assigns(loads + [("audit_valid", "1'b1"), ("audit_addr", addr)]),
-        reset_active="rst" if spec.hdl.reset_polarity == "high" else "!rst_n")
+        reset_active=spec.hdl.reset_active)

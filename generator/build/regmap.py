@@ -88,8 +88,8 @@ def register_map(spec: Spec) -> tuple[Register, ...]:
             Field("LOW_CONFIDENCE", 2, 1, "r", "the last step's reason is LOW_CONFIDENCE (the LUT cell is not confident)"),
             Field("SLA_VIOLATION", 3, 1, "r", "the SLA monitor's verdict on the last request (the controller's "
                   "sla_violation)"),
-            Field("INPUT_FAULT", 8, n, "r", "bit i: input i, as the quantizer reads it now, is missing or "
-                  "outside its envelope"))),
+            Field("INPUT_FAULT", 8, n, "r", "bit i: input i of the reading the controller steps on (the raw "
+                  "top registers it the cycle after STEP loads it) is missing or outside its envelope"))),
         Register("DECISION", 0x0C, "the last controller step (reading it latches SEQ and AUDIT_ADDR of the "
                  "same step: one audit record)", (
                      Field("TOKEN", 0, tb, "r", f"active action: {actions}"),

@@ -391,6 +391,11 @@ class HdlOptions:
         return "rst" if self.reset_polarity == "high" else "rst_n"
 
     @property
+    def reset_active(self) -> str:
+        """The Verilog condition "reset is asserted": ``rst`` or ``!rst_n``."""
+        return "rst" if self.reset_polarity == "high" else "!rst_n"
+
+    @property
     def declared_target(self) -> "HdlTarget | None":
         """The clock the build must meet: ``hdl.target`` (its clock is ``clock_mhz``); without it, a
         ``hdl.clock_mhz`` alone on every measured device (device None, not advisory); None without

@@ -35,7 +35,8 @@ def bench_config(spec: Spec) -> dict:
                       "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width, "sw": f.sw, "reset": f.reset}
                                  for f in r.fields]} for r in regs],
             "inputs": inputs, "aw": address_width(regs), "acc_w": monitor_widths(spec)[0],
-            "latency": spec.hdl.latency_cycles, "conservative": spec.conservative,
+            # the raw top's decision latency: the controller's, plus its register stage
+            "latency": spec.hdl.latency_cycles + 1, "conservative": spec.conservative,
             "operator": spec.operator is not None, "token_bits": spec.token_bits,
             "reset_port": spec.hdl.reset_port, "reset_active_low": spec.hdl.reset_polarity == "low"}
 

@@ -5,7 +5,7 @@ The DUT is ``<module>_axil`` (cocotbext-axi ``AxiLiteMaster``) or ``<module>_wb`
 ``WishboneMaster``). A monitor samples, at every rising edge, the register port of the core
 (``u_regs``: ``wr_en``, ``rd_en``, addresses, data, strobes) and the SLA monitor's outputs, and steps
 a Python model of the register map whose controller is the **emitted Python runtime** fed with the
-raw words (``Controller.step_words``, delayed by the decision latency) in the cycles where the core's
+raw words (``Controller.step_words``, delayed by the raw top's decision latency: the controller's + 1) in the cycles where the core's
 ``step`` input is high (the cycle after CTRL.STEP, or every cycle in FREE_RUN mode); in the others the
 model holds its outputs and logs no decision. Checked:
 
@@ -67,6 +67,7 @@ class Model:
         self.sla_acc = 0
         self.raw, self.rawv = [0] * self.n, [0] * self.n
         self.live, self.livev = [0] * self.n, [0] * self.n
+        self.fault_q = self.input_fault()   # the raw top's registered faults: of the live registers one edge ago
         self.seq = self.snap_seq = self.snap_addr = self.sla_req = self.sla_viol = 0
         self.issued_w: deque = deque()
         self.issued_r: deque = deque()
@@ -85,7 +86,8 @@ class Model:
         return [w if v else None for w, v in zip(self.live, self.livev)]
 
     def input_fault(self) -> int:
-        """STATUS.INPUT_FAULT of the quantizer's inputs: bit i = input i missing or outside its envelope."""
+        """The quantizer's faults on the live registers: bit i = input i missing or outside its envelope
+        (STATUS.INPUT_FAULT shows them one edge later, registered by the raw top)."""
         out = 0
         for i, w in enumerate(self.words()):
             if w is None or not self.rt.INPUTS[i][2] <= self.rt.word_value(i, w) <= self.rt.INPUTS[i][3]:
@@ -98,7 +100,7 @@ class Model:
             "CTRL.STEP": 0, "CTRL.FREE_RUN": self.free_run, "CTRL.IRQ_EN": self.irq_en,
             "STATUS.FALLBACK": int(r in (R_FALLBACK, R_PROBE_FAULT)), "STATUS.PROBE_FAULT": int(r == R_PROBE_FAULT),
             "STATUS.LOW_CONFIDENCE": int(r == R_LOW_CONFIDENCE), "STATUS.SLA_VIOLATION": s["violation"],
-            "STATUS.INPUT_FAULT": self.input_fault(),
+            "STATUS.INPUT_FAULT": self.fault_q,
             "DECISION.TOKEN": self.token, "DECISION.REASON": self.reason,
             "SEQ.COUNT": self.snap_seq, "AUDIT_ADDR.ADDR": self.snap_addr, "IRQ.FALLBACK": self.irq_fb,
             "SLA_CMD.START": 0, "SLA_CMD.DONE": 0, "SLA_CMD.ACC_UNKNOWN": 0, "SLA_ACC.LOSS": self.sla_acc,
@@ -206,6 +208,7 @@ class Model:
                 self.raw[i] = ((self.raw[i] & ~mask) | (data & mask)) & wmask
                 if strb >> 3 & 1:
                     self.rawv[i] = data >> 31 & 1
+        self.fault_q = self.input_fault()
         if nxt_live is not None:
             self.live, self.livev = nxt_live
         if self.cfg.get("operator"):   # OP: the command for the core, pending until a step takes it

@@ -15,14 +15,18 @@ Obligations (group ``quantizer``; prelude ``proofs/quantizer/design.smt2``; expe
 
 - ``quantizer.<input>``: with ``valid_<input>`` high and the other inputs in their envelopes, for
   every word: ``input_fault[i]`` = the runtime's fault, and when there is none the input's field
-  of ``addr`` = the runtime's level; with ``valid_<input>`` low, ``input_fault[i]`` is set.
+  of ``addr`` and of ``levels`` = the runtime's level; with ``valid_<input>`` low, ``input_fault[i]``
+  is set.
 - ``quantizer.address``: for every word and valid bit of every input at once: ``input_fault`` =
   the per-input faults, ``probe_fault`` = their OR, and ``addr`` = 0 in a fault cycle, else the
   levels concatenated (input 0 most significant): what
-  :func:`~mi_certify.runtime.quantize.quantize_words` returns.
+  :func:`~mi_certify.runtime.quantize.quantize_words` returns; ``levels`` = that concatenation
+  whenever no input faults.
 
-The raw top ``<module>_raw`` is the quantizer's ``addr`` / ``probe_fault`` wired to the proved
-controller's ports; :func:`raw_top_wiring` checks that wiring on Yosys' netlist (structural).
+The raw top ``<module>_raw`` registers ``levels`` and ``input_fault`` and gives the controller
+``probe_fault`` = their OR and ``addr`` = 0 on a fault, else ``levels`` (two lines of its own, not
+part of these proofs): the bus co-simulation checks it by test, every cycle, against the Python
+runtime stepped on the same raw words (docs/hdl.md, "What is proved, what is tested").
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def quantizer_obligations(verilog: Path, spec: Spec, module: str, timeout_s: flo
     ports = {}
     for inp, fmt in zip(spec.inputs, formats):
         ports[f"raw_{inp.name}"], ports[f"valid_{inp.name}"] = fmt.width, 1
-    ports.update(addr=spec.address_bits, probe_fault=1, input_fault=n)
+    ports.update(addr=spec.address_bits, levels=spec.address_bits, probe_fault=1, input_fault=n)
     prelude = design + "\n" + _binding(module, ports)
     v = {name: z3.BitVec(f"q_{name}", w) for name, w in ports.items()}
     faults, levels, fields, msb = [], [], [], spec.address_bits - 1
@@ -99,24 +103,28 @@ def quantizer_obligations(verilog: Path, spec: Spec, module: str, timeout_s: flo
         hi, lo, f, nruns = fields[i]
         others_ok = [z3.Not(faults[j]) for j in range(n) if j != i]
         claim_valid = z3.And(bit(v["input_fault"], i) == f,
-                             z3.Or(f, z3.Extract(hi, lo, v["addr"]) == levels[i]))
+                             z3.Or(f, z3.Extract(hi, lo, v["addr"]) == levels[i]),
+                             z3.Or(f, z3.Extract(hi, lo, v["levels"]) == levels[i]))
         bad = z3.Or(z3.And(v[f"valid_{inp.name}"] == 0, z3.Not(bit(v["input_fault"], i))),
                     z3.And(v[f"valid_{inp.name}"] == 1, *others_ok, z3.Not(claim_valid)))
         fmt = formats[i]
         obligations.append(_run(
             f"quantizer.{inp.name}", "raw inputs",
-            f"for each of the {fmt.words} words of {inp.name} ({fmt.describe()}), the RTL's fault and level equal "
-            f"the Python runtime's word_level ({nruns} runs); valid_{inp.name} low is a fault", prelude, bad,
+            f"for each of the {fmt.words} words of {inp.name} ({fmt.describe()}), the RTL's fault and level (its "
+            f"field of addr and of levels) equal the Python runtime's word_level ({nruns} runs); valid_{inp.name} "
+            f"low is a fault", prelude, bad,
             timeout_s))
     any_fault = z3.Or(*faults)
     want_addr = z3.If(any_fault, z3.BitVecVal(0, spec.address_bits), z3.Concat(*levels) if n > 1 else levels[0])
     fault_bits = [z3.If(faults[i], z3.BitVecVal(1, 1), z3.BitVecVal(0, 1)) for i in reversed(range(n))]
     want_faults = z3.Concat(*fault_bits) if n > 1 else fault_bits[0]
-    bad = z3.Not(z3.And(v["input_fault"] == want_faults, (v["probe_fault"] == 1) == any_fault, v["addr"] == want_addr))
+    bad = z3.Not(z3.And(v["input_fault"] == want_faults, (v["probe_fault"] == 1) == any_fault, v["addr"] == want_addr,
+                        z3.Or(any_fault, v["levels"] == want_addr)))
     obligations.append(_run(
         "quantizer.address", "raw inputs",
         "for every word and valid bit of every input: input_fault, probe_fault and addr (0 on a fault, else the "
-        "levels, input 0 most significant) equal the Python runtime's quantize_words", prelude, bad, timeout_s))
+        "levels, input 0 most significant) equal the Python runtime's quantize_words, and levels equals addr "
+        "without a fault", prelude, bad, timeout_s))
     return obligations, prelude
 
 

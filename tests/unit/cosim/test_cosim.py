@@ -201,11 +201,19 @@ def test_monitor_rtl_with_the_mean_on_both_metrics_agrees_with_the_python_monito
 
 
 @pytest.mark.parametrize("mutation", [
-    ("violate_next = judged & ({{(32 - NW){1'b0}}, c1} >= thr);", "violate_next = judged & ({{(32 - NW){1'b0}}, c1} > thr);"),
-    ("(~ex1[EX_W-1] & (ex1 != {EX_W{1'b0}}))", "(~ex1[EX_W-1])"),                  # mean: equality a violation
-    ("? {EX_W{1'b0}} : lim_ext)", "? lim_ext : lim_ext)"),                              # mean: n counted when full
-    ("wire clear     = ~win_any | (act != win_act);", "wire clear     = ~win_any;"),
-    ("wire lat_inf   = abandoned | (cnt == CYC_INF);", "wire lat_inf   = (cnt == CYC_INF);"),
+    ("violate_next = judged & (exceed ? (~d0[NW] | (&d0)) : ~d0[NW]);",           # rank: equality compliant
+     "violate_next = judged & (exceed ? ~d0[NW] : (~d0[NW] & ~(d0 == {(NW + 1){1'b0}})));"),
+    ("s = bm0 + val_w;", "s = bm0 + val_w + {{(EX_W - 1){1'b0}}, 1'b1};"),       # mean: equality a violation
+    ("(inf | (ninf0 != old_inf) | ~s[EX_W-1])", "(inf | ~s[EX_W-1])"),               # mean: an older +infinity forgotten
+    ("(full2 ? {EX_W{1'b0}} : lim_ext)", "(full2 ? lim_ext : lim_ext)"),             # mean: n counted when full
+    ("n_same = n_win_any & (n_act == n_win_act);", "n_same = n_win_any;"),          # another action: no clear
+    ("wire lat_inf   = abandoned | lat_sat;", "wire lat_inf   = lat_sat;"),
+    ("n_lat_gt  = lat_gt | (cnt == lat_limit);", "n_lat_gt  = lat_gt;"),           # the limit never crossed
+    ("3'b000, 3'b110, 3'b101: delta", "3'b000, 3'b101: delta"),                    # the oldest never leaves
+    ("3'b100:                 delta", "3'b111:                 delta"),             # an exceeding value not counted
+    # the threshold of one push too early: only while the window fills (window 4, p50: thresholds 1, 2, 2, 3)
+    ("!= rank_threshold((k + 2 > WINDOW) ? WINDOW : k + 2));", "!= rank_threshold((k + 1 > WINDOW) ? WINDOW : k + 1));"),
+    ("cs_carry[0] = 1'b1;", "cs_carry[0] = 1'b0;"),                                 # bm1 = bm0 + new - x0 - 1
 ])
 def test_mutated_monitor_rtl_is_caught(tmp_path, monkeypatch, mutation):
     src = MONITOR.read_text()
@@ -213,9 +221,13 @@ def test_mutated_monitor_rtl_is_caught(tmp_path, monkeypatch, mutation):
     mutant = tmp_path / "sla_monitor.v"
     mutant.write_text(src.replace(mutation[0], mutation[1], 1))
     monkeypatch.setattr(monitor_cosim, "monitor_source", lambda: mutant)
+    from mi_certify.runtime.sla import MonitorConfig
     res = monitor_cosim.run_monitor_cosim(REF_LIMITS, load_spec(REFERENCE_SLA).monitor, tmp_path / "w",
                                           random_requests=300)
-    assert not res.passed and sum(c["mismatches"] for c in res.configs) > 0
+    short = monitor_cosim.run_monitor_cosim(REF_LIMITS, MonitorConfig(4, "p50", "mean"), tmp_path / "w4",
+                                            random_requests=300)
+    assert not (res.passed and short.passed)
+    assert sum(c["mismatches"] for c in res.configs + short.configs) > 0
 
 
 def test_coverage_file_is_parsed_per_kind_and_hierarchy(tmp_path):

@@ -43,6 +43,10 @@ def wb_module(spec: Spec) -> str:
     return f"{spec.module_name}_wb"
 
 
+#: Word addresses per group of the register core's first read stage (a power of two).
+READ_GROUP = 8
+
+
 def address_width(regs: tuple[Register, ...]) -> int:
     """Byte-address bits the wrappers decode: enough for the last register (at least 8)."""
     return max(8, (max(r.offset for r in regs) + 3).bit_length())
@@ -77,11 +81,16 @@ def emit_soc(spec: Spec, version: str, spec_hash: str) -> dict[str, str]:
     fields = {f"{r.name}.{f.name}": f for r in regs for f in r.fields}
     rows = [{"name": r.name, "offset": r.offset, "writable": r.writable, "read": _read_expr(r, raw)} for r in regs]
     aw = address_width(regs)
+    # reads in two stages: the registers in groups of eight word addresses (soc_regs.v.j2, "reads")
+    groups: dict[int, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["offset"] // 4 // READ_GROUP, []).append(row)
     variables = dict(
         spec=spec, hdl=spec.hdl, version=version, spec_hash=spec_hash, name=regs_module(spec), regs=rows,
         fields=fields, inputs=inputs, aw=aw, n=len(spec.inputs), tb=spec.token_bits, ab=spec.address_bits,
         acc_w=acc_w, nw=nw, max_name=max(len(r.name) for r in regs), raw_top=raw_module(spec),
-        quantizer=quantizer_module(spec), monitor=monitor_module(spec),
+        quantizer=quantizer_module(spec), monitor=monitor_module(spec), read_groups=sorted(groups.items()),
+        group_bits=READ_GROUP.bit_length() - 1,
         reset_active=spec.hdl.reset_active,
         axil=axil_module(spec), wb=wb_module(spec))
     env = environment()

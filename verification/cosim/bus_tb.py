@@ -12,7 +12,8 @@ model holds its outputs and logs no decision. Checked:
 - every cycle: the controller's token, reason, audit_valid and audit_addr (the raw-word co-simulation);
 - every transaction: the core port's address (and, for a write, the enabled bytes of data) equals the
   one the test issued; every read's data and response (OKAY / SLVERR, ACK / ERR) and every write's
-  response equal the model's at the edge the core took it.
+  response equal the model's at the edge the core took it. Over AXI4-Lite the master holds RREADY and
+  BREADY low in about a quarter of the cycles (back-pressure on both response channels).
 
 The SLA monitor itself (``hdl/sla_monitor.v``) is co-simulated by the build on its own
 (monitor_cosim.json); here its outputs are read from the DUT. Reads the JSON file named by
@@ -22,6 +23,7 @@ The SLA monitor itself (``hdl/sla_monitor.v``) is co-simulated by the build on i
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import logging
 import os
@@ -377,6 +379,10 @@ async def bus_against_reference(dut):
                                reset_active_level=not cfg["reset_active_low"])
         for part in ("write_if", "read_if"):
             getattr(master, part).log.setLevel(logging.WARNING)
+        # back-pressure: RREADY and BREADY low in about a quarter of the cycles (a fixed pattern of the seed),
+        # so reads and writes wait for a busy response channel
+        for ch in (master.read_if.r_channel, master.write_if.b_channel):
+            ch.set_pause_generator(itertools.cycle([rng.random() < 0.25 for _ in range(97)]))
     else:
         master = WishboneClassicMaster(dut, "wb", dut.clk)
     model = Model(cfg, rt)

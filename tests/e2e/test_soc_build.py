@@ -30,9 +30,9 @@ def test_a_wrong_read_multiplexer_is_caught_over_the_bus(reference_build, tmp_pa
     shutil.copytree(reference_build, d)
     regs = d / "meta_controller_regs.v"
     text = regs.read_text()
-    assert "rd_data = {20'd0, audit_reason, 6'd0, audit_token};" in text
-    regs.write_text(text.replace("rd_data = {20'd0, audit_reason, 6'd0, audit_token};",
-                                 "rd_data = {20'd0, reason, 6'd0, audit_token ^ {1'b0, audit_valid}};"))
+    assert "grp0_d = {20'd0, audit_reason, 6'd0, audit_token};" in text
+    regs.write_text(text.replace("grp0_d = {20'd0, audit_reason, 6'd0, audit_token};",
+                                 "grp0_d = {20'd0, reason, 6'd0, audit_token ^ {1'b0, audit_valid}};"))
     summary = json.loads((d / "summary.json").read_text())
     spec = load_spec(next((d / "inputs" / "spec").glob("*.yaml")))
     spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(summary["stages"]["emit"]["latency"]))

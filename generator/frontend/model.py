@@ -1,25 +1,27 @@
-"""The controller model, read once: bytes, SHA-256, checked ONNX graph, IR, onnxruntime session.
+"""The controller model, read once: SHA-256, checked ONNX graph, IR, onnxruntime session.
 
 Every stage that needs the model (import cross-check, network verification and its
 counterexample replay, distillation, fidelity, the bundle's copy and hash) takes one
-:class:`LoadedModel` instead of reopening the file: the bytes hashed into the manifest
-are the bytes that were imported, verified and copied into ``inputs/model/``, even if
-the file changes on disk during the build.
+:class:`LoadedModel` instead of reopening the file unchecked: the bytes hashed into the manifest
+are the bytes that were imported, verified and copied into ``inputs/model/``. The bytes are not
+held in memory (257 MB at tllverifybench N = 64): where they are needed again (the bundle's copy,
+onnxruntime) the file is read again and checked against the hash of the first read, and a file
+changed on disk in between is refused (ModelImportError).
 
-A LoadedModel pickles (bytes + IR) into worker processes; each process opens its own
-onnxruntime session on first use.
+A LoadedModel pickles (bytes, read again and checked, + IR) into worker processes, which may have
+no access to the file; each process opens its own onnxruntime session on first use.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 
 from mi_certify.generator.core.ir import ControllerIR
 from mi_certify.generator.frontend.onnx_import import (
-    ORT_RTOL, OnnxruntimeReadout, compare_with_onnxruntime, feed_shapes, import_model, parse_model, read_model_file)
+    ORT_RTOL, OnnxruntimeReadout, compare_with_onnxruntime, onnxruntime_session, read_and_import, read_model_again,
+    session_from_file)
 
 __all__ = ["LoadedModel", "load_model"]
 
@@ -28,16 +30,17 @@ class LoadedModel:
     """One ONNX controller in memory.
 
     Attributes:
-        path: the file it was read from (names it in messages; never reopened).
-        data: the file's bytes.
-        sha256: hex SHA-256 of ``data``.
+        path: the file it was read from (names it in messages; read again only with its hash checked).
+        sha256: hex SHA-256 of the bytes read.
         ir: the exact :class:`~mi_certify.generator.core.ir.ControllerIR` (not yet cross-checked).
         feeds: (name, shape, numpy dtype) of each non-constant graph input, batch bound to 1.
+        outputs: the graph's output names.
     """
 
-    def __init__(self, path: Path, data: bytes, ir: ControllerIR, feeds: list):
-        self.path, self.data, self.ir, self.feeds = Path(path), data, ir, tuple(feeds)
-        self.sha256 = hashlib.sha256(data).hexdigest()
+    def __init__(self, path: Path, sha256: str, ir: ControllerIR, feeds: list, outputs=(), data: bytes | None = None):
+        self.path, self.sha256, self.ir, self.feeds = Path(path), sha256, ir, tuple(feeds)
+        self.outputs = tuple(outputs)
+        self._data = data   # held only where the model came pickled (a worker process)
         self._session = None
 
     @property
@@ -45,8 +48,27 @@ class LoadedModel:
         """File name (what the bundle stores it as under ``inputs/model/``)."""
         return self.path.name
 
+    @property
+    def data(self) -> bytes:
+        """The model's bytes: those hashed (:func:`~.onnx_import.read_model_again`: the file read again
+        and checked, unless this process was sent them). Raises ModelImportError when the file is gone
+        or changed since it was read."""
+        return self._data if self._data is not None else read_model_again(self.path, self.sha256)
+
+    def bytes(self) -> bytes:
+        return self.data
+
+    def session(self):
+        """An onnxruntime session of the bytes hashed (from the file, confirmed unchanged after, or from
+        the bytes this process was sent)."""
+        if self._data is not None:
+            return onnxruntime_session(self._data, self.path)
+        return session_from_file(self.path, self.sha256)
+
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_session"}  # the readout: rebuilt per process
+        state = {k: v for k, v in self.__dict__.items() if k != "_session"}  # the readout: rebuilt per process
+        state["_data"] = self.data
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -58,10 +80,10 @@ class LoadedModel:
         (``ir.head``), these are its logits, read from an in-memory copy of ``data`` with the logits added
         as graph outputs (``data`` and ``sha256`` are untouched), and every call confirms that the head's
         own output orders the actions as the logits do (:class:`~.onnx_import.OnnxruntimeReadout`).
-        Raises ModelImportError when onnxruntime refuses the model, ModelMismatchError when the head
-        disagrees."""
+        Raises ModelImportError when onnxruntime refuses the model or the file changed since it was
+        read, ModelMismatchError when the head disagrees."""
         if self._session is None:
-            self._session = OnnxruntimeReadout(self.data, self.ir, self.path)
+            self._session = OnnxruntimeReadout(self, self.ir, self.path, self.outputs, self.feeds)
         return self._session(np.atleast_2d(np.asarray(points, dtype=np.float64)))
 
     def cross_check(self, lo: np.ndarray, hi: np.ndarray, n_points: int = 256, seed: int = 0,
@@ -74,13 +96,12 @@ class LoadedModel:
 
 
 def load_model(path: str | Path) -> LoadedModel:
-    """Read, check and import an ONNX controller once.
+    """Read, check and import an ONNX controller once (:func:`~.onnx_import.read_and_import`).
 
     Raises:
         ModelImportError naming file, node and reason (not a file, unreadable, refused
         operator or version, onnx.checker).
     """
     path = Path(path)
-    data = read_model_file(path)
-    proto = parse_model(data, path)
-    return LoadedModel(path, data, import_model(proto, path), feed_shapes(proto))
+    sha256, ir, feeds, outputs = read_and_import(path)
+    return LoadedModel(path, sha256, ir, feeds, outputs)

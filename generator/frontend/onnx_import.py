@@ -39,6 +39,7 @@ Symbolic (or zero) leading dimensions are bound to 1 and reported in ``ir.notes`
 from __future__ import annotations
 
 import functools
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -46,14 +47,15 @@ import onnx
 
 from mi_certify.generator.core.errors import ModelImportError, ModelMismatchError, first_line
 from mi_certify.generator.core.ir import ControllerIR
+from mi_certify.generator.core.digests import sha256_file
 from mi_certify.generator.core.numerics import corner_signs
 from mi_certify.generator.frontend.onnx.importer import MAX_INPUTS, Importer, supported_ml_ops, supported_ops
 from mi_certify.generator.frontend.onnx.registry import DEFAULT_DOMAINS
 
 __all__ = ["HEAD_ORDER_TOL", "MAX_INPUTS", "ORT_RTOL", "OnnxruntimeReadout", "compare_with_onnxruntime", "cross_check",
            "evaluate_onnxruntime", "feed_shapes", "import_model", "import_onnx", "input_feed_shapes",
-           "onnxruntime_session", "parse_model", "parse_model_file", "read_model_file", "run_session",
-           "run_session_outputs", "supported_ml_ops", "supported_ops"]
+           "onnxruntime_session", "parse_model", "parse_model_file", "read_and_import", "read_model_again",
+           "read_model_file", "run_session", "run_session_outputs", "session_from_file", "supported_ml_ops", "supported_ops"]
 
 #: Relative tolerance of the import cross-check against onnxruntime.
 ORT_RTOL = 1e-5
@@ -124,6 +126,56 @@ def parse_model_file(path: str | Path) -> onnx.ModelProto:
 def import_model(model: onnx.ModelProto, path: str | Path) -> ControllerIR:
     """ControllerIR of a checked ONNX graph (``path`` names it in errors); raises ModelImportError."""
     return Importer(Path(path), model).run()
+
+
+def read_and_import(path: str | Path) -> tuple[str, ControllerIR, list, list[str]]:
+    """Read, check and import an ONNX file holding as little at once as it can: (hex SHA-256 of the
+    bytes read, ControllerIR, :func:`feed_shapes`, graph output names). The bytes are read once, hashed, checked
+    (onnx.checker) and parsed, then dropped; the initializers are taken out of the parsed model and
+    the model dropped (:meth:`~.onnx.importer.Importer.take_initializers`), so the import holds one
+    copy of the weights, each released once consumed. Raises ModelImportError as
+    :func:`read_model_file`, :func:`parse_model` and :func:`import_model` do, in that order."""
+    path = Path(path)
+    data = read_model_file(path)
+    sha256 = hashlib.sha256(data).hexdigest()
+    proto = parse_model(data, path)
+    del data
+    importer = Importer(path, proto)
+    del proto   # the importer holds it alone now: take_initializers' copy replaces it, and it is freed
+    importer.take_initializers()
+    ir = importer.run()
+    return sha256, ir, feed_shapes(importer.model), [o.name for o in importer.model.graph.output]
+
+
+def _identity(path: Path) -> tuple:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def read_model_again(path: str | Path, sha256: str) -> bytes:
+    """The bytes of a model read before, read again and checked against the SHA-256 of the first read;
+    raises ModelImportError (file, reason) when the file is gone, unreadable or changed."""
+    data = read_model_file(path)
+    now = hashlib.sha256(data).hexdigest()
+    if now != sha256:
+        raise ModelImportError(f"the file changed on disk since it was read (SHA-256 {now}, was {sha256}); "
+                               "run again on a file that is not being written", file=str(path))
+    return data
+
+
+def session_from_file(path: str | Path, sha256: str):
+    """:func:`onnxruntime_session` from the file itself (onnxruntime reads it: no copy of the bytes
+    beside its own), confirmed to have read the bytes hashed before: the file's SHA-256 is checked
+    after the session is made, and its identity (device, inode, size, modification and change times)
+    must be the same before and after. Raises ModelImportError when the file changed."""
+    path = Path(path)
+    before = _identity(path)
+    sess = onnxruntime_session(path, path)
+    now = sha256_file(path)
+    if now != sha256 or _identity(path) != before:
+        raise ModelImportError(f"the file changed on disk since it was read (SHA-256 {now}, was "
+                               f"{sha256}); run again on a file that is not being written", file=str(path))
+    return sess
 
 
 def import_onnx(path: str | Path) -> ControllerIR:
@@ -212,13 +264,24 @@ class OnnxruntimeReadout:
     argmin decode the same action): a ModelMismatchError otherwise.
     """
 
-    def __init__(self, data: bytes, ir: ControllerIR, name: str | Path):
+    def __init__(self, data, ir: ControllerIR, name: str | Path, outputs=None, feeds=None):
+        """``data``: the model's bytes, or a callable giving them; ``outputs`` and ``feeds`` (the graph
+        output names and :func:`feed_shapes`), when given, spare parsing the model where the readout
+        needs no change to it: the session is then made by ``session(data)`` when ``data`` is such a
+        callable (``LoadedModel``: from the file, its hash checked after), else from the bytes."""
         self.ir, self.name, self.head = ir, name, ir.head
-        proto = onnx.load_from_string(data)
         logits = [t for t, _ in self.head.readout] if self.head else list(ir.output_names)
         fetch = list(dict.fromkeys(logits + ([self.head.output] if self.head else [])))
-        outs = [o.name for o in proto.graph.output]
         self.fetch = fetch
+        self._index = {t: k for k, t in enumerate(fetch)}
+        if outputs is not None and feeds is not None and not (
+                fetch and (fetch != list(outputs) or (self.head and self.head.extra_nodes))):
+            self.feeds = list(feeds)
+            self.session = data.session() if hasattr(data, "session") else onnxruntime_session(data, name)
+            return
+        data = data.bytes() if hasattr(data, "bytes") else data
+        proto = onnx.load_from_string(data)
+        outs = [o.name for o in proto.graph.output]
         if fetch and (fetch != outs or (self.head and self.head.extra_nodes)):
             inputs = {i.name for i in proto.graph.input}
             for blob in (self.head.extra_nodes if self.head else ()):
@@ -244,7 +307,6 @@ class OnnxruntimeReadout:
                         src, types.get(t, onnx.TensorProto.FLOAT), None))
                 self.fetch.append(src)
             data = proto.SerializeToString()
-        self._index = {t: k for k, t in enumerate(fetch)}
         self.session = onnxruntime_session(data, name)
         self.feeds = feed_shapes(proto)
 

@@ -48,6 +48,8 @@ _ML_HINTS = {
 _ML_DEFAULT_HINT = ("export a ReLU MLPClassifier / MLPRegressor or a LogisticRegression / LinearRegression, "
                     "with options={'zipmap': False}")
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
+#: A TensorProto's data fields, cleared once read when the importer may release them.
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 
 def supported_ops() -> list[str]:
@@ -85,6 +87,8 @@ class Importer:
     def __init__(self, path: Path, model: onnx.ModelProto):
         self.path = path
         self.model = model
+        self.arrays: dict[str, np.ndarray] | None = None   # the initializers, once taken (take_initializers)
+        self.uses: dict[str, int] = {}
         self.nodes: list = []
         self.notes: list[str] = []
         self.opset = 0
@@ -166,12 +170,42 @@ class Importer:
         if skipped:
             self.notes.append(f"{len(skipped)} node(s) not on the path to the controller output skipped "
                               f"({', '.join(sorted(set(skipped)))})")
+        keep = {t for _, t in chosen}
+        for i in needed:
+            for name in graph.node[i].input:
+                self.uses[name] = self.uses.get(name, 0) + 1
         for i, node in enumerate(graph.node):
             if i in needed:
                 self.apply(i, node)
+                self.drop_consumed(node, keep)
         self.node_desc = "graph"
         self.check_finite()
         return self.read_outputs(chosen, input_names)
+
+    def take_initializers(self) -> None:
+        """Read every initializer into an array now (refusing one as :meth:`bind_inputs` would) and
+        let the importer hold a copy of the model without their data: once the caller drops its
+        reference to the model it gave, the parsed protobuf (one arena, freed only as a whole: 257 MB
+        at tllverifybench N = 64) is freed, and the weights live on in one copy, each released once
+        consumed (:meth:`drop_consumed`). Clears the data of the given model's initializers."""
+        arrays = {}
+        for t in self.model.graph.initializer:
+            arrays[t.name] = self.initializer(t)
+            for field in _DATA_FIELDS:
+                t.ClearField(field)
+        light = onnx.ModelProto()
+        light.CopyFrom(self.model)
+        self.model, self.arrays = light, arrays
+
+    def drop_consumed(self, node: onnx.NodeProto, keep: set[str]) -> None:
+        """Forget the values ``node`` read for the last time (initializers' arrays, intermediate
+        expressions), except the tensors read as controller outputs: at tllverifybench N = 64 each
+        layer's weights are released once composed instead of living to the end of the import."""
+        for name in node.input:
+            left = self.uses.get(name, 0) - 1
+            self.uses[name] = left
+            if left <= 0 and name not in keep:
+                self.env.pop(name, None)
 
     def initializer(self, t: onnx.TensorProto) -> np.ndarray:
         """An initializer's array; one whose data does not fill its dims (or that numpy cannot read)
@@ -185,7 +219,8 @@ class Importer:
     def bind_inputs(self, graph: onnx.GraphProto) -> tuple[str, ...]:
         """Initializers as constants, the other graph inputs as one InputNode (node 0, in graph order,
         at most MAX_INPUTS values); returns the input names."""
-        inits = {t.name: self.initializer(t) for t in graph.initializer}
+        inits = self.arrays if self.arrays is not None else {t.name: self.initializer(t) for t in graph.initializer}
+        self.arrays = None
         for name, arr in inits.items():
             self.env[name] = arr
         inputs = [vi for vi in graph.input if vi.name not in inits]

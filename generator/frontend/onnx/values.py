@@ -176,6 +176,43 @@ def lin_add(a, b, sign_b: float = 1.0):
     return Lin(shape, terms, bias)
 
 
+#: Entries of a float64 block of a constant operand in :func:`_blocked_product` (32 MB).
+_BLOCK_ENTRIES = 1 << 22
+
+
+def _blocked_product(a: Lin, b) -> Lin | None:
+    """``a @ b`` for a flat (rank-1, or one-row) expression ``a`` and a finite rank-2 constant ``b`` whose
+    sizes are all nonzero, made from float64 copies of blocks of ``b`` (``_BLOCK_ENTRIES`` entries each)
+    instead of a float64 copy of all of it and of its transpose (268 MB each for a 4,096 × 8,192 float32
+    layer). Each entry of a product is its own fixed-order sum of one row of ``b.T`` (or one column of
+    ``b``) with the same operand, so the blocks give the bits of the whole product. None otherwise
+    (the caller makes the product as before)."""
+    w = np.asarray(b)
+    if w.ndim != 2 or w.dtype.kind != "f" or len(a.shape) > 2 or (len(a.shape) == 2 and a.shape[0] != 1):
+        return None
+    n, m = w.shape
+    if a.shape[-1] != n or n * m == 0 or w.size <= _BLOCK_ENTRIES or not np.isfinite(w).all():
+        return None
+    step = max(1, _BLOCK_ENTRIES // n)
+    terms = {}
+    for s, mm in a.terms.items():
+        if isinstance(mm, Eye):   # _times_eye: w.T + 0.0, the float64 sum of each entry alone
+            terms[s] = np.add(w.T, 0.0, dtype=np.float64, order="C")
+            continue
+        mm = np.ascontiguousarray(mm.reshape(n, -1))   # once, not once a block
+        if mm.shape[1] == 0:
+            return None
+        out = np.empty((m, mm.shape[1]))
+        for i in range(0, m, step):
+            out[i:i + step] = matmul(np.ascontiguousarray(w[:, i:i + step].T, dtype=np.float64), mm)
+        terms[s] = out
+    bias = np.empty(m)
+    row = a.bias.reshape(1, n)
+    for i in range(0, m, step):
+        bias[i:i + step] = matmul(row, np.asarray(w[:, i:i + step], dtype=np.float64)).reshape(-1)
+    return Lin(a.shape[:-1] + (m,), terms, bias)
+
+
 def lin_matmul(a, b, fail: Callable[[str], Exception]):
     """numpy.matmul semantics where at most one operand is an expression (the expression by a rank-2
     constant, or a rank-2 constant by a rank-2 expression). ``fail(reason)`` makes the error raised
@@ -188,6 +225,9 @@ def lin_matmul(a, b, fail: Callable[[str], Exception]):
             return matmul(a, b)  # fixed order: the folded constant is the same on every machine
         return np.matmul(a, b)
     if is_lin(a):
+        blocked = _blocked_product(a, b)
+        if blocked is not None:
+            return blocked
         w = np.asarray(b, dtype=np.float64)
         if w.ndim != 2:
             raise fail(f"MatMul with a constant of rank {w.ndim} is not supported (need rank 2)")

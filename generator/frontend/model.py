@@ -9,7 +9,11 @@ onnxruntime) the file is read again and checked against the hash of the first re
 changed on disk in between is refused (ModelImportError).
 
 A LoadedModel pickles (bytes, read again and checked, + IR) into worker processes, which may have
-no access to the file; each process opens its own onnxruntime session on first use.
+no access to the file (a Dask cluster); each process opens its own onnxruntime session on first use.
+Pickled for a worker process of this machine (:func:`~mi_certify.verification.tools.workers.map_in_processes`,
+whose item is pickled once per item: a campaign's instance, a distillation's slice) it carries no bytes:
+the worker reads the file itself, checked against the same hash, only if it needs them (an
+onnxruntime session), instead of the parent reading and hashing the file again for every item.
 """
 
 from __future__ import annotations
@@ -41,7 +45,12 @@ class LoadedModel:
         self.path, self.sha256, self.ir, self.feeds = Path(path), sha256, ir, tuple(feeds)
         self.outputs = tuple(outputs)
         self._data = data   # held only where the model came pickled (a worker process)
+        self._file = None   # where a worker of this machine reads the file (absolute: the parent's folder)
         self._session = None
+
+    @property
+    def _source(self) -> Path:
+        return self._file if self._file is not None else self.path
 
     @property
     def name(self) -> str:
@@ -53,7 +62,7 @@ class LoadedModel:
         """The model's bytes: those hashed (:func:`~.onnx_import.read_model_again`: the file read again
         and checked, unless this process was sent them). Raises ModelImportError when the file is gone
         or changed since it was read."""
-        return self._data if self._data is not None else read_model_again(self.path, self.sha256)
+        return self._data if self._data is not None else read_model_again(self._source, self.sha256)
 
     def bytes(self) -> bytes:
         return self.data
@@ -63,15 +72,21 @@ class LoadedModel:
         the bytes this process was sent)."""
         if self._data is not None:
             return onnxruntime_session(self._data, self.path)
-        return session_from_file(self.path, self.sha256)
+        return session_from_file(self._source, self.sha256)
 
     def __getstate__(self) -> dict:
+        from mi_certify.verification.tools.workers import pickling_for_local_worker
+
         state = {k: v for k, v in self.__dict__.items() if k != "_session"}  # the readout: rebuilt per process
-        state["_data"] = self.data
+        if self._data is None and pickling_for_local_worker():
+            state["_file"] = self._source.absolute()   # read there, hash-checked, if ever needed
+        else:
+            state["_data"] = self.data
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_file", None)
         self._session = None
 
     def evaluate_onnxruntime(self, points: np.ndarray) -> np.ndarray:

@@ -11,7 +11,8 @@ Prepared here (this process): each network is read, imported and checked once
 with onnxruntime over its input box; that is the instance's ``prepare_time``. Decided on the backend
 (:func:`~.backends.map_ordered`: this process, our own processes, a Dask cluster): one
 :func:`~.nn_verify.decide` per instance with the instance's timeout; the task carries the LoadedModel
-(ONNX bytes + checked IR) and the parsed Query, never a path.
+(ONNX bytes + checked IR; to our own processes the IR and the file's hash only: a worker reads the file
+itself, hash-checked, if it replays a point) and the parsed Query.
 
 The results file follows VNN-COMP's ``results.csv`` (the competition's ``run_single_instance.sh``,
 stanleybak/vnncomp2021, ChristopherBrix/vnncomp2022_benchmarks; published results e.g.

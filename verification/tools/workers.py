@@ -22,14 +22,16 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from typing import Callable, Sequence
 
 from mi_certify.verification.tools.registry import die_with_parent, keep_freed_heap
 
-__all__ = ["WorkersLost", "WorkersTimedOut", "exiting", "map_in_processes"]
+__all__ = ["WorkersLost", "WorkersTimedOut", "exiting", "map_in_processes", "pickling_for_local_worker"]
 
 _LIVE: set = set()
+_LOCAL = threading.local()   # .on: this thread is in _pickled
 _EXITING = False
 
 
@@ -130,10 +132,21 @@ def _start_worker(fn):
     return proc, send, recv
 
 
+def pickling_for_local_worker() -> bool:
+    """True while this thread pickles an item for a worker process of this machine (:func:`_pickled`):
+    an object may then leave out what the worker can read itself, checked (a LoadedModel's bytes)."""
+    return getattr(_LOCAL, "on", False)
+
+
 def _pickled(obj) -> bytes:
-    """``obj`` as :meth:`Connection.send` frames it (the worker's ``recv`` unpickles it)."""
+    """``obj`` as :meth:`Connection.send` frames it (the worker's ``recv`` unpickles it), for a worker
+    of this machine (:func:`pickling_for_local_worker`)."""
     from multiprocessing.reduction import ForkingPickler
-    return bytes(ForkingPickler.dumps(obj))
+    _LOCAL.on = True
+    try:
+        return bytes(ForkingPickler.dumps(obj))
+    finally:
+        _LOCAL.on = False
 
 
 def _send_in_thread(send, payloads: list[bytes], errors: list):

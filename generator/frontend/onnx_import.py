@@ -51,6 +51,7 @@ from mi_certify.generator.core.digests import sha256_file
 from mi_certify.generator.core.numerics import corner_signs
 from mi_certify.generator.frontend.onnx.importer import MAX_INPUTS, Importer, supported_ml_ops, supported_ops
 from mi_certify.generator.frontend.onnx.registry import DEFAULT_DOMAINS
+from mi_certify.verification.tools.registry import release_freed_heap
 
 __all__ = ["HEAD_ORDER_TOL", "MAX_INPUTS", "ORT_RTOL", "OnnxruntimeReadout", "compare_with_onnxruntime", "cross_check",
            "evaluate_onnxruntime", "feed_shapes", "import_model", "import_onnx", "input_feed_shapes",
@@ -99,14 +100,24 @@ def parse_model(data: bytes, path: str | Path) -> onnx.ModelProto:
     """Parse and check ONNX bytes (``path`` names them in errors); raises ModelImportError
     (file, field, reason): unreadable protobuf, unsupported IR/opset version, onnx.checker."""
     path = Path(path)
+    # the checker first, with no parsed model beside it: its C++ parses the bytes into a model of its
+    # own, freed before ours is made (both at once were the import's peak: 901 MB at tllverifybench
+    # N = 64). The bytes, not a proto: check_model would serialize it again (257 MB more). A model it
+    # refuses is parsed and its versions checked first, then checked again: the same error, in the same
+    # order, as before.
+    try:
+        onnx.checker.check_model(bytes(data))
+        checked = True
+    except Exception:  # noqa: BLE001 - reported below, after the parse and version errors
+        checked = False
     try:
         model = onnx.load_from_string(data)
     except Exception as exc:  # protobuf DecodeError and friends
         raise ModelImportError(f"not a readable ONNX model ({type(exc).__name__}: {exc})", file=str(path)) from None
     _check_versions(path, model)
+    if checked:
+        return model
     try:
-        # the bytes just parsed, not the proto: check_model would serialize it again (257 MB more at
-        # tllverifybench N = 64); the checker's C++ parses the same bytes either way
         onnx.checker.check_model(bytes(data))
     except onnx.checker.ValidationError as exc:
         raise ModelImportError(f"onnx.checker rejects the model: {first_line(exc)}", file=str(path)) from None
@@ -143,7 +154,9 @@ def read_and_import(path: str | Path) -> tuple[str, ControllerIR, list, list[str
     importer = Importer(path, proto)
     del proto   # the importer holds it alone now: take_initializers' copy replaces it, and it is freed
     importer.take_initializers()
+    release_freed_heap()   # the bytes', the checker's and the parser's memory, freed but kept by malloc
     ir = importer.run()
+    release_freed_heap()   # the composition's temporaries: not under the cross-check's onnxruntime session
     return sha256, ir, feed_shapes(importer.model), [o.name for o in importer.model.graph.output]
 
 

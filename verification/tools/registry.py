@@ -519,6 +519,19 @@ def keep_freed_heap() -> bool:
     return _HEAP_KEPT
 
 
+def release_freed_heap() -> bool:
+    """Return the heap's free memory to the kernel now (glibc ``malloc_trim(0)``; malloc_trim(3)):
+    after a step that freed much more than the process goes on to use (the ONNX import: the checker's
+    and the parser's copies of the model), so that the next step's peak (onnxruntime's session beside
+    the IR) does not stand on top of it. True when called, False off glibc (nothing changes). Results
+    are unaffected (where an array lives changes no arithmetic)."""
+    trim = _libc_function("malloc_trim", ("c_size_t",), "c_int")
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
 #: Tools run under an address-space limit (RLIMIT_AS, set in the child before exec; inherited by
 #: what they start: yosys-abc under Yosys, make and g++ under ``verilator --build``). Never the
 #: browser (Chromium reserves far more address space than it uses).

@@ -174,3 +174,62 @@ def test_a_model_pickled_for_elsewhere_still_carries_its_bytes(tmp_path):
     path.unlink()
     with pytest.raises(ModelImportError, match="no such file"):
         pickle.dumps(local)                                            # nothing to send: refused, named
+
+
+def test_the_checker_runs_before_the_model_is_parsed(monkeypatch, tmp_path):
+    """Both copies at once were the import's peak (901 MB at tllverifybench N = 64): the checker's own
+    parse of the bytes is freed before the Python model is made."""
+    from mi_certify.generator.frontend import onnx_import
+    path = _chain(tmp_path)
+    order = []
+    check, load = onnx.checker.check_model, onnx.load_from_string
+    monkeypatch.setattr(onnx.checker, "check_model", lambda *a, **k: order.append("check") or check(*a, **k))
+    monkeypatch.setattr(onnx, "load_from_string", lambda *a, **k: order.append("parse") or load(*a, **k))
+    onnx_import.parse_model(path.read_bytes(), path)
+    assert order == ["check", "parse"]
+
+
+def test_a_refused_model_gives_the_same_error_in_the_same_order(tmp_path):
+    """Parse errors first, then versions, then the checker, as when the checker ran last."""
+    from mi_certify.generator.frontend import onnx_import
+    path = _chain(tmp_path)
+    with pytest.raises(ModelImportError, match="not a readable ONNX model"):
+        onnx_import.parse_model(b"\x08\x07garbage\xff", path)
+    m = onnx.load(path)
+    m.ir_version = onnx.IR_VERSION + 5                       # refused by the checker too
+    with pytest.raises(ModelImportError, match="ir_version: model IR") as err:
+        onnx_import.parse_model(m.SerializeToString(), path)
+    assert "onnx.checker" not in str(err.value)
+    m = onnx.load(path)
+    m.graph.node[0].input[1] = "nowhere"                      # the checker only
+    with pytest.raises(ModelImportError, match="onnx.checker rejects the model"):
+        onnx_import.parse_model(m.SerializeToString(), path)
+
+
+def test_each_block_of_a_large_product_is_small_too(monkeypatch, tmp_path):
+    """The block's product (rows × the expression's columns) is at most _BLOCK_ENTRIES entries, not
+    rows × columns with rows chosen from the constant alone (a 134 MB temporary beside the 268 MB
+    result at tllverifybench N = 64); the bits are the whole product's."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(32, 100)).astype(np.float32)
+    lin = values.Lin((32,), {0: rng.normal(size=(32, 64))}, rng.normal(size=32))
+    whole = values.lin_matmul(lin, w, ValueError)                      # w.size > 1000: not blocked
+    monkeypatch.setattr(values, "_BLOCK_ENTRIES", 1024)
+    sizes = []
+    mm = values.matmul
+    monkeypatch.setattr(values, "matmul", lambda a, b: (lambda r: sizes.append(r.size) or r)(mm(a, b)))
+    parts = values._blocked_product(lin, w)
+    assert sizes and max(sizes) <= 1024
+    assert parts.terms[0].tobytes() == whole.terms[0].tobytes() and parts.bias.tobytes() == whole.bias.tobytes()
+
+
+def test_the_import_returns_the_freed_heap(monkeypatch, tmp_path):
+    """After the parse (bytes, checker, parser) and after the composition, malloc's free memory goes
+    back to the kernel: not kept under the cross-check's onnxruntime session."""
+    from mi_certify.generator.frontend import onnx_import
+    from mi_certify.verification.tools import registry
+    calls = []
+    monkeypatch.setattr(onnx_import, "release_freed_heap", lambda: calls.append(1) or True)
+    onnx_import.read_and_import(_chain(tmp_path))
+    assert len(calls) == 2
+    assert registry.release_freed_heap() is True                      # glibc (this machine)

@@ -1,7 +1,7 @@
 """Benchmark: memory and time of importing a network and cross-checking it, as ``mi-certify verify``
 (:func:`~mi_certify.verification.nn.campaign.run_campaign`) prepares an instance: ``load_model``
-(read, check, import), ``parse_vnnlib``, then ``LoadedModel.cross_check`` on the property's box (256
-points against onnxruntime).
+(read, check, import; with a property, onnxruntime first on its box: ``boxes``), ``parse_vnnlib``, then
+``LoadedModel.cross_check`` on the property's box (256 points against onnxruntime).
 
 Each network runs in a fresh interpreter. Per step it prints the wall time, the step's own peak
 resident size (VmHWM, reset before the step through ``/proc/self/clear_refs``), the resident size
@@ -101,19 +101,21 @@ def one(onnx_path: Path, vnnlib: Path | None) -> dict:
     from mi_certify.generator.frontend.model import load_model
     from mi_certify.verification.nn.vnnlib import parse_vnnlib
 
+    from mi_certify.verification.nn.vnnlib import announced_boxes, query_box
+
     t_all = time.perf_counter()
-    model = step("load_model", lambda: load_model(onnx_path))
-    if vnnlib is not None:
+    if vnnlib is not None:   # as `mi-certify verify --vnnlib`: onnxruntime on the property's box, then the import
+        model = step("load_model", lambda: load_model(onnx_path, announced_boxes([vnnlib])))
         query = step("parse_vnnlib", lambda: parse_vnnlib(vnnlib, model.ir.n_inputs, model.ir.n_outputs))
-        lo = np.min([np.minimum(d.lo, d.hi) for d in query.disjuncts], axis=0)
-        hi = np.max([np.maximum(d.lo, d.hi) for d in query.disjuncts], axis=0)
+        lo, hi = query_box(query, vnnlib)
     else:
+        model = step("load_model", lambda: load_model(onnx_path))
         lo, hi = -np.ones(model.ir.n_inputs), np.ones(model.ir.n_inputs)
-    step("cross_check", lambda: model.cross_check(lo, hi))
+    worst = step("cross_check", lambda: model.cross_check(lo, hi))
     total = time.perf_counter() - t_all
     reset_ok = reset_peak()
     return {"file": str(onnx_path), "size": size, "rows": rows, "total_wall": total, "reset": reset_ok,
-            "sha256": model.sha256, "ir": ir_digest(model.ir)}
+            "sha256": model.sha256, "ir": ir_digest(model.ir), "worst": worst}
 
 
 def report(res: dict) -> None:
@@ -128,7 +130,8 @@ def report(res: dict) -> None:
     peak = max(r["hwm"] for r in rows[1:])
     print(f"  import + cross-check: {res['total_wall']:.2f} s, peak VmHWM {peak / MB:,.0f} MB = {peak / size:.2f}x "
           f"the file, {(peak - base) / MB:,.0f} MB = {(peak - base) / size:.2f}x above the baseline")
-    print(f"  model sha256 {res['sha256']}\n  IR digest    {res['ir']}")
+    print(f"  model sha256 {res['sha256']}\n  IR digest    {res['ir']}\n  cross-check: largest difference "
+          f"{res['worst']!r}")
 
 
 def main() -> int:

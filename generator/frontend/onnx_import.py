@@ -54,8 +54,8 @@ from mi_certify.generator.frontend.onnx.registry import DEFAULT_DOMAINS
 from mi_certify.verification.tools.registry import release_freed_heap
 
 __all__ = ["HEAD_ORDER_TOL", "MAX_INPUTS", "ORT_RTOL", "OnnxruntimeReadout", "compare_with_onnxruntime", "cross_check",
-           "evaluate_onnxruntime", "feed_shapes", "import_model", "import_onnx", "input_feed_shapes",
-           "onnxruntime_session", "parse_model", "parse_model_file", "read_and_import", "read_model_again",
+           "evaluate_onnxruntime", "feed_shapes", "file_identity", "import_model", "import_onnx", "input_feed_shapes",
+           "onnxruntime_session", "cross_check_points", "parse_model", "parse_model_file", "read_and_import", "read_model_again",
            "read_model_file", "run_session", "run_session_outputs", "session_from_file", "supported_ml_ops", "supported_ops"]
 
 #: Relative tolerance of the import cross-check against onnxruntime.
@@ -160,7 +160,8 @@ def read_and_import(path: str | Path) -> tuple[str, ControllerIR, list, list[str
     return sha256, ir, feed_shapes(importer.model), [o.name for o in importer.model.graph.output]
 
 
-def _identity(path: Path) -> tuple:
+def file_identity(path: Path) -> tuple:
+    """(device, inode, size, modification and change times, ns) of a file: unchanged while it is not written."""
     st = path.stat()
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
@@ -182,10 +183,10 @@ def session_from_file(path: str | Path, sha256: str):
     after the session is made, and its identity (device, inode, size, modification and change times)
     must be the same before and after. Raises ModelImportError when the file changed."""
     path = Path(path)
-    before = _identity(path)
+    before = file_identity(path)
     sess = onnxruntime_session(path, path)
     now = sha256_file(path)
-    if now != sha256 or _identity(path) != before:
+    if now != sha256 or file_identity(path) != before:
         raise ModelImportError(f"the file changed on disk since it was read (SHA-256 {now}, was "
                                f"{sha256}); run again on a file that is not being written", file=str(path))
     return sess
@@ -400,15 +401,16 @@ def cross_check(ir: ControllerIR, path: str | Path, lo: np.ndarray, hi: np.ndarr
                                     lo, hi, n_points=n_points, seed=seed, rtol=rtol)
 
 
-def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path, lo: np.ndarray, hi: np.ndarray,
-                             n_points: int = 256, seed: int = 0, rtol: float = ORT_RTOL) -> float:
-    """:func:`cross_check` with the onnxruntime evaluation given: ``feeds`` = :func:`feed_shapes`,
-    ``evaluate(points (n, n_inputs)) -> (n, n_outputs)``, ``name`` for errors."""
+def cross_check_points(n_inputs: int, feeds, name: str | Path, lo: np.ndarray, hi: np.ndarray, n_points: int = 256,
+                       seed: int = 0) -> np.ndarray:
+    """The points :func:`compare_with_onnxruntime` evaluates both ways ((max(n_points, 256), n_inputs)
+    float64, each already rounded to what onnxruntime is fed); raises ModelImportError (``name``) for a
+    box of the wrong size, empty or inverted, or not finite in float32."""
     path = name
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
-    if lo.shape != (ir.n_inputs,) or hi.shape != (ir.n_inputs,):
-        raise ModelImportError(f"input box has {lo.size} entries but the model has {ir.n_inputs} inputs", file=str(path))
+    if lo.shape != (n_inputs,) or hi.shape != (n_inputs,):
+        raise ModelImportError(f"input box has {lo.size} entries but the model has {n_inputs} inputs", file=str(path))
     bad = np.nonzero(~(lo <= hi))[0]
     if bad.size:
         i = int(bad[0])
@@ -417,9 +419,9 @@ def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path
     total = max(n_points, 256)
     pts = [(lo + hi) / 2]
     # every corner while they take at most half of the points, else a fixed sample of them
-    pts.extend(np.where(corner_signs(ir.n_inputs, limit=total // 2), hi, lo))
+    pts.extend(np.where(corner_signs(n_inputs, limit=total // 2), hi, lo))
     n_rand = total - len(pts)
-    pts.extend(lo + (hi - lo) * rng.random((n_rand, ir.n_inputs)))
+    pts.extend(lo + (hi - lo) * rng.random((n_rand, n_inputs)))
     pts = np.asarray(np.asarray(pts, dtype=np.float32), dtype=np.float64)
     off = 0
     for _name, shape, dtype in feeds:  # round to what onnxruntime is fed
@@ -428,6 +430,15 @@ def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path
         off += n
     if not np.all(np.isfinite(pts)):
         raise ModelImportError("the input box is not finite in float32", file=str(path))
+    return pts
+
+
+def compare_with_onnxruntime(ir: ControllerIR, feeds, evaluate, name: str | Path, lo: np.ndarray, hi: np.ndarray,
+                             n_points: int = 256, seed: int = 0, rtol: float = ORT_RTOL) -> float:
+    """:func:`cross_check` with the onnxruntime evaluation given: ``feeds`` = :func:`feed_shapes`,
+    ``evaluate(points (n, n_inputs)) -> (n, n_outputs)``, ``name`` for errors."""
+    path = name
+    pts = cross_check_points(ir.n_inputs, feeds, name, lo, hi, n_points, seed)
     try:
         ort = evaluate(pts)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors (InvalidArgument, Fail …) derive from Exception

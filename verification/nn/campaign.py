@@ -145,23 +145,23 @@ def run_campaign(instances: list[Instance], opts, backend=None, on_result=None) 
     """
     from mi_certify.generator.frontend.model import load_model
 
-    from mi_certify.verification.nn.vnnlib import parse_vnnlib
+    from mi_certify.verification.nn.vnnlib import announced_boxes, parse_vnnlib, query_box
 
     models: dict[Path, object] = {}
+    properties: dict[Path, list[Path]] = {}   # each network's properties: onnxruntime runs on all their boxes
+    for inst in instances:                    # before its import (load_model's ``boxes``: a lower peak)
+        properties.setdefault(inst.onnx_path.resolve(), []).append(inst.vnnlib_path)
     tasks, prep = [], []
     for inst in instances:
         t0 = time.monotonic()
         key = inst.onnx_path.resolve()
         if key not in models:
-            models[key] = load_model(inst.onnx_path)
+            models[key] = load_model(inst.onnx_path, announced_boxes(properties[key]))
         model = models[key]
         query = parse_vnnlib(inst.vnnlib_path, model.ir.n_inputs, model.ir.n_outputs)
-        if query.disjuncts:
-            lo = np.min([np.minimum(d.lo, d.hi) for d in query.disjuncts], axis=0)
-            hi = np.max([np.maximum(d.lo, d.hi) for d in query.disjuncts], axis=0)
-            if not (np.all(np.abs(lo) <= 1e15) and np.all(np.abs(hi) <= 1e15)):
-                raise MiCertifyError("input bounds beyond 1e15 in magnitude are not supported", file=str(inst.vnnlib_path))
-            model.cross_check(lo, hi)
+        box = query_box(query, inst.vnnlib_path)
+        if box is not None:
+            model.cross_check(*box)
         tasks.append((model, query, replace(opts, timeout=inst.timeout) if inst.timeout else opts))
         prep.append(time.monotonic() - t0)
     def result(k: int, answer: tuple) -> InstanceResult:

@@ -19,6 +19,7 @@ import math
 import re
 from itertools import product
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -138,6 +139,35 @@ def _formula(node, f, names) -> list[list[tuple[_Lin, int]]]:
         return [[(expr, ln)]]
 
     raise VnnlibError(f"unsupported formula operator '{op}'", file=f, where=f"line {ln}")
+
+
+def query_box(query: Query, file: str | Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """The input box the import cross-check covers for ``query`` (the hull of its disjuncts' boxes), None
+    without disjuncts; raises MiCertifyError (``file``) for bounds beyond 1e15 in magnitude."""
+    if not query.disjuncts:
+        return None
+    lo = np.min([np.minimum(d.lo, d.hi) for d in query.disjuncts], axis=0)
+    hi = np.max([np.maximum(d.lo, d.hi) for d in query.disjuncts], axis=0)
+    if not (np.all(np.abs(lo) <= 1e15) and np.all(np.abs(hi) <= 1e15)):
+        raise MiCertifyError("input bounds beyond 1e15 in magnitude are not supported", file=str(file))
+    return lo, hi
+
+
+def announced_boxes(files: list) -> Callable[[int, int], list]:
+    """``boxes`` for :func:`~mi_certify.generator.frontend.model.load_model`: the :func:`query_box` of each
+    VNN-LIB file, parsed with the sizes given (the caller parses them again after the import; an error
+    here only means no early readout)."""
+    def boxes(n_inputs: int, n_outputs: int) -> list:
+        out = []
+        for f in files:
+            try:
+                box = query_box(parse_vnnlib(f, n_inputs, n_outputs), f)
+            except MiCertifyError:   # reported by the caller's own parse, after the import
+                continue
+            if box is not None:
+                out.append(box)
+        return out
+    return boxes
 
 
 def parse_vnnlib(path: str | Path, n_inputs: int | None = None, n_outputs: int | None = None) -> Query:

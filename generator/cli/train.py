@@ -246,16 +246,16 @@ def _counterexamples(model_bytes: bytes, spec) -> list[tuple[str, list[float]]]:
     from mi_certify.verification.nn.nn_verify import falsify
     from mi_certify.verification.nn.properties import spec_queries
 
-    with tempfile.TemporaryDirectory(prefix="mi-certify-train-") as tmp:
-        path = Path(tmp) / "round.onnx"
+    out = []
+    with tempfile.TemporaryDirectory(prefix="mi-certify-train-") as tmp:   # kept while the model is used: its
+        path = Path(tmp) / "round.onnx"                                    # replays read the file (hash-checked)
         path.write_bytes(model_bytes)
         model = load_model(path)
-    out = []
-    for q in spec_queries(spec):
-        if q.kind in ("forbid", "require"):
-            found = falsify(model, q)
-            if found is not None:
-                out.append((q.id, [float(v) for v in found[1]["x"]]))
+        for q in spec_queries(spec):
+            if q.kind in ("forbid", "require"):
+                found = falsify(model, q)
+                if found is not None:
+                    out.append((q.id, [float(v) for v in found[1]["x"]]))
     return out
 
 

@@ -183,7 +183,11 @@ def session_from_file(path: str | Path, sha256: str):
     after the session is made, and its identity (device, inode, size, modification and change times)
     must be the same before and after. Raises ModelImportError when the file changed."""
     path = Path(path)
-    before = file_identity(path)
+    try:
+        before = file_identity(path)
+    except OSError:   # gone (or unreadable) since it was read: named as read_model_file names it
+        read_model_file(path)
+        raise
     sess = onnxruntime_session(path, path)
     now = sha256_file(path)
     if now != sha256 or file_identity(path) != before:

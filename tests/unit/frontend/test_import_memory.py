@@ -233,3 +233,15 @@ def test_the_import_returns_the_freed_heap(monkeypatch, tmp_path):
     onnx_import.read_and_import(_chain(tmp_path))
     assert len(calls) == 2
     assert registry.release_freed_heap() is True                      # glibc (this machine)
+
+
+def test_a_file_gone_before_the_session_is_named_not_a_traceback(tmp_path):
+    """The bytes are not held: a replay after the file was removed (a temporary folder left) is one
+    ModelImportError naming the file, not a FileNotFoundError from os.stat."""
+    from mi_certify.generator.frontend.model import load_model
+    path = _chain(tmp_path)
+    m = load_model(path)
+    path.unlink()
+    with pytest.raises(ModelImportError, match="no such file") as err:
+        m.evaluate_onnxruntime(np.zeros((1, 3)))
+    assert str(path) in str(err.value)

@@ -7,8 +7,10 @@
 //
 // AXI4-Lite (AMBA AXI and ACE Protocol Specification, B1): 32-bit data, 8-bit byte addresses,
 // WSTRB byte enables, no PROT checks. A write is taken when AWVALID and WVALID are both high and the
-// B channel is free (AWREADY = WREADY = that cycle); a read when ARVALID is high and the R channel is
-// free: one transaction per cycle on each channel, back to back, responses registered. An address
+// B channel is free (AWREADY = WREADY = that cycle), its response registered in that edge; a read when
+// ARVALID is high and the read taken in the cycle before (if any) can move to the R channel in this one
+// (the register core gives its data one cycle after it takes the read), its response registered one edge
+// later: one transaction per cycle on each channel, back to back, while RREADY / BREADY are high. An address
 // that names no register (no writable register, for a write) answers SLVERR and changes nothing.
 // irq: level, high while IRQ.FALLBACK is set and CTRL.IRQ_EN is 1.
 `default_nettype none
@@ -44,7 +46,10 @@ module meta_controller_axil (
     localparam [1:0] OKAY = 2'b00, SLVERR = 2'b10;
 
     wire do_write = s_axil_awvalid && s_axil_wvalid && (!s_axil_bvalid || s_axil_bready);
-    wire do_read = s_axil_arvalid && (!s_axil_rvalid || s_axil_rready);
+    // r_pend: a read taken in the last cycle, its data on rd_data now (held by the core until the next read)
+    reg  r_pend;
+    wire r_free = !s_axil_rvalid || s_axil_rready;
+    wire do_read = s_axil_arvalid && (!r_pend || r_free);
     assign s_axil_awready = do_write;
     assign s_axil_wready = do_write;
     assign s_axil_arready = do_read;
@@ -60,7 +65,7 @@ module meta_controller_axil (
     always @(posedge clk) begin
         if (rst) begin
             s_axil_bvalid <= 1'b0; s_axil_bresp <= OKAY;
-            s_axil_rvalid <= 1'b0; s_axil_rresp <= OKAY; s_axil_rdata <= 32'd0;
+            s_axil_rvalid <= 1'b0; s_axil_rresp <= OKAY; s_axil_rdata <= 32'd0; r_pend <= 1'b0;
         end else begin
             if (do_write) begin
                 s_axil_bvalid <= 1'b1;
@@ -68,13 +73,17 @@ module meta_controller_axil (
             end else if (s_axil_bready) begin
                 s_axil_bvalid <= 1'b0;
             end
-            if (do_read) begin
+            if (r_pend && r_free) begin
                 s_axil_rvalid <= 1'b1;
                 s_axil_rresp <= rd_err ? SLVERR : OKAY;
                 s_axil_rdata <= rd_data;
             end else if (s_axil_rready) begin
                 s_axil_rvalid <= 1'b0;
             end
+            if (do_read)
+                r_pend <= 1'b1;
+            else if (r_free)
+                r_pend <= 1'b0;
         end
     end
 

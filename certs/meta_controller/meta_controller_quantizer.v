@@ -5,11 +5,12 @@
 //   spec   4c81b9b9906f039fa35c7ec5f6f430960ed196c9e33cbd997bee079ab1645553
 //
 // meta_controller_quantizer (combinational) turns each input's raw word into its level and fault; meta_controller_raw
-// feeds them to meta_controller (addr, probe_fault), whose ports and timing it keeps otherwise.
+// registers its levels and faults and feeds them to meta_controller in the next cycle (addr, probe_fault).
 // The word's value is word / 2^frac_bits (two's complement when signed); the level is
 // clamp(floor((value - min) * 2^bits / (max - min)), 0, 2^bits - 1), a value outside [min, max] or
 // valid_<name> low is a probe fault, and addr is 0 in a fault cycle (as the Python runtime's
-// quantize_words). Proved equal to the Python runtime on every word of every input (rtl.quantizer.*).
+// quantize_words); levels is addr before that zeroing. Proved equal to the Python runtime on every word
+// of every input (obligations quantizer.*).
 //
 // Inputs (raw word -> addr field):
 //   raw_compute_util           unsigned Q1.15 (16 bits), envelope [0.0, 1.0] ratio -> addr[13:10], 4 bits
@@ -33,6 +34,7 @@ module meta_controller_quantizer (
     input  wire [11:0]  raw_temperature_c,
     input  wire         valid_temperature_c,
     output wire [13:0]  addr,
+    output wire [13:0]  levels,       // the levels concatenated, not zeroed in a fault cycle
     output wire         probe_fault,
     output wire [4:0]   input_fault
 );
@@ -115,7 +117,8 @@ module meta_controller_quantizer (
     assign input_fault[4] = ~valid_temperature_c | low_temperature_c | high_temperature_c;
 
     assign probe_fault = |input_fault;
-    assign addr = probe_fault ? 14'd0 : { level_compute_util, level_cache_chase_ns, level_mem_bw_avail_gbs, level_free_sram_kb, level_temperature_c };
+    assign levels = { level_compute_util, level_cache_chase_ns, level_mem_bw_avail_gbs, level_free_sram_kb, level_temperature_c };
+    assign addr = probe_fault ? 14'd0 : levels;
 
 endmodule
 

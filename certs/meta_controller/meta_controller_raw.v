@@ -4,12 +4,17 @@
 // Sources (sha256):
 //   spec   4c81b9b9906f039fa35c7ec5f6f430960ed196c9e33cbd997bee079ab1645553
 //
-// meta_controller_quantizer (combinational) turns each input's raw word into its level and fault; meta_controller_raw
-// feeds them to meta_controller (addr, probe_fault), whose ports and timing it keeps otherwise.
-// The word's value is word / 2^frac_bits (two's complement when signed); the level is
+// meta_controller_quantizer (combinational) turns each input's raw word into its level and fault. meta_controller_raw
+// registers them, with every other input of meta_controller (sla_violation, step, op_cmd, op_arg), and
+// feeds them to meta_controller in the next cycle: probe_fault = the OR of the faults, addr = 0 in a
+// fault cycle, else the levels (as the Python runtime's quantize_words). So meta_controller_raw is meta_controller
+// one cycle later: its decision latency is meta_controller's + 1 (5 cycles), and
+// input_fault is registered with the reading the controller steps on. The word's value is
+// word / 2^frac_bits (two's complement when signed); the level is
 // clamp(floor((value - min) * 2^bits / (max - min)), 0, 2^bits - 1), a value outside [min, max] or
-// valid_<name> low is a probe fault, and addr is 0 in a fault cycle (as the Python runtime's
-// quantize_words). Proved equal to the Python runtime on every word of every input (rtl.quantizer.*).
+// valid_<name> low is a probe fault. The quantizer is proved equal to the Python runtime on every word of
+// every input (obligations quantizer.*); this module's register stage and its two lines of logic are
+// checked by the bus co-simulation (docs/hdl.md, "What is proved, what is tested").
 //
 // Inputs (raw word -> addr field):
 //   raw_compute_util           unsigned Q1.15 (16 bits), envelope [0.0, 1.0] ratio -> addr[13:10], 4 bits
@@ -47,8 +52,12 @@ module meta_controller_raw (
     output wire [13:0]  audit_addr
 );
 
-    wire [13:0]  addr;
-    wire         probe_fault;
+    wire [13:0]  levels;
+    wire [4:0]   faults;
+    /* verilator lint_off UNUSEDSIGNAL */
+    wire [13:0]  unused_addr;   // levels and faults are registered instead
+    wire         unused_probe_fault;
+    /* verilator lint_on UNUSEDSIGNAL */
 
     meta_controller_quantizer u_quantizer (
         .raw_compute_util(raw_compute_util),
@@ -61,20 +70,40 @@ module meta_controller_raw (
         .valid_free_sram_kb(valid_free_sram_kb),
         .raw_temperature_c(raw_temperature_c),
         .valid_temperature_c(valid_temperature_c),
-        .addr(addr),
-        .probe_fault(probe_fault),
-        .input_fault(input_fault)
+        .addr(unused_addr),
+        .levels(levels),
+        .probe_fault(unused_probe_fault),
+        .input_fault(faults)
     );
+
+    // the register stage: every input of the controller one cycle later (reset: no step, every input in fault)
+    reg [13:0]  levels_q;
+    reg [4:0]   faults_q;
+    reg          sla_violation_q, step_q;
+    reg  [1:0]   op_cmd_q;
+    reg [1:0]   op_arg_q;
+    always @(posedge clk) begin
+        if (rst) begin
+            levels_q <= 14'd0; faults_q <= 5'd31; sla_violation_q <= 1'b0; step_q <= 1'b0;
+            op_cmd_q <= 2'd0; op_arg_q <= 2'd0;
+        end else begin
+            levels_q <= levels; faults_q <= faults; sla_violation_q <= sla_violation; step_q <= step;
+            op_cmd_q <= op_cmd; op_arg_q <= op_arg;
+        end
+    end
+    assign input_fault = faults_q;
+    wire         probe_fault = |faults_q;
+    wire [13:0]  addr = probe_fault ? 14'd0 : levels_q;
 
     meta_controller u_controller (
         .clk(clk),
         .rst(rst),
         .addr(addr),
         .probe_fault(probe_fault),
-        .sla_violation(sla_violation),
-        .step(step),
-        .op_cmd(op_cmd),
-        .op_arg(op_arg),
+        .sla_violation(sla_violation_q),
+        .step(step_q),
+        .op_cmd(op_cmd_q),
+        .op_arg(op_arg_q),
         .token(token),
         .reason(reason),
         .audit_valid(audit_valid),

@@ -11,11 +11,15 @@
 //   wr_en/wr_addr/wr_data/wr_strb  one write in this cycle, byte enables per lane
 //   wr_err                         (combinational) wr_addr names no writable register: nothing is written
 //   rd_en/rd_addr                  one read in this cycle (reading DECISION latches SEQ and AUDIT_ADDR)
-//   rd_data/rd_err                 (combinational) the register's value; rd_err: rd_addr names no register
-// CTRL.STEP loads the quantizer's inputs from the RAW_<input> registers in one cycle and the controller
-// makes one step on them in the next (its step input; every cycle with CTRL.FREE_RUN); without a step it
-// holds its state (docs/hdl.md, "Steps"). The step's decision is in DECISION from the (L + 1)th cycle
-// after the one that wrote CTRL.STEP (L: the controller's decision latency, its header): compare SEQ.
+//   rd_data/rd_err                 from the next cycle on, until the next rd_en: the register's value at the
+//                                  edge that took rd_en; rd_err: rd_addr names no register
+// CTRL.STEP loads the quantizer's inputs from the RAW_<input> registers in one cycle, meta_controller_raw registers
+// their levels and faults in the next and the controller makes one step on them in the one after (its step
+// input; every cycle with CTRL.FREE_RUN); without a step it holds its state (docs/hdl.md, "Steps"). The
+// step's decision is in DECISION from the (L + 2)th cycle after the one that wrote CTRL.STEP (L: the
+// controller's decision latency, its header; 6 here): compare SEQ. STATUS.INPUT_FAULT is
+// the faults of the reading the controller steps on. An SLA_CMD write reaches the monitor in the next
+// cycle and its verdict (SLA_STATUS, STATUS.SLA_VIOLATION, the counters) is there in the cycle after.
 // OP (sla.yaml operator:): a write is the controller's command from the next cycle on, until a step takes
 // it (then none); the bus does not authenticate it (docs/operator.md).
 `default_nettype none
@@ -93,11 +97,17 @@ module meta_controller_regs (
     reg [11:0]  live_temperature_c;   // the quantizer's input (loaded by STEP / FREE_RUN)
     reg         livev_temperature_c;
 
-    wire wr_ok = wr_en & ~wr_err;
+    // every write below names a writable register, whose address has no wr_err: wr_en alone enables it
+    wire wr_ok = wr_en;
     wire step_pulse = wr_ok && waddr == A_CTRL && wr_strb[0] && wr_data[0];
-    wire sla_start = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[0];
-    wire sla_done = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[1];
-    wire sla_unknown = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[2];
+    wire sla_start_w = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[0];
+    wire sla_done_w = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[1];
+    wire sla_unknown_w = wr_ok && waddr == A_SLA_CMD && wr_strb[0] && wr_data[2];
+    // SLA_CMD reaches the monitor one cycle after its write, registered with the action active in the cycle
+    // of the write (SLA_ACC cannot change in between: one write per cycle); the monitor's verdict is
+    // registered one cycle after that (docs/hdl.md, "SLA requests over the bus")
+    reg         sla_start, sla_done, sla_unknown;
+    reg [1:0]   sla_action;
 
     // the controller's step input: the live registers were loaded in the last cycle (CTRL.STEP or
     // FREE_RUN), so the controller steps once per STEP (every cycle in FREE_RUN mode) and holds otherwise
@@ -127,7 +137,7 @@ module meta_controller_regs (
         .audit_valid(audit_valid), .audit_token(audit_token), .audit_reason(audit_reason), .audit_addr(audit_addr));
 
     meta_controller_sla_monitor u_sla (
-        .clk(clk), .rst(rst), .req_start(sla_start), .req_action(token),
+        .clk(clk), .rst(rst), .req_start(sla_start), .req_action(sla_action),
         .req_done(sla_done), .acc_loss(sla_acc), .acc_unknown(sla_unknown), .violation(violation),
         .lat_violation(lat_violation), .acc_violation(acc_violation), .verdict_valid(verdict_valid),
         .samples(sla_samples), .busy(sla_busy), .proto_error(sla_proto));
@@ -149,6 +159,7 @@ module meta_controller_regs (
             raw_temperature_c <= 12'd0; rawv_temperature_c <= 1'b0; live_temperature_c <= 12'd0; livev_temperature_c <= 1'b0;
             seq_count <= 32'd0; snap_seq <= 32'd0; snap_addr <= 14'd0; step_q <= 1'b0;
             sla_requests <= 32'd0; sla_violations <= 32'd0;
+            sla_start <= 1'b0; sla_done <= 1'b0; sla_unknown <= 1'b0; sla_action <= 2'd0;
             op_cmd_q <= 2'd0; op_arg_q <= 2'd0;
         end else begin
             if (op_write) begin
@@ -159,6 +170,7 @@ module meta_controller_regs (
                 op_arg_q <= 2'd0;
             end
             step_q <= step_pulse || free_run;
+            sla_start <= sla_start_w; sla_done <= sla_done_w; sla_unknown <= sla_unknown_w; sla_action <= token;
             if (wr_ok && waddr == A_CTRL) begin
                 if (wr_strb[0]) free_run <= wr_data[1];
                 if (wr_strb[0]) irq_en <= wr_data[2];
@@ -202,7 +214,7 @@ module meta_controller_regs (
             else if (wr_ok && waddr == A_SLA_STATUS && wr_strb[0] && wr_data[3])
                 sla_proto_seen <= 1'b0;
             seq_count <= seq_now;
-            if (rd_en && !rd_err && raddr == A_DECISION) begin
+            if (rd_en && raddr == A_DECISION) begin   // DECISION is a register: no rd_err
                 snap_seq <= seq_now;
                 snap_addr <= audit_addr;
             end
@@ -236,28 +248,88 @@ module meta_controller_regs (
     end
     assign wr_err = wr_bad;
 
+    // --- reads, in two stages: at the edge that takes rd_en, each group of 8 word addresses is read by
+    // raddr[2:0] and registered (the registers' values at that edge) with the group and the decode;
+    // in the next cycle rd_data / rd_err come from those registers (held until the next rd_en)
+    reg rd_bad;
+    reg [31:0]  grp0_d, grp0_q;
+    reg [31:0]  grp1_d, grp1_q;
+    reg [31:0]  grp2_d, grp2_q;
+    reg [2:0]   rd_grp;
+    reg         rd_bad_q;
     always @(*) begin
-        rd_err = 1'b0;
         case (raddr)
-            A_ID:                   rd_data = 32'h4D430001;
-            A_CTRL:                 rd_data = {29'd0, irq_en, free_run, 1'b0};
-            A_STATUS:               rd_data = {19'd0, input_fault, 4'd0, violation, (reason == R_LOW_CONFIDENCE), (reason == R_PROBE_FAULT), in_fallback};
-            A_DECISION:             rd_data = {20'd0, audit_reason, 6'd0, audit_token};
-            A_SEQ:                  rd_data = {snap_seq};
-            A_AUDIT_ADDR:           rd_data = {18'd0, snap_addr};
-            A_IRQ:                  rd_data = {31'd0, irq_fallback};
-            A_SLA_CMD:              rd_data = {29'd0, 1'b0, 1'b0, 1'b0};
-            A_SLA_ACC:              rd_data = {15'd0, sla_acc};
-            A_SLA_REQUESTS:         rd_data = {sla_requests};
-            A_SLA_VIOLATIONS:       rd_data = {sla_violations};
-            A_SLA_STATUS:           rd_data = {19'd0, sla_samples, 4'd0, sla_proto_seen, sla_busy, acc_violation, lat_violation};
-            A_OP:                   rd_data = {22'd0, 2'd0, 6'd0, 2'b00};
-            A_RAW_COMPUTE_UTIL:     rd_data = {rawv_compute_util, 15'd0, raw_compute_util};
-            A_RAW_CACHE_CHASE_NS:   rd_data = {rawv_cache_chase_ns, 15'd0, raw_cache_chase_ns};
-            A_RAW_MEM_BW_AVAIL_GBS: rd_data = {rawv_mem_bw_avail_gbs, 15'd0, raw_mem_bw_avail_gbs};
-            A_RAW_FREE_SRAM_KB:     rd_data = {rawv_free_sram_kb, 19'd0, raw_free_sram_kb};
-            A_RAW_TEMPERATURE_C:    rd_data = {rawv_temperature_c, 19'd0, raw_temperature_c};
-            default: begin rd_data = 32'd0; rd_err = 1'b1; end
+            A_ID,
+            A_CTRL,
+            A_STATUS,
+            A_DECISION,
+            A_SEQ,
+            A_AUDIT_ADDR,
+            A_IRQ,
+            A_SLA_CMD,
+            A_SLA_ACC,
+            A_SLA_REQUESTS,
+            A_SLA_VIOLATIONS,
+            A_SLA_STATUS,
+            A_OP,
+            A_RAW_COMPUTE_UTIL,
+            A_RAW_CACHE_CHASE_NS,
+            A_RAW_MEM_BW_AVAIL_GBS,
+            A_RAW_FREE_SRAM_KB,
+            A_RAW_TEMPERATURE_C:
+                rd_bad = 1'b0;
+            default: rd_bad = 1'b1;
+        endcase
+        case (raddr[2:0])
+            3'd0:                   grp0_d = 32'h4D430001;  // ID
+            3'd1:                 grp0_d = {29'd0, irq_en, free_run, 1'b0};  // CTRL
+            3'd2:               grp0_d = {19'd0, input_fault, 4'd0, violation, (reason == R_LOW_CONFIDENCE), (reason == R_PROBE_FAULT), in_fallback};  // STATUS
+            3'd3:             grp0_d = {20'd0, audit_reason, 6'd0, audit_token};  // DECISION
+            3'd4:                  grp0_d = {snap_seq};  // SEQ
+            3'd5:           grp0_d = {18'd0, snap_addr};  // AUDIT_ADDR
+            3'd6:                  grp0_d = {31'd0, irq_fallback};  // IRQ
+            3'd7:              grp0_d = {29'd0, 1'b0, 1'b0, 1'b0};  // SLA_CMD
+            default: grp0_d = 32'd0;
+        endcase
+        case (raddr[2:0])
+            3'd0:              grp1_d = {15'd0, sla_acc};  // SLA_ACC
+            3'd1:         grp1_d = {sla_requests};  // SLA_REQUESTS
+            3'd2:       grp1_d = {sla_violations};  // SLA_VIOLATIONS
+            3'd3:           grp1_d = {19'd0, sla_samples, 4'd0, sla_proto_seen, sla_busy, acc_violation, lat_violation};  // SLA_STATUS
+            3'd4:                   grp1_d = {22'd0, 2'd0, 6'd0, 2'b00};  // OP
+            default: grp1_d = 32'd0;
+        endcase
+        case (raddr[2:0])
+            3'd0:     grp2_d = {rawv_compute_util, 15'd0, raw_compute_util};  // RAW_COMPUTE_UTIL
+            3'd1:   grp2_d = {rawv_cache_chase_ns, 15'd0, raw_cache_chase_ns};  // RAW_CACHE_CHASE_NS
+            3'd2: grp2_d = {rawv_mem_bw_avail_gbs, 15'd0, raw_mem_bw_avail_gbs};  // RAW_MEM_BW_AVAIL_GBS
+            3'd3:     grp2_d = {rawv_free_sram_kb, 19'd0, raw_free_sram_kb};  // RAW_FREE_SRAM_KB
+            3'd4:    grp2_d = {rawv_temperature_c, 19'd0, raw_temperature_c};  // RAW_TEMPERATURE_C
+            default: grp2_d = 32'd0;
+        endcase
+    end
+
+    always @(posedge clk) begin
+        if (rst) begin
+            grp0_q <= 32'd0;
+            grp1_q <= 32'd0;
+            grp2_q <= 32'd0;
+            rd_grp <= 3'd0; rd_bad_q <= 1'b0;
+        end else if (rd_en) begin
+            grp0_q <= grp0_d;
+            grp1_q <= grp1_d;
+            grp2_q <= grp2_d;
+            rd_grp <= raddr[5:3]; rd_bad_q <= rd_bad;
+        end
+    end
+
+    always @(*) begin
+        rd_err = rd_bad_q;
+        case (rd_grp)
+            3'd0: rd_data = grp0_q;
+            3'd1: rd_data = grp1_q;
+            3'd2: rd_data = grp2_q;
+            default: rd_data = 32'd0;
         endcase
     end
 

@@ -6,10 +6,11 @@
 //   spec   4c81b9b9906f039fa35c7ec5f6f430960ed196c9e33cbd997bee079ab1645553
 //
 // Wishbone B4 (OpenCores, 2010), classic single read/write cycles: 32-bit data, 8-bit byte
-// addresses (wb_adr_i[1:0] ignored), wb_sel_i byte enables. A cycle (wb_cyc_i and wb_stb_i) is
-// answered in the next clock by wb_ack_o, or by wb_err_o when the address names no register (no
-// writable register, for a write; nothing changes); a new cycle may follow at once (back to back:
-// one transfer every two clocks). irq: level, high while IRQ.FALLBACK is set and CTRL.IRQ_EN is 1.
+// addresses (wb_adr_i[1:0] ignored), wb_sel_i byte enables. A write cycle (wb_cyc_i and wb_stb_i) is
+// answered in the next clock by wb_ack_o, a read cycle in the one after (the register core gives its data
+// a cycle after it takes the read), or by wb_err_o when the address names no register (no writable
+// register, for a write; nothing changes); a new cycle may follow at once (back to back: a write every
+// two clocks, a read every three). irq: level, high while IRQ.FALLBACK is set and CTRL.IRQ_EN is 1.
 `default_nettype none
 `timescale 1ns / 1ps
 
@@ -28,8 +29,10 @@ module meta_controller_wb (
     output wire         irq
 );
 
-    // a new request: the strobe of a cycle not answered yet
-    wire req = wb_cyc_i && wb_stb_i && !wb_ack_o && !wb_err_o;
+    // a new request: the strobe of a cycle not answered yet; a read is answered one edge later than a write
+    // (the register core gives its data in the cycle after it takes the read: rd_pend)
+    reg  rd_pend;
+    wire req = wb_cyc_i && wb_stb_i && !wb_ack_o && !wb_err_o && !rd_pend;
     wire        wr_err, rd_err;
     wire [31:0] rd_data;
 
@@ -40,11 +43,12 @@ module meta_controller_wb (
 
     always @(posedge clk) begin
         if (rst) begin
-            wb_ack_o <= 1'b0; wb_err_o <= 1'b0; wb_dat_o <= 32'd0;
+            wb_ack_o <= 1'b0; wb_err_o <= 1'b0; wb_dat_o <= 32'd0; rd_pend <= 1'b0;
         end else begin
-            wb_ack_o <= req && !(wb_we_i ? wr_err : rd_err);
-            wb_err_o <= req && (wb_we_i ? wr_err : rd_err);
-            wb_dat_o <= (req && !wb_we_i) ? rd_data : 32'd0;
+            rd_pend <= req && !wb_we_i;
+            wb_ack_o <= (req && wb_we_i && !wr_err) || (rd_pend && !rd_err);
+            wb_err_o <= (req && wb_we_i && wr_err) || (rd_pend && rd_err);
+            wb_dat_o <= rd_pend ? rd_data : 32'd0;
         end
     end
 

@@ -98,33 +98,42 @@ module sla_monitor #(
     reg  [ACTION_W-1:0] act;          // action of the request in flight
     reg  [ACTION_W-1:0] win_act;      // action of the window's measurements
     reg                 win_any;      // the window holds measurements
+    // Kept beside the state they are a function of, so that a push's verdict is a function of
+    // registers and the strobes through a few gates (docs/hdl-cosim.md, "Timing paths"):
+    reg                 same;         // == win_any & (act == win_act): a push keeps the window
+    reg                 lat_gt;       // == (cnt > lat_limit), the limit of act
+    reg                 lat_sat;      // == (cnt == CYC_INF)
 
     wire done_ok   = req_done & busy;                    // a measured request
     wire abandoned = req_start & busy & ~req_done;       // restarted before done: +infinity
     wire push      = done_ok | abandoned;
     wire act_ok    = ({{(32 - ACTION_W){1'b0}}, act} < N_ACTIONS);
-    wire clear     = ~win_any | (act != win_act);       // another action empties the window
+    wire clear     = ~same;                              // another action empties the window
 
-    wire lat_inf   = abandoned | (cnt == CYC_INF);
+    wire lat_inf   = abandoned | lat_sat;
     wire acc_inf   = abandoned | acc_unknown;
 
-    // limits of the measured action (limit 0, judged, for an unknown action)
-    reg [CYC_W-1:0] lat_limit;
+    // limits of an action (limit 0, judged, for an unknown action): of act, and of req_action
+    reg [CYC_W-1:0] lat_limit, start_lat_limit;
     reg [ACC_W-1:0] acc_limit;
     reg             lat_judged;
     reg             acc_judged;
     integer a;
     always @(*) begin
-        lat_limit  = {CYC_W{1'b0}};
-        acc_limit  = {ACC_W{1'b0}};
-        lat_judged = 1'b1;
-        acc_judged = 1'b1;
+        lat_limit       = {CYC_W{1'b0}};
+        start_lat_limit = {CYC_W{1'b0}};
+        acc_limit       = {ACC_W{1'b0}};
+        lat_judged      = 1'b1;
+        acc_judged      = 1'b1;
         for (a = 0; a < N_ACTIONS; a = a + 1) begin
             if ({{(32 - ACTION_W){1'b0}}, act} == a) begin
                 lat_limit  = LAT_LIMIT[a*CYC_W +: CYC_W];
                 acc_limit  = ACC_LIMIT[a*ACC_W +: ACC_W];
                 lat_judged = LAT_JUDGED[a];
                 acc_judged = ACC_JUDGED[a];
+            end
+            if ({{(32 - ACTION_W){1'b0}}, req_action} == a) begin
+                start_lat_limit = LAT_LIMIT[a*CYC_W +: CYC_W];
             end
         end
     end
@@ -133,14 +142,14 @@ module sla_monitor #(
     wire [NW-1:0] acc_samples;
 
     sla_monitor_window #(.WINDOW(WINDOW), .VAL_W(CYC_W), .STAT(LAT_STAT), .NW(NW), .RST_ASYNC(RST_ASYNC))
-    u_lat (.clk(clk), .rst_hi(rst_hi), .push(push), .clear(clear), .val(cnt), .inf(lat_inf),
+    u_lat (.clk(clk), .rst_hi(rst_hi), .push(push), .clear(clear), .val(cnt), .inf(lat_inf), .gt(lat_gt),
            .limit(lat_limit), .judged(lat_judged), .violate_next(lat_next), .violate(lat_violation),
            .samples(samples));
 
     sla_monitor_window #(.WINDOW(WINDOW), .VAL_W(ACC_W), .STAT(ACC_STAT), .NW(NW), .RST_ASYNC(RST_ASYNC))
     u_acc (.clk(clk), .rst_hi(rst_hi), .push(push), .clear(clear), .val(acc_loss), .inf(acc_inf),
-           .limit(acc_limit), .judged(acc_judged), .violate_next(acc_next), .violate(acc_violation),
-           .samples(acc_samples));
+           .gt(acc_loss > acc_limit), .limit(acc_limit), .judged(acc_judged), .violate_next(acc_next),
+           .violate(acc_violation), .samples(acc_samples));
 
     // ---- next state ------------------------------------------------------------
     reg                 n_busy;
@@ -150,10 +159,20 @@ module sla_monitor #(
     reg                 n_win_any;
     reg                 n_violation;
     reg                 n_proto_error;
+    reg                 n_same;
+    reg                 n_lat_gt;
+    reg                 n_lat_sat;
 
     always @(*) begin
         n_busy        = busy;
-        n_cnt         = (busy && cnt != CYC_INF) ? cnt + {{(CYC_W - 1){1'b0}}, 1'b1} : cnt;
+        n_cnt         = cnt;
+        n_lat_gt      = lat_gt;
+        n_lat_sat     = lat_sat;
+        if (busy && !lat_sat) begin                      // cnt + 1 > limit <=> cnt >= limit
+            n_cnt     = cnt + {{(CYC_W - 1){1'b0}}, 1'b1};
+            n_lat_gt  = lat_gt | (cnt == lat_limit);
+            n_lat_sat = (cnt == CYC_INF - {{(CYC_W - 1){1'b0}}, 1'b1});
+        end
         n_act         = act;
         n_win_act     = win_act;
         n_win_any     = win_any;
@@ -167,21 +186,25 @@ module sla_monitor #(
             n_busy        = 1'b0;
         end
         if (req_start) begin
-            n_busy = 1'b1;
-            n_cnt  = {{(CYC_W - 1){1'b0}}, 1'b1};
-            n_act  = req_action;
+            n_busy    = 1'b1;
+            n_cnt     = {{(CYC_W - 1){1'b0}}, 1'b1};
+            n_act     = req_action;
+            n_lat_gt  = (start_lat_limit == {CYC_W{1'b0}});  // 1 > limit
+            n_lat_sat = 1'b0;                                // CYC_W >= 2: 1 < CYC_INF
         end
+        n_same = n_win_any & (n_act == n_win_act);
     end
 
     // ---- registers (all reset to zero) ---------------------------------------------
-    localparam integer QW = CYC_W + 2 * ACTION_W + 5;
+    localparam integer QW = CYC_W + 2 * ACTION_W + 8;
     wire [QW-1:0] q;
     sla_monitor_reg #(.W(QW), .RST_ASYNC(RST_ASYNC)) u_q (
         .clk(clk), .rst_hi(rst_hi),
-        .d({n_busy, n_cnt, n_act, n_win_act, n_win_any, n_violation, push, n_proto_error}),
+        .d({n_busy, n_cnt, n_act, n_win_act, n_win_any, n_violation, push, n_proto_error, n_same, n_lat_gt,
+            n_lat_sat}),
         .q(q));
     always @(*) begin
-        {busy, cnt, act, win_act, win_any, violation, verdict_valid, proto_error} = q;
+        {busy, cnt, act, win_act, win_any, violation, verdict_valid, proto_error, same, lat_gt, lat_sat} = q;
     end
 
     // acc_samples equals samples (both windows are pushed and cleared together)
@@ -191,7 +214,9 @@ endmodule
 
 
 /* verilator lint_off DECLFILENAME */
-// One metric's window: n <= WINDOW values of one action, its statistic against limit.
+// One metric's window: n <= WINDOW values of one action, its statistic against limit. Each push's
+// verdict is computed from registers kept for the next push (below) and the measurement through one
+// comparison (max / pNN) or one adder (mean); the values it equals are in the comments.
 module sla_monitor_window #(
     parameter integer WINDOW    = 1,
     parameter integer VAL_W     = 8,
@@ -205,6 +230,7 @@ module sla_monitor_window #(
     input  wire             clear,         // ... after emptying the window
     input  wire [VAL_W-1:0] val,
     input  wire             inf,           // the measurement is +infinity
+    input  wire             gt,            // val > limit (max / pNN)
     input  wire [VAL_W-1:0] limit,
     input  wire             judged,
     output reg              violate_next,  // verdict after this push (combinational)
@@ -225,22 +251,29 @@ module sla_monitor_window #(
 
     generate
         if (STAT == 0) begin : g_mean
-            // |sum - limit * n| <= WINDOW * (2^VAL_W - 1) < 2^(VAL_W + NW): EX_W bits, two's complement
+            // ex = sum - limit * n of the window: |ex| <= WINDOW * (2^VAL_W - 1) < 2^(VAL_W + NW), so
+            // EX_W bits hold it in two's complement. Kept for the next push (without clear):
+            //   bm = ex - oldest - (n == WINDOW ? 0 : limit) - 1   (the push gives ex1 = bm + new + 1)
+            //   x  = next oldest + (n + 1 >= WINDOW ? 0 : limit)  (what bm loses at that push)
+            // both modulo 2^EX_W: only ex1 - 1 = bm + new, which fits, is read as a signed value.
             localparam integer EX_W = VAL_W + NW + 1;
-            localparam integer QW   = NW + WINDOW * VAL_W + WINDOW + NW + EX_W + 1;
+            localparam integer QW   = NW + WINDOW * VAL_W + WINDOW + NW + 2 * EX_W + 1;
+            localparam integer NEXT_OLD = (WINDOW >= 2) ? (WINDOW - 1) * VAL_W - 1 : VAL_W - 1;  // msb of the slot
             wire [QW-1:0]           q;
             wire [NW-1:0]           n_q;
             wire [WINDOW*VAL_W-1:0] vals_q;
             wire [WINDOW-1:0]       infs_q;
             wire [NW-1:0]           ninf_q;
-            wire [EX_W-1:0]         ex_q;
+            wire [EX_W-1:0]         bm_q, x_q;
             wire                    v_q;
-            assign {n_q, vals_q, infs_q, ninf_q, ex_q, v_q} = q;
+            assign {n_q, vals_q, infs_q, ninf_q, bm_q, x_q, v_q} = q;
 
             reg [WINDOW*VAL_W-1:0] vals0, vals1, val_ext;
             reg [WINDOW-1:0]       infs0, infs1, inf_ext;
             reg [NW-1:0]           ninf0, ninf1, old_inf, new_inf;
-            reg [EX_W-1:0]         ex0, ex1, old_val, new_val, lim_ext;
+            reg [EX_W-1:0]         bm0, x0, bm1, x1, new_val, val_w, lim_ext, next_old, s, cs_sum, cs_carry;
+            reg                    full2;
+            integer                k;
 
             always @(*) begin
                 one = {NW{1'b0}};
@@ -249,14 +282,16 @@ module sla_monitor_window #(
                 vals0 = clear ? {WINDOW*VAL_W{1'b0}} : vals_q;
                 infs0 = clear ? {WINDOW{1'b0}} : infs_q;
                 ninf0 = clear ? {NW{1'b0}} : ninf_q;
-                ex0 = clear ? {EX_W{1'b0}} : ex_q;
-                // the oldest entry leaves when the window is full; entries beyond n are zero
-                old_val = {EX_W{1'b0}};
-                old_val[VAL_W-1:0] = vals0[WINDOW*VAL_W-1 -: VAL_W];
-                old_inf = {NW{1'b0}};
-                old_inf[0] = infs0[WINDOW-1];
+                lim_ext = {EX_W{1'b0}};
+                lim_ext[VAL_W-1:0] = limit;
+                // an empty window: ex = 0, no oldest, n = 0 < WINDOW: bm = -limit - 1 = ~limit,
+                // x = (WINDOW == 1 ? the new value, unused : 0 + limit, as n + 1 = 1 < WINDOW)
+                bm0 = clear ? ~lim_ext : bm_q;
+                x0 = clear ? lim_ext : x_q;
                 new_val = {EX_W{1'b0}};
                 new_val[VAL_W-1:0] = inf ? {VAL_W{1'b0}} : val;
+                old_inf = {NW{1'b0}};
+                old_inf[0] = infs0[WINDOW-1];
                 new_inf = {NW{1'b0}};
                 new_inf[0] = inf;
                 val_ext = {WINDOW*VAL_W{1'b0}};
@@ -267,63 +302,95 @@ module sla_monitor_window #(
                 infs1 = (infs0 << 1) | inf_ext;
                 ninf1 = ninf0 - old_inf + new_inf;
                 n1 = (n0 == WINDOW[NW-1:0]) ? n0 : n0 + one;
-                lim_ext = {EX_W{1'b0}};
-                lim_ext[VAL_W-1:0] = limit;
-                // a full window keeps n (the oldest value leaves), else n grows by one: - limit
-                ex1 = ex0 - old_val + new_val - ((n0 == WINDOW[NW-1:0]) ? {EX_W{1'b0}} : lim_ext);
-                // ex1 > 0, signed
-                violate_next = judged & ((ninf1 != {NW{1'b0}}) | (~ex1[EX_W-1] & (ex1 != {EX_W{1'b0}})));
+                // a +infinity in the window after this push: inf, or one that stays (ninf0 counts the oldest's)
+                // ex1 - 1 = bm0 + val when the value is finite: ex1 > 0 <=> its sign bit is 0 (the value is
+                // added ungated: with inf the verdict is a violation whatever the sum)
+                val_w = {EX_W{1'b0}};
+                val_w[VAL_W-1:0] = val;
+                s = bm0 + val_w;
+                violate_next = judged & (inf | (ninf0 != old_inf) | ~s[EX_W-1]);
+                // bm1 = ex1 - oldest1 - limit term - 1 = bm0 + new - x0: a carry-save step, then one adder
+                // (- x0 = ~x0 + 1, the + 1 in the carry word's free bit 0)
+                cs_sum = bm0 ^ new_val ^ ~x0;
+                cs_carry = ((bm0 & new_val) | (bm0 & ~x0) | (new_val & ~x0)) << 1;
+                cs_carry[0] = 1'b1;
+                bm1 = (WINDOW == 1) ? bm0 : cs_sum + cs_carry;
+                // x1 = the oldest after the next push + its limit term; n1 + 1 >= WINDOW: no limit term
+                next_old = {EX_W{1'b0}};
+                next_old[VAL_W-1:0] = vals1[NEXT_OLD -: VAL_W];   // WINDOW == 1: unused (bm1 = bm0)
+                // min(n1 + 1, WINDOW) == WINDOW <=> n0 + 2 >= WINDOW (n0 = 0 after clear): a table on n0
+                full2 = 1'b1;
+                for (k = 0; k < WINDOW; k = k + 1) begin
+                    if (n0 == k[NW-1:0]) full2 = (k + 2 >= WINDOW);
+                end
+                x1 = next_old + (full2 ? {EX_W{1'b0}} : lim_ext);
             end
 
             sla_monitor_reg #(.W(QW), .RST_ASYNC(RST_ASYNC)) u_q (
                 .clk(clk), .rst_hi(rst_hi),
-                .d(push ? {n1, vals1, infs1, ninf1, ex1, violate_next} : q), .q(q));
+                .d(push ? {n1, vals1, infs1, ninf1, bm1, x1, violate_next} : q), .q(q));
             assign violate = v_q;
             assign samples = n_q;
+            wire unused_mean = &{1'b0, gt};
         end else begin : g_rank
-            localparam integer QW = NW + WINDOW + NW + 1;
+            // kept for the next push (without clear): d = cb - thr, the slack of that push's verdict, where
+            // cb = c - e[WINDOW-1] (the count once the oldest leaves) and thr = the rank threshold at
+            // min(n + 1, WINDOW) (n after that push); signed, -WINDOW <= d < WINDOW: NW + 1 bits.
+            // Consecutive thresholds differ by 0 or 1 (ceil(p (k + 1)) - ceil(p k) is 0 or 1 for p <= 1).
+            // dthr = thr(min(n + 2, WINDOW)) - thr(min(n + 1, WINDOW)), kept with them (a table on n).
+            localparam integer QW = NW + WINDOW + NW + 3;
             wire [QW-1:0]     q;
             wire [NW-1:0]     n_q;
             wire [WINDOW-1:0] e_q;
-            wire [NW-1:0]     c_q;
-            wire              v_q;
-            assign {n_q, e_q, c_q, v_q} = q;
+            wire [NW:0]       d_q;
+            wire              dthr_q, v_q;
+            assign {n_q, e_q, d_q, dthr_q, v_q} = q;
 
             reg [WINDOW-1:0] e0, e1, e_ext;
             integer          k;
-            reg [NW-1:0]     c0, c1, old_e, new_e;
-            integer          thr;
-            wire exceed = inf | (val > limit);
+            reg [NW:0]       d0, d1, delta;
+            reg              left, dthr0, dthr1;
+            wire exceed = inf | gt;
 
             always @(*) begin
                 one = {NW{1'b0}};
                 one[0] = 1'b1;
                 n0 = clear ? {NW{1'b0}} : n_q;
                 e0 = clear ? {WINDOW{1'b0}} : e_q;
-                c0 = clear ? {NW{1'b0}} : c_q;
-                old_e = {NW{1'b0}};
-                old_e[0] = e0[WINDOW-1];
-                new_e = {NW{1'b0}};
-                new_e[0] = exceed;
+                d0 = clear ? {(NW + 1){1'b1}} : d_q;     // an empty window: cb = 0, thr(1) = 1 (STAT 1 .. 100)
+                // c1 = c0 - oldest + exceed = cb0 + exceed; violation <=> c1 >= thr <=> d0 + exceed >= 0
+                violate_next = judged & (exceed ? (~d0[NW] | (&d0)) : ~d0[NW]);
                 e_ext = {WINDOW{1'b0}};
                 e_ext[0] = exceed;
                 e1 = (e0 << 1) | e_ext;
-                c1 = c0 - old_e + new_e;
+                left = e1[WINDOW-1];                    // leaves at the push after this one
                 n1 = (n0 == WINDOW[NW-1:0]) ? n0 : n0 + one;
-                thr = 1;
-                for (k = 1; k <= WINDOW; k = k + 1) begin
-                    if (n1 == k[NW-1:0]) begin
-                        thr = rank_threshold(k);
+                // the threshold steps: dthr0 of this push (n0 = 0 after clear), dthr1 of the next (n1 = n0 + 1
+                // unless full): tables on n0
+                dthr0 = clear ? (rank_threshold((2 > WINDOW) ? WINDOW : 2) != 1) : dthr_q;
+                dthr1 = 1'b0;
+                for (k = 0; k < WINDOW - 1; k = k + 1) begin
+                    if (n0 == k[NW-1:0]) begin
+                        dthr1 = (rank_threshold((k + 3 > WINDOW) ? WINDOW : k + 3)
+                                 != rank_threshold((k + 2 > WINDOW) ? WINDOW : k + 2));
                     end
                 end
-                violate_next = judged & ({{(32 - NW){1'b0}}, c1} >= thr);
+                // d1 = cb1 - thr1 = d0 + exceed - left - dthr0
+                case ({exceed, left, dthr0})
+                    3'b100:                 delta = {{NW{1'b0}}, 1'b1};
+                    3'b000, 3'b110, 3'b101: delta = {(NW + 1){1'b0}};
+                    3'b011:                 delta = {(NW + 1){1'b1}} << 1;   // -2
+                    default:                delta = {(NW + 1){1'b1}};    // 010, 001, 111: -1
+                endcase
+                d1 = d0 + delta;
             end
 
             sla_monitor_reg #(.W(QW), .RST_ASYNC(RST_ASYNC)) u_q (
                 .clk(clk), .rst_hi(rst_hi),
-                .d(push ? {n1, e1, c1, violate_next} : q), .q(q));
+                .d(push ? {n1, e1, d1, dthr1, violate_next} : q), .q(q));
             assign violate = v_q;
             assign samples = n_q;
+            wire unused_rank = &{1'b0, val, limit};
         end
     endgenerate
 

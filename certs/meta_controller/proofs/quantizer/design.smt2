@@ -4,104 +4,104 @@
 (declare-fun |meta_controller_quantizer_is| (|meta_controller_quantizer_s|) Bool)
 (declare-fun |meta_controller_quantizer#0| (|meta_controller_quantizer_s|) (_ BitVec 12)) ; \raw_temperature_c
 (define-fun |meta_controller_quantizer#1| ((state |meta_controller_quantizer_s|)) (_ BitVec 12) (bvxor (|meta_controller_quantizer#0| state) #b100000000000)) ; \u_temperature_c
-(define-fun |meta_controller_quantizer#2| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b100011111010)) ; $ge$meta_controller_quantizer.v:113$86_Y
+(define-fun |meta_controller_quantizer#2| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b100011111010)) ; $ge$meta_controller_quantizer.v:115$86_Y
 (define-fun |meta_controller_quantizer#3| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (ite (|meta_controller_quantizer#2| state) #b1 #b0)) ; $auto$wreduce.cc:455:run$101 [0]
-(define-fun |meta_controller_quantizer#4| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b100101010100)) ; $ge$meta_controller_quantizer.v:112$85_Y
+(define-fun |meta_controller_quantizer#4| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b100101010100)) ; $ge$meta_controller_quantizer.v:114$85_Y
 (define-fun |meta_controller_quantizer#5| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#4| state) #b10 (concat #b0 (|meta_controller_quantizer#3| state)))) ; $auto$wreduce.cc:455:run$100 [1:0]
-(define-fun |meta_controller_quantizer#6| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b100110101110)) ; $ge$meta_controller_quantizer.v:111$84_Y
+(define-fun |meta_controller_quantizer#6| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b100110101110)) ; $ge$meta_controller_quantizer.v:113$84_Y
 (define-fun |meta_controller_quantizer#7| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#6| state) #b11 (|meta_controller_quantizer#5| state))) ; $auto$wreduce.cc:455:run$99 [1:0]
-(define-fun |meta_controller_quantizer#8| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101000001000)) ; $ge$meta_controller_quantizer.v:110$83_Y
-(define-fun |meta_controller_quantizer#9| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#8| state) #b100 (concat #b0 (|meta_controller_quantizer#7| state)))) ; $ternary$meta_controller_quantizer.v:110$90_Y
-(define-fun |meta_controller_quantizer#10| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101001100010)) ; $ge$meta_controller_quantizer.v:109$82_Y
-(define-fun |meta_controller_quantizer#11| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#10| state) #b101 (|meta_controller_quantizer#9| state))) ; $ternary$meta_controller_quantizer.v:109$91_Y
-(define-fun |meta_controller_quantizer#12| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101010111100)) ; $ge$meta_controller_quantizer.v:108$81_Y
-(define-fun |meta_controller_quantizer#13| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#12| state) #b110 (|meta_controller_quantizer#11| state))) ; $ternary$meta_controller_quantizer.v:108$92_Y
-(define-fun |meta_controller_quantizer#14| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101100010110)) ; $ge$meta_controller_quantizer.v:107$80_Y
+(define-fun |meta_controller_quantizer#8| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101000001000)) ; $ge$meta_controller_quantizer.v:112$83_Y
+(define-fun |meta_controller_quantizer#9| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#8| state) #b100 (concat #b0 (|meta_controller_quantizer#7| state)))) ; $ternary$meta_controller_quantizer.v:112$90_Y
+(define-fun |meta_controller_quantizer#10| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101001100010)) ; $ge$meta_controller_quantizer.v:111$82_Y
+(define-fun |meta_controller_quantizer#11| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#10| state) #b101 (|meta_controller_quantizer#9| state))) ; $ternary$meta_controller_quantizer.v:111$91_Y
+(define-fun |meta_controller_quantizer#12| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101010111100)) ; $ge$meta_controller_quantizer.v:110$81_Y
+(define-fun |meta_controller_quantizer#13| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#12| state) #b110 (|meta_controller_quantizer#11| state))) ; $ternary$meta_controller_quantizer.v:110$92_Y
+(define-fun |meta_controller_quantizer#14| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#1| state) #b101100010110)) ; $ge$meta_controller_quantizer.v:109$80_Y
 (define-fun |meta_controller_quantizer#15| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#14| state) #b111 (|meta_controller_quantizer#13| state))) ; \level_temperature_c
 (declare-fun |meta_controller_quantizer#16| (|meta_controller_quantizer_s|) (_ BitVec 12)) ; \raw_free_sram_kb
-(define-fun |meta_controller_quantizer#17| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#16| state) #b001000000000)) ; $ge$meta_controller_quantizer.v:98$72_Y
+(define-fun |meta_controller_quantizer#17| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#16| state) #b001000000000)) ; $ge$meta_controller_quantizer.v:100$72_Y
 (define-fun |meta_controller_quantizer#18| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (ite (|meta_controller_quantizer#17| state) #b1 #b0)) ; \level_free_sram_kb
 (declare-fun |meta_controller_quantizer#19| (|meta_controller_quantizer_s|) (_ BitVec 16)) ; \raw_mem_bw_avail_gbs
-(define-fun |meta_controller_quantizer#20| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0000100000000000)) ; $ge$meta_controller_quantizer.v:89$60_Y
-(define-fun |meta_controller_quantizer#21| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (ite (|meta_controller_quantizer#20| state) #b1 #b0)) ; $ternary$meta_controller_quantizer.v:89$61_Y [0]
-(define-fun |meta_controller_quantizer#22| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0001000000000000)) ; $ge$meta_controller_quantizer.v:88$59_Y
+(define-fun |meta_controller_quantizer#20| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0000100000000000)) ; $ge$meta_controller_quantizer.v:91$60_Y
+(define-fun |meta_controller_quantizer#21| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (ite (|meta_controller_quantizer#20| state) #b1 #b0)) ; $auto$wreduce.cc:455:run$114 [0]
+(define-fun |meta_controller_quantizer#22| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0001000000000000)) ; $ge$meta_controller_quantizer.v:90$59_Y
 (define-fun |meta_controller_quantizer#23| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#22| state) #b10 (concat #b0 (|meta_controller_quantizer#21| state)))) ; $auto$wreduce.cc:455:run$113 [1:0]
-(define-fun |meta_controller_quantizer#24| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0001100000000000)) ; $ge$meta_controller_quantizer.v:87$58_Y
+(define-fun |meta_controller_quantizer#24| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0001100000000000)) ; $ge$meta_controller_quantizer.v:89$58_Y
 (define-fun |meta_controller_quantizer#25| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#24| state) #b11 (|meta_controller_quantizer#23| state))) ; $auto$wreduce.cc:455:run$112 [1:0]
-(define-fun |meta_controller_quantizer#26| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0010000000000000)) ; $ge$meta_controller_quantizer.v:86$57_Y
-(define-fun |meta_controller_quantizer#27| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#26| state) #b100 (concat #b0 (|meta_controller_quantizer#25| state)))) ; $ternary$meta_controller_quantizer.v:86$64_Y
-(define-fun |meta_controller_quantizer#28| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0010100000000000)) ; $ge$meta_controller_quantizer.v:85$56_Y
-(define-fun |meta_controller_quantizer#29| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#28| state) #b101 (|meta_controller_quantizer#27| state))) ; $ternary$meta_controller_quantizer.v:85$65_Y
-(define-fun |meta_controller_quantizer#30| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0011000000000000)) ; $ge$meta_controller_quantizer.v:84$55_Y
-(define-fun |meta_controller_quantizer#31| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#30| state) #b110 (|meta_controller_quantizer#29| state))) ; $ternary$meta_controller_quantizer.v:84$66_Y
-(define-fun |meta_controller_quantizer#32| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0011100000000000)) ; $ge$meta_controller_quantizer.v:83$54_Y
+(define-fun |meta_controller_quantizer#26| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0010000000000000)) ; $ge$meta_controller_quantizer.v:88$57_Y
+(define-fun |meta_controller_quantizer#27| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#26| state) #b100 (concat #b0 (|meta_controller_quantizer#25| state)))) ; $ternary$meta_controller_quantizer.v:88$64_Y
+(define-fun |meta_controller_quantizer#28| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0010100000000000)) ; $ge$meta_controller_quantizer.v:87$56_Y
+(define-fun |meta_controller_quantizer#29| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#28| state) #b101 (|meta_controller_quantizer#27| state))) ; $ternary$meta_controller_quantizer.v:87$65_Y
+(define-fun |meta_controller_quantizer#30| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0011000000000000)) ; $ge$meta_controller_quantizer.v:86$55_Y
+(define-fun |meta_controller_quantizer#31| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#30| state) #b110 (|meta_controller_quantizer#29| state))) ; $ternary$meta_controller_quantizer.v:86$66_Y
+(define-fun |meta_controller_quantizer#32| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#19| state) #b0011100000000000)) ; $ge$meta_controller_quantizer.v:85$54_Y
 (define-fun |meta_controller_quantizer#33| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#32| state) #b111 (|meta_controller_quantizer#31| state))) ; \level_mem_bw_avail_gbs
 (declare-fun |meta_controller_quantizer#34| (|meta_controller_quantizer_s|) (_ BitVec 16)) ; \raw_cache_chase_ns
-(define-fun |meta_controller_quantizer#35| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0000100000000000)) ; $ge$meta_controller_quantizer.v:74$42_Y
+(define-fun |meta_controller_quantizer#35| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0000100000000000)) ; $ge$meta_controller_quantizer.v:76$42_Y
 (define-fun |meta_controller_quantizer#36| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (ite (|meta_controller_quantizer#35| state) #b1 #b0)) ; $auto$wreduce.cc:455:run$111 [0]
-(define-fun |meta_controller_quantizer#37| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0001000000000000)) ; $ge$meta_controller_quantizer.v:73$41_Y
+(define-fun |meta_controller_quantizer#37| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0001000000000000)) ; $ge$meta_controller_quantizer.v:75$41_Y
 (define-fun |meta_controller_quantizer#38| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#37| state) #b10 (concat #b0 (|meta_controller_quantizer#36| state)))) ; $auto$wreduce.cc:455:run$110 [1:0]
-(define-fun |meta_controller_quantizer#39| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0001100000000000)) ; $ge$meta_controller_quantizer.v:72$40_Y
+(define-fun |meta_controller_quantizer#39| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0001100000000000)) ; $ge$meta_controller_quantizer.v:74$40_Y
 (define-fun |meta_controller_quantizer#40| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#39| state) #b11 (|meta_controller_quantizer#38| state))) ; $auto$wreduce.cc:455:run$109 [1:0]
-(define-fun |meta_controller_quantizer#41| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0010000000000000)) ; $ge$meta_controller_quantizer.v:71$39_Y
-(define-fun |meta_controller_quantizer#42| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#41| state) #b100 (concat #b0 (|meta_controller_quantizer#40| state)))) ; $ternary$meta_controller_quantizer.v:71$46_Y
-(define-fun |meta_controller_quantizer#43| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0010100000000000)) ; $ge$meta_controller_quantizer.v:70$38_Y
-(define-fun |meta_controller_quantizer#44| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#43| state) #b101 (|meta_controller_quantizer#42| state))) ; $ternary$meta_controller_quantizer.v:70$47_Y
-(define-fun |meta_controller_quantizer#45| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0011000000000000)) ; $ge$meta_controller_quantizer.v:69$37_Y
-(define-fun |meta_controller_quantizer#46| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#45| state) #b110 (|meta_controller_quantizer#44| state))) ; $ternary$meta_controller_quantizer.v:69$48_Y
-(define-fun |meta_controller_quantizer#47| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0011100000000000)) ; $ge$meta_controller_quantizer.v:68$36_Y
+(define-fun |meta_controller_quantizer#41| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0010000000000000)) ; $ge$meta_controller_quantizer.v:73$39_Y
+(define-fun |meta_controller_quantizer#42| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#41| state) #b100 (concat #b0 (|meta_controller_quantizer#40| state)))) ; $ternary$meta_controller_quantizer.v:73$46_Y
+(define-fun |meta_controller_quantizer#43| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0010100000000000)) ; $ge$meta_controller_quantizer.v:72$38_Y
+(define-fun |meta_controller_quantizer#44| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#43| state) #b101 (|meta_controller_quantizer#42| state))) ; $ternary$meta_controller_quantizer.v:72$47_Y
+(define-fun |meta_controller_quantizer#45| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0011000000000000)) ; $ge$meta_controller_quantizer.v:71$37_Y
+(define-fun |meta_controller_quantizer#46| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#45| state) #b110 (|meta_controller_quantizer#44| state))) ; $ternary$meta_controller_quantizer.v:71$48_Y
+(define-fun |meta_controller_quantizer#47| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#34| state) #b0011100000000000)) ; $ge$meta_controller_quantizer.v:70$36_Y
 (define-fun |meta_controller_quantizer#48| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#47| state) #b111 (|meta_controller_quantizer#46| state))) ; \level_cache_chase_ns
 (declare-fun |meta_controller_quantizer#49| (|meta_controller_quantizer_s|) (_ BitVec 16)) ; \raw_compute_util
-(define-fun |meta_controller_quantizer#50| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0000100000000000)) ; $ge$meta_controller_quantizer.v:59$16_Y
+(define-fun |meta_controller_quantizer#50| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0000100000000000)) ; $ge$meta_controller_quantizer.v:61$16_Y
 (define-fun |meta_controller_quantizer#51| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (ite (|meta_controller_quantizer#50| state) #b1 #b0)) ; $auto$wreduce.cc:455:run$108 [0]
-(define-fun |meta_controller_quantizer#52| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0001000000000000)) ; $ge$meta_controller_quantizer.v:58$15_Y
+(define-fun |meta_controller_quantizer#52| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0001000000000000)) ; $ge$meta_controller_quantizer.v:60$15_Y
 (define-fun |meta_controller_quantizer#53| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#52| state) #b10 (concat #b0 (|meta_controller_quantizer#51| state)))) ; $auto$wreduce.cc:455:run$107 [1:0]
-(define-fun |meta_controller_quantizer#54| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0001100000000000)) ; $ge$meta_controller_quantizer.v:57$14_Y
+(define-fun |meta_controller_quantizer#54| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0001100000000000)) ; $ge$meta_controller_quantizer.v:59$14_Y
 (define-fun |meta_controller_quantizer#55| ((state |meta_controller_quantizer_s|)) (_ BitVec 2) (ite (|meta_controller_quantizer#54| state) #b11 (|meta_controller_quantizer#53| state))) ; $auto$wreduce.cc:455:run$106 [1:0]
-(define-fun |meta_controller_quantizer#56| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0010000000000000)) ; $ge$meta_controller_quantizer.v:56$13_Y
+(define-fun |meta_controller_quantizer#56| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0010000000000000)) ; $ge$meta_controller_quantizer.v:58$13_Y
 (define-fun |meta_controller_quantizer#57| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#56| state) #b100 (concat #b0 (|meta_controller_quantizer#55| state)))) ; $auto$wreduce.cc:455:run$105 [2:0]
-(define-fun |meta_controller_quantizer#58| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0010100000000000)) ; $ge$meta_controller_quantizer.v:55$12_Y
+(define-fun |meta_controller_quantizer#58| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0010100000000000)) ; $ge$meta_controller_quantizer.v:57$12_Y
 (define-fun |meta_controller_quantizer#59| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#58| state) #b101 (|meta_controller_quantizer#57| state))) ; $auto$wreduce.cc:455:run$104 [2:0]
-(define-fun |meta_controller_quantizer#60| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0011000000000000)) ; $ge$meta_controller_quantizer.v:54$11_Y
+(define-fun |meta_controller_quantizer#60| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0011000000000000)) ; $ge$meta_controller_quantizer.v:56$11_Y
 (define-fun |meta_controller_quantizer#61| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#60| state) #b110 (|meta_controller_quantizer#59| state))) ; $auto$wreduce.cc:455:run$103 [2:0]
-(define-fun |meta_controller_quantizer#62| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0011100000000000)) ; $ge$meta_controller_quantizer.v:53$10_Y
+(define-fun |meta_controller_quantizer#62| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0011100000000000)) ; $ge$meta_controller_quantizer.v:55$10_Y
 (define-fun |meta_controller_quantizer#63| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (ite (|meta_controller_quantizer#62| state) #b111 (|meta_controller_quantizer#61| state))) ; $auto$wreduce.cc:455:run$102 [2:0]
-(define-fun |meta_controller_quantizer#64| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0100000000000000)) ; $ge$meta_controller_quantizer.v:52$9_Y
-(define-fun |meta_controller_quantizer#65| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#64| state) #b1000 (concat #b0 (|meta_controller_quantizer#63| state)))) ; $ternary$meta_controller_quantizer.v:52$24_Y
-(define-fun |meta_controller_quantizer#66| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0100100000000000)) ; $ge$meta_controller_quantizer.v:51$8_Y
-(define-fun |meta_controller_quantizer#67| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#66| state) #b1001 (|meta_controller_quantizer#65| state))) ; $ternary$meta_controller_quantizer.v:51$25_Y
-(define-fun |meta_controller_quantizer#68| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0101000000000000)) ; $ge$meta_controller_quantizer.v:50$7_Y
-(define-fun |meta_controller_quantizer#69| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#68| state) #b1010 (|meta_controller_quantizer#67| state))) ; $ternary$meta_controller_quantizer.v:50$26_Y
-(define-fun |meta_controller_quantizer#70| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0101100000000000)) ; $ge$meta_controller_quantizer.v:49$6_Y
-(define-fun |meta_controller_quantizer#71| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#70| state) #b1011 (|meta_controller_quantizer#69| state))) ; $ternary$meta_controller_quantizer.v:49$27_Y
-(define-fun |meta_controller_quantizer#72| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0110000000000000)) ; $ge$meta_controller_quantizer.v:48$5_Y
-(define-fun |meta_controller_quantizer#73| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#72| state) #b1100 (|meta_controller_quantizer#71| state))) ; $ternary$meta_controller_quantizer.v:48$28_Y
-(define-fun |meta_controller_quantizer#74| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0110100000000000)) ; $ge$meta_controller_quantizer.v:47$4_Y
-(define-fun |meta_controller_quantizer#75| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#74| state) #b1101 (|meta_controller_quantizer#73| state))) ; $ternary$meta_controller_quantizer.v:47$29_Y
-(define-fun |meta_controller_quantizer#76| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0111000000000000)) ; $ge$meta_controller_quantizer.v:46$3_Y
-(define-fun |meta_controller_quantizer#77| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#76| state) #b1110 (|meta_controller_quantizer#75| state))) ; $ternary$meta_controller_quantizer.v:46$30_Y
-(define-fun |meta_controller_quantizer#78| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0111100000000000)) ; $ge$meta_controller_quantizer.v:45$2_Y
+(define-fun |meta_controller_quantizer#64| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0100000000000000)) ; $ge$meta_controller_quantizer.v:54$9_Y
+(define-fun |meta_controller_quantizer#65| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#64| state) #b1000 (concat #b0 (|meta_controller_quantizer#63| state)))) ; $ternary$meta_controller_quantizer.v:54$24_Y
+(define-fun |meta_controller_quantizer#66| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0100100000000000)) ; $ge$meta_controller_quantizer.v:53$8_Y
+(define-fun |meta_controller_quantizer#67| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#66| state) #b1001 (|meta_controller_quantizer#65| state))) ; $ternary$meta_controller_quantizer.v:53$25_Y
+(define-fun |meta_controller_quantizer#68| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0101000000000000)) ; $ge$meta_controller_quantizer.v:52$7_Y
+(define-fun |meta_controller_quantizer#69| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#68| state) #b1010 (|meta_controller_quantizer#67| state))) ; $ternary$meta_controller_quantizer.v:52$26_Y
+(define-fun |meta_controller_quantizer#70| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0101100000000000)) ; $ge$meta_controller_quantizer.v:51$6_Y
+(define-fun |meta_controller_quantizer#71| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#70| state) #b1011 (|meta_controller_quantizer#69| state))) ; $ternary$meta_controller_quantizer.v:51$27_Y
+(define-fun |meta_controller_quantizer#72| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0110000000000000)) ; $ge$meta_controller_quantizer.v:50$5_Y
+(define-fun |meta_controller_quantizer#73| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#72| state) #b1100 (|meta_controller_quantizer#71| state))) ; $ternary$meta_controller_quantizer.v:50$28_Y
+(define-fun |meta_controller_quantizer#74| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0110100000000000)) ; $ge$meta_controller_quantizer.v:49$4_Y
+(define-fun |meta_controller_quantizer#75| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#74| state) #b1101 (|meta_controller_quantizer#73| state))) ; $ternary$meta_controller_quantizer.v:49$29_Y
+(define-fun |meta_controller_quantizer#76| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0111000000000000)) ; $ge$meta_controller_quantizer.v:48$3_Y
+(define-fun |meta_controller_quantizer#77| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#76| state) #b1110 (|meta_controller_quantizer#75| state))) ; $ternary$meta_controller_quantizer.v:48$30_Y
+(define-fun |meta_controller_quantizer#78| ((state |meta_controller_quantizer_s|)) Bool (bvuge (|meta_controller_quantizer#49| state) #b0111100000000000)) ; $ge$meta_controller_quantizer.v:47$2_Y
 (define-fun |meta_controller_quantizer#79| ((state |meta_controller_quantizer_s|)) (_ BitVec 4) (ite (|meta_controller_quantizer#78| state) #b1111 (|meta_controller_quantizer#77| state))) ; \level_compute_util
 (declare-fun |meta_controller_quantizer#80| (|meta_controller_quantizer_s|) (_ BitVec 1)) ; \valid_compute_util
-(define-fun |meta_controller_quantizer#81| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#80| state))) ; $not$meta_controller_quantizer.v:61$32_Y
+(define-fun |meta_controller_quantizer#81| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#80| state))) ; $not$meta_controller_quantizer.v:63$32_Y
 (define-fun |meta_controller_quantizer#82| ((state |meta_controller_quantizer_s|)) Bool (bvugt (|meta_controller_quantizer#49| state) #b1000000000000000)) ; \high_compute_util
 (define-fun |meta_controller_quantizer#83| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvor (|meta_controller_quantizer#81| state) (ite (|meta_controller_quantizer#82| state) #b1 #b0))) ; \input_fault [0]
 (declare-fun |meta_controller_quantizer#84| (|meta_controller_quantizer_s|) (_ BitVec 1)) ; \valid_cache_chase_ns
-(define-fun |meta_controller_quantizer#85| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#84| state))) ; $not$meta_controller_quantizer.v:76$50_Y
+(define-fun |meta_controller_quantizer#85| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#84| state))) ; $not$meta_controller_quantizer.v:78$50_Y
 (define-fun |meta_controller_quantizer#86| ((state |meta_controller_quantizer_s|)) Bool (bvugt (|meta_controller_quantizer#34| state) #b0100000000000000)) ; \high_cache_chase_ns
 (define-fun |meta_controller_quantizer#87| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvor (|meta_controller_quantizer#85| state) (ite (|meta_controller_quantizer#86| state) #b1 #b0))) ; \input_fault [1]
 (declare-fun |meta_controller_quantizer#88| (|meta_controller_quantizer_s|) (_ BitVec 1)) ; \valid_mem_bw_avail_gbs
-(define-fun |meta_controller_quantizer#89| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#88| state))) ; $not$meta_controller_quantizer.v:91$68_Y
+(define-fun |meta_controller_quantizer#89| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#88| state))) ; $not$meta_controller_quantizer.v:93$68_Y
 (define-fun |meta_controller_quantizer#90| ((state |meta_controller_quantizer_s|)) Bool (bvugt (|meta_controller_quantizer#19| state) #b0100000000000000)) ; \high_mem_bw_avail_gbs
 (define-fun |meta_controller_quantizer#91| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvor (|meta_controller_quantizer#89| state) (ite (|meta_controller_quantizer#90| state) #b1 #b0))) ; \input_fault [2]
 (declare-fun |meta_controller_quantizer#92| (|meta_controller_quantizer_s|) (_ BitVec 1)) ; \valid_free_sram_kb
-(define-fun |meta_controller_quantizer#93| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#92| state))) ; $not$meta_controller_quantizer.v:100$74_Y
+(define-fun |meta_controller_quantizer#93| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#92| state))) ; $not$meta_controller_quantizer.v:102$74_Y
 (define-fun |meta_controller_quantizer#94| ((state |meta_controller_quantizer_s|)) Bool (bvugt (|meta_controller_quantizer#16| state) #b010000000000)) ; \high_free_sram_kb
 (define-fun |meta_controller_quantizer#95| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvor (|meta_controller_quantizer#93| state) (ite (|meta_controller_quantizer#94| state) #b1 #b0))) ; \input_fault [3]
 (declare-fun |meta_controller_quantizer#96| (|meta_controller_quantizer_s|) (_ BitVec 1)) ; \valid_temperature_c
-(define-fun |meta_controller_quantizer#97| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#96| state))) ; $not$meta_controller_quantizer.v:115$94_Y
+(define-fun |meta_controller_quantizer#97| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvnot (|meta_controller_quantizer#96| state))) ; $not$meta_controller_quantizer.v:117$94_Y
 (define-fun |meta_controller_quantizer#98| ((state |meta_controller_quantizer_s|)) Bool (bvult (|meta_controller_quantizer#1| state) #b100010100000)) ; \low_temperature_c
-(define-fun |meta_controller_quantizer#99| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvor (|meta_controller_quantizer#97| state) (ite (|meta_controller_quantizer#98| state) #b1 #b0))) ; $or$meta_controller_quantizer.v:115$95_Y
+(define-fun |meta_controller_quantizer#99| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvor (|meta_controller_quantizer#97| state) (ite (|meta_controller_quantizer#98| state) #b1 #b0))) ; $or$meta_controller_quantizer.v:117$95_Y
 (define-fun |meta_controller_quantizer#100| ((state |meta_controller_quantizer_s|)) Bool (bvugt (|meta_controller_quantizer#1| state) #b101101110000)) ; \high_temperature_c
 (define-fun |meta_controller_quantizer#101| ((state |meta_controller_quantizer_s|)) (_ BitVec 1) (bvor (|meta_controller_quantizer#99| state) (ite (|meta_controller_quantizer#100| state) #b1 #b0))) ; \input_fault [4]
 (define-fun |meta_controller_quantizer#102| ((state |meta_controller_quantizer_s|)) Bool (distinct (concat (|meta_controller_quantizer#101| state) (concat (|meta_controller_quantizer#95| state) (concat (|meta_controller_quantizer#91| state) (concat (|meta_controller_quantizer#87| state) (|meta_controller_quantizer#83| state))))) #b00000)) ; \probe_fault
@@ -132,6 +132,9 @@
 (define-fun |meta_controller_quantizer_n level_mem_bw_avail_gbs| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (|meta_controller_quantizer#33| state))
 ; yosys-smt2-wire level_temperature_c 3
 (define-fun |meta_controller_quantizer_n level_temperature_c| ((state |meta_controller_quantizer_s|)) (_ BitVec 3) (|meta_controller_quantizer#15| state))
+; yosys-smt2-output levels 14
+; yosys-smt2-wire levels 14
+(define-fun |meta_controller_quantizer_n levels| ((state |meta_controller_quantizer_s|)) (_ BitVec 14) (concat (|meta_controller_quantizer#79| state) (concat (|meta_controller_quantizer#48| state) (concat (|meta_controller_quantizer#33| state) (concat (|meta_controller_quantizer#18| state) (|meta_controller_quantizer#15| state))))))
 ; yosys-smt2-wire low_cache_chase_ns 1
 (define-fun |meta_controller_quantizer_n low_cache_chase_ns| ((state |meta_controller_quantizer_s|)) Bool false)
 ; yosys-smt2-wire low_compute_util 1
@@ -226,6 +229,8 @@
 (assert (= q_valid_temperature_c (ite (|meta_controller_quantizer_n valid_temperature_c| q_s) #b1 #b0)))
 (declare-const q_addr (_ BitVec 14))
 (assert (= q_addr (|meta_controller_quantizer_n addr| q_s)))
+(declare-const q_levels (_ BitVec 14))
+(assert (= q_levels (|meta_controller_quantizer_n levels| q_s)))
 (declare-const q_probe_fault (_ BitVec 1))
 (assert (= q_probe_fault (ite (|meta_controller_quantizer_n probe_fault| q_s) #b1 #b0)))
 (declare-const q_input_fault (_ BitVec 5))

@@ -152,8 +152,11 @@
                     (ite (bvule q_raw_free_sram_kb #x1ff)
                          #b0
                          (ite (bvule q_raw_free_sram_kb #x400) #b1 #b0)))))
-(let ((a!34 (and (= q_input_fault a!30)
+(let ((a!34 (or a!31
+                (= q_levels (ite a!31 #b00000000000000 (concat a!33 a!22))))))
+(let ((a!35 (and (= q_input_fault a!30)
                  (= (= q_probe_fault #b1) a!31)
-                 (= q_addr (ite a!31 #b00000000000000 (concat a!33 a!22))))))
-  (not a!34)))))))))))
+                 (= q_addr (ite a!31 #b00000000000000 (concat a!33 a!22)))
+                 a!34)))
+  (not a!35))))))))))))
 (check-sat)

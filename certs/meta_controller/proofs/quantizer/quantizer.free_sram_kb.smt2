@@ -26,10 +26,9 @@
       (a!5 (ite (bvule q_raw_free_sram_kb #x1ff)
                  false
                  (ite (bvule q_raw_free_sram_kb #x400) false true)))
-      (a!6 (= ((_ extract 3 3) q_addr)
-               (ite (bvule q_raw_free_sram_kb #x1ff)
-                    #b0
-                    (ite (bvule q_raw_free_sram_kb #x400) #b1 #b0)))))
+      (a!6 (ite (bvule q_raw_free_sram_kb #x1ff)
+                 #b0
+                 (ite (bvule q_raw_free_sram_kb #x400) #b1 #b0))))
 (let ((a!7 (ite (bvule q_raw_compute_util #x57ff)
                 false
                 (ite (bvule q_raw_compute_util #x5fff)
@@ -51,7 +50,8 @@
                       false
                       (ite (bvsge #x261 q_raw_temperature_c) false a!4))))
       (a!11 (and (= (= ((_ extract 3 3) q_input_fault) #b1) a!5)
-                 (or a!5 a!6))))
+                 (or a!5 (= ((_ extract 3 3) q_addr) a!6))
+                 (or a!5 (= ((_ extract 3 3) q_levels) a!6)))))
 (let ((a!12 (ite (bvule q_raw_compute_util #x3fff)
                 false
                 (ite (bvule q_raw_compute_util #x47ff)

@@ -74,17 +74,17 @@
       (a!15 (ite (bvule q_raw_mem_bw_avail_gbs #x07ff)
                  false
                  (ite (bvule q_raw_mem_bw_avail_gbs #x0fff) false a!10)))
-      (a!16 (= ((_ extract 6 4) q_addr)
-               (ite (bvule q_raw_mem_bw_avail_gbs #x07ff)
-                    #b000
-                    (ite (bvule q_raw_mem_bw_avail_gbs #x0fff) #b001 a!11)))))
+      (a!16 (ite (bvule q_raw_mem_bw_avail_gbs #x07ff)
+                 #b000
+                 (ite (bvule q_raw_mem_bw_avail_gbs #x0fff) #b001 a!11))))
 (let ((a!17 (ite (bvule q_raw_compute_util #x27ff)
                 false
                 (ite (bvule q_raw_compute_util #x2fff)
                      false
                      (ite (bvule q_raw_compute_util #x37ff) false a!12))))
       (a!18 (and (= (= ((_ extract 2 2) q_input_fault) #b1) a!15)
-                 (or a!15 a!16))))
+                 (or a!15 (= ((_ extract 6 4) q_addr) a!16))
+                 (or a!15 (= ((_ extract 6 4) q_levels) a!16)))))
 (let ((a!19 (ite (bvule q_raw_compute_util #x0fff)
                 false
                 (ite (bvule q_raw_compute_util #x17ff)

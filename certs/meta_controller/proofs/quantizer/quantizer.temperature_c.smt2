@@ -86,7 +86,8 @@
                      false
                      (ite (bvule q_raw_compute_util #x37ff) false a!12))))
       (a!18 (and (= (= ((_ extract 4 4) q_input_fault) #b1) a!15)
-                 (or a!15 (= ((_ extract 2 0) q_addr) a!16)))))
+                 (or a!15 (= ((_ extract 2 0) q_addr) a!16))
+                 (or a!15 (= ((_ extract 2 0) q_levels) a!16)))))
 (let ((a!19 (ite (bvule q_raw_compute_util #x0fff)
                 false
                 (ite (bvule q_raw_compute_util #x17ff)

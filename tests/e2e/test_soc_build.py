@@ -7,6 +7,8 @@ import dataclasses
 import json
 import shutil
 
+import pytest
+
 from mi_certify.generator.core.spec import load_spec
 from mi_certify.verification.cosim.bus_cosim import run_bus_cosim
 
@@ -56,3 +58,40 @@ def test_an_op_register_that_does_not_reach_the_core_is_caught_over_the_bus(refe
     rep = run_bus_cosim(spec, d, d / "meta_controller.py", "wb", 300, tmp_path / "work")
     assert not rep["passed"] and rep["mismatches"] > 0
     assert rep["first_mismatch"]["what"] == "controller outputs (token, reason, audit_valid, audit_addr)"
+
+
+def _bus_cosim_of_edited(reference_build, tmp_path, name: str, old: str, new: str, bus: str) -> dict:
+    """The bus co-simulation (300 transactions after the directed cases) of the reference bundle with ``old``
+    replaced by ``new`` in its file ``name``."""
+    d = tmp_path / "b"
+    shutil.copytree(reference_build, d)
+    text = (d / name).read_text()
+    assert old in text
+    (d / name).write_text(text.replace(old, new, 1))
+    summary = json.loads((d / "summary.json").read_text())
+    spec = load_spec(next((d / "inputs" / "spec").glob("*.yaml")))
+    spec = dataclasses.replace(spec, hdl=spec.hdl.with_latency(summary["stages"]["emit"]["latency"]))
+    return run_bus_cosim(spec, d, d / "meta_controller.py", bus, 300, tmp_path / "work")
+
+
+def test_a_raw_top_that_skips_the_register_on_sla_violation_is_caught_over_the_bus(reference_build, tmp_path):
+    """The raw top registers sla_violation with the reading (docs/hdl.md, "SLA requests over the bus"): fed
+    straight, the controller of a FREE_RUN machine sees a verdict one cycle early (the bench's directed SLA
+    requests: compliant and violating verdicts while the machine steps every cycle)."""
+    rep = _bus_cosim_of_edited(reference_build, tmp_path, "meta_controller_raw.v", ".sla_violation(sla_violation_q),",
+                               ".sla_violation(sla_violation),", "axil")
+    assert not rep["passed"] and rep["mismatches"] > 0
+    assert rep["first_mismatch"]["what"] == "controller outputs (token, reason, audit_valid, audit_addr)"
+
+
+@pytest.mark.parametrize("old, new", [
+    ("sla_action <= token;", "sla_action <= 2'd0;"),                  # the request's action lost
+    ("sla_unknown <= sla_unknown_w;", "sla_unknown <= 1'b0;"),          # ACC_UNKNOWN lost
+    (".req_start(sla_start)", ".req_start(sla_start_w)"),                # START one cycle before DONE's timing
+])
+def test_an_sla_cmd_that_reaches_the_monitor_wrong_is_caught_over_the_bus(reference_build, tmp_path, old, new):
+    """The bench models the SLA monitor from the SLA_CMD writes (CycleSlaMonitor) and compares its outputs
+    every cycle: the register core's SLA_CMD stage is checked, not only read back."""
+    rep = _bus_cosim_of_edited(reference_build, tmp_path, "meta_controller_regs.v", old, new, "wb")
+    assert not rep["passed"] and rep["mismatches"] > 0
+    assert rep["first_mismatch"]["what"].startswith("SLA monitor outputs")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from mi_certify.generator.build.emit_soc import address_width, axil_module, regs_module, wb_module
+from mi_certify.generator.build.emit_monitor import monitor_config
 from mi_certify.generator.build.regmap import monitor_widths, register_map
 from mi_certify.generator.core.spec import Spec
 from mi_certify.runtime.quantize import Quantizer
@@ -22,6 +23,7 @@ from mi_certify.verification.tools.registry import memory_limit_mb, run, tool_en
 def bench_config(spec: Spec) -> dict:
     """The bench's view of the register map and the raw inputs (JSON-ready)."""
     regs = register_map(spec)
+    mon = monitor_config(spec)[0]
     inputs = []
     for inp, fmt in zip(spec.inputs, spec.hdl.input_formats):
         qz = Quantizer.from_floats(inp.min, inp.max, inp.bits)
@@ -38,7 +40,12 @@ def bench_config(spec: Spec) -> dict:
             # the raw top's decision latency: the controller's, plus its register stage
             "latency": spec.hdl.latency_cycles + 1, "conservative": spec.conservative,
             "operator": spec.operator is not None, "token_bits": spec.token_bits,
-            "reset_port": spec.hdl.reset_port, "reset_active_low": spec.hdl.reset_polarity == "low"}
+            "reset_port": spec.hdl.reset_port, "reset_active_low": spec.hdl.reset_polarity == "low",
+            # the SLA monitor's cycle configuration (the wrapper's parameters): the bench models it
+            "monitor": {"lat_limits": list(mon.lat_limits), "acc_limits": list(mon.acc_limits),
+                        "window": mon.monitor.window, "latency_statistic": mon.monitor.latency_statistic,
+                        "accuracy_statistic": mon.monitor.accuracy_statistic, "cyc_width": mon.cyc_width,
+                        "acc_width": mon.acc_width, "action_width": mon.action_width}}
 
 
 def run_bus_cosim(spec: Spec, bundle: Path, runtime_py: Path, bus: str, transactions: int, workdir: Path,

@@ -9,14 +9,17 @@ raw words (``Controller.step_words``, delayed by the raw top's decision latency:
 ``step`` input is high (the cycle after CTRL.STEP, or every cycle in FREE_RUN mode); in the others the
 model holds its outputs and logs no decision. Checked:
 
-- every cycle: the controller's token, reason, audit_valid and audit_addr (the raw-word co-simulation);
+- every cycle: the controller's token, reason, audit_valid and audit_addr (the raw-word co-simulation), and
+  the SLA monitor's outputs against :class:`~mi_certify.runtime.sla.CycleSlaMonitor` fed with the SLA_CMD
+  strobes the way the core registers them (the action active in the cycle of the write, SLA_ACC one cycle
+  later); the model's verdicts, not the DUT's, feed its controller, registers and counters;
 - every transaction: the core port's address (and, for a write, the enabled bytes of data) equals the
   one the test issued; every read's data and response (OKAY / SLVERR, ACK / ERR) and every write's
   response equal the model's at the edge the core took it. Over AXI4-Lite the master holds RREADY and
   BREADY low in about a quarter of the cycles (back-pressure on both response channels).
 
 The SLA monitor itself (``hdl/sla_monitor.v``) is co-simulated by the build on its own
-(monitor_cosim.json); here its outputs are read from the DUT. Reads the JSON file named by
+(monitor_cosim.json); here its wiring to the bus and to the controller is checked. Reads the JSON file named by
 ``MI_CERTIFY_BUS``: runtime_py, latency, regs, inputs, transactions, seed, report (see bus_cosim).
 """
 
@@ -34,7 +37,12 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Combine, NextTimeStep, ReadOnly, RisingEdge
 
+from mi_certify.runtime.sla import CycleMonitorConfig, CycleSlaMonitor, MonitorConfig
+
 R_LOW_CONFIDENCE, R_FALLBACK, R_PROBE_FAULT = 4, 5, 7
+#: CycleSlaMonitor's outputs -> the names of the DUT's monitor signals in :func:`_sample`
+SLA_PORTS = {"violation": "violation", "lat_violation": "lat_violation", "acc_violation": "acc_violation",
+             "verdict_valid": "verdict_valid", "samples": "sla_samples", "busy": "sla_busy", "proto_error": "sla_proto"}
 
 
 def _load_runtime(path: str):
@@ -67,6 +75,13 @@ class Model:
         self.token, self.reason, self.audit_valid, self.audit_addr = cfg["conservative"], 0, 0, 0
         self.free_run = self.irq_en = self.irq_fb = self.proto_seen = 0
         self.sla_acc = 0
+        m = cfg["monitor"]
+        self.sla = CycleSlaMonitor(CycleMonitorConfig(
+            tuple(m["lat_limits"]), tuple(m["acc_limits"]),
+            MonitorConfig(m["window"], m["latency_statistic"], m["accuracy_statistic"]),
+            m["cyc_width"], m["acc_width"], m["action_width"]))
+        self.sla_out = dict(self.sla.out)   # the monitor's outputs after the last edge (reset: zeros)
+        self.sla_q = (0, 0, 0, 0)           # the core's registered SLA_CMD: start, action, done, acc_unknown
         self.raw, self.rawv = [0] * self.n, [0] * self.n
         self.live, self.livev = [0] * self.n, [0] * self.n
         self.fault_q = self.input_fault()   # the raw top's registered faults: of the live registers one edge ago
@@ -132,6 +147,13 @@ class Model:
     def edge(self, s: dict) -> None:
         """One rising edge: ``s`` holds the DUT signals as the edge samples them."""
         self.cycles += 1
+        got = tuple(s[v] for v in SLA_PORTS.values())
+        want = tuple(self.sla_out[k] for k in SLA_PORTS)
+        if got != want:
+            self.fail("SLA monitor outputs (" + ", ".join(SLA_PORTS) + ")", rtl=got, reference=want)
+        s = {**s, **{v: self.sla_out[k] for k, v in SLA_PORTS.items()}}   # the model's verdicts from here on
+        start, action, done, unknown = self.sla_q   # the monitor samples the registered strobes and SLA_ACC now
+        self.sla_out = self.sla.clock(0, start, action, done, self.sla_acc, unknown)
         if s["audit_valid"]:
             self.reasons[s["reason"]] = self.reasons.get(s["reason"], 0) + 1
         got = (s["token"], s["reason"], s["audit_valid"], s["audit_addr"])
@@ -183,6 +205,9 @@ class Model:
                 self.audit_valid, self.audit_addr = 1, addr
             else:
                 self.audit_valid = 0
+        # SLA_CMD: registered by the core with the action active in the cycle of the write
+        self.sla_q = (int(bool(bit("SLA_CMD", "START"))), old_token, int(bool(bit("SLA_CMD", "DONE"))),
+                      int(bool(bit("SLA_CMD", "ACC_UNKNOWN"))))
         seq_now = (self.seq + old_valid) & 0xFFFFFFFF
         if s["rd_en"] and raddr == self.by_name["DECISION"]:
             self.snap_seq, self.snap_addr = seq_now, old_addr
@@ -261,6 +286,27 @@ def _stimulus(cfg: dict, rng: random.Random) -> list[tuple]:
         for cmd in [1 | t << 8 for t in range(1 << cfg["token_bits"])] + [2, 3, 1 | 2 << 8, 3]:
             ops += [("w", by["OP"], cmd, 0x3)] + pad
         ops += [("w", by["CTRL"], 0, 0xF)]
+    # SLA requests while the machine steps every cycle on readings in the middle of every envelope: losses of 0,
+    # at each action's limit, above it and the largest, so verdicts turn from compliant to violating and back
+    # (the controller's count to the fallback and its recovery, at the cycle the model has them)
+    acc_max = (1 << cfg["acc_w"]) - 1
+    limits = sorted({x for x in cfg["monitor"]["acc_limits"] if x is not None})
+    for inp in inputs:
+        ops.append(("w", inp["offset"], ((inp["lo_word"] + inp["hi_word"]) // 2) % (1 << inp["width"]) | 1 << 31, 0xF))
+    ops += [("w", by["CTRL"], 0b011, 0xF)] + [("r", by["DECISION"])] * 24
+    losses = [0, acc_max, 0, 0] + [v for x in limits for v in (x, min(x + 1, acc_max))] + [acc_max, 0, 0, 0]
+    for loss, done in [(0, 2), (0, 6)] + [(x, 2) for x in losses]:   # 6: DONE with ACC_UNKNOWN (+infinity)
+        ops += [("w", by["SLA_CMD"], 1, 0xF), ("w", by["SLA_ACC"], loss, 0xF), ("w", by["SLA_CMD"], done, 0xF)]
+        ops += [("r", by["DECISION"]), ("r", by["STATUS"]), ("r", by["SLA_STATUS"])] * 4
+    ops += [("w", by["CTRL"], 0, 0xF)]
+
+    def sla_loss():
+        k = rng.random()
+        if k < 0.1:
+            return rng.getrandbits(32)
+        x = rng.choice(limits) if limits and k < 0.8 else 0
+        return max(0, x + rng.randint(-2, 2))
+
     for a in illegal[:8] + illegal[-4:]:
         ops += [("r", a), ("w", a, rng.getrandbits(32), 0xF)]
     for a in readonly:
@@ -295,7 +341,7 @@ def _stimulus(cfg: dict, rng: random.Random) -> list[tuple]:
         elif k < 0.85:
             ops.append(("w", by["IRQ"], 1, 0xF))
         elif k < 0.92:
-            ops.append(("w", by["SLA_ACC"], rng.getrandbits(32), 0xF))
+            ops.append(("w", by["SLA_ACC"], sla_loss(), 0xF))
             ops.append(("w", by["SLA_CMD"], rng.choice([1, 2, 2, 6, 3]), 0xF))
         elif k < 0.95:
             ops.append(("w", by["SLA_STATUS"], 8, 0xF))

@@ -282,3 +282,38 @@ def test_the_directed_stimulus_switches_between_every_ordered_pair_of_active_act
     tokens = [t[0] for t in trace]
     pairs = {(a, b) for a, b in zip(tokens, tokens[1:]) if a != b}
     assert pairs == {(a, b) for a in range(4) for b in range(4) if a != b}
+
+
+@pytest.mark.parametrize("mutation", [None, ("n_lat_sat = (cnt == CYC_INF - {{(CYC_W - 1){1'b0}}, 1'b1});",
+                                             "n_lat_sat = (cnt == CYC_INF);")])   # the flag one cycle late
+def test_a_request_done_at_the_saturated_count_is_infinite_under_a_latency_mean(tmp_path, mutation):
+    """Done exactly 2^CYC_W - 1 cycles after its start, a request is +infinity (the counter saturated): a mean
+    tells it from that finite count (max / pNN do not: both exceed). The build's stimulus (make_stimulus) ends
+    requests at CYC_INF - 1 and CYC_INF + 3 only, and takes the latency's mean only when the spec does: a monitor
+    whose saturation flag came one cycle late (its count wrapping to 0 once) passed every co-simulation."""
+    from mi_certify.runtime.sla import monitor_parameters, parameter_text
+    from mi_certify.verification.cosim.vector_sim import Port, VectorJob, run_icarus
+    src = MONITOR
+    if mutation:
+        text = MONITOR.read_text()
+        assert mutation[0] in text
+        src = tmp_path / "sla_monitor.v"
+        src.write_text(text.replace(mutation[0], mutation[1], 1))
+    cfg = CycleMonitorConfig((40,), (None,), MonitorConfig(3, "mean", "max"), cyc_width=6, acc_width=4, action_width=1)
+    rows = [[1, 0, 0, 0, 0, 0]] * 2
+    for latency in (63, 1, 1, 62, 1, 64, 1, 63):            # CYC_INF = 63
+        rows += [[0, 1, 0, 0, 0, 0]] + [[0, 0, 0, 0, 0, 0]] * (latency - 1) + [[0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0]]
+    p = monitor_parameters(cfg, 1)
+    job = VectorJob([src], "sla_monitor",
+                    [Port("rst", 1), Port("req_start", 1), Port("req_action", 1), Port("req_done", 1),
+                     Port("acc_loss", 4), Port("acc_unknown", 1)],
+                    [Port("violation", 1), Port("lat_violation", 1), Port("acc_violation", 1),
+                     Port("verdict_valid", 1), Port("samples", p["NW"]), Port("busy", 1), Port("proto_error", 1)],
+                    rows, monitor_cosim.expected(cfg, rows), params=parameter_text(p))
+    rep = run_icarus(job, tmp_path / "w")
+    if mutation:
+        assert not rep.ok and rep.mismatches > 0
+    else:
+        assert rep.ok, rep
+        # [63, 1] is a violation (+infinity), finite it would be compliant (mean 32 <= 40); [1, 1, 62] is compliant
+        assert [e[0] for e in job.expected if e[3]] == [1, 1, 1, 0, 0, 1, 1, 1]

@@ -76,11 +76,13 @@ def test_reference_controller_builds_end_to_end(reference_build):
     assert hdl["fmax_mhz_xo3_6900"] == xo3["fmax_mhz"] == hdl["devices"]["xo3-6900"]["fmax_mhz"] > 40
     assert xo3["bram"] == 4 and xo3["dff"] == pnr["ecp5-25f"]["dff"] and 100 < xo3["lut4"] < 400
     # the AXI4-Lite-wrapped core on every device, beside the bare core: it adds the register core, the
-    # quantizer and the SLA monitor (whose accumulator limits it: measured 64.64 / 21.7 / 65.29 / 37.64 MHz)
+    # quantizer and the SLA monitor (measured 115.96 / 43.90 / 129.84 / 81.21 MHz on HX8K / UP5K / ECP5-25F /
+    # MachXO3 since the bus side's stages). It contains the bare core, so it is not much faster: on ECP5-25F
+    # both stop at the block RAM's clock-to-output and the wrapped one placed 0.04 MHz faster (seed 1)
     axil = s["stages"]["hdl"]["axil"]
     assert axil["module"] == "meta_controller_axil" and set(axil["place_and_route"]) == set(pnr)
     for dev, p in axil["place_and_route"].items():
-        assert p["fits"] and 5 < p["fmax_mhz"] < pnr[dev]["fmax_mhz"], (dev, p)
+        assert p["fits"] and 5 < p["fmax_mhz"] < 1.1 * pnr[dev]["fmax_mhz"], (dev, p)
         assert p["lut4"] > 4 * pnr[dev]["lut4"] and p["dff"] > pnr[dev]["dff"] and p["bram"] == pnr[dev]["bram"]
         assert axil["devices"][dev]["fmax_mhz"] == p["fmax_mhz"]
     # the constraint files at the spec's 50 MHz, hashed in the manifest

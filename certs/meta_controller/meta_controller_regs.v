@@ -19,7 +19,8 @@
 // step's decision is in DECISION from the (L + 2)th cycle after the one that wrote CTRL.STEP (L: the
 // controller's decision latency, its header; 6 here): compare SEQ. STATUS.INPUT_FAULT is
 // the faults of the reading the controller steps on. An SLA_CMD write reaches the monitor in the next
-// cycle and its verdict (SLA_STATUS, STATUS.SLA_VIOLATION, the counters) is there in the cycle after.
+// cycle, its verdict (SLA_STATUS, STATUS.SLA_VIOLATION) is there in the cycle after, and SLA_REQUESTS /
+// SLA_VIOLATIONS count it one cycle after that.
 // OP (sla.yaml operator:): a write is the controller's command from the next cycle on, until a step takes
 // it (then none); the bus does not authenticate it (docs/operator.md).
 `default_nettype none

@@ -66,9 +66,6 @@ class LoadedModel:
         or changed since it was read."""
         return self._data if self._data is not None else read_model_again(self._source, self.sha256)
 
-    def bytes(self) -> bytes:
-        return self.data
-
     def session(self):
         """An onnxruntime session of the bytes hashed (from the file, confirmed unchanged after, or from
         the bytes this process was sent)."""

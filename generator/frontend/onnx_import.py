@@ -172,9 +172,14 @@ def read_model_again(path: str | Path, sha256: str) -> bytes:
     data = read_model_file(path)
     now = hashlib.sha256(data).hexdigest()
     if now != sha256:
-        raise ModelImportError(f"the file changed on disk since it was read (SHA-256 {now}, was {sha256}); "
-                               "run again on a file that is not being written", file=str(path))
+        raise _changed_on_disk(path, now, sha256)
     return data
+
+
+def _changed_on_disk(path: str | Path, now: str, was: str) -> ModelImportError:
+    """The error of a model file whose bytes are no longer those hashed when it was read."""
+    return ModelImportError(f"the file changed on disk since it was read (SHA-256 {now}, was {was}); "
+                            "run again on a file that is not being written", file=str(path))
 
 
 def session_from_file(path: str | Path, sha256: str):
@@ -191,8 +196,7 @@ def session_from_file(path: str | Path, sha256: str):
     sess = onnxruntime_session(path, path)
     now = sha256_file(path)
     if now != sha256 or file_identity(path) != before:
-        raise ModelImportError(f"the file changed on disk since it was read (SHA-256 {now}, was "
-                               f"{sha256}); run again on a file that is not being written", file=str(path))
+        raise _changed_on_disk(path, now, sha256)
     return sess
 
 
@@ -283,11 +287,13 @@ class OnnxruntimeReadout:
     """
 
     def __init__(self, data, ir: ControllerIR, name: str | Path, outputs=None, feeds=None):
-        """``data``: the model's bytes, or a callable giving them; ``outputs`` and ``feeds`` (the graph
-        output names and :func:`feed_shapes`), when given, spare parsing the model where the readout
-        needs no change to it: the session is then made by ``session(data)`` when ``data`` is such a
-        callable (``LoadedModel``: from the file, its hash checked after), else from the bytes."""
+        """``data``: the model's bytes, or a :class:`~.model.LoadedModel` (its ``data``: the bytes, read
+        again and checked; its ``session()``: from the file, its hash checked after). ``outputs`` and
+        ``feeds`` (the graph output names and :func:`feed_shapes`), when given, spare parsing the model
+        where the readout needs no change to it: the session is then the LoadedModel's ``session()``, or
+        made from the bytes."""
         self.ir, self.name, self.head = ir, name, ir.head
+        raw = isinstance(data, (bytes, bytearray))   # else a LoadedModel: .data (its bytes, checked), .session()
         logits = [t for t, _ in self.head.readout] if self.head else list(ir.output_names)
         fetch = list(dict.fromkeys(logits + ([self.head.output] if self.head else [])))
         self.fetch = fetch
@@ -295,9 +301,9 @@ class OnnxruntimeReadout:
         if outputs is not None and feeds is not None and not (
                 fetch and (fetch != list(outputs) or (self.head and self.head.extra_nodes))):
             self.feeds = list(feeds)
-            self.session = data.session() if hasattr(data, "session") else onnxruntime_session(data, name)
+            self.session = onnxruntime_session(data, name) if raw else data.session()
             return
-        data = data.bytes() if hasattr(data, "bytes") else data
+        data = data if raw else data.data
         proto = onnx.load_from_string(data)
         outs = [o.name for o in proto.graph.output]
         if fetch and (fetch != outs or (self.head and self.head.extra_nodes)):

@@ -222,7 +222,8 @@ def interval_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray) -> NodeBou
     return _unbatch(NodeBounds(lower, upper), single)
 
 
-def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: float | None = None) -> NodeBounds:
+def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: float | None = None,
+                   clip: NodeBounds | None = None) -> NodeBounds:
     """Bounds of every node over the boxes from linear functions of the input carried
     forward (symbolic intervals with linear relaxations: Wang et al., "Efficient Formal
     Safety Analysis of Neural Networks" (Neurify), NeurIPS 2018; the forward mode of
@@ -243,6 +244,11 @@ def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: f
     Args:
         lo, hi: (B, n_inputs) boxes (or (n_inputs,) for one).
         deadline: ``time.monotonic()`` value, checked once per node.
+        clip: sound bounds of every node over each box ((B, size_i) arrays), e.g. the CROWN bounds of
+            the box each one was split from (a child lies in its parent, so the parent's bounds hold
+            on it): every affine node's bounds are intersected with them as they are computed, so
+            the ReLUs after it are relaxed over the tighter interval (any interval that holds the
+            node's values gives a sound relaxation). None: the boxes' own bounds alone.
     Returns:
         NodeBounds with (B, size_i) arrays (or (size_i,) for one box).
     Raises:
@@ -250,6 +256,8 @@ def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: f
     """
     check_gradual_underflow()
     lo, hi, single = _batch(lo, hi)
+    if clip is not None and single:
+        clip = NodeBounds([np.atleast_2d(v) for v in clip.lower], [np.atleast_2d(v) for v in clip.upper])
     ib = interval_bounds(ir, lo, hi)
     tiny = _underflow_pad(ir, lo, hi, ib, len(ir.nodes))
     B, n = lo.shape
@@ -286,8 +294,11 @@ def forward_bounds(ir: ControllerIR, lo: np.ndarray, hi: np.ndarray, deadline: f
                 + sum_last(np.swapaxes(np.minimum(Lc, 0.0), 1, 2) * hi[:, None, :])
             up = u0 + sum_last(np.swapaxes(np.maximum(Uc, 0.0), 1, 2) * hi[:, None, :]) \
                 + sum_last(np.swapaxes(np.minimum(Uc, 0.0), 1, 2) * lo[:, None, :])
-            lower.append(np.maximum(ib.lower[nid], _inflate(low, mag, True, tiny)))
-            upper.append(np.minimum(ib.upper[nid], _inflate(up, mag, False, tiny)))
+            l_n = np.maximum(ib.lower[nid], _inflate(low, mag, True, tiny))
+            u_n = np.minimum(ib.upper[nid], _inflate(up, mag, False, tiny))
+            if clip is not None:
+                l_n, u_n = np.maximum(l_n, clip.lower[nid]), np.minimum(u_n, clip.upper[nid])
+            lower.append(l_n), upper.append(u_n)
             fl.append(Lc), fu.append(Uc), am.append(Am), cl.append(l0), cu.append(u0), cm.append(c0)
             continue
         l, u = lower[node.src], upper[node.src]

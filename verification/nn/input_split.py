@@ -50,7 +50,7 @@ class Box:
     lo, hi: (n_inputs,) the box. lin: (m, n_inputs) the rows' input coefficients of their
     lower bounds (the influence pick and the bound-minimising corners read them). row: the row
     of ``bound``. hint: LP multipliers ``(λ (m,), {ReLU id: slopes})`` the box inherits or got
-    (:func:`lp_hints`), or None.
+    (:func:`lp_hints`), or None. probed: the box's lineage was given back by an LP probe once.
     """
 
     bound: float
@@ -61,6 +61,10 @@ class Box:
     row: int = field(compare=False)
     hint: tuple | None = field(compare=False, default=None)
     probed: bool = field(compare=False, default=False)
+    #: the box's own node bounds when kept (small networks), flat: every node's lower bounds in node
+    #: order, then every node's upper bounds (CROWN's where its forward bounds left it open); its
+    #: children's bounds are clipped to them (:func:`bound_region` ``clip``, :meth:`Batch.parent_bounds`)
+    nb: np.ndarray | None = field(compare=False, default=None)
 
 
 @dataclass
@@ -81,6 +85,17 @@ class Batch:
         """The boxes as (lo, hi) pairs, in batch order."""
         return list(zip(self.lo, self.hi))
 
+    def parent_bounds(self, parent: np.ndarray, sizes: list[int]) -> NodeBounds | None:
+        """The node bounds of the boxes ``parent`` (indices into the batch, one per child;
+        :attr:`Box.nb`) as (len(parent), size_i) arrays, node sizes ``sizes``, to clip their
+        children's bounds to; None when some box of the batch has none."""
+        if parent.size == 0 or any(b.nb is None for b in self.boxes):
+            return None
+        flat = np.stack([b.nb for b in self.boxes])[parent]
+        cut = np.cumsum([0] + list(sizes) + list(sizes))
+        parts = [flat[:, cut[i]:cut[i + 1]] for i in range(2 * len(sizes))]
+        return NodeBounds(parts[:len(sizes)], parts[len(sizes):])
+
 
 class Frontier:
     """The open boxes of one search: a heap of :class:`Box`, lowest bound first, ties by push order."""
@@ -94,9 +109,9 @@ class Frontier:
         return len(self.heap)
 
     def push(self, bound: float, lo: np.ndarray, hi: np.ndarray, lin: np.ndarray, row: int, hint,
-             probed: bool = False) -> None:
+             probed: bool = False, nb: np.ndarray | None = None) -> None:
         """Add an open box (the counter gives it the next ``seq``)."""
-        heapq.heappush(self.heap, Box(bound, self.seq, lo, hi, lin, row, hint, probed))
+        heapq.heappush(self.heap, Box(bound, self.seq, lo, hi, lin, row, hint, probed, nb))
         self.seq += 1
 
     def pop_batch(self, k: int) -> Batch:
@@ -124,20 +139,25 @@ def boxes_per_pass(ir: ControllerIR, s: SearchSettings = DEFAULT_SEARCH) -> int:
 
 
 def bound_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray, deadline: float,
-                 tight: bool = True) -> tuple[np.ndarray, np.ndarray, NodeBounds]:
+                 tight: bool = True, clip: NodeBounds | None = None) -> tuple[np.ndarray, np.ndarray, NodeBounds]:
     """Lower bounds of the disjunct's rows ``C y`` over each box (B, m), their input
     coefficients (B, m, n_inputs) and the node bounds used (NodeBounds of (B, size_i)
     arrays), by CROWN's backward pass for the rows over node bounds
     from :func:`~.bounds.forward_bounds` (cheap); with ``tight``, the boxes those leave
     open get CROWN's backward bounds for every hidden node too (:func:`~.bounds.crown_bounds`,
-    far tighter in deep networks, ~15x the cost). Raises BoundsTimeout."""
-    nb = forward_bounds(ir, lo, hi, deadline=deadline)
+    far tighter in deep networks, ~15x the cost). ``clip``: sound node bounds over each box
+    ((B, size_i): its parent's) that every node's bounds are intersected with (fewer unstable
+    ReLUs, tighter relaxations). Raises BoundsTimeout."""
+    nb = forward_bounds(ir, lo, hi, deadline=deadline, clip=clip)
     low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb, deadline=deadline)
     if not tight:
         return low, lin, nb
     again = np.nonzero(~(np.max(low - dj.d, axis=1) > 0))[0]
     if again.size:
-        cb = crown_bounds(ir, lo[again], hi[again], deadline=deadline)
+        # the forward bounds just computed are those crown_bounds would compute first (the same bits
+        # per box): handed over as ``init`` rather than computed again
+        cb = crown_bounds(ir, lo[again], hi[again], deadline=deadline,
+                          init=NodeBounds([v[again] for v in nb.lower], [v[again] for v in nb.upper]))
         cb = NodeBounds([np.maximum(a, f[again]) for a, f in zip(cb.lower, nb.lower)],
                         [np.minimum(a, f[again]) for a, f in zip(cb.upper, nb.upper)])
         low2, lin2 = output_matrix_lower(ir, dj.C, lo[again], hi[again], cb, deadline=deadline)
@@ -223,7 +243,8 @@ def _smart_pick(ir: ControllerIR, dj: Disjunct, batch: Batch, c_lo: np.ndarray, 
     """The input whose worse half is nearest to being closed (K,): every box's 2n halves bounded in
     one cheap pass (forward bounds and CROWN for the rows only). Raises BoundsTimeout."""
     K, n = batch.lo.shape
-    c_low, _, _ = bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False)
+    c_low, _, _ = bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False,
+                               clip=batch.parent_bounds(np.repeat(np.arange(K), 2 * n), [v.size for v in ir.nodes]))
     stats["boxes"] += 2 * n * K
     c_best = np.max(c_low - dj.d, axis=1).reshape(K, n, 2)
     score = np.min(c_best, axis=2) + s.smart_tiebreak * np.max(c_best, axis=2)
@@ -289,7 +310,7 @@ def bound_children(ir: ControllerIR, dj: Disjunct, batch: Batch, split: Split, l
     ch_lo = np.concatenate([split.halves_lo[ok, pick[ok]], split.halves_lo[two, other[two]]]).reshape(-1, n)
     ch_hi = np.concatenate([split.halves_hi[ok, pick[ok]], split.halves_hi[two, other[two]]]).reshape(-1, n)
     parent = np.concatenate([np.repeat(ok, 2), np.repeat(two, 2)])
-    ch_low, ch_lin, ch_nb = bound_region(ir, dj, ch_lo, ch_hi, deadline)
+    ch_low, ch_lin, ch_nb = bound_region(ir, dj, ch_lo, ch_hi, deadline, clip=batch.parent_bounds(parent, [v.size for v in ir.nodes]))
     stats["boxes"] += ch_lo.shape[0]
     pair = np.max(ch_low - dj.d, axis=1).reshape(-1, 2)
     keep = np.ones(pair.shape[0], dtype=bool)

@@ -241,21 +241,30 @@ def _file_children(sr: _Search, kids, front: Frontier, batch: Batch) -> None:
         depth = halvings(kids.lo, kids.hi, sr.dj.lo, sr.dj.hi)
         deep = depth >= sr.leaf_depth
         probe = ~deep & ~probed & _probes(sr, kids, depth)
+    flat = None   # the children's node bounds, one flat row each (Box.nb), on small networks
+    if kids.nb is not None and sum(v.shape[1] for v in kids.nb.lower) <= LEAF_BOUNDS_MAX:
+        flat = np.concatenate(kids.nb.lower + kids.nb.upper, axis=1)
     for c in range(n):
         if kids.bound[c] > 0:
             sr.closed.append((kids.lo[c], kids.hi[c]))
         elif deep[c] or probe[c]:
             sr.leaves.append((kids.lo[c], kids.hi[c]))
-            keep = kids.nb is not None and sum(v.shape[1] for v in kids.nb.lower) <= LEAF_BOUNDS_MAX
-            # copies: a view would keep the whole batch's arrays alive for as long as the leaf waits
-            sr.leaf_bounds.append(NodeBounds([v[c].copy() for v in kids.nb.lower], [v[c].copy() for v in kids.nb.upper])
-                                  if keep else None)
+            sr.leaf_bounds.append(_own_bounds(kids.nb, c))
             sr.leaf_budget.append(sr.opts.search.probe_max_lps if probe[c] else None)
             if sr.stream is not None:
                 sr.stream.add(sr.leaves[-1], sr.leaf_bounds[-1], sr.leaf_budget[-1])
         else:
             front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c],
-                       bool(probed[c]))
+                       bool(probed[c]), None if flat is None else flat[c].copy())
+
+
+def _own_bounds(nb: NodeBounds | None, c: int) -> NodeBounds | None:
+    """Child ``c``'s node bounds ((size_i,) arrays) to keep with it (as a leaf, or on the heap to clip
+    its children's bounds to), on networks of at most ``LEAF_BOUNDS_MAX`` node values; else None.
+    Copies: a view would keep the whole batch's arrays alive for as long as the box waits."""
+    if nb is None or sum(v.shape[1] for v in nb.lower) > LEAF_BOUNDS_MAX:
+        return None
+    return NodeBounds([v[c].copy() for v in nb.lower], [v[c].copy() for v in nb.upper])
 
 
 def _probes(sr: _Search, kids, depth: np.ndarray) -> np.ndarray:

@@ -239,7 +239,7 @@ def _file_children(sr: _Search, kids, front: Frontier, batch: Batch) -> None:
     probed = np.array([batch.boxes[p].probed for p in kids.parent], dtype=bool)
     if sr.leaves is not None:
         depth = halvings(kids.lo, kids.hi, sr.dj.lo, sr.dj.hi)
-        deep = depth >= sr.leaf_depth
+        deep = (depth >= sr.leaf_depth) | _few_unstable(sr, kids, depth)
         probe = ~deep & ~probed & _probes(sr, kids, depth)
     flat = None   # the children's node bounds, one flat row each (Box.nb), on small networks
     if kids.nb is not None and sum(v.shape[1] for v in kids.nb.lower) <= LEAF_BOUNDS_MAX:
@@ -256,6 +256,22 @@ def _file_children(sr: _Search, kids, front: Frontier, batch: Batch) -> None:
         else:
             front.push(float(kids.bound[c]), kids.lo[c], kids.hi[c], kids.lin[c], int(kids.row[c]), kids.hint[c],
                        bool(probed[c]), None if flat is None else flat[c].copy())
+
+
+def _few_unstable(sr: _Search, kids, depth: np.ndarray) -> np.ndarray:
+    """Which children are leaves by their unstable ReLUs (C,) bool: at least ``leaf_unstable_depth``
+    halvings deep with at most ``leaf_unstable`` ReLUs their node bounds leave unstable. Only on networks
+    that get no exact confirmation (more than ``z3_confirm_max_relus`` ReLUs; as :func:`_probes`).
+
+    Why (issue 38, measured 2026-12-08): once a child's bounds are clipped to its parent's, a box of 3_3 /
+    property 2 at 14 halvings leaves a median of 23 ReLUs unstable (9-57), and many shallower boxes as few:
+    their LPs are small, while splitting them on to 14 halvings costs input splitting rounds that file the
+    leaves late (one core idle meanwhile). With 30 from 12 halvings: 23,500 → 17,300 boxes bounded, 2,750 →
+    2,520 LPs, 12-13 → 8-9 s (two workers, idle; one run each)."""
+    s = sr.opts.search
+    if s.leaf_unstable <= 0 or kids.nb is None or sr.model.ir.n_relus <= s.z3_confirm_max_relus:
+        return np.zeros(depth.shape[0], dtype=bool)
+    return (depth >= s.leaf_unstable_depth) & (kids.nb.unstable(sr.model.ir) <= s.leaf_unstable)
 
 
 def _own_bounds(nb: NodeBounds | None, c: int) -> NodeBounds | None:

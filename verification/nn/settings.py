@@ -82,6 +82,13 @@ class SearchSettings:
     #: ReLU-split LP instead of being split again: 14 measured best on 3_3/p2 and 4_2/p2 among 10–20
     #: (docs/verification.md, "Leaf depth").
     leaf_depth: int = 14
+    #: An open box at least ``leaf_unstable_depth`` halvings deep whose node bounds leave at most this many
+    #: ReLUs unstable is a leaf too (0: depth alone), on networks that get no exact confirmation: its LPs
+    #: are small and few. Measured on ACAS Xu 3_3/p2 and 4_2/p2 (2026-12-08, docs/verification.md "Leaves
+    #: by unstable count"): 20-40 with depth 10-12 all gain, 50-64 take thousands more LPs.
+    leaf_unstable: int = 30
+    #: Halvings from which ``leaf_unstable`` applies (measured with it: 11 and 12 alike, 10 no better).
+    leaf_unstable_depth: int = 12
     #: LPs one leaf may solve before it is given up (left open) (chosen).
     leaf_max_lps: int = 5000
     #: Seconds HiGHS may take for one subdomain LP of a leaf (chosen).

@@ -158,6 +158,67 @@ def test_forward_bounds_contain_every_node_value_and_are_never_looser_than_inter
         assert np.all(ys @ C.T >= low[k] - 1e-9)
 
 
+def _node_values(ir: ControllerIR, x: np.ndarray) -> list:
+    """Every node's value at the points x (P, n_inputs), by the IR's own arithmetic."""
+    vals = [x]
+    for node in ir.nodes[1:]:
+        if isinstance(node, AffineNode):
+            vals.append(sum(vals[s] @ w.T for s, w in node.terms) + node.bias)
+        else:
+            vals.append(np.maximum(vals[node.src], 0))
+    return vals
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bounds_clipped_to_a_parents_hold_every_node_value_and_are_never_looser(seed):
+    """Input splitting clips a child box's bounds to its parent's CROWN bounds (forward_bounds ``clip``,
+    bound_region ``clip``): each node's bounds must still hold every value over the child and lie within the
+    clip. (Not within the unclipped bounds node by node: a tighter interval can switch a ReLU's adaptive
+    lower slope, and a later node's linear bound may then come out a little looser; seed 6 shows it.)
+    Fails if the clip is not applied (the containment) or is applied on the wrong side (the values)."""
+    from mi_certify.verification.nn.input_split import bound_region
+    rng = np.random.default_rng(100 + seed)
+    ir = _random_dag(rng, int(rng.integers(1, 6)), [int(v) for v in rng.integers(6, 14, size=3)], int(rng.integers(1, 4)))
+    plo = rng.uniform(-1, 1, ir.n_inputs)
+    phi = plo + rng.uniform(0.2, 1.5, ir.n_inputs)
+    parent = crown_bounds(ir, plo[None], phi[None])
+    # children: both halves of the parent along every input (as input splitting makes them), and random
+    # sub-boxes of it
+    B = 2 * ir.n_inputs + 4
+    lo, hi = np.repeat(plo[None], B, axis=0), np.repeat(phi[None], B, axis=0)
+    mid = (plo + phi) / 2
+    for i in range(ir.n_inputs):
+        hi[2 * i, i], lo[2 * i + 1, i] = mid[i], mid[i]
+    a, b = rng.random((4, ir.n_inputs)), rng.random((4, ir.n_inputs))
+    lo[-4:], hi[-4:] = plo + (phi - plo) * np.minimum(a, b), plo + (phi - plo) * np.maximum(a, b)
+    clip = NodeBounds([np.repeat(v, B, axis=0) for v in parent.lower], [np.repeat(v, B, axis=0) for v in parent.upper])
+    own, clipped = forward_bounds(ir, lo, hi), forward_bounds(ir, lo, hi, clip=clip)
+    Cm = rng.standard_normal((2, ir.n_outputs))
+    dj = Disjunct(plo, phi, Cm, np.full(2, -1e9))   # a region no box closes: every child gets CROWN too
+    _, _, tight = bound_region(ir, dj, lo, hi, deadline=float("inf"), clip=clip)
+    tighter = 0
+    for k in range(B):
+        vals = _node_values(ir, lo[k] + (hi[k] - lo[k]) * rng.random((4000, ir.n_inputs)))
+        for nid, v in enumerate(vals):
+            for nb in (clipped, tight):
+                assert np.all(v >= nb.lower[nid][k] - 1e-9) and np.all(v <= nb.upper[nid][k] + 1e-9), (nid, k)
+            if nid:   # (the input node is the box itself)
+                assert np.all(clipped.lower[nid][k] >= parent.lower[nid][0]), (nid, k)
+                assert np.all(clipped.upper[nid][k] <= parent.upper[nid][0]), (nid, k)
+            tighter += int(np.sum(clipped.lower[nid][k] > own.lower[nid][k]) + np.sum(clipped.upper[nid][k] < own.upper[nid][k]))
+    # any sound bounds may clip: each child's own CROWN bounds (tighter than its forward bounds in these
+    # three-layer networks) make a non-vacuous check that the clip is applied
+    ccb = crown_bounds(ir, lo, hi)
+    clipped2 = forward_bounds(ir, lo, hi, clip=ccb)
+    for k in range(B):
+        vals = _node_values(ir, lo[k] + (hi[k] - lo[k]) * rng.random((4000, ir.n_inputs)))
+        for nid, v in enumerate(vals):
+            assert np.all(v >= clipped2.lower[nid][k] - 1e-9) and np.all(v <= clipped2.upper[nid][k] + 1e-9), (nid, k)
+            assert np.all(clipped2.lower[nid][k] >= ccb.lower[nid][k]) and np.all(clipped2.upper[nid][k] <= ccb.upper[nid][k])
+            tighter += int(np.sum(clipped2.lower[nid][k] > own.lower[nid][k]) + np.sum(clipped2.upper[nid][k] < own.upper[nid][k]))
+    assert tighter > 0
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_lp_chosen_slopes_give_the_lp_value_soundly_and_never_less_than_crown(seed):
     """The triangle LP only chooses λ and the slopes; the bound is our CROWN pass with them:
@@ -822,6 +883,28 @@ def test_lp_probes_only_where_no_exact_confirmation_follows():
         # the small boxes: at most 64 unstable (all of them for the 20-ReLU network); the wide one: more
         assert unstable[0] <= 64 and (unstable[5] > 64 or ir.n_relus <= 64)
         want = [False] * 6 if ir.n_relus <= 64 else [True, False, False, False, False, False]
+        assert got.tolist() == want, (widths, unstable)
+
+
+def test_boxes_with_few_unstable_relus_are_leaves_from_12_halvings_where_no_exact_confirmation_follows():
+    """A child is a leaf before ``leaf_depth`` (14) halvings when it is at least ``leaf_unstable_depth`` (12)
+    deep and its node bounds leave at most ``leaf_unstable`` (30) ReLUs unstable; never on a network of at
+    most z3_confirm_max_relus ReLUs (the reference controller's verification keeps its partition)."""
+    from types import SimpleNamespace
+    from mi_certify.verification.nn.nn_verify import _few_unstable
+    from mi_certify.verification.nn.settings import DEFAULT_SEARCH
+    rng = np.random.default_rng(7)
+    depth = np.array([12.0, 11.0, 13.5, 12.0, 16.0])
+    lo = np.array([[0, 0, 0], [0, 0, 0], [0, 0, 0], [-9, -9, -9], [0, 0, 0]], dtype=float)
+    hi = lo + np.array([[0.01], [0.01], [0.01], [18.0], [0.01]])
+    for widths in ([10, 10], [50, 50]):
+        ir = _random_dag(rng, 3, widths, 2)
+        nb = crown_bounds(ir, lo, hi)
+        sr = SimpleNamespace(opts=SimpleNamespace(search=DEFAULT_SEARCH), model=SimpleNamespace(ir=ir))
+        got = _few_unstable(sr, SimpleNamespace(nb=nb), depth)
+        unstable = nb.unstable(ir)
+        assert unstable[0] <= 30 and unstable[2] <= 30 and unstable[4] <= 30 and (unstable[3] > 30 or ir.n_relus <= 64)
+        want = [False] * 5 if ir.n_relus <= 64 else [True, False, True, False, True]
         assert got.tolist() == want, (widths, unstable)
 
 

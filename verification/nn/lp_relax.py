@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from mi_certify.generator.core.ir import AffineNode, ControllerIR, InputNode, ReluNode
 
@@ -149,6 +148,9 @@ class TriangleLP:
                              shape=(n_eq, self.nv))
         c = np.zeros(self.nv)
         c[-1] = 1.0
+        # imported here: scipy.optimize takes ~0.2 s to import, and every leaf worker process imports this
+        # module (for node_offsets and region_rows) without ever calling linprog (issue 38, 2026-12-08)
+        from scipy.optimize import linprog
         try:
             res = linprog(c, A_ub=A_ub, b_ub=np.concatenate(u_rhs), A_eq=A_eq, b_eq=np.concatenate(e_rhs),
                           bounds=np.stack([lb, ub], axis=1), method="highs",

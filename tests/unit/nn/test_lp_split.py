@@ -21,17 +21,7 @@ from mi_certify.verification.nn.lp_split import BoxLP, SplitLP, close_leaves, sp
 from mi_certify.verification.nn.nn_verify import Verdict, VerifyOptions, decide
 from mi_certify.verification.nn.vnnlib import parse_vnnlib
 from mi_certify.verification.nn.z3_exact import ExactChecker
-from test_verification import _random_dag
-
-
-def _node_values(ir, x):
-    vals = [x]
-    for node in ir.nodes[1:]:
-        if isinstance(node, AffineNode):
-            vals.append(sum(vals[s] @ w.T for s, w in node.terms) + node.bias)
-        else:
-            vals.append(np.maximum(vals[node.src], 0))
-    return vals
+from test_verification import _node_values, _random_dag
 
 
 def _one(nb):

@@ -863,23 +863,28 @@ def test_lp_probes_close_what_input_splitting_cannot_and_give_the_rest_back(net,
     assert s["boxes"] < (1000 if net == "4_1" else 5000)
 
 
-def test_lp_probes_only_where_no_exact_confirmation_follows():
-    """A box is an LP probe at 4 halvings (not 6, 8 or 12) with at most 64 unstable ReLUs, and only on a
-    network of more than z3_confirm_max_relus ReLUs: on smaller ones the exact confirmation re-proves every
-    closed box, and a probe's large boxes cost it far more (the reference's P2: 0.29 s, with probes 1.35 s)."""
+def _gate_on_two_networks(gate, seed: int, lo: np.ndarray, hi: np.ndarray, depth: np.ndarray):
+    """``gate(sr, kids, depth)`` (nn_verify's _probes or _few_unstable) on the boxes lo/hi (B, 3) of a 20-ReLU
+    and a 100-ReLU random network with the default settings: yields (ir, widths, its answer (B,) bool, the
+    boxes' unstable ReLU counts)."""
     from types import SimpleNamespace
-    from mi_certify.verification.nn.nn_verify import _probes
     from mi_certify.verification.nn.settings import DEFAULT_SEARCH
-    rng = np.random.default_rng(5)
-    depth = np.array([4.0, 8.0, 6.0, 12.0, 0.0, 4.0])
-    lo = np.array([[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [-9, -9, -9]], dtype=float)
-    hi = lo + np.array([[0.01], [0.01], [0.01], [0.01], [0.01], [18.0]])
+    rng = np.random.default_rng(seed)
     for widths in ([10, 10], [50, 50]):
         ir = _random_dag(rng, 3, widths, 2)
         nb = crown_bounds(ir, lo, hi)
         sr = SimpleNamespace(opts=SimpleNamespace(search=DEFAULT_SEARCH), model=SimpleNamespace(ir=ir))
-        got = _probes(sr, SimpleNamespace(nb=nb), depth)
-        unstable = nb.unstable(ir)
+        yield ir, widths, gate(sr, SimpleNamespace(nb=nb), depth), nb.unstable(ir)
+
+
+def test_lp_probes_only_where_no_exact_confirmation_follows():
+    """A box is an LP probe at 4 halvings (not 6, 8 or 12) with at most 64 unstable ReLUs, and only on a
+    network of more than z3_confirm_max_relus ReLUs: on smaller ones the exact confirmation re-proves every
+    closed box, and a probe's large boxes cost it far more (the reference's P2: 0.29 s, with probes 1.35 s)."""
+    from mi_certify.verification.nn.nn_verify import _probes
+    lo = np.array([[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [-9, -9, -9]], dtype=float)
+    hi = lo + np.array([[0.01], [0.01], [0.01], [0.01], [0.01], [18.0]])
+    for ir, widths, got, unstable in _gate_on_two_networks(_probes, 5, lo, hi, np.array([4.0, 8.0, 6.0, 12.0, 0.0, 4.0])):
         # the small boxes: at most 64 unstable (all of them for the 20-ReLU network); the wide one: more
         assert unstable[0] <= 64 and (unstable[5] > 64 or ir.n_relus <= 64)
         want = [False] * 6 if ir.n_relus <= 64 else [True, False, False, False, False, False]
@@ -890,19 +895,11 @@ def test_boxes_with_few_unstable_relus_are_leaves_from_12_halvings_where_no_exac
     """A child is a leaf before ``leaf_depth`` (14) halvings when it is at least ``leaf_unstable_depth`` (12)
     deep and its node bounds leave at most ``leaf_unstable`` (30) ReLUs unstable; never on a network of at
     most z3_confirm_max_relus ReLUs (the reference controller's verification keeps its partition)."""
-    from types import SimpleNamespace
     from mi_certify.verification.nn.nn_verify import _few_unstable
-    from mi_certify.verification.nn.settings import DEFAULT_SEARCH
-    rng = np.random.default_rng(7)
-    depth = np.array([12.0, 11.0, 13.5, 12.0, 16.0])
     lo = np.array([[0, 0, 0], [0, 0, 0], [0, 0, 0], [-9, -9, -9], [0, 0, 0]], dtype=float)
     hi = lo + np.array([[0.01], [0.01], [0.01], [18.0], [0.01]])
-    for widths in ([10, 10], [50, 50]):
-        ir = _random_dag(rng, 3, widths, 2)
-        nb = crown_bounds(ir, lo, hi)
-        sr = SimpleNamespace(opts=SimpleNamespace(search=DEFAULT_SEARCH), model=SimpleNamespace(ir=ir))
-        got = _few_unstable(sr, SimpleNamespace(nb=nb), depth)
-        unstable = nb.unstable(ir)
+    for ir, widths, got, unstable in _gate_on_two_networks(_few_unstable, 7, lo, hi,
+                                                           np.array([12.0, 11.0, 13.5, 12.0, 16.0])):
         assert unstable[0] <= 30 and unstable[2] <= 30 and unstable[4] <= 30 and (unstable[3] > 30 or ir.n_relus <= 64)
         want = [False] * 5 if ir.n_relus <= 64 else [True, False, True, False, True]
         assert got.tolist() == want, (widths, unstable)

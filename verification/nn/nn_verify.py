@@ -275,9 +275,9 @@ def _few_unstable(sr: _Search, kids, depth: np.ndarray) -> np.ndarray:
 
 
 def _own_bounds(nb: NodeBounds | None, c: int) -> NodeBounds | None:
-    """Child ``c``'s node bounds ((size_i,) arrays) to keep with it (as a leaf, or on the heap to clip
-    its children's bounds to), on networks of at most ``LEAF_BOUNDS_MAX`` node values; else None.
-    Copies: a view would keep the whole batch's arrays alive for as long as the box waits."""
+    """Child ``c``'s node bounds ((size_i,) arrays) to keep with it as a leaf, on networks of at most
+    ``LEAF_BOUNDS_MAX`` node values; else None. (An open box on the heap keeps them flat, ``Box.nb``.)
+    Copies: a view would keep the whole batch's arrays alive for as long as the leaf waits."""
     if nb is None or sum(v.shape[1] for v in nb.lower) > LEAF_BOUNDS_MAX:
         return None
     return NodeBounds([v[c].copy() for v in nb.lower], [v[c].copy() for v in nb.upper])

@@ -84,8 +84,9 @@ class SearchSettings:
     leaf_depth: int = 14
     #: An open box at least ``leaf_unstable_depth`` halvings deep whose node bounds leave at most this many
     #: ReLUs unstable is a leaf too (0: depth alone), on networks that get no exact confirmation: its LPs
-    #: are small and few. Measured on ACAS Xu 3_3/p2 and 4_2/p2 (2026-12-08, docs/verification.md "Leaves
-    #: by unstable count"): 20-40 with depth 10-12 all gain, 50-64 take thousands more LPs.
+    #: are small and few. Measured on ACAS Xu 3_3/p2 and 4_2/p2 (2026-12-08, docs/verification.md "Children's
+    #: bounds clipped to their parent's, and leaves by unstable count"): 30-40 from 11-12 halvings gain
+    #: alike, 10-20 change little (few boxes qualify), 50-64 take thousands more LPs.
     leaf_unstable: int = 30
     #: Halvings from which ``leaf_unstable`` applies (measured with it: 11 and 12 alike, 10 no better).
     leaf_unstable_depth: int = 12

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, ANCHORS
-from mi_certify.generator.core.ir import AffineNode, ReluNode
+from mi_certify.generator.core.ir import ReluNode
 from mi_certify.generator.frontend.model import load_model
 from mi_certify.verification.nn.bounds import NodeBounds, crown_bounds
 from mi_certify.verification.nn import lp_split

@@ -37,7 +37,7 @@ from mi_certify.verification.nn.properties import Disjunct
 from mi_certify.verification.nn.settings import DEFAULT_SEARCH, SearchSettings
 
 __all__ = ["Batch", "Box", "Children", "Frontier", "Split", "batch_size", "bound_children", "bound_region",
-           "boxes_per_pass", "choose_splits", "frontier_of", "halvings", "hinted_lower", "lp_hints"]
+           "boxes_per_pass", "choose_splits", "frontier_of", "halvings", "hinted_lower", "lp_hints", "tighten_region"]
 
 
 @dataclass(order=True, slots=True)
@@ -152,6 +152,15 @@ def bound_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray,
     low, lin = output_matrix_lower(ir, dj.C, lo, hi, nb, deadline=deadline)
     if not tight:
         return low, lin, nb
+    return tighten_region(ir, dj, lo, hi, low, lin, nb, deadline)
+
+
+def tighten_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarray, low: np.ndarray, lin: np.ndarray,
+                   nb: NodeBounds, deadline: float) -> tuple[np.ndarray, np.ndarray, NodeBounds]:
+    """:func:`bound_region`'s tight part: given the boxes' forward bounds ``nb`` and the rows' bounds over them
+    (``low`` (B, m), ``lin`` (B, m, n_inputs); updated in place, as ``nb``), the boxes they leave open get
+    CROWN's backward bounds for every hidden node and their rows bounded again over those. Returns (low,
+    lin, nb). Raises BoundsTimeout."""
     again = np.nonzero(~(np.max(low - dj.d, axis=1) > 0))[0]
     if again.size:
         # the forward bounds just computed are those crown_bounds would compute first (the same bits
@@ -214,6 +223,10 @@ class Split:
     pick: (K,) the input the strategy chose; other: (K,) the influence pick (== pick under
     "influence"). ok: indices of the boxes that can be split (some width > 0); two: those of
     ``ok`` whose candidates differ (both splits get bounded); unsplittable: the others (points).
+    cheap: the smart pick's pass over every half ((low, lin, node bounds) of the (K·n·2) halves in
+    ``halves_lo.reshape(-1, n)`` order), or None: :func:`bound_children` starts from those instead of
+    computing the chosen halves' forward bounds and rows again (the same bits: each box's bounds depend on
+    that box and its parent's bounds alone).
     """
 
     halves_lo: np.ndarray
@@ -223,6 +236,7 @@ class Split:
     ok: np.ndarray
     two: np.ndarray
     unsplittable: np.ndarray
+    cheap: tuple | None = None
 
 
 def _halves(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
@@ -239,17 +253,19 @@ def _halves(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _smart_pick(ir: ControllerIR, dj: Disjunct, batch: Batch, c_lo: np.ndarray, c_hi: np.ndarray,
-                deadline: float, stats: dict, s: SearchSettings) -> np.ndarray:
+                deadline: float, stats: dict, s: SearchSettings) -> tuple[np.ndarray, tuple]:
     """The input whose worse half is nearest to being closed (K,): every box's 2n halves bounded in
-    one cheap pass (forward bounds and CROWN for the rows only). Raises BoundsTimeout."""
+    one cheap pass (forward bounds and CROWN for the rows only); and that pass's (low, lin, node bounds)
+    of the 2n·K halves in ``c_lo.reshape(-1, n)`` order (:class:`Split` ``cheap``). Raises BoundsTimeout."""
     K, n = batch.lo.shape
-    c_low, _, _ = bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False,
-                               clip=batch.parent_bounds(np.repeat(np.arange(K), 2 * n), [v.size for v in ir.nodes]))
+    c_low, c_lin, c_nb = bound_region(ir, dj, c_lo.reshape(-1, n), c_hi.reshape(-1, n), deadline, tight=False,
+                                      clip=batch.parent_bounds(np.repeat(np.arange(K), 2 * n),
+                                                               [v.size for v in ir.nodes]))
     stats["boxes"] += 2 * n * K
     c_best = np.max(c_low - dj.d, axis=1).reshape(K, n, 2)
     score = np.min(c_best, axis=2) + s.smart_tiebreak * np.max(c_best, axis=2)
     score = np.where(batch.hi - batch.lo > 0, score, -np.inf)
-    return np.argmax(score, axis=1)
+    return np.argmax(score, axis=1), (c_low, c_lin, c_nb)
 
 
 def _influence_pick(batch: Batch) -> np.ndarray:
@@ -271,15 +287,16 @@ def choose_splits(ir: ControllerIR, dj: Disjunct, batch: Batch, strategy: str, d
     # a second candidate: the input of largest influence (the cheap bounds mislead where they are
     # loose); both candidates' halves get the tight bounds in bound_children
     other = _influence_pick(batch)
+    cheap = None
     if strategy == "smart":
-        pick = _smart_pick(ir, dj, batch, c_lo, c_hi, deadline, stats, s)
+        pick, cheap = _smart_pick(ir, dj, batch, c_lo, c_hi, deadline, stats, s)
     elif strategy == "influence":
         pick = other
     else:
         raise ValueError(f"unknown branching strategy {strategy!r}")
     splittable = np.any(batch.hi - batch.lo > 0, axis=1)
     ok = np.nonzero(splittable)[0]
-    return Split(c_lo, c_hi, pick, other, ok, ok[other[ok] != pick[ok]], np.nonzero(~splittable)[0])
+    return Split(c_lo, c_hi, pick, other, ok, ok[other[ok] != pick[ok]], np.nonzero(~splittable)[0], cheap)
 
 
 @dataclass
@@ -310,7 +327,17 @@ def bound_children(ir: ControllerIR, dj: Disjunct, batch: Batch, split: Split, l
     ch_lo = np.concatenate([split.halves_lo[ok, pick[ok]], split.halves_lo[two, other[two]]]).reshape(-1, n)
     ch_hi = np.concatenate([split.halves_hi[ok, pick[ok]], split.halves_hi[two, other[two]]]).reshape(-1, n)
     parent = np.concatenate([np.repeat(ok, 2), np.repeat(two, 2)])
-    ch_low, ch_lin, ch_nb = bound_region(ir, dj, ch_lo, ch_hi, deadline, clip=batch.parent_bounds(parent, [v.size for v in ir.nodes]))
+    if split.cheap is not None:   # the cheap pass bounded these halves already (forward, rows): CROWN on
+        # the ones it leaves open; indices into the halves' order (box, input, side)
+        idx = np.concatenate([((ok * n + pick[ok]) * 2)[:, None] + np.arange(2),
+                              ((two * n + other[two]) * 2)[:, None] + np.arange(2)]).reshape(-1)
+        c_low, c_lin, c_nb = split.cheap
+        ch_low, ch_lin, ch_nb = tighten_region(ir, dj, ch_lo, ch_hi, c_low[idx], c_lin[idx],
+                                               NodeBounds([v[idx] for v in c_nb.lower], [v[idx] for v in c_nb.upper]),
+                                               deadline)
+    else:
+        ch_low, ch_lin, ch_nb = bound_region(ir, dj, ch_lo, ch_hi, deadline,
+                                             clip=batch.parent_bounds(parent, [v.size for v in ir.nodes]))
     stats["boxes"] += ch_lo.shape[0]
     pair = np.max(ch_low - dj.d, axis=1).reshape(-1, 2)
     keep = np.ones(pair.shape[0], dtype=bool)

@@ -219,6 +219,38 @@ def test_bounds_clipped_to_a_parents_hold_every_node_value_and_are_never_looser(
     assert tighter > 0
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_children_bounded_from_the_smart_picks_cheap_pass_get_the_same_bits(seed):
+    """bound_children starts from the smart pick's pass over every half (Split.cheap) instead of computing
+    the chosen halves' forward bounds and rows again: the children's bounds, rows and node bounds must be
+    the bits of bounding them afresh (with their parents' bounds as the clip), boxes with and without
+    kept parent bounds alike."""
+    import dataclasses
+    from mi_certify.verification.nn.input_split import Box, Frontier, bound_children, bound_region, choose_splits
+    rng = np.random.default_rng(700 + seed)
+    n_in = int(rng.integers(2, 5))
+    ir = _random_dag(rng, n_in, [int(v) for v in rng.integers(6, 14, size=3)], 3)
+    lo0, hi0 = -np.ones(n_in), np.ones(n_in)
+    C = rng.standard_normal((2, 3))
+    dj = Disjunct(lo0, hi0, C, np.array([-0.5, -0.5]))
+    boxes = []
+    for k in range(6):   # sub-boxes of the region, half of them with their own node bounds kept
+        a, b = rng.random(n_in), rng.random(n_in)
+        lo, hi = lo0 + 2 * np.minimum(a, b), lo0 + 2 * np.maximum(a, b)
+        low, lin, nb = bound_region(ir, dj, lo[None], hi[None], float("inf"))
+        flat = np.concatenate([v[0] for v in nb.lower] + [v[0] for v in nb.upper]) if seed % 2 or k % 2 else None
+        boxes.append(Box(float(np.max(low[0] - dj.d)), k, lo, hi, lin[0], int(np.argmax(low[0] - dj.d)), None,
+                         False, flat))
+    batch = Frontier(boxes).pop_batch(6)
+    split = choose_splits(ir, dj, batch, "smart", float("inf"), {"boxes": 0})
+    assert split.cheap is not None
+    got = bound_children(ir, dj, batch, split, None, float("inf"), {"boxes": 0})
+    ref = bound_children(ir, dj, batch, dataclasses.replace(split, cheap=None), None, float("inf"), {"boxes": 0})
+    for a, b in [(got.lo, ref.lo), (got.bound, ref.bound), (got.lin, ref.lin), (got.row, ref.row)] + \
+            list(zip(got.nb.lower + got.nb.upper, ref.nb.lower + ref.nb.upper)):
+        assert a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_lp_chosen_slopes_give_the_lp_value_soundly_and_never_less_than_crown(seed):
     """The triangle LP only chooses λ and the slopes; the bound is our CROWN pass with them:

@@ -164,11 +164,10 @@ def tighten_region(ir: ControllerIR, dj: Disjunct, lo: np.ndarray, hi: np.ndarra
     again = np.nonzero(~(np.max(low - dj.d, axis=1) > 0))[0]
     if again.size:
         # the forward bounds just computed are those crown_bounds would compute first (the same bits
-        # per box): handed over as ``init`` rather than computed again
+        # per box): handed over as ``init`` rather than computed again; CROWN only tightens them (every
+        # node's result lies within init's), so no intersection with them is needed afterwards
         cb = crown_bounds(ir, lo[again], hi[again], deadline=deadline,
                           init=NodeBounds([v[again] for v in nb.lower], [v[again] for v in nb.upper]))
-        cb = NodeBounds([np.maximum(a, f[again]) for a, f in zip(cb.lower, nb.lower)],
-                        [np.minimum(a, f[again]) for a, f in zip(cb.upper, nb.upper)])
         low2, lin2 = output_matrix_lower(ir, dj.C, lo[again], hi[again], cb, deadline=deadline)
         better = np.max(low2 - dj.d, axis=1) >= np.max(low[again] - dj.d, axis=1)
         low[again[better]] = low2[better]
